@@ -1,0 +1,8 @@
+//! attach-detach: the volume attach/detach state machine of an orchestrator.
+#![deny(missing_docs)]
+
+mod domain;
+mod volume;
+
+pub use domain::{Domain, Id, Ids};
+pub use volume::{Access, VolumeSpec};
