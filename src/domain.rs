@@ -17,7 +17,8 @@ impl<T: Clone + Eq + Hash + Ord + Debug + Send + Sync + 'static> Id for T {}
 /// per-volume data the attach backend needs (a CSI volume handle, a PV spec, a SAN LUN).
 ///
 /// Bundling the four types in one trait keeps signatures short: every structure is generic over a
-/// single `D: Domain`. Most users never implement it and write [`Ids`] instead.
+/// single `D: Domain`. Most users never implement it and write [`Ids`] instead. The supertraits
+/// only let generic structures derive `Debug`, `Hash` and friends; the marker carries no data.
 ///
 /// ```
 /// use attach_detach::{Domain, Ids};
@@ -26,7 +27,9 @@ impl<T: Clone + Eq + Hash + Ord + Debug + Send + Sync + 'static> Id for T {}
 /// fn node_of(n: &<K8s as Domain>::Node) -> &str { n.as_str() }
 /// assert_eq!(node_of(&"node-a".to_string()), "node-a");
 /// ```
-pub trait Domain: Clone + Debug + PartialEq + Eq + Send + Sync + 'static {
+pub trait Domain:
+    Clone + Debug + Default + PartialEq + Eq + Hash + PartialOrd + Ord + Send + Sync + 'static
+{
     /// A node (machine) name or id.
     type Node: Id;
     /// A volume name or id, unique across the cluster.
@@ -45,6 +48,8 @@ pub trait Domain: Clone + Debug + PartialEq + Eq + Send + Sync + 'static {
 /// type Small = Ids<u32, u32, u32, ()>;    // compact ids for huge clusters
 /// # let _ = (std::marker::PhantomData::<Nomad>, std::marker::PhantomData::<Small>);
 /// ```
+// A `fn() -> (..)` phantom keeps `Ids` Send, Sync and covariant whatever the four types are.
+#[allow(clippy::type_complexity)]
 pub struct Ids<N, V, W, P = ()>(PhantomData<fn() -> (N, V, W, P)>);
 
 impl<N, V, W, P> Clone for Ids<N, V, W, P> {
@@ -66,6 +71,28 @@ impl<N, V, W, P> PartialEq for Ids<N, V, W, P> {
 }
 
 impl<N, V, W, P> Eq for Ids<N, V, W, P> {}
+
+impl<N, V, W, P> Default for Ids<N, V, W, P> {
+    fn default() -> Self {
+        Ids(PhantomData)
+    }
+}
+
+impl<N, V, W, P> Hash for Ids<N, V, W, P> {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
+}
+
+impl<N, V, W, P> PartialOrd for Ids<N, V, W, P> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl<N, V, W, P> Ord for Ids<N, V, W, P> {
+    fn cmp(&self, _: &Self) -> std::cmp::Ordering {
+        std::cmp::Ordering::Equal
+    }
+}
 
 impl<N, V, W, P> Domain for Ids<N, V, W, P>
 where

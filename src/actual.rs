@@ -1,0 +1,488 @@
+//! Actual state of world: what is attached where, what nodes mount, and what each must report.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
+
+use crate::domain::Domain;
+use crate::store::ReportedVolume;
+
+/// What the controller believes about one (volume, node) pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AttachState {
+    /// The backend confirmed the attach.
+    Attached,
+    /// An attach or detach errored or timed out: the volume may or may not be attached. Never
+    /// reported to the node, but it holds a single-node volume against other nodes.
+    Uncertain,
+    /// Not attached (no record).
+    Detached,
+}
+
+/// What the orchestrator knows about a node, fed in as it changes.
+///
+/// ```
+/// use attach_detach::NodeFacts;
+/// let fresh: NodeFacts<&str> = NodeFacts::default();   // healthy, not fenced, not heard from
+/// assert_eq!(fresh.in_use, None);
+/// let fenced = NodeFacts { healthy: false, fenced: true, in_use: Some(vec!["pvc-1"]) };
+/// # let _ = fenced;
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeFacts<V> {
+    /// The node answers (Kubernetes: Ready). An unhealthy node may still be writing to its disks.
+    pub healthy: bool,
+    /// The node is known to be powered off or isolated (`node.kubernetes.io/out-of-service`):
+    /// its volumes may be detached even if reported mounted.
+    pub fenced: bool,
+    /// The volumes the node agent reports in use (Kubernetes `volumesInUse`); `None` until the
+    /// node has reported, in which case every attached volume counts as mounted.
+    pub in_use: Option<Vec<V>>,
+}
+
+impl<V> Default for NodeFacts<V> {
+    fn default() -> Self {
+        NodeFacts {
+            healthy: true,
+            fenced: false,
+            in_use: None,
+        }
+    }
+}
+
+/// One attachment record.
+#[derive(Clone, Debug)]
+pub struct Attachment<D: Domain> {
+    pub(crate) node: D::Node,
+    pub(crate) state: AttachState,
+    pub(crate) device: Option<Box<str>>,
+    pub(crate) detach_requested_at: Option<Duration>,
+    /// Dropped from the node's report ahead of a detach.
+    pub(crate) withheld: bool,
+    /// Upstream 141385 (only with `c4_sticky_assumed_mount`): mounted until the report changes.
+    pub(crate) assumed_mounted: bool,
+    /// Bumped on every change, so a verify answer planned before the change is ignored.
+    pub(crate) generation: u32,
+}
+
+impl<D: Domain> Attachment<D> {
+    /// The node.
+    pub fn node(&self) -> &D::Node {
+        &self.node
+    }
+    /// Attached or Uncertain.
+    pub fn state(&self) -> AttachState {
+        self.state
+    }
+    /// What the backend returned for the node (e.g. a device path).
+    pub fn device(&self) -> Option<&str> {
+        self.device.as_deref()
+    }
+    /// When the controller first wanted this attachment gone.
+    pub fn detach_requested_at(&self) -> Option<Duration> {
+        self.detach_requested_at
+    }
+    /// Whether the node must list this volume in its status.
+    pub fn is_reported(&self) -> bool {
+        self.state == AttachState::Attached && !self.withheld
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct ActualNode<D: Domain> {
+    /// The node object exists (added and not removed).
+    pub(crate) present: bool,
+    pub(crate) healthy: bool,
+    pub(crate) fenced: bool,
+    /// Sorted; `None` until the node reports.
+    pub(crate) in_use: Option<Vec<D::Volume>>,
+    pub(crate) attached: BTreeSet<D::Volume>,
+}
+
+impl<D: Domain> ActualNode<D> {
+    fn unknown() -> Self {
+        ActualNode {
+            present: false,
+            healthy: false,
+            fenced: false,
+            in_use: None,
+            attached: BTreeSet::new(),
+        }
+    }
+
+    pub(crate) fn reports_in_use(&self, volume: &D::Volume) -> Option<bool> {
+        self.in_use
+            .as_ref()
+            .map(|in_use| in_use.binary_search(volume).is_ok())
+    }
+}
+
+/// The actual state of world.
+///
+/// Attachments are kept per volume (a volume is rarely on more than one node) with an index per
+/// node. The list a node must report is derived from its attachments, never stored twice: a
+/// volume is reported when it is Attached and not withheld for a coming detach.
+///
+/// ```
+/// use attach_detach::{ActualState, AttachState, Ids};
+/// let mut asw: ActualState<Ids<&str, &str, &str>> = ActualState::default();
+/// asw.set_attached("pvc-1", "node-a", Some("/dev/sdb".into()));
+/// assert_eq!(asw.state(&"pvc-1", &"node-a"), AttachState::Attached);
+/// assert_eq!(asw.report(&"node-a")[0].volume, "pvc-1");
+/// asw.set_uncertain("pvc-1", "node-b");
+/// assert_eq!(asw.state(&"pvc-1", &"node-b"), AttachState::Uncertain);
+/// assert!(asw.report(&"node-b").is_empty(), "uncertain volumes are not reported");
+/// ```
+#[derive(Debug)]
+pub struct ActualState<D: Domain> {
+    volumes: FxHashMap<D::Volume, SmallVec<[Attachment<D>; 1]>>,
+    nodes: FxHashMap<D::Node, ActualNode<D>>,
+    /// Nodes whose reported list may have changed since last taken.
+    report_changed: BTreeSet<D::Node>,
+    len: usize,
+}
+
+impl<D: Domain> Default for ActualState<D> {
+    fn default() -> Self {
+        ActualState {
+            volumes: FxHashMap::default(),
+            nodes: FxHashMap::default(),
+            report_changed: BTreeSet::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<D: Domain> ActualState<D> {
+    /// The state of (`volume`, `node`).
+    pub fn state(&self, volume: &D::Volume, node: &D::Node) -> AttachState {
+        self.get(volume, node)
+            .map_or(AttachState::Detached, |a| a.state)
+    }
+
+    /// The record of (`volume`, `node`), if any.
+    pub fn get(&self, volume: &D::Volume, node: &D::Node) -> Option<&Attachment<D>> {
+        self.volumes.get(volume)?.iter().find(|a| a.node == *node)
+    }
+
+    pub(crate) fn get_mut(
+        &mut self,
+        volume: &D::Volume,
+        node: &D::Node,
+    ) -> Option<&mut Attachment<D>> {
+        self.volumes
+            .get_mut(volume)?
+            .iter_mut()
+            .find(|a| a.node == *node)
+    }
+
+    /// Every node `volume` is attached (or maybe attached) to.
+    pub fn attachments(&self, volume: &D::Volume) -> &[Attachment<D>] {
+        self.volumes.get(volume).map_or(&[], |a| a.as_slice())
+    }
+
+    /// Volumes attached (or maybe attached) to `node`, in order.
+    pub fn volumes_on(&self, node: &D::Node) -> impl Iterator<Item = &D::Volume> {
+        self.nodes
+            .get(node)
+            .into_iter()
+            .flat_map(|n| n.attached.iter())
+    }
+
+    /// Every node with an attachment or known facts.
+    pub fn nodes(&self) -> impl Iterator<Item = &D::Node> {
+        self.nodes.keys()
+    }
+
+    /// Number of attachment records.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is attached.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Records a confirmed attach; the volume is reported (a later detach withholds it again).
+    pub fn set_attached(&mut self, volume: D::Volume, node: D::Node, device: Option<String>) {
+        let device = device.map(String::into_boxed_str);
+        let changed = match self.get_mut(&volume, &node) {
+            Some(a) => {
+                let was = a.is_reported();
+                a.state = AttachState::Attached;
+                a.device = device;
+                a.withheld = false;
+                a.generation = a.generation.wrapping_add(1);
+                was != a.is_reported()
+            }
+            None => {
+                self.insert(volume, node.clone(), AttachState::Attached, device);
+                true
+            }
+        };
+        if changed {
+            self.report_changed.insert(node);
+        }
+    }
+
+    /// Records that the volume may be attached to the node. It stops being reported.
+    pub fn set_uncertain(&mut self, volume: D::Volume, node: D::Node) {
+        let changed = match self.get_mut(&volume, &node) {
+            Some(a) => {
+                let was = a.is_reported();
+                a.state = AttachState::Uncertain;
+                a.generation = a.generation.wrapping_add(1);
+                was
+            }
+            None => {
+                self.insert(volume, node.clone(), AttachState::Uncertain, None);
+                false
+            }
+        };
+        if changed {
+            self.report_changed.insert(node);
+        }
+    }
+
+    fn insert(
+        &mut self,
+        volume: D::Volume,
+        node: D::Node,
+        state: AttachState,
+        device: Option<Box<str>>,
+    ) {
+        let n = self
+            .nodes
+            .entry(node.clone())
+            .or_insert_with(ActualNode::unknown);
+        n.attached.insert(volume.clone());
+        let assumed_mounted = n.in_use.is_none();
+        self.volumes.entry(volume).or_default().push(Attachment {
+            node,
+            state,
+            device,
+            detach_requested_at: None,
+            withheld: false,
+            assumed_mounted,
+            generation: 0,
+        });
+        self.len += 1;
+    }
+
+    /// Forgets the attachment: the volume is detached from the node.
+    pub fn set_detached(&mut self, volume: &D::Volume, node: &D::Node) {
+        let Some(list) = self.volumes.get_mut(volume) else {
+            return;
+        };
+        let Some(i) = list.iter().position(|a| a.node == *node) else {
+            return;
+        };
+        let gone = list.swap_remove(i);
+        if list.is_empty() {
+            self.volumes.remove(volume);
+        }
+        self.len -= 1;
+        if let Some(n) = self.nodes.get_mut(node) {
+            n.attached.remove(volume);
+            if !n.present && n.attached.is_empty() {
+                self.nodes.remove(node);
+            }
+        }
+        if gone.is_reported() {
+            self.report_changed.insert(node.clone());
+        }
+    }
+
+    /// Drops the volume from the node's report ahead of a detach (`true`), or puts it back.
+    pub fn set_withheld(&mut self, volume: &D::Volume, node: &D::Node, withheld: bool) {
+        if let Some(a) = self.get_mut(volume, node) {
+            let was = a.is_reported();
+            a.withheld = withheld;
+            if was != a.is_reported() {
+                self.report_changed.insert(node.clone());
+            }
+        }
+    }
+
+    /// The list `node` must report, in volume order.
+    pub fn report(&self, node: &D::Node) -> Vec<ReportedVolume<D>> {
+        self.volumes_on(node)
+            .filter_map(|v| {
+                let a = self.get(v, node)?;
+                a.is_reported().then(|| ReportedVolume {
+                    volume: v.clone(),
+                    device: a.device.as_deref().map(str::to_owned),
+                })
+            })
+            .collect()
+    }
+
+    pub(crate) fn has_report_changes(&self) -> bool {
+        !self.report_changed.is_empty()
+    }
+
+    /// Nodes whose report may have changed since the last call.
+    pub(crate) fn take_report_changed(&mut self) -> BTreeSet<D::Node> {
+        std::mem::take(&mut self.report_changed)
+    }
+
+    /// Records what the orchestrator says about `node`, which now exists. Returns the volumes
+    /// attached there whose decisions may change.
+    pub fn set_node(&mut self, node: D::Node, facts: NodeFacts<D::Volume>) -> Vec<D::Volume> {
+        let n = self
+            .nodes
+            .entry(node.clone())
+            .or_insert_with(ActualNode::unknown);
+        let mut in_use = facts.in_use;
+        if let Some(list) = in_use.as_mut() {
+            list.sort();
+            list.dedup();
+        }
+        let affected: Vec<D::Volume> = if n.healthy != facts.healthy
+            || n.fenced != facts.fenced
+            || n.in_use.is_none() != in_use.is_none()
+            || !n.present
+        {
+            n.attached.iter().cloned().collect()
+        } else {
+            let (old, new) = (
+                n.in_use.as_deref().unwrap_or(&[]),
+                in_use.as_deref().unwrap_or(&[]),
+            );
+            n.attached
+                .iter()
+                .filter(|v| old.binary_search(v).is_ok() != new.binary_search(v).is_ok())
+                .cloned()
+                .collect()
+        };
+        // A change in the report of a volume ends upstream's sticky assumption (141385).
+        let (old, new) = (n.in_use.clone(), in_use.clone());
+        n.present = true;
+        n.healthy = facts.healthy;
+        n.fenced = facts.fenced;
+        n.in_use = in_use;
+        for v in &affected {
+            let was = old.as_ref().map(|l| l.binary_search(v).is_ok());
+            let is = new.as_ref().map(|l| l.binary_search(v).is_ok());
+            if was.is_some() && was != is {
+                if let Some(a) = self.get_mut(v, &node) {
+                    a.assumed_mounted = false;
+                }
+            }
+        }
+        affected
+    }
+
+    /// The node object is gone. Its attachments stay until detached; it counts as unhealthy and
+    /// unheard from. Returns the volumes attached there.
+    pub fn remove_node(&mut self, node: &D::Node) -> Vec<D::Volume> {
+        let Some(n) = self.nodes.get_mut(node) else {
+            return Vec::new();
+        };
+        if n.attached.is_empty() {
+            self.nodes.remove(node);
+            return Vec::new();
+        }
+        *n = ActualNode {
+            attached: std::mem::take(&mut n.attached),
+            ..ActualNode::unknown()
+        };
+        n.attached.iter().cloned().collect()
+    }
+
+    pub(crate) fn node(&self, node: &D::Node) -> Option<&ActualNode<D>> {
+        self.nodes.get(node)
+    }
+
+    /// Whether the node is known to exist.
+    pub fn node_present(&self, node: &D::Node) -> bool {
+        self.nodes.get(node).is_some_and(|n| n.present)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Ids;
+
+    type T = Ids<&'static str, &'static str, &'static str>;
+
+    #[test]
+    fn report_follows_attached_and_withheld() {
+        let mut a: ActualState<T> = ActualState::default();
+        a.set_attached("v1", "n1", Some("/dev/a".into()));
+        a.set_attached("v0", "n1", None);
+        assert_eq!(
+            a.take_report_changed().into_iter().collect::<Vec<_>>(),
+            vec!["n1"]
+        );
+        let names: Vec<_> = a.report(&"n1").into_iter().map(|r| r.volume).collect();
+        assert_eq!(names, vec!["v0", "v1"]);
+        a.set_withheld(&"v1", &"n1", true);
+        assert_eq!(a.take_report_changed().len(), 1);
+        assert_eq!(a.report(&"n1").len(), 1);
+        a.set_withheld(&"v1", &"n1", true);
+        assert!(a.take_report_changed().is_empty(), "no change, no write");
+        a.set_uncertain("v0", "n1");
+        assert!(a.report(&"n1").is_empty());
+        a.set_detached(&"v0", &"n1");
+        a.set_detached(&"v1", &"n1");
+        assert!(a.is_empty());
+        assert_eq!(
+            a.nodes().count(),
+            0,
+            "an unknown node with nothing attached is forgotten"
+        );
+    }
+
+    #[test]
+    fn node_facts_report_only_affected_volumes() {
+        let mut a: ActualState<T> = ActualState::default();
+        a.set_attached("v1", "n1", None);
+        a.set_attached("v2", "n1", None);
+        let first = a.set_node(
+            "n1",
+            NodeFacts {
+                in_use: Some(vec!["v1"]),
+                ..NodeFacts::default()
+            },
+        );
+        assert_eq!(first, vec!["v1", "v2"], "first report touches all");
+        let second = a.set_node(
+            "n1",
+            NodeFacts {
+                in_use: Some(vec!["v2", "v1"]),
+                ..NodeFacts::default()
+            },
+        );
+        assert_eq!(second, vec!["v2"]);
+        let fenced = a.set_node(
+            "n1",
+            NodeFacts {
+                fenced: true,
+                in_use: Some(vec!["v1", "v2"]),
+                healthy: false,
+            },
+        );
+        assert_eq!(fenced, vec!["v1", "v2"]);
+        assert_eq!(a.node(&"n1").unwrap().reports_in_use(&"v1"), Some(true));
+        assert_eq!(a.remove_node(&"n1"), vec!["v1", "v2"]);
+        assert!(!a.node_present(&"n1"));
+        assert_eq!(a.node(&"n1").unwrap().reports_in_use(&"v1"), None);
+    }
+
+    #[test]
+    fn multi_node_volume_has_one_record_per_node() {
+        let mut a: ActualState<T> = ActualState::default();
+        a.set_attached("v", "n1", None);
+        a.set_uncertain("v", "n2");
+        assert_eq!(a.attachments(&"v").len(), 2);
+        assert_eq!(a.len(), 2);
+        a.set_attached("v", "n2", None);
+        assert_eq!(a.state(&"v", &"n2"), AttachState::Attached);
+        assert_eq!(a.len(), 2);
+    }
+}

@@ -1,0 +1,149 @@
+//! Events worth telling a human about, in upstream's vocabulary.
+
+use std::fmt;
+
+use crate::domain::Domain;
+use crate::operation::ForceReason;
+
+/// A node holding a single-node volume that another node waits for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder<D: Domain> {
+    /// The node the volume is attached (or maybe attached) to.
+    pub node: D::Node,
+    /// Workloads still placed there that use the volume (empty after a force delete).
+    pub workloads: Vec<D::Workload>,
+}
+
+/// Something that happened to a volume, for an event recorder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event<D: Domain> {
+    /// A single-node volume is wanted on `node` but held elsewhere. Emitted once per episode,
+    /// under its own reason so it is not mistaken for a failed attach (upstream 96142).
+    MultiAttach {
+        /// The volume.
+        volume: D::Volume,
+        /// The node that waits.
+        node: D::Node,
+        /// The workloads that wait.
+        workloads: Vec<D::Workload>,
+        /// Where the volume is held.
+        holders: Vec<Holder<D>>,
+    },
+    /// The backend attached the volume.
+    AttachSucceeded {
+        /// The volume.
+        volume: D::Volume,
+        /// The node.
+        node: D::Node,
+    },
+    /// The backend failed to attach the volume.
+    AttachFailed {
+        /// The volume.
+        volume: D::Volume,
+        /// The node.
+        node: D::Node,
+        /// The backend's message.
+        message: String,
+    },
+    /// The backend detached the volume.
+    DetachSucceeded {
+        /// The volume.
+        volume: D::Volume,
+        /// The node.
+        node: D::Node,
+        /// Set when the node still reported the volume mounted.
+        force: Option<ForceReason>,
+    },
+    /// The backend failed to detach the volume.
+    DetachFailed {
+        /// The volume.
+        volume: D::Volume,
+        /// The node.
+        node: D::Node,
+        /// The backend's message.
+        message: String,
+    },
+}
+
+impl<D: Domain> Event<D> {
+    /// A short machine-readable reason, as Kubernetes events carry.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Event::MultiAttach { .. } => "MultiAttachVolume",
+            Event::AttachSucceeded { .. } => "SuccessfulAttachVolume",
+            Event::AttachFailed { .. } => "FailedAttachVolume",
+            Event::DetachSucceeded { force: None, .. } => "SuccessfulDetachVolume",
+            Event::DetachSucceeded { force: Some(_), .. } => "ForcedDetachVolume",
+            Event::DetachFailed { .. } => "FailedDetachVolume",
+        }
+    }
+
+    /// Whether this is a warning rather than a normal event.
+    pub fn is_warning(&self) -> bool {
+        !matches!(
+            self,
+            Event::AttachSucceeded { .. } | Event::DetachSucceeded { force: None, .. }
+        )
+    }
+}
+
+impl<D: Domain> fmt::Display for Event<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::MultiAttach {
+                volume, holders, ..
+            } => {
+                write!(f, "Multi-Attach error for volume {volume:?}: ")?;
+                let users: Vec<_> = holders.iter().flat_map(|h| &h.workloads).collect();
+                let nodes: Vec<_> = holders.iter().map(|h| &h.node).collect();
+                if users.is_empty() {
+                    write!(
+                        f,
+                        "Volume is already exclusively attached to one node ({nodes:?}) and can't be attached to another"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "Volume is already used by workload(s) {users:?} on node(s) {nodes:?}"
+                    )
+                }
+            }
+            Event::AttachSucceeded { volume, node } => {
+                write!(
+                    f,
+                    "AttachVolume.Attach succeeded for volume {volume:?} on node {node:?}"
+                )
+            }
+            Event::AttachFailed {
+                volume,
+                node,
+                message,
+            } => write!(
+                f,
+                "AttachVolume.Attach failed for volume {volume:?} on node {node:?}: {message}"
+            ),
+            Event::DetachSucceeded {
+                volume,
+                node,
+                force,
+            } => {
+                write!(
+                    f,
+                    "DetachVolume.Detach succeeded for volume {volume:?} on node {node:?}"
+                )?;
+                if let Some(reason) = force {
+                    write!(f, " (forced: {})", reason.as_str())?;
+                }
+                Ok(())
+            }
+            Event::DetachFailed {
+                volume,
+                node,
+                message,
+            } => write!(
+                f,
+                "DetachVolume.Detach failed for volume {volume:?} on node {node:?}: {message}"
+            ),
+        }
+    }
+}

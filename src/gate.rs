@@ -1,0 +1,168 @@
+//! The operation gate: at most one operation per key at a time, and backoff after failures.
+
+use std::hash::Hash;
+use std::time::Duration;
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::config::BackoffConfig;
+
+/// The kinds of operation the core plans. Backoff is kept per kind, so that a failing attach does
+/// not hold back a detach of the same volume (upstream 75209).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OpKind {
+    /// Attach a volume to a node.
+    Attach,
+    /// Detach a volume from a node.
+    Detach,
+    /// Ask the backend which attachments of a node still exist.
+    Verify,
+    /// Write a node's reported attached volumes.
+    WriteStatus,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Retry {
+    until: Duration,
+    next_delay: Duration,
+}
+
+/// Serialises operations per key and paces retries.
+///
+/// The key says what must not run twice at once: a single-node volume, a (volume, node) pair of
+/// a multi-node volume, or a node whose status is written.
+///
+/// ```
+/// use std::time::Duration;
+/// use attach_detach::{BackoffConfig, OpKind, OperationGate};
+/// let mut gate = OperationGate::new(BackoffConfig::default());
+/// let now = Duration::ZERO;
+/// assert!(gate.may_start(&"vol-1", OpKind::Attach, now).is_ok());
+/// gate.start("vol-1");
+/// assert!(gate.is_running(&"vol-1"));
+/// let retry_at = gate.failed("vol-1", OpKind::Attach, now);
+/// assert_eq!(retry_at, Duration::from_millis(500));
+/// assert_eq!(gate.may_start(&"vol-1", OpKind::Attach, now), Err(Some(retry_at)));
+/// assert!(gate.may_start(&"vol-1", OpKind::Detach, now).is_ok());
+/// ```
+#[derive(Debug)]
+pub struct OperationGate<K> {
+    config: BackoffConfig,
+    running: FxHashSet<K>,
+    retries: FxHashMap<(K, OpKind), Retry>,
+}
+
+impl<K: Clone + Eq + Hash> OperationGate<K> {
+    /// An empty gate.
+    pub fn new(config: BackoffConfig) -> Self {
+        OperationGate {
+            config,
+            running: FxHashSet::default(),
+            retries: FxHashMap::default(),
+        }
+    }
+
+    /// Whether an operation of `kind` on `key` may start at `now`: `Err(None)` while another
+    /// operation on the key runs, `Err(Some(t))` while in backoff until `t`.
+    pub fn may_start(&self, key: &K, kind: OpKind, now: Duration) -> Result<(), Option<Duration>> {
+        if self.running.contains(key) {
+            return Err(None);
+        }
+        match self.retries.get(&(key.clone(), kind)) {
+            Some(retry) if retry.until > now => Err(Some(retry.until)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether an operation on `key` is running.
+    pub fn is_running(&self, key: &K) -> bool {
+        self.running.contains(key)
+    }
+
+    /// Marks an operation on `key` as running.
+    pub fn start(&mut self, key: K) {
+        self.running.insert(key);
+    }
+
+    /// The operation on `key` succeeded: the key is free and its backoff for `kind` forgotten.
+    pub fn succeeded(&mut self, key: K, kind: OpKind) {
+        self.running.remove(&key);
+        self.retries.remove(&(key, kind));
+    }
+
+    /// The operation on `key` failed at `now`: the key is free, and `kind` may retry at the
+    /// returned time.
+    pub fn failed(&mut self, key: K, kind: OpKind, now: Duration) -> Duration {
+        self.running.remove(&key);
+        let initial = self.config.initial;
+        let max = self.config.max;
+        let retry = self.retries.entry((key, kind)).or_insert(Retry {
+            until: now,
+            next_delay: initial,
+        });
+        let delay = retry.next_delay.min(max);
+        retry.until = now + delay;
+        retry.next_delay = delay.saturating_mul(2).min(max);
+        retry.until
+    }
+
+    /// Frees `key` without touching backoff: the operation was abandoned (e.g. lost in a restart).
+    pub fn release(&mut self, key: &K) {
+        self.running.remove(key);
+    }
+
+    /// Number of keys in backoff or running; for memory accounting and tests.
+    pub fn len(&self) -> usize {
+        self.running.len() + self.retries.len()
+    }
+
+    /// Whether nothing runs and nothing is in backoff.
+    pub fn is_empty(&self) -> bool {
+        self.running.is_empty() && self.retries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn backoff_doubles_to_the_cap_and_resets_on_success() {
+        let mut gate = OperationGate::new(BackoffConfig {
+            initial: ms(500),
+            max: ms(2000),
+        });
+        let mut now = ms(0);
+        let mut waits = vec![];
+        for _ in 0..5 {
+            gate.start(1);
+            let until = gate.failed(1, OpKind::Detach, now);
+            waits.push(until - now);
+            now = until;
+        }
+        assert_eq!(waits, vec![ms(500), ms(1000), ms(2000), ms(2000), ms(2000)]);
+        gate.start(1);
+        gate.succeeded(1, OpKind::Detach);
+        assert!(gate.is_empty());
+        assert_eq!(gate.failed(1, OpKind::Detach, now) - now, ms(500));
+    }
+
+    #[test]
+    fn one_operation_per_key_and_backoff_per_kind() {
+        let mut gate = OperationGate::new(BackoffConfig::default());
+        gate.start("v");
+        assert_eq!(gate.may_start(&"v", OpKind::Detach, ms(0)), Err(None));
+        assert!(gate.may_start(&"w", OpKind::Detach, ms(0)).is_ok());
+        let until = gate.failed("v", OpKind::Attach, ms(0));
+        assert_eq!(
+            gate.may_start(&"v", OpKind::Attach, ms(10)),
+            Err(Some(until))
+        );
+        assert!(gate.may_start(&"v", OpKind::Detach, ms(10)).is_ok());
+        assert!(gate.may_start(&"v", OpKind::Attach, until).is_ok());
+    }
+}

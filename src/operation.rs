@@ -1,0 +1,152 @@
+//! Operations the core plans for a driver to run, and what it must remember about them.
+
+use std::fmt;
+
+use crate::domain::Domain;
+use crate::gate::OpKind;
+use crate::store::ReportedVolume;
+
+/// Names one planned operation; its result is fed back under the same id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OpId(pub u64);
+
+impl fmt::Display for OpId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "op#{}", self.0)
+    }
+}
+
+/// Why a detach goes ahead although the node still reports the volume mounted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ForceReason {
+    /// The node is fenced (`out-of-service`): it can no longer write. Safe.
+    OutOfService,
+    /// The unmount wait expired on an unhealthy node and `force_detach_on_timeout` is on. Unsafe
+    /// if the node is in fact still running.
+    Timeout,
+}
+
+impl ForceReason {
+    /// Upstream's metric label for the reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ForceReason::OutOfService => "out-of-service",
+            ForceReason::Timeout => "timeout",
+        }
+    }
+}
+
+/// Work for the driver. Each finishes with exactly one call back into the
+/// [`Reconciler`](crate::Reconciler) naming its id.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Operation<D: Domain> {
+    /// Attach `volume` to `node`; report back with `attach_finished`.
+    Attach {
+        /// Result id.
+        id: OpId,
+        /// The volume.
+        volume: D::Volume,
+        /// The node.
+        node: D::Node,
+        /// The volume's payload for the backend.
+        payload: D::Payload,
+    },
+    /// Detach `volume` from `node`; report back with `detach_finished`.
+    Detach {
+        /// Result id.
+        id: OpId,
+        /// The volume.
+        volume: D::Volume,
+        /// The node.
+        node: D::Node,
+        /// The volume's payload for the backend.
+        payload: D::Payload,
+        /// Set when the node still reports the volume mounted: the backend must not refuse the
+        /// detach for that reason (upstream skips verify-safe-to-detach).
+        force: Option<ForceReason>,
+    },
+    /// Ask which of `volumes` are still attached to `node`; report back with `verify_finished`.
+    Verify {
+        /// Result id.
+        id: OpId,
+        /// The node.
+        node: D::Node,
+        /// The volumes believed attached there, with payloads.
+        volumes: Vec<(D::Volume, D::Payload)>,
+    },
+    /// Make the store's record of `node` list exactly `attached`; report back with
+    /// `status_finished`.
+    WriteStatus {
+        /// Result id.
+        id: OpId,
+        /// The node.
+        node: D::Node,
+        /// The complete list the node must report.
+        attached: Vec<ReportedVolume<D>>,
+    },
+}
+
+impl<D: Domain> Operation<D> {
+    /// The id to report the result under.
+    pub fn id(&self) -> OpId {
+        match self {
+            Operation::Attach { id, .. }
+            | Operation::Detach { id, .. }
+            | Operation::Verify { id, .. }
+            | Operation::WriteStatus { id, .. } => *id,
+        }
+    }
+
+    /// The kind of operation.
+    pub fn kind(&self) -> OpKind {
+        match self {
+            Operation::Attach { .. } => OpKind::Attach,
+            Operation::Detach { .. } => OpKind::Detach,
+            Operation::Verify { .. } => OpKind::Verify,
+            Operation::WriteStatus { .. } => OpKind::WriteStatus,
+        }
+    }
+
+    /// The node the operation is about.
+    pub fn node(&self) -> &D::Node {
+        match self {
+            Operation::Attach { node, .. }
+            | Operation::Detach { node, .. }
+            | Operation::Verify { node, .. }
+            | Operation::WriteStatus { node, .. } => node,
+        }
+    }
+}
+
+/// What the core remembers about a running operation, to apply its result.
+#[derive(Clone, Debug)]
+pub(crate) enum InFlight<D: Domain> {
+    Attach {
+        volume: D::Volume,
+        node: D::Node,
+    },
+    Detach {
+        volume: D::Volume,
+        node: D::Node,
+        force: Option<ForceReason>,
+    },
+    Verify {
+        node: D::Node,
+        /// Each volume with the attachment generation seen when planning.
+        checked: Vec<(D::Volume, u32)>,
+    },
+    WriteStatus {
+        node: D::Node,
+    },
+}
+
+impl<D: Domain> InFlight<D> {
+    pub(crate) fn kind(&self) -> OpKind {
+        match self {
+            InFlight::Attach { .. } => OpKind::Attach,
+            InFlight::Detach { .. } => OpKind::Detach,
+            InFlight::Verify { .. } => OpKind::Verify,
+            InFlight::WriteStatus { .. } => OpKind::WriteStatus,
+        }
+    }
+}

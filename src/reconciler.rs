@@ -1,0 +1,783 @@
+//! The reconciler: a pure, synchronous planner that turns changes into operations.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap};
+use std::time::Duration;
+
+use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
+use thiserror::Error;
+use tracing::{debug, warn};
+
+use crate::actual::{ActualState, AttachState, NodeFacts};
+use crate::backend::{AttachInfo, BackendError};
+use crate::config::Config;
+use crate::desired::{DesiredError, DesiredState};
+use crate::domain::Domain;
+use crate::event::{Event, Holder};
+use crate::gate::{OpKind, OperationGate};
+use crate::operation::{ForceReason, InFlight, OpId, Operation};
+use crate::status::StatusBook;
+use crate::store::{ReportedVolume, StoreError};
+use crate::volume::{Access, VolumeSpec};
+
+/// Misuse of the reconciler's API. State is unchanged when one is returned.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum ReconcilerError<D: Domain> {
+    /// A desired-state rule was broken.
+    #[error(transparent)]
+    Desired(#[from] DesiredError<D>),
+    /// The id names no running operation (already finished, or planned by another instance).
+    #[error("{id} is not a running operation")]
+    UnknownOperation {
+        /// The id given.
+        id: OpId,
+    },
+    /// The result does not match the operation's kind.
+    #[error("{id} is a {actual:?} operation, but a {given:?} result was given")]
+    WrongResult {
+        /// The id given.
+        id: OpId,
+        /// The operation's kind.
+        actual: OpKind,
+        /// The kind of result given.
+        given: OpKind,
+    },
+}
+
+/// What must not run twice at once.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum GateKey<D: Domain> {
+    /// Any attach or detach of a single-node volume.
+    Volume(D::Volume),
+    /// An attach or detach of a multi-node volume on one node.
+    Attachment(D::Volume, D::Node),
+    /// A status write of a node.
+    Status(D::Node),
+    /// A verify of a node.
+    Verify(D::Node),
+}
+
+fn gate_key<D: Domain>(access: Access, volume: &D::Volume, node: &D::Node) -> GateKey<D> {
+    match access {
+        Access::SingleNode => GateKey::Volume(volume.clone()),
+        Access::MultiNode => GateKey::Attachment(volume.clone(), node.clone()),
+    }
+}
+
+/// The attach/detach state machine, free of IO and clocks.
+///
+/// Feed it changes (`set_volume`, `node_updated`, `add_workload`, ...), call [`poll`](Self::poll)
+/// with the current time when [`next_deadline`](Self::next_deadline) is due, run the
+/// [`Operation`]s it returns, and hand each result back (`attach_finished`, ...). Work per pass is
+/// proportional to what changed: changes mark volumes and nodes dirty, and timers wake what waits
+/// (backoff, unmount timeout), so an idle pass touches nothing.
+///
+/// See the crate documentation for a walk-through.
+#[derive(Debug)]
+pub struct Reconciler<D: Domain> {
+    config: Config,
+    desired: DesiredState<D>,
+    actual: ActualState<D>,
+    status: StatusBook<D>,
+    gate: OperationGate<GateKey<D>>,
+    in_flight: FxHashMap<OpId, InFlight<D>>,
+    volume_timers: BinaryHeap<Reverse<(Duration, D::Volume)>>,
+    node_timers: BinaryHeap<Reverse<(Duration, D::Node)>>,
+    dirty: BTreeSet<D::Volume>,
+    events: Vec<Event<D>>,
+    next_id: u64,
+    last_pass: Option<Duration>,
+    next_sync: Option<Duration>,
+}
+
+impl<D: Domain> Reconciler<D> {
+    /// An empty reconciler.
+    pub fn new(config: Config) -> Self {
+        Reconciler {
+            gate: OperationGate::new(config.backoff),
+            config,
+            desired: DesiredState::default(),
+            actual: ActualState::default(),
+            status: StatusBook::default(),
+            in_flight: FxHashMap::default(),
+            volume_timers: BinaryHeap::new(),
+            node_timers: BinaryHeap::new(),
+            dirty: BTreeSet::new(),
+            events: Vec::new(),
+            next_id: 0,
+            last_pass: None,
+            next_sync: None,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The desired state of world.
+    pub fn desired(&self) -> &DesiredState<D> {
+        &self.desired
+    }
+
+    /// The actual state of world.
+    pub fn actual(&self) -> &ActualState<D> {
+        &self.actual
+    }
+
+    /// What the controller knows the node-status store holds.
+    pub fn status(&self) -> &StatusBook<D> {
+        &self.status
+    }
+
+    /// Number of operations planned and not yet finished.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    // ---- inputs -------------------------------------------------------------------------------
+
+    /// Registers or updates a volume's access mode and payload.
+    pub fn set_volume(&mut self, volume: D::Volume, spec: VolumeSpec<D::Payload>) {
+        if self.desired.set_volume(volume.clone(), spec) {
+            self.dirty.insert(volume);
+        }
+    }
+
+    /// A node exists (new or updated) with these facts; it becomes managed.
+    pub fn node_updated(&mut self, node: D::Node, facts: NodeFacts<D::Volume>) {
+        let appeared = !self.actual.node_present(&node);
+        self.desired.add_node(node.clone());
+        let affected = self.actual.set_node(node.clone(), facts);
+        self.dirty.extend(affected);
+        if appeared {
+            self.status.node_appeared(node);
+        }
+    }
+
+    /// The node object is gone. Refused while workloads are still placed on it.
+    pub fn node_removed(&mut self, node: &D::Node) -> Result<(), ReconcilerError<D>> {
+        if self.desired.has_node(node) {
+            self.desired.remove_node(node)?;
+        }
+        let affected = self.actual.remove_node(node);
+        self.dirty.extend(affected);
+        self.status.node_gone(node);
+        Ok(())
+    }
+
+    /// Places `workload` on `node` using `volumes` (replacing an earlier placement).
+    pub fn add_workload(
+        &mut self,
+        workload: D::Workload,
+        node: D::Node,
+        volumes: &[D::Volume],
+    ) -> Result<(), ReconcilerError<D>> {
+        let changed = self.desired.add_workload(workload, node, volumes)?;
+        self.dirty.extend(changed);
+        Ok(())
+    }
+
+    /// The workload is gone: its volumes are no longer needed on its node by it.
+    pub fn remove_workload(&mut self, workload: &D::Workload) -> Result<(), ReconcilerError<D>> {
+        let changed = self.desired.remove_workload(workload)?;
+        self.dirty.extend(changed);
+        Ok(())
+    }
+
+    /// Restart recovery: the store, read fresh, lists `attached` for `node`. Those volumes are
+    /// Attached, and the list is what the store is known to hold.
+    pub fn recover_status(&mut self, node: D::Node, attached: Vec<ReportedVolume<D>>) {
+        for r in &attached {
+            self.actual
+                .set_attached(r.volume.clone(), node.clone(), r.device.clone());
+            self.dirty.insert(r.volume.clone());
+        }
+        self.status.set_stored(node.clone(), attached);
+        self.status.mark(node);
+    }
+
+    /// Restart recovery: the backend knows of this attachment. Unless the store already reported
+    /// it, it becomes Uncertain (upstream 96617), so it is neither lost nor trusted.
+    pub fn recover_attachment(
+        &mut self,
+        volume: D::Volume,
+        node: D::Node,
+        spec: VolumeSpec<D::Payload>,
+    ) {
+        if self.desired.spec(&volume).is_none() {
+            self.desired.set_volume(volume.clone(), spec);
+        }
+        if self.actual.state(&volume, &node) == AttachState::Detached {
+            self.actual.set_uncertain(volume.clone(), node);
+        }
+        self.dirty.insert(volume);
+    }
+
+    // ---- results ------------------------------------------------------------------------------
+
+    fn take_op(&mut self, id: OpId, given: OpKind) -> Result<InFlight<D>, ReconcilerError<D>> {
+        let op = self
+            .in_flight
+            .remove(&id)
+            .ok_or(ReconcilerError::UnknownOperation { id })?;
+        if op.kind() != given {
+            let actual = op.kind();
+            self.in_flight.insert(id, op);
+            return Err(ReconcilerError::WrongResult { id, actual, given });
+        }
+        Ok(op)
+    }
+
+    fn access(&self, volume: &D::Volume) -> Access {
+        // A volume of unknown spec is treated as single-node: the stricter rule.
+        self.desired
+            .spec(volume)
+            .map_or(Access::SingleNode, |s| s.access)
+    }
+
+    fn wake_volume_at(&mut self, at: Duration, volume: D::Volume) {
+        self.volume_timers.push(Reverse((at, volume)));
+    }
+
+    /// The attach planned as `id` finished.
+    pub fn attach_finished(
+        &mut self,
+        now: Duration,
+        id: OpId,
+        result: Result<AttachInfo, BackendError<D::Node>>,
+    ) -> Result<(), ReconcilerError<D>> {
+        let InFlight::Attach { volume, node } = self.take_op(id, OpKind::Attach)? else {
+            unreachable!("kind checked by take_op");
+        };
+        let key = gate_key::<D>(self.access(&volume), &volume, &node);
+        match result {
+            Ok(info) => {
+                self.gate.succeeded(key, OpKind::Attach);
+                self.actual
+                    .set_attached(volume.clone(), node.clone(), info.device);
+                self.events.push(Event::AttachSucceeded {
+                    volume: volume.clone(),
+                    node,
+                });
+            }
+            Err(error) => {
+                let retry = self.gate.failed(key, OpKind::Attach, now);
+                self.wake_volume_at(retry, volume.clone());
+                match &error {
+                    BackendError::Transient { .. } => {}
+                    BackendError::Uncertain { .. } => {
+                        self.actual.set_uncertain(volume.clone(), node.clone());
+                    }
+                    BackendError::AttachedElsewhere { node: other, .. } => {
+                        if self.actual.state(&volume, other) == AttachState::Detached {
+                            self.actual.set_uncertain(volume.clone(), other.clone());
+                        }
+                    }
+                }
+                self.events.push(Event::AttachFailed {
+                    volume: volume.clone(),
+                    node,
+                    message: error.to_string(),
+                });
+            }
+        }
+        self.dirty.insert(volume);
+        Ok(())
+    }
+
+    /// The detach planned as `id` finished.
+    pub fn detach_finished(
+        &mut self,
+        now: Duration,
+        id: OpId,
+        result: Result<(), BackendError<D::Node>>,
+    ) -> Result<(), ReconcilerError<D>> {
+        let InFlight::Detach {
+            volume,
+            node,
+            force,
+        } = self.take_op(id, OpKind::Detach)?
+        else {
+            unreachable!("kind checked by take_op");
+        };
+        let key = gate_key::<D>(self.access(&volume), &volume, &node);
+        match result {
+            Ok(()) => {
+                self.gate.succeeded(key, OpKind::Detach);
+                self.actual.set_detached(&volume, &node);
+                self.events.push(Event::DetachSucceeded {
+                    volume: volume.clone(),
+                    node,
+                    force,
+                });
+            }
+            Err(error) => {
+                let retry = self.gate.failed(key, OpKind::Detach, now);
+                self.wake_volume_at(retry, volume.clone());
+                if error.may_have_taken_effect() {
+                    self.actual.set_uncertain(volume.clone(), node.clone());
+                }
+                if !self.config.upstream_bugs.c1_lose_report_on_failed_detach {
+                    // C1: the volume is still attached as far as anyone knows: report it again.
+                    self.actual.set_withheld(&volume, &node, false);
+                }
+                self.events.push(Event::DetachFailed {
+                    volume: volume.clone(),
+                    node,
+                    message: error.to_string(),
+                });
+            }
+        }
+        self.dirty.insert(volume);
+        Ok(())
+    }
+
+    /// The verify planned as `id` finished; `attached` lists the volumes still attached.
+    pub fn verify_finished(
+        &mut self,
+        _now: Duration,
+        id: OpId,
+        result: Result<Vec<D::Volume>, BackendError<D::Node>>,
+    ) -> Result<(), ReconcilerError<D>> {
+        let InFlight::Verify { node, checked } = self.take_op(id, OpKind::Verify)? else {
+            unreachable!("kind checked by take_op");
+        };
+        self.gate
+            .succeeded(GateKey::Verify(node.clone()), OpKind::Verify);
+        let attached = match result {
+            Ok(mut attached) => {
+                attached.sort();
+                attached
+            }
+            Err(error) => {
+                warn!(node = ?node, %error, "verifying attachments failed; trying again next sync");
+                return Ok(());
+            }
+        };
+        for (volume, generation) in checked {
+            let key = gate_key::<D>(self.access(&volume), &volume, &node);
+            let Some(a) = self.actual.get(&volume, &node) else {
+                continue;
+            };
+            // Ignore answers about attachments that changed or are being changed since.
+            if a.generation != generation || self.gate.is_running(&key) {
+                continue;
+            }
+            let still = attached.binary_search(&volume).is_ok();
+            match (a.state, still) {
+                (AttachState::Attached, false) => {
+                    debug!(volume = ?volume, node = ?node, "backend says detached");
+                    self.actual.set_detached(&volume, &node);
+                    self.dirty.insert(volume);
+                }
+                (AttachState::Uncertain, true) => {
+                    let device = a.device.as_deref().map(str::to_owned);
+                    self.actual
+                        .set_attached(volume.clone(), node.clone(), device);
+                    self.dirty.insert(volume);
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The status write planned as `id` finished.
+    pub fn status_finished(
+        &mut self,
+        now: Duration,
+        id: OpId,
+        result: Result<(), StoreError>,
+    ) -> Result<(), ReconcilerError<D>> {
+        let InFlight::WriteStatus { node } = self.take_op(id, OpKind::WriteStatus)? else {
+            unreachable!("kind checked by take_op");
+        };
+        let key = GateKey::Status(node.clone());
+        match result {
+            Ok(()) => {
+                self.gate.succeeded(key, OpKind::WriteStatus);
+                self.status.write_acked(&node);
+            }
+            Err(StoreError::NotFound) => {
+                self.gate.succeeded(key, OpKind::WriteStatus);
+                self.status.write_not_found(&node);
+            }
+            Err(error) => {
+                warn!(node = ?node, %error, "writing node status failed");
+                let retry = self.gate.failed(key, OpKind::WriteStatus, now);
+                self.node_timers.push(Reverse((retry, node.clone())));
+                self.status.write_failed(&node);
+                // C5: a detach waiting for this write waits on, and the node reports the volume
+                // again meanwhile (27836, 111205).
+                let withheld: Vec<D::Volume> = self
+                    .actual
+                    .volumes_on(&node)
+                    .filter(|v| self.actual.get(v, &node).is_some_and(|a| a.withheld))
+                    .cloned()
+                    .collect();
+                for volume in withheld {
+                    let key = gate_key::<D>(self.access(&volume), &volume, &node);
+                    if !self.gate.is_running(&key) {
+                        self.actual.set_withheld(&volume, &node, false);
+                    }
+                }
+            }
+        }
+        // Detaches waiting for the acknowledgement may go now; the node may need another write.
+        let waiting: Vec<D::Volume> = self
+            .actual
+            .volumes_on(&node)
+            .filter(|v| {
+                self.actual
+                    .get(v, &node)
+                    .is_some_and(|a| a.withheld || !self.desired.is_desired(v, &node))
+            })
+            .cloned()
+            .collect();
+        self.dirty.extend(waiting);
+        self.status.mark(node);
+        Ok(())
+    }
+
+    // ---- planning -----------------------------------------------------------------------------
+
+    /// When [`poll`](Self::poll) next has work, or `None` when nothing can happen until an input
+    /// arrives. A driver sleeps until then.
+    pub fn next_deadline(&self) -> Option<Duration> {
+        let has_work =
+            !self.dirty.is_empty() || self.status.has_dirty() || self.actual.has_report_changes();
+        let mut earliest = if has_work { Some(Duration::ZERO) } else { None };
+        let timers = [
+            self.volume_timers.peek().map(|Reverse((t, _))| *t),
+            self.node_timers.peek().map(|Reverse((t, _))| *t),
+            self.next_sync.filter(|_| !self.actual.is_empty()),
+        ];
+        for t in timers.into_iter().flatten() {
+            earliest = Some(earliest.map_or(t, |e: Duration| e.min(t)));
+        }
+        let earliest = earliest?;
+        Some(match self.last_pass {
+            Some(last) => earliest.max(last + self.config.reconcile_period),
+            None => earliest,
+        })
+    }
+
+    /// Runs a reconcile pass if one is due at `now` and returns the operations to start.
+    pub fn poll(&mut self, now: Duration) -> Vec<Operation<D>> {
+        let mut ops = Vec::new();
+        match self.next_deadline() {
+            Some(due) if due <= now => {}
+            _ => return ops,
+        }
+        self.last_pass = Some(now);
+        while let Some(Reverse((at, _))) = self.volume_timers.peek() {
+            if *at > now {
+                break;
+            }
+            let Reverse((_, volume)) = self.volume_timers.pop().expect("peeked");
+            self.dirty.insert(volume);
+        }
+        while let Some(Reverse((at, _))) = self.node_timers.peek() {
+            if *at > now {
+                break;
+            }
+            let Reverse((_, node)) = self.node_timers.pop().expect("peeked");
+            self.status.mark(node);
+        }
+        match self.next_sync {
+            None => self.next_sync = Some(now + self.config.sync_period),
+            Some(at) if at <= now => {
+                self.plan_verify(&mut ops);
+                self.next_sync = Some(now + self.config.sync_period);
+            }
+            Some(_) => {}
+        }
+        let dirty = std::mem::take(&mut self.dirty);
+        for volume in &dirty {
+            self.reconcile_volume(now, volume, &mut ops);
+        }
+        for node in self.actual.take_report_changed() {
+            self.status.mark(node);
+        }
+        self.plan_status(now, &mut ops);
+        ops
+    }
+
+    fn next_op_id(&mut self) -> OpId {
+        self.next_id += 1;
+        OpId(self.next_id)
+    }
+
+    fn reconcile_volume(&mut self, now: Duration, volume: &D::Volume, ops: &mut Vec<Operation<D>>) {
+        let Some(spec) = self.desired.spec(volume).cloned() else {
+            if !self.actual.attachments(volume).is_empty() {
+                warn!(volume = ?volume, "attached volume has no spec; register it with set_volume");
+            }
+            return;
+        };
+        // Detach pass first, so that a freed single-node volume can move in the same pass.
+        let attached: SmallVec<[D::Node; 2]> = self
+            .actual
+            .attachments(volume)
+            .iter()
+            .map(|a| a.node.clone())
+            .collect();
+        for node in &attached {
+            if !self.desired.is_desired(volume, node) {
+                self.consider_detach(now, volume, node, &spec, ops);
+            }
+        }
+        let wanted: SmallVec<[D::Node; 2]> = self
+            .desired
+            .wanted_on(volume)
+            .iter()
+            .map(|w| w.node.clone())
+            .collect();
+        for node in &wanted {
+            self.consider_attach(now, volume, node, &spec, ops);
+        }
+    }
+
+    fn consider_detach(
+        &mut self,
+        now: Duration,
+        volume: &D::Volume,
+        node: &D::Node,
+        spec: &VolumeSpec<D::Payload>,
+        ops: &mut Vec<Operation<D>>,
+    ) {
+        let key = gate_key::<D>(spec.access, volume, node);
+        match self.gate.may_start(&key, OpKind::Detach, now) {
+            Ok(()) => {}
+            // A running operation re-marks the volume when it finishes.
+            Err(None) => return,
+            Err(Some(retry)) => return self.wake_volume_at(retry, volume.clone()),
+        }
+        let bugs = self.config.upstream_bugs;
+        let facts = self.actual.node(node);
+        let healthy = facts.is_some_and(|n| n.healthy);
+        let fenced = facts.is_some_and(|n| n.fenced);
+        let present = facts.is_some_and(|n| n.present);
+        let reported_in_use = facts.and_then(|n| n.reports_in_use(volume));
+        let Some(a) = self.actual.get_mut(volume, node) else {
+            return;
+        };
+        // C4: not heard from yet means mounted; the first report decides at once.
+        let mounted = match reported_in_use {
+            None => true,
+            Some(in_use) => in_use || (bugs.c4_sticky_assumed_mount && a.assumed_mounted),
+        };
+        let requested = *a.detach_requested_at.get_or_insert(now);
+        let deadline = requested + self.config.max_wait_for_unmount;
+        let force_allowed = self.config.force_detach_on_timeout || bugs.c3_force_detach_unfenced;
+        let force = if !mounted {
+            None
+        } else if fenced {
+            Some(ForceReason::OutOfService)
+        } else if force_allowed && !healthy && now >= deadline {
+            Some(ForceReason::Timeout)
+        } else {
+            if force_allowed && !healthy {
+                self.wake_volume_at(deadline, volume.clone());
+            }
+            // The node's next in-use report, health change or fence marks the volume again.
+            return;
+        };
+        let reported = a.is_reported();
+        if reported {
+            // C5: first make the node stop listing it, so its agent does not start mounting it.
+            self.actual.set_withheld(volume, node, true);
+        }
+        if !bugs.c5_detach_before_status_ack {
+            if reported {
+                return;
+            }
+            if present && !self.status.confirmed_absent(node, volume) {
+                // Waiting for the acknowledgement; make sure a write is coming.
+                self.status.mark(node.clone());
+                return;
+            }
+        }
+        self.gate.start(key);
+        let id = self.next_op_id();
+        debug!(%id, volume = ?volume, node = ?node, ?force, "planning detach");
+        self.in_flight.insert(
+            id,
+            InFlight::Detach {
+                volume: volume.clone(),
+                node: node.clone(),
+                force,
+            },
+        );
+        ops.push(Operation::Detach {
+            id,
+            volume: volume.clone(),
+            node: node.clone(),
+            payload: spec.payload.clone(),
+            force,
+        });
+    }
+
+    fn consider_attach(
+        &mut self,
+        now: Duration,
+        volume: &D::Volume,
+        node: &D::Node,
+        spec: &VolumeSpec<D::Payload>,
+        ops: &mut Vec<Operation<D>>,
+    ) {
+        let key = gate_key::<D>(spec.access, volume, node);
+        let bugs = self.config.upstream_bugs;
+        if let Some(a) = self.actual.get_mut(volume, node) {
+            if a.state == AttachState::Attached {
+                a.detach_requested_at = None;
+                // C1: a volume the workload needs again is reported again at once, unless a
+                // detach is already running (its result decides).
+                if a.withheld
+                    && !bugs.c1_lose_report_on_failed_detach
+                    && !self.gate.is_running(&key)
+                {
+                    self.actual.set_withheld(volume, node, false);
+                }
+                return;
+            }
+        }
+        match self.gate.may_start(&key, OpKind::Attach, now) {
+            Ok(()) => {}
+            Err(None) => return,
+            Err(Some(retry)) => return self.wake_volume_at(retry, volume.clone()),
+        }
+        if spec.access == Access::SingleNode {
+            let holders: SmallVec<[D::Node; 1]> = self
+                .actual
+                .attachments(volume)
+                .iter()
+                .filter(|a| a.node != *node)
+                .filter(|a| match a.state {
+                    AttachState::Attached => true,
+                    AttachState::Uncertain => !bugs.c2_ignore_uncertain_holder,
+                    AttachState::Detached => false,
+                })
+                .map(|a| a.node.clone())
+                .collect();
+            if !holders.is_empty() {
+                self.report_multi_attach(volume, node, &holders);
+                return;
+            }
+        }
+        self.gate.start(key);
+        let id = self.next_op_id();
+        debug!(%id, volume = ?volume, node = ?node, "planning attach");
+        self.in_flight.insert(
+            id,
+            InFlight::Attach {
+                volume: volume.clone(),
+                node: node.clone(),
+            },
+        );
+        ops.push(Operation::Attach {
+            id,
+            volume: volume.clone(),
+            node: node.clone(),
+            payload: spec.payload.clone(),
+        });
+    }
+
+    fn report_multi_attach(&mut self, volume: &D::Volume, node: &D::Node, holders: &[D::Node]) {
+        let wanted = self.desired.wanted_on(volume);
+        let Some(waiting) = wanted.iter().find(|w| w.node == *node) else {
+            return;
+        };
+        if waiting.multi_attach_reported {
+            return;
+        }
+        let holders = holders
+            .iter()
+            .map(|h| Holder {
+                node: h.clone(),
+                workloads: wanted
+                    .iter()
+                    .find(|w| w.node == *h)
+                    .map(|w| w.workloads.to_vec())
+                    .unwrap_or_default(),
+            })
+            .collect();
+        self.events.push(Event::MultiAttach {
+            volume: volume.clone(),
+            node: node.clone(),
+            workloads: waiting.workloads.to_vec(),
+            holders,
+        });
+        self.desired.set_multi_attach_reported(volume, node, true);
+    }
+
+    fn plan_verify(&mut self, ops: &mut Vec<Operation<D>>) {
+        let mut nodes: Vec<D::Node> = self.actual.nodes().cloned().collect();
+        nodes.sort();
+        for node in nodes {
+            let key = GateKey::Verify(node.clone());
+            if self.gate.is_running(&key) {
+                continue;
+            }
+            let mut checked = Vec::new();
+            let mut volumes = Vec::new();
+            for volume in self.actual.volumes_on(&node) {
+                let (Some(a), Some(spec)) =
+                    (self.actual.get(volume, &node), self.desired.spec(volume))
+                else {
+                    continue;
+                };
+                checked.push((volume.clone(), a.generation));
+                volumes.push((volume.clone(), spec.payload.clone()));
+            }
+            if volumes.is_empty() {
+                continue;
+            }
+            self.gate.start(key);
+            let id = self.next_op_id();
+            self.in_flight.insert(
+                id,
+                InFlight::Verify {
+                    node: node.clone(),
+                    checked,
+                },
+            );
+            ops.push(Operation::Verify { id, node, volumes });
+        }
+    }
+
+    fn plan_status(&mut self, now: Duration, ops: &mut Vec<Operation<D>>) {
+        for node in self.status.take_dirty() {
+            if !self.actual.node_present(&node) {
+                // Nothing to write to; it is rewritten when it appears (50721).
+                continue;
+            }
+            let key = GateKey::Status(node.clone());
+            // A running write marks the node when it ends; a backoff timer when it expires.
+            if self.gate.may_start(&key, OpKind::WriteStatus, now).is_err() {
+                continue;
+            }
+            let report = self.actual.report(&node);
+            if !self.status.needs_write(&node, &report) {
+                continue;
+            }
+            self.gate.start(key);
+            let id = self.next_op_id();
+            self.in_flight
+                .insert(id, InFlight::WriteStatus { node: node.clone() });
+            self.status.start_write(node.clone(), report.clone());
+            ops.push(Operation::WriteStatus {
+                id,
+                node,
+                attached: report,
+            });
+        }
+    }
+
+    /// Events since the last call, oldest first.
+    pub fn take_events(&mut self) -> Vec<Event<D>> {
+        std::mem::take(&mut self.events)
+    }
+}

@@ -1,0 +1,232 @@
+//! What each node's status in the store holds, as far as the controller knows for sure.
+//!
+//! Upstream decides "nothing to write" by diffing against an informer copy of the node whose age
+//! it cannot know (122413). Here the only things trusted are the store's acknowledgement of our
+//! own write, or a fresh read at recovery; anything else leaves the stored list unknown, and an
+//! unknown list is always written.
+
+use std::collections::BTreeSet;
+
+use rustc_hash::FxHashMap;
+
+use crate::domain::Domain;
+use crate::store::ReportedVolume;
+
+#[derive(Debug)]
+struct NodeRecord<D: Domain> {
+    /// The list the store holds for the node; `None` when unknown.
+    stored: Option<Vec<ReportedVolume<D>>>,
+    /// The list of the write in flight.
+    writing: Option<Vec<ReportedVolume<D>>>,
+    /// The store said the node does not exist; nothing is written until it reappears.
+    missing: bool,
+}
+
+impl<D: Domain> Default for NodeRecord<D> {
+    fn default() -> Self {
+        NodeRecord {
+            stored: None,
+            writing: None,
+            missing: false,
+        }
+    }
+}
+
+/// The controller's knowledge of the node-status store.
+#[derive(Debug)]
+pub struct StatusBook<D: Domain> {
+    nodes: FxHashMap<D::Node, NodeRecord<D>>,
+    /// Nodes whose report may differ from the store.
+    dirty: BTreeSet<D::Node>,
+}
+
+impl<D: Domain> Default for StatusBook<D> {
+    fn default() -> Self {
+        StatusBook {
+            nodes: FxHashMap::default(),
+            dirty: BTreeSet::new(),
+        }
+    }
+}
+
+fn contains<D: Domain>(list: &[ReportedVolume<D>], volume: &D::Volume) -> bool {
+    list.binary_search_by(|r| r.volume.cmp(volume)).is_ok()
+}
+
+impl<D: Domain> StatusBook<D> {
+    /// `node`'s report may now differ from what the store holds.
+    pub(crate) fn mark(&mut self, node: D::Node) {
+        self.dirty.insert(node);
+    }
+
+    pub(crate) fn has_dirty(&self) -> bool {
+        !self.dirty.is_empty()
+    }
+
+    pub(crate) fn take_dirty(&mut self) -> BTreeSet<D::Node> {
+        std::mem::take(&mut self.dirty)
+    }
+
+    /// The store is known to hold `list` for `node` (a fresh read, e.g. at recovery).
+    pub fn set_stored(&mut self, node: D::Node, mut list: Vec<ReportedVolume<D>>) {
+        list.sort_by(|a, b| a.volume.cmp(&b.volume));
+        let record = self.nodes.entry(node).or_default();
+        record.stored = Some(list);
+        record.missing = false;
+    }
+
+    /// What the store holds for `node`, if known.
+    pub fn stored(&self, node: &D::Node) -> Option<&[ReportedVolume<D>]> {
+        self.nodes.get(node)?.stored.as_deref()
+    }
+
+    /// Whether a write for `node` is in flight.
+    pub fn is_writing(&self, node: &D::Node) -> bool {
+        self.nodes.get(node).is_some_and(|r| r.writing.is_some())
+    }
+
+    /// Whether the store reported `node` missing.
+    pub fn is_missing(&self, node: &D::Node) -> bool {
+        self.nodes.get(node).is_some_and(|r| r.missing)
+    }
+
+    /// Whether the store certainly does not list `volume` for `node`, and no write in flight
+    /// is about to list it: only then may the node's agent be assumed not to start mounting it.
+    pub fn confirmed_absent(&self, node: &D::Node, volume: &D::Volume) -> bool {
+        let Some(record) = self.nodes.get(node) else {
+            return false;
+        };
+        if record.missing {
+            return record
+                .writing
+                .as_deref()
+                .is_none_or(|w| !contains(w, volume));
+        }
+        record
+            .stored
+            .as_deref()
+            .is_some_and(|s| !contains(s, volume))
+            && record
+                .writing
+                .as_deref()
+                .is_none_or(|w| !contains(w, volume))
+    }
+
+    /// Whether `report` must be written for `node`: no write in flight and the store is not
+    /// known to hold it already.
+    pub(crate) fn needs_write(&self, node: &D::Node, report: &[ReportedVolume<D>]) -> bool {
+        match self.nodes.get(node) {
+            None => true,
+            Some(r) => !r.missing && r.writing.is_none() && r.stored.as_deref() != Some(report),
+        }
+    }
+
+    pub(crate) fn start_write(&mut self, node: D::Node, list: Vec<ReportedVolume<D>>) {
+        self.nodes.entry(node).or_default().writing = Some(list);
+    }
+
+    /// The store acknowledged the write in flight.
+    pub(crate) fn write_acked(&mut self, node: &D::Node) {
+        if let Some(r) = self.nodes.get_mut(node) {
+            r.stored = r.writing.take();
+        }
+    }
+
+    /// The write failed: it may or may not have landed, so what the store holds is unknown.
+    pub(crate) fn write_failed(&mut self, node: &D::Node) {
+        if let Some(r) = self.nodes.get_mut(node) {
+            r.writing = None;
+            r.stored = None;
+        }
+    }
+
+    /// The store has no such node.
+    pub(crate) fn write_not_found(&mut self, node: &D::Node) {
+        if let Some(r) = self.nodes.get_mut(node) {
+            r.writing = None;
+            r.stored = None;
+            r.missing = true;
+        }
+    }
+
+    /// The node object appeared (again): if it was gone, its status is written afresh (50721).
+    pub(crate) fn node_appeared(&mut self, node: D::Node) {
+        let record = self.nodes.entry(node.clone()).or_default();
+        if record.missing {
+            record.missing = false;
+            record.stored = None;
+        }
+        self.dirty.insert(node);
+    }
+
+    /// The node object is gone; a node of the same name will be a new object.
+    pub(crate) fn node_gone(&mut self, node: &D::Node) {
+        if let Some(r) = self.nodes.get_mut(node) {
+            r.stored = None;
+            r.missing = true;
+        }
+    }
+
+    /// Number of nodes with a record.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether no node has a record.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Ids;
+
+    type T = Ids<&'static str, &'static str, &'static str>;
+
+    fn rv(v: &'static str) -> ReportedVolume<T> {
+        ReportedVolume {
+            volume: v,
+            device: None,
+        }
+    }
+
+    #[test]
+    fn only_an_acknowledged_write_makes_the_list_known() {
+        let mut book: StatusBook<T> = StatusBook::default();
+        assert!(book.needs_write(&"n", &[]), "unknown is always written");
+        book.start_write("n", vec![rv("a")]);
+        assert!(
+            !book.needs_write(&"n", &[rv("b")]),
+            "one write in flight per node"
+        );
+        assert!(!book.confirmed_absent(&"n", &"a"));
+        book.write_acked(&"n");
+        assert_eq!(book.stored(&"n"), Some(&[rv("a")][..]));
+        assert!(!book.needs_write(&"n", &[rv("a")]), "no change, no write");
+        assert!(book.confirmed_absent(&"n", &"b"));
+        book.start_write("n", vec![]);
+        assert!(!book.confirmed_absent(&"n", &"a"), "not until acknowledged");
+        book.write_failed(&"n");
+        assert_eq!(book.stored(&"n"), None);
+        assert!(!book.confirmed_absent(&"n", &"a"));
+        assert!(book.needs_write(&"n", &[rv("a")]));
+    }
+
+    #[test]
+    fn a_missing_node_is_rewritten_when_it_reappears() {
+        let mut book: StatusBook<T> = StatusBook::default();
+        book.set_stored("n", vec![rv("a")]);
+        book.start_write("n", vec![]);
+        book.write_not_found(&"n");
+        assert!(!book.needs_write(&"n", &[rv("a")]));
+        assert!(
+            book.confirmed_absent(&"n", &"a"),
+            "no status, no agent reading it"
+        );
+        book.node_appeared("n");
+        assert!(book.needs_write(&"n", &[rv("a")]));
+        assert_eq!(book.take_dirty().len(), 1);
+    }
+}
