@@ -45,6 +45,8 @@ pub trait Domain: Clone + Debug + PartialEq + Eq + Send + Sync + 'static {
 /// type Small = Ids<u32, u32, u32, ()>;    // compact ids for huge clusters
 /// # let _ = (std::marker::PhantomData::<Nomad>, std::marker::PhantomData::<Small>);
 /// ```
+// A `fn() -> (..)` phantom keeps `Ids` Send, Sync and covariant whatever the four types are.
+#[allow(clippy::type_complexity)]
 pub struct Ids<N, V, W, P = ()>(PhantomData<fn() -> (N, V, W, P)>);
 
 impl<N, V, W, P> Clone for Ids<N, V, W, P> {
