@@ -1,8 +1,12 @@
 //! attach-detach: the volume attach/detach state machine of an orchestrator.
 #![deny(missing_docs)]
 
+mod backend;
 mod domain;
+mod store;
 mod volume;
 
+pub use backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 pub use domain::{Domain, Id, Ids};
+pub use store::{NodeStatus, NodeStatusStore, ReportedVolume, Revision, StoreError};
 pub use volume::{Access, VolumeSpec};
