@@ -1,0 +1,1012 @@
+//! In-memory [`AttachBackend`] and [`NodeStatusStore`] with fault injection and call counters,
+//! for tests, examples, benchmarks and simulation.
+//!
+//! Both are cheap-to-clone handles onto shared state: a test keeps one handle to inject faults
+//! and inspect the outcome while the controller drives another.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
+use crate::domain::Domain;
+use crate::store::{NodeStatus, NodeStatusStore, ReportedVolume, Revision, StoreError};
+use crate::volume::VolumeSpec;
+
+/// Which [`AttachBackend`] method a fault or a call counter is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BackendOp {
+    /// [`AttachBackend::attach`].
+    Attach,
+    /// [`AttachBackend::detach`].
+    Detach,
+    /// [`AttachBackend::verify`].
+    Verify,
+    /// [`AttachBackend::list`].
+    List,
+}
+
+impl BackendOp {
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// An injected failure waiting for matching calls; `None` matches any volume or node.
+struct BackendFault<D: Domain> {
+    op: BackendOp,
+    volume: Option<D::Volume>,
+    node: Option<D::Node>,
+    remaining: u32,
+    error: BackendError<D::Node>,
+}
+
+struct BackendState<D: Domain> {
+    attached: BTreeMap<D::Volume, BTreeSet<D::Node>>,
+    specs: BTreeMap<D::Volume, VolumeSpec<D::Payload>>,
+    faults: Vec<BackendFault<D>>,
+    calls: BTreeMap<(BackendOp, D::Volume, D::Node), u64>,
+    totals: [u64; 4],
+    latency: Duration,
+}
+
+impl<D: Domain> BackendState<D> {
+    /// Consumes one use of the first queued fault matching this call, if any.
+    fn take_fault(
+        &mut self,
+        op: BackendOp,
+        node: Option<&D::Node>,
+        volumes: &[&D::Volume],
+    ) -> Option<BackendError<D::Node>> {
+        let i = self.faults.iter().position(|f| {
+            f.op == op
+                && f.node.as_ref().is_none_or(|n| node == Some(n))
+                && f.volume.as_ref().is_none_or(|v| volumes.contains(&v))
+        })?;
+        let fault = &mut self.faults[i];
+        fault.remaining -= 1;
+        let error = fault.error.clone();
+        if fault.remaining == 0 {
+            self.faults.remove(i);
+        }
+        Some(error)
+    }
+}
+
+/// An in-memory [`AttachBackend`] that does exactly what it is told, plus injected faults.
+///
+/// It does not protect itself: it attaches a single-node volume to a second node if asked, so a
+/// test can catch a controller that asks. Attach remembers the payload for [`list`]; the access
+/// mode comes from [`insert`](MemoryBackend::insert) or [`set_spec`](MemoryBackend::set_spec)
+/// and defaults to single-node.
+///
+/// ```
+/// use attach_detach::{AttachBackend, BackendError, BackendOp, Ids, MemoryBackend};
+/// type D = Ids<String, String, String, ()>;
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let backend = MemoryBackend::<D>::new();
+/// let (v, n) = ("vol-1".to_string(), "node-a".to_string());
+/// // The next attach of vol-1 to node-a times out, but the disk does get attached.
+/// backend.fail_next(BackendOp::Attach, v.clone(), n.clone(), 1,
+///     BackendError::Uncertain { message: "timeout".into() });
+/// assert!(backend.attach(&v, &n, &()).await.is_err());
+/// assert!(backend.is_attached(&v, &n));
+/// assert_eq!(backend.calls(BackendOp::Attach, &v, &n), 1);
+/// # });
+/// ```
+///
+/// [`list`]: AttachBackend::list
+pub struct MemoryBackend<D: Domain> {
+    inner: Arc<Mutex<BackendState<D>>>,
+}
+
+impl<D: Domain> Clone for MemoryBackend<D> {
+    fn clone(&self) -> Self {
+        MemoryBackend {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<D: Domain> Default for MemoryBackend<D> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<D: Domain> std::fmt::Debug for MemoryBackend<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.inner.lock();
+        f.debug_struct("MemoryBackend")
+            .field("attached", &s.attached)
+            .field("latency", &s.latency)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Domain> MemoryBackend<D> {
+    /// An empty backend with no latency and no faults.
+    pub fn new() -> Self {
+        MemoryBackend {
+            inner: Arc::new(Mutex::new(BackendState {
+                attached: BTreeMap::new(),
+                specs: BTreeMap::new(),
+                faults: Vec::new(),
+                calls: BTreeMap::new(),
+                totals: [0; 4],
+                latency: Duration::ZERO,
+            })),
+        }
+    }
+
+    /// Makes every call sleep `latency` (on tokio's clock) before acting, so a test can observe
+    /// calls in flight. Applies to every handle of this backend.
+    pub fn with_latency(self, latency: Duration) -> Self {
+        self.inner.lock().latency = latency;
+        self
+    }
+
+    /// The device path attach reports for `volume`: `/dev/disk/by-id/<volume>`.
+    pub fn device_path(volume: &D::Volume) -> String {
+        let id = format!("{volume:?}").replace('"', "");
+        format!("/dev/disk/by-id/{id}")
+    }
+
+    /// Makes the next `times` calls of `op` matching `volume` and `node` fail with `error`.
+    ///
+    /// `None` matches any volume or node; a verify call matches if `volume` is among the volumes
+    /// it asks about; a list call matches only a fault with neither volume nor node. An
+    /// [`Uncertain`](BackendError::Uncertain) attach or detach still takes effect before
+    /// returning the error; every other injected error leaves the backend untouched. Faults
+    /// queue: the first queued fault matching a call is the one used.
+    pub fn fail_next(
+        &self,
+        op: BackendOp,
+        volume: impl Into<Option<D::Volume>>,
+        node: impl Into<Option<D::Node>>,
+        times: u32,
+        error: BackendError<D::Node>,
+    ) {
+        if times == 0 {
+            return;
+        }
+        self.inner.lock().faults.push(BackendFault {
+            op,
+            volume: volume.into(),
+            node: node.into(),
+            remaining: times,
+            error,
+        });
+    }
+
+    /// How many times `op` was called for `volume` on `node`, failed calls included. A verify
+    /// call counts once for each volume it asks about; list calls are only in
+    /// [`total_calls`](MemoryBackend::total_calls).
+    pub fn calls(&self, op: BackendOp, volume: &D::Volume, node: &D::Node) -> u64 {
+        let key = (op, volume.clone(), node.clone());
+        self.inner.lock().calls.get(&key).copied().unwrap_or(0)
+    }
+
+    /// How many times `op` was called at all, failed calls included.
+    pub fn total_calls(&self, op: BackendOp) -> u64 {
+        self.inner.lock().totals[op.index()]
+    }
+
+    /// Every current attachment as `(volume, node)`, sorted.
+    pub fn attachments(&self) -> Vec<(D::Volume, D::Node)> {
+        let s = self.inner.lock();
+        s.attached
+            .iter()
+            .flat_map(|(v, nodes)| nodes.iter().map(move |n| (v.clone(), n.clone())))
+            .collect()
+    }
+
+    /// The nodes `volume` is attached to, sorted: more than one for a single-node volume means
+    /// the controller double-attached it.
+    pub fn nodes_of(&self, volume: &D::Volume) -> Vec<D::Node> {
+        let s = self.inner.lock();
+        s.attached
+            .get(volume)
+            .map(|nodes| nodes.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether `volume` is attached to `node` right now.
+    pub fn is_attached(&self, volume: &D::Volume, node: &D::Node) -> bool {
+        let s = self.inner.lock();
+        s.attached
+            .get(volume)
+            .is_some_and(|nodes| nodes.contains(node))
+    }
+
+    /// Seeds an attachment without counting a call, e.g. one left over from before a restart.
+    pub fn insert(&self, volume: D::Volume, node: D::Node, spec: VolumeSpec<D::Payload>) {
+        let mut s = self.inner.lock();
+        s.attached.entry(volume.clone()).or_default().insert(node);
+        s.specs.insert(volume, spec);
+    }
+
+    /// Declares `volume`'s spec, so that [`list`](AttachBackend::list) reports the right access
+    /// mode for volumes the controller attaches later.
+    pub fn set_spec(&self, volume: D::Volume, spec: VolumeSpec<D::Payload>) {
+        self.inner.lock().specs.insert(volume, spec);
+    }
+
+    /// Counts a call and returns the latency to wait before acting.
+    fn begin(&self, op: BackendOp, node: Option<&D::Node>, volumes: &[&D::Volume]) -> Duration {
+        let mut s = self.inner.lock();
+        s.totals[op.index()] += 1;
+        if let Some(node) = node {
+            for v in volumes {
+                *s.calls.entry((op, (*v).clone(), node.clone())).or_default() += 1;
+            }
+        }
+        s.latency
+    }
+
+    async fn wait(latency: Duration) {
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+    }
+}
+
+#[async_trait]
+impl<D: Domain> AttachBackend<D> for MemoryBackend<D> {
+    async fn attach(
+        &self,
+        volume: &D::Volume,
+        node: &D::Node,
+        payload: &D::Payload,
+    ) -> Result<AttachInfo, BackendError<D::Node>> {
+        let op = BackendOp::Attach;
+        Self::wait(self.begin(op, Some(node), &[volume])).await;
+        let mut s = self.inner.lock();
+        let fault = s.take_fault(op, Some(node), &[volume]);
+        if let Some(e) = fault.as_ref().filter(|e| !e.may_have_taken_effect()) {
+            return Err(e.clone());
+        }
+        s.attached
+            .entry(volume.clone())
+            .or_default()
+            .insert(node.clone());
+        s.specs
+            .entry(volume.clone())
+            .and_modify(|spec| spec.payload = payload.clone())
+            .or_insert_with(|| VolumeSpec::single_node(payload.clone()));
+        match fault {
+            Some(e) => Err(e),
+            None => Ok(AttachInfo {
+                device: Some(Self::device_path(volume)),
+            }),
+        }
+    }
+
+    async fn detach(
+        &self,
+        volume: &D::Volume,
+        node: &D::Node,
+        payload: &D::Payload,
+    ) -> Result<(), BackendError<D::Node>> {
+        let op = BackendOp::Detach;
+        Self::wait(self.begin(op, Some(node), &[volume])).await;
+        let mut s = self.inner.lock();
+        let fault = s.take_fault(op, Some(node), &[volume]);
+        if let Some(e) = fault.as_ref().filter(|e| !e.may_have_taken_effect()) {
+            return Err(e.clone());
+        }
+        if let Some(nodes) = s.attached.get_mut(volume) {
+            nodes.remove(node);
+            if nodes.is_empty() {
+                s.attached.remove(volume);
+            }
+        }
+        if let Some(spec) = s.specs.get_mut(volume) {
+            spec.payload = payload.clone();
+        }
+        fault.map_or(Ok(()), Err)
+    }
+
+    async fn verify(
+        &self,
+        node: &D::Node,
+        volumes: &[(D::Volume, D::Payload)],
+    ) -> Result<Vec<D::Volume>, BackendError<D::Node>> {
+        let op = BackendOp::Verify;
+        let asked: Vec<&D::Volume> = volumes.iter().map(|(v, _)| v).collect();
+        Self::wait(self.begin(op, Some(node), &asked)).await;
+        let mut s = self.inner.lock();
+        if let Some(e) = s.take_fault(op, Some(node), &asked) {
+            return Err(e);
+        }
+        Ok(asked
+            .into_iter()
+            .filter(|v| s.attached.get(*v).is_some_and(|nodes| nodes.contains(node)))
+            .cloned()
+            .collect())
+    }
+
+    async fn list(&self) -> Result<Vec<BackendAttachment<D>>, BackendError<D::Node>> {
+        let op = BackendOp::List;
+        Self::wait(self.begin(op, None, &[])).await;
+        let mut s = self.inner.lock();
+        if let Some(e) = s.take_fault(op, None, &[]) {
+            return Err(e);
+        }
+        let mut out = Vec::new();
+        for (volume, nodes) in &s.attached {
+            // Every attached volume got a spec from `insert` or `attach`.
+            let Some(spec) = s.specs.get(volume) else {
+                continue;
+            };
+            for node in nodes {
+                out.push(BackendAttachment {
+                    volume: volume.clone(),
+                    node: node.clone(),
+                    spec: spec.clone(),
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// One node's status over time, oldest first; `None` while the node did not exist.
+type History<D> = VecDeque<(Instant, Option<NodeStatus<D>>)>;
+
+struct StoreState<D: Domain> {
+    nodes: BTreeMap<D::Node, NodeStatus<D>>,
+    history: BTreeMap<D::Node, History<D>>,
+    /// The largest lag any cached view asked for: history older than that is dropped.
+    max_lag: Duration,
+    last_revision: u64,
+    writes: BTreeMap<D::Node, u64>,
+    faults: Vec<(Option<D::Node>, u32, StoreError)>,
+}
+
+impl<D: Domain> StoreState<D> {
+    fn next_revision(&mut self) -> Revision {
+        self.last_revision += 1;
+        Revision(self.last_revision)
+    }
+
+    /// Appends `node`'s new status (or its removal) to its history and drops what no view needs.
+    fn record(&mut self, node: &D::Node, status: Option<NodeStatus<D>>) {
+        let now = Instant::now();
+        let cutoff = now.checked_sub(self.max_lag);
+        let history = self.history.entry(node.clone()).or_default();
+        history.push_back((now, status));
+        if let Some(cutoff) = cutoff {
+            // Keep the newest entry at or before the cutoff: it is what the laggiest view sees.
+            while history.len() >= 2 && history[1].0 <= cutoff {
+                history.pop_front();
+            }
+        }
+    }
+
+    /// `node`'s status as it was `lag` ago, if it existed then.
+    fn as_of(&self, node: &D::Node, lag: Duration) -> Option<NodeStatus<D>> {
+        let cutoff = Instant::now().checked_sub(lag)?;
+        let history = self.history.get(node)?;
+        let (_, status) = history.iter().rev().find(|(at, _)| *at <= cutoff)?;
+        status.clone()
+    }
+
+    fn take_fault(&mut self, node: &D::Node) -> Option<StoreError> {
+        let i = self
+            .faults
+            .iter()
+            .position(|(n, _, _)| n.as_ref().is_none_or(|n| n == node))?;
+        let (_, remaining, error) = &mut self.faults[i];
+        *remaining -= 1;
+        let error = error.clone();
+        if *remaining == 0 {
+            self.faults.remove(i);
+        }
+        Some(error)
+    }
+}
+
+/// An in-memory [`NodeStatusStore`] with compare-and-set revisions, injected write failures and
+/// lagging [cached views](MemoryStore::cached).
+///
+/// Revisions come from one counter for the whole store, so they never repeat, not even for a
+/// node that is removed and added again.
+///
+/// ```
+/// use attach_detach::{Ids, MemoryStore, NodeStatusStore, ReportedVolume, StoreError};
+/// type D = Ids<String, String, String, ()>;
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let store = MemoryStore::<D>::new();
+/// let node = "node-a".to_string();
+/// store.add_node(node.clone());
+/// let read = store.read(&node).await.unwrap();
+/// let vol = ReportedVolume { volume: "vol-1".to_string(), device: None };
+/// store.write(&node, &[vol.clone()], read.revision).await.unwrap();
+/// // A second writer still holding the old revision loses instead of erasing vol-1.
+/// let lost = store.write(&node, &[], read.revision).await;
+/// assert!(matches!(lost, Err(StoreError::Conflict { .. })));
+/// assert_eq!(store.status(&node).unwrap().attached, vec![vol]);
+/// # });
+/// ```
+pub struct MemoryStore<D: Domain> {
+    inner: Arc<Mutex<StoreState<D>>>,
+}
+
+impl<D: Domain> Clone for MemoryStore<D> {
+    fn clone(&self) -> Self {
+        MemoryStore {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<D: Domain> Default for MemoryStore<D> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<D: Domain> std::fmt::Debug for MemoryStore<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.inner.lock();
+        f.debug_struct("MemoryStore")
+            .field("nodes", &s.nodes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Domain> MemoryStore<D> {
+    /// An empty store: no nodes, no faults.
+    pub fn new() -> Self {
+        MemoryStore {
+            inner: Arc::new(Mutex::new(StoreState {
+                nodes: BTreeMap::new(),
+                history: BTreeMap::new(),
+                max_lag: Duration::ZERO,
+                last_revision: 0,
+                writes: BTreeMap::new(),
+                faults: Vec::new(),
+            })),
+        }
+    }
+
+    /// Registers `node` with no attached volumes and a fresh revision; does nothing if it exists.
+    pub fn add_node(&self, node: D::Node) {
+        let mut s = self.inner.lock();
+        if s.nodes.contains_key(&node) {
+            return;
+        }
+        let status = NodeStatus {
+            attached: Vec::new(),
+            revision: s.next_revision(),
+        };
+        s.record(&node, Some(status.clone()));
+        s.nodes.insert(node, status);
+    }
+
+    /// Deletes `node`: later reads and writes of it fail with [`StoreError::NotFound`].
+    pub fn remove_node(&self, node: &D::Node) {
+        let mut s = self.inner.lock();
+        if s.nodes.remove(node).is_some() {
+            s.record(node, None);
+        }
+    }
+
+    /// `node`'s current status, without counting or failing like a trait call would.
+    pub fn status(&self, node: &D::Node) -> Option<NodeStatus<D>> {
+        self.inner.lock().nodes.get(node).cloned()
+    }
+
+    /// How many writes of `node` were attempted, failed and conflicting ones included.
+    pub fn writes(&self, node: &D::Node) -> u64 {
+        self.inner.lock().writes.get(node).copied().unwrap_or(0)
+    }
+
+    /// Makes the next `times` writes of `node` (`None`: of any node) fail with `error` without
+    /// writing anything. Faults queue: the first matching one is used.
+    pub fn fail_next_write(&self, node: impl Into<Option<D::Node>>, times: u32, error: StoreError) {
+        if times == 0 {
+            return;
+        }
+        self.inner.lock().faults.push((node.into(), times, error));
+    }
+
+    /// A view that reads every node's status as it was `lag` ago, like an informer cache, and
+    /// writes through to this store.
+    ///
+    /// It lets a test reproduce a controller that trusts a stale cache. History is kept only for
+    /// the largest lag requested so far, so create views before the writes they must lag behind.
+    pub fn cached(&self, lag: Duration) -> CachedView<D> {
+        let mut s = self.inner.lock();
+        s.max_lag = s.max_lag.max(lag);
+        CachedView {
+            store: self.clone(),
+            lag,
+        }
+    }
+
+    fn write_now(
+        &self,
+        node: &D::Node,
+        attached: &[ReportedVolume<D>],
+        expected: Revision,
+    ) -> Result<Revision, StoreError> {
+        let mut s = self.inner.lock();
+        *s.writes.entry(node.clone()).or_default() += 1;
+        if let Some(e) = s.take_fault(node) {
+            return Err(e);
+        }
+        let current = s.nodes.get(node).ok_or(StoreError::NotFound)?.revision;
+        if current != expected {
+            return Err(StoreError::Conflict { current });
+        }
+        let status = NodeStatus {
+            attached: attached.to_vec(),
+            revision: s.next_revision(),
+        };
+        s.record(node, Some(status.clone()));
+        let revision = status.revision;
+        s.nodes.insert(node.clone(), status);
+        Ok(revision)
+    }
+}
+
+#[async_trait]
+impl<D: Domain> NodeStatusStore<D> for MemoryStore<D> {
+    async fn read(&self, node: &D::Node) -> Result<NodeStatus<D>, StoreError> {
+        self.status(node).ok_or(StoreError::NotFound)
+    }
+
+    async fn write(
+        &self,
+        node: &D::Node,
+        attached: &[ReportedVolume<D>],
+        expected: Revision,
+    ) -> Result<Revision, StoreError> {
+        self.write_now(node, attached, expected)
+    }
+
+    async fn list(&self) -> Result<Vec<(D::Node, NodeStatus<D>)>, StoreError> {
+        let s = self.inner.lock();
+        Ok(s.nodes
+            .iter()
+            .map(|(n, status)| (n.clone(), status.clone()))
+            .collect())
+    }
+}
+
+/// A lagging view of a [`MemoryStore`]: reads see the past, writes hit the present.
+///
+/// Models an informer cache. Kubernetes' status updater once diffed against such a cache and
+/// published a node status missing a just-attached volume; with this view a test can replay
+/// that and check that compare-and-set on the real revision stops it.
+///
+/// ```
+/// use std::time::Duration;
+/// use attach_detach::{Ids, MemoryStore, NodeStatusStore, StoreError};
+/// type D = Ids<String, String, String, ()>;
+/// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap().block_on(async {
+/// let store = MemoryStore::<D>::new();
+/// let cache = store.cached(Duration::from_secs(1));
+/// let node = "node-a".to_string();
+/// store.add_node(node.clone());
+/// assert_eq!(cache.read(&node).await, Err(StoreError::NotFound)); // not seen yet
+/// tokio::time::sleep(Duration::from_secs(1)).await;
+/// assert!(cache.read(&node).await.is_ok());
+/// # });
+/// ```
+pub struct CachedView<D: Domain> {
+    store: MemoryStore<D>,
+    lag: Duration,
+}
+
+impl<D: Domain> Clone for CachedView<D> {
+    fn clone(&self) -> Self {
+        CachedView {
+            store: self.store.clone(),
+            lag: self.lag,
+        }
+    }
+}
+
+impl<D: Domain> std::fmt::Debug for CachedView<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachedView")
+            .field("lag", &self.lag)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Domain> CachedView<D> {
+    /// How far behind the store this view reads.
+    pub fn lag(&self) -> Duration {
+        self.lag
+    }
+}
+
+#[async_trait]
+impl<D: Domain> NodeStatusStore<D> for CachedView<D> {
+    /// Reads `node`'s status as it was [`lag`](CachedView::lag) ago: deliberately stale.
+    async fn read(&self, node: &D::Node) -> Result<NodeStatus<D>, StoreError> {
+        let s = self.store.inner.lock();
+        s.as_of(node, self.lag).ok_or(StoreError::NotFound)
+    }
+
+    async fn write(
+        &self,
+        node: &D::Node,
+        attached: &[ReportedVolume<D>],
+        expected: Revision,
+    ) -> Result<Revision, StoreError> {
+        self.store.write_now(node, attached, expected)
+    }
+
+    async fn list(&self) -> Result<Vec<(D::Node, NodeStatus<D>)>, StoreError> {
+        let s = self.store.inner.lock();
+        Ok(s.history
+            .keys()
+            .filter_map(|n| s.as_of(n, self.lag).map(|status| (n.clone(), status)))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::domain::Ids;
+    use crate::volume::Access;
+
+    type D = Ids<String, String, String, u32>;
+
+    fn s(x: &str) -> String {
+        x.to_string()
+    }
+
+    fn transient() -> BackendError<String> {
+        BackendError::Transient { message: s("503") }
+    }
+
+    fn uncertain() -> BackendError<String> {
+        BackendError::Uncertain {
+            message: s("timeout"),
+        }
+    }
+
+    #[tokio::test]
+    async fn attach_detach_and_counters() {
+        let backend = MemoryBackend::<D>::new();
+        let handle = backend.clone();
+        let (v, n) = (s("vol-1"), s("node-a"));
+
+        let info = backend.attach(&v, &n, &1).await.unwrap();
+        assert_eq!(info.device.as_deref(), Some("/dev/disk/by-id/vol-1"));
+        assert!(handle.is_attached(&v, &n));
+        // Idempotent.
+        backend.attach(&v, &n, &1).await.unwrap();
+        assert_eq!(handle.attachments(), vec![(v.clone(), n.clone())]);
+
+        backend.detach(&v, &n, &1).await.unwrap();
+        backend.detach(&v, &n, &1).await.unwrap();
+        assert!(!handle.is_attached(&v, &n));
+        assert!(handle.attachments().is_empty());
+
+        assert_eq!(handle.calls(BackendOp::Attach, &v, &n), 2);
+        assert_eq!(handle.calls(BackendOp::Detach, &v, &n), 2);
+        assert_eq!(handle.calls(BackendOp::Attach, &v, &s("node-b")), 0);
+        assert_eq!(handle.total_calls(BackendOp::Attach), 2);
+        assert_eq!(handle.total_calls(BackendOp::List), 0);
+    }
+
+    #[tokio::test]
+    async fn does_not_protect_single_node_volumes() {
+        let backend = MemoryBackend::<D>::new();
+        let v = s("vol-1");
+        backend.set_spec(v.clone(), VolumeSpec::single_node(0));
+        backend.attach(&v, &s("node-b"), &0).await.unwrap();
+        backend.attach(&v, &s("node-a"), &0).await.unwrap();
+        assert_eq!(backend.nodes_of(&v), vec![s("node-a"), s("node-b")]);
+        assert_eq!(
+            backend.attachments(),
+            vec![(v.clone(), s("node-a")), (v, s("node-b"))]
+        );
+    }
+
+    #[tokio::test]
+    async fn transient_fault_does_nothing_and_counts_down() {
+        let backend = MemoryBackend::<D>::new();
+        let (v, n) = (s("vol-1"), s("node-a"));
+        backend.fail_next(BackendOp::Attach, v.clone(), n.clone(), 2, transient());
+
+        // Another volume is not affected.
+        backend.attach(&s("vol-2"), &n, &0).await.unwrap();
+        assert_eq!(backend.attach(&v, &n, &0).await, Err(transient()));
+        assert!(!backend.is_attached(&v, &n));
+        assert_eq!(backend.attach(&v, &n, &0).await, Err(transient()));
+        assert!(!backend.is_attached(&v, &n));
+        backend.attach(&v, &n, &0).await.unwrap();
+        assert!(backend.is_attached(&v, &n));
+        assert_eq!(backend.calls(BackendOp::Attach, &v, &n), 3);
+    }
+
+    #[tokio::test]
+    async fn uncertain_fault_takes_effect_then_errors() {
+        let backend = MemoryBackend::<D>::new();
+        let (v, n) = (s("vol-1"), s("node-a"));
+        backend.fail_next(BackendOp::Attach, v.clone(), n.clone(), 1, uncertain());
+        assert_eq!(backend.attach(&v, &n, &0).await, Err(uncertain()));
+        assert!(backend.is_attached(&v, &n));
+
+        backend.fail_next(BackendOp::Detach, None, None, 1, uncertain());
+        assert_eq!(backend.detach(&v, &n, &0).await, Err(uncertain()));
+        assert!(!backend.is_attached(&v, &n));
+
+        backend.fail_next(BackendOp::Detach, None, n.clone(), 1, transient());
+        backend.insert(v.clone(), n.clone(), VolumeSpec::single_node(0));
+        assert_eq!(backend.detach(&v, &n, &0).await, Err(transient()));
+        assert!(backend.is_attached(&v, &n));
+    }
+
+    #[tokio::test]
+    async fn attached_elsewhere_fault_attaches_nothing() {
+        let backend = MemoryBackend::<D>::new();
+        let (v, n) = (s("vol-1"), s("node-a"));
+        let elsewhere = BackendError::AttachedElsewhere {
+            node: s("node-b"),
+            message: s("in use"),
+        };
+        backend.fail_next(BackendOp::Attach, v.clone(), None, 1, elsewhere.clone());
+        assert_eq!(backend.attach(&v, &n, &0).await, Err(elsewhere));
+        assert!(backend.attachments().is_empty());
+    }
+
+    #[tokio::test]
+    async fn verify_returns_the_attached_subset() {
+        let backend = MemoryBackend::<D>::new();
+        let n = s("node-a");
+        backend.insert(s("vol-1"), n.clone(), VolumeSpec::single_node(1));
+        backend.insert(s("vol-3"), n.clone(), VolumeSpec::single_node(3));
+        backend.insert(s("vol-2"), s("node-b"), VolumeSpec::single_node(2));
+        let asked = [(s("vol-3"), 3), (s("vol-2"), 2), (s("vol-1"), 1)];
+        assert_eq!(
+            backend.verify(&n, &asked).await.unwrap(),
+            vec![s("vol-3"), s("vol-1")]
+        );
+        assert_eq!(backend.calls(BackendOp::Verify, &s("vol-2"), &n), 1);
+        assert_eq!(backend.total_calls(BackendOp::Verify), 1);
+
+        backend.fail_next(BackendOp::Verify, s("vol-2"), None, 1, transient());
+        assert_eq!(
+            backend.verify(&n, &asked[..1]).await.unwrap(),
+            vec![s("vol-3")]
+        );
+        assert_eq!(backend.verify(&n, &asked).await, Err(transient()));
+        assert_eq!(backend.verify(&n, &[]).await, Ok(vec![]));
+    }
+
+    #[tokio::test]
+    async fn list_reports_specs() {
+        let backend = MemoryBackend::<D>::new();
+        backend.insert(s("vol-1"), s("node-b"), VolumeSpec::multi_node(1));
+        backend.insert(s("vol-1"), s("node-a"), VolumeSpec::multi_node(1));
+        backend.attach(&s("vol-2"), &s("node-a"), &2).await.unwrap();
+        backend.set_spec(s("vol-3"), VolumeSpec::multi_node(0));
+        backend.attach(&s("vol-3"), &s("node-c"), &3).await.unwrap();
+
+        let listed = backend.list().await.unwrap();
+        let summary: Vec<_> = listed
+            .iter()
+            .map(|a| {
+                (
+                    a.volume.as_str(),
+                    a.node.as_str(),
+                    a.spec.access,
+                    a.spec.payload,
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                ("vol-1", "node-a", Access::MultiNode, 1),
+                ("vol-1", "node-b", Access::MultiNode, 1),
+                ("vol-2", "node-a", Access::SingleNode, 2),
+                ("vol-3", "node-c", Access::MultiNode, 3),
+            ]
+        );
+
+        backend.fail_next(BackendOp::List, None, None, 1, transient());
+        assert_eq!(backend.list().await, Err(transient()));
+        assert_eq!(backend.list().await.unwrap().len(), 4);
+        assert_eq!(backend.total_calls(BackendOp::List), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn latency_delays_the_effect() {
+        let backend = MemoryBackend::<D>::new().with_latency(Duration::from_secs(2));
+        let (v, n) = (s("vol-1"), s("node-a"));
+        let task = tokio::spawn({
+            let backend = backend.clone();
+            let (v, n) = (v.clone(), n.clone());
+            async move { backend.attach(&v, &n, &0).await }
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(backend.calls(BackendOp::Attach, &v, &n), 1);
+        assert!(!backend.is_attached(&v, &n));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        task.await.unwrap().unwrap();
+        assert!(backend.is_attached(&v, &n));
+    }
+
+    #[tokio::test]
+    async fn memory_types_work_as_trait_objects() {
+        let backend: Arc<dyn AttachBackend<D>> = Arc::new(MemoryBackend::<D>::new());
+        let store: Arc<dyn NodeStatusStore<D>> = Arc::new(MemoryStore::<D>::new());
+        assert!(backend.list().await.unwrap().is_empty());
+        assert!(store.list().await.unwrap().is_empty());
+    }
+
+    fn reported(v: &str) -> ReportedVolume<D> {
+        ReportedVolume {
+            volume: s(v),
+            device: Some(MemoryBackend::<D>::device_path(&s(v))),
+        }
+    }
+
+    #[tokio::test]
+    async fn compare_and_set() {
+        let store = MemoryStore::<D>::new();
+        let n = s("node-a");
+        store.add_node(n.clone());
+        let first = store.read(&n).await.unwrap();
+        assert!(first.attached.is_empty());
+
+        let second = store
+            .write(&n, &[reported("vol-1")], first.revision)
+            .await
+            .unwrap();
+        assert!(second > first.revision);
+        assert_eq!(
+            store.write(&n, &[], first.revision).await,
+            Err(StoreError::Conflict { current: second })
+        );
+        let now = store.read(&n).await.unwrap();
+        assert_eq!(now.attached, vec![reported("vol-1")]);
+        assert_eq!(now.revision, second);
+        assert_eq!(store.writes(&n), 2);
+
+        // Adding an existing node changes nothing; revisions are global.
+        store.add_node(n.clone());
+        assert_eq!(store.status(&n).unwrap().revision, second);
+        store.add_node(s("node-b"));
+        assert!(store.status(&s("node-b")).unwrap().revision > second);
+    }
+
+    #[tokio::test]
+    async fn removed_nodes_are_not_found() {
+        let store = MemoryStore::<D>::new();
+        let n = s("node-a");
+        store.add_node(n.clone());
+        store.add_node(s("node-b"));
+        let old = store.read(&n).await.unwrap();
+        store.remove_node(&n);
+        assert_eq!(store.read(&n).await, Err(StoreError::NotFound));
+        assert_eq!(
+            store.write(&n, &[], old.revision).await,
+            Err(StoreError::NotFound)
+        );
+        let listed = store.list().await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].0, s("node-b"));
+
+        // Re-added, the node gets a fresh revision: the old writer conflicts.
+        store.add_node(n.clone());
+        assert!(matches!(
+            store.write(&n, &[], old.revision).await,
+            Err(StoreError::Conflict { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn injected_write_faults_write_nothing() {
+        let store = MemoryStore::<D>::new();
+        let (a, b) = (s("node-a"), s("node-b"));
+        store.add_node(a.clone());
+        store.add_node(b.clone());
+        let err = StoreError::Transient {
+            message: s("etcd leader lost"),
+        };
+        store.fail_next_write(a.clone(), 2, err.clone());
+        let rev = store.read(&a).await.unwrap().revision;
+
+        let rev_b = store.read(&b).await.unwrap().revision;
+        store.write(&b, &[reported("vol-9")], rev_b).await.unwrap();
+        assert_eq!(
+            store.write(&a, &[reported("vol-1")], rev).await,
+            Err(err.clone())
+        );
+        assert_eq!(store.write(&a, &[reported("vol-1")], rev).await, Err(err));
+        assert_eq!(store.status(&a).unwrap().revision, rev);
+        assert!(store.status(&a).unwrap().attached.is_empty());
+        store.write(&a, &[reported("vol-1")], rev).await.unwrap();
+        assert_eq!(store.writes(&a), 3);
+        assert_eq!(store.writes(&b), 1);
+
+        store.fail_next_write(None, 1, StoreError::NotFound);
+        assert_eq!(store.write(&b, &[], rev_b).await, Err(StoreError::NotFound));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cached_view_lags_then_catches_up() {
+        let store = MemoryStore::<D>::new();
+        let cache = store.cached(Duration::from_secs(5));
+        assert_eq!(cache.lag(), Duration::from_secs(5));
+        let n = s("node-a");
+        store.add_node(n.clone());
+        assert_eq!(cache.read(&n).await, Err(StoreError::NotFound));
+        assert!(cache.list().await.unwrap().is_empty());
+
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let seen = cache.read(&n).await.unwrap();
+        assert!(seen.attached.is_empty());
+
+        // A write through the view lands in the store at once...
+        let fresh = store.read(&n).await.unwrap();
+        let rev = cache
+            .write(&n, &[reported("vol-1")], fresh.revision)
+            .await
+            .unwrap();
+        assert_eq!(store.status(&n).unwrap().revision, rev);
+        // ...but the view keeps showing the old status for the lag.
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert_eq!(cache.read(&n).await.unwrap(), seen);
+        // Writing against the stale revision conflicts instead of erasing vol-1.
+        assert_eq!(
+            cache.write(&n, &[], seen.revision).await,
+            Err(StoreError::Conflict { current: rev })
+        );
+
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let caught_up = cache.read(&n).await.unwrap();
+        assert_eq!(caught_up.attached, vec![reported("vol-1")]);
+        assert_eq!(caught_up.revision, rev);
+        assert_eq!(cache.list().await.unwrap(), vec![(n.clone(), caught_up)]);
+
+        // Removal shows up late too.
+        store.remove_node(&n);
+        assert!(cache.read(&n).await.is_ok());
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(cache.read(&n).await, Err(StoreError::NotFound));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn history_is_trimmed_to_the_largest_lag() {
+        let store = MemoryStore::<D>::new();
+        let _cache = store.cached(Duration::from_secs(10));
+        let n = s("node-a");
+        store.add_node(n.clone());
+        for _ in 0..100 {
+            let rev = store.read(&n).await.unwrap().revision;
+            store.write(&n, &[], rev).await.unwrap();
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        let kept = store.inner.lock().history[&n].len();
+        // Ten seconds of one write a second, plus the entry the laggiest view sits on.
+        assert!(kept <= 12, "kept {kept} entries");
+
+        // Without any view, only the present is kept.
+        let plain = MemoryStore::<D>::new();
+        plain.add_node(n.clone());
+        for _ in 0..10 {
+            let rev = plain.read(&n).await.unwrap().revision;
+            plain.write(&n, &[], rev).await.unwrap();
+        }
+        assert_eq!(plain.inner.lock().history[&n].len(), 1);
+    }
+}
