@@ -2,6 +2,8 @@
 #![deny(missing_docs)]
 
 mod domain;
+#[cfg(feature = "sim")]
+pub mod sim;
 mod volume;
 
 pub use domain::{Domain, Id, Ids};
