@@ -59,7 +59,7 @@
 //!
 //! let scenario = parse(
 //!     "
-//! # kubernetes#49053: detach fails, pod comes back to the same node
+//! ## kubernetes#49053: detach fails, pod comes back to the same node
 //! set max-wait-for-unmount 6m
 //! node a
 //! node b
@@ -959,21 +959,23 @@ fn parse_duration(token: &str) -> Result<Duration> {
     if digits.is_empty() {
         return Err(bad());
     }
-    let value = digits_value(digits).ok_or_else(overflow)?;
-    let secs = |per: u64| {
-        value
-            .checked_mul(per)
-            .map(Duration::from_secs)
-            .ok_or_else(overflow)
+    // The unit is checked before the value, so `99999999999999999999x` reads as a bad unit.
+    let secs_per_unit = match unit {
+        "" if digits.bytes().all(|b| b == b'0') => return Ok(Duration::ZERO),
+        "ms" => {
+            return digits_value(digits)
+                .map(Duration::from_millis)
+                .ok_or_else(overflow);
+        }
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => return Err(bad()),
     };
-    match unit {
-        "" if value == 0 => Ok(Duration::ZERO),
-        "ms" => Ok(Duration::from_millis(value)),
-        "s" => secs(1),
-        "m" => secs(60),
-        "h" => secs(3600),
-        _ => Err(bad()),
-    }
+    digits_value(digits)
+        .and_then(|value| value.checked_mul(secs_per_unit))
+        .map(Duration::from_secs)
+        .ok_or_else(overflow)
 }
 
 /// The state the checks need while reading the lines in order.
