@@ -988,11 +988,7 @@ struct Parser {
     volumes: HashMap<String, usize>,
     /// Settings given so far and their lines.
     set_lines: HashMap<String, usize>,
-    /// The first `at` line.
-    first_at_line: Option<usize>,
-    /// The time and line of the latest `at` line.
-    last_at: Option<(Duration, usize)>,
-    /// The `run` line.
+    /// The `run` line (the first and last `at` lines are in `scenario.steps`).
     run_line: Option<usize>,
 }
 
@@ -1015,8 +1011,10 @@ impl Parser {
     }
 
     fn set(&mut self, line: usize, tokens: &mut Tokens<'_>) -> Result<()> {
-        if let Some(first_at_line) = self.first_at_line {
-            return Err(ParseErrorKind::SetAfterAt { first_at_line });
+        if let Some(first) = self.scenario.steps.first() {
+            return Err(ParseErrorKind::SetAfterAt {
+                first_at_line: first.line,
+            });
         }
         let key = tokens.next("a setting name")?;
         let settings = &mut self.scenario.settings;
@@ -1086,12 +1084,12 @@ impl Parser {
         if let Some(first_line) = self.run_line {
             return Err(ParseErrorKind::DuplicateRun { first_line });
         }
-        if let Some((step_at, step_line)) = self.last_at {
-            if run < step_at {
+        if let Some(last) = self.scenario.steps.last() {
+            if run < last.at {
                 return Err(ParseErrorKind::RunTooShort {
                     run,
-                    step_at,
-                    step_line,
+                    step_at: last.at,
+                    step_line: last.line,
                 });
             }
         }
@@ -1102,12 +1100,12 @@ impl Parser {
 
     fn step(&mut self, line: usize, tokens: &mut Tokens<'_>) -> Result<()> {
         let at = tokens.duration("a time like 150ms, 2s, 6m or 1h")?;
-        if let Some((previous, previous_line)) = self.last_at {
-            if at < previous {
+        if let Some(previous) = self.scenario.steps.last() {
+            if at < previous.at {
                 return Err(ParseErrorKind::TimeGoesBackwards {
                     at,
-                    previous,
-                    previous_line,
+                    previous: previous.at,
+                    previous_line: previous.line,
                 });
             }
         }
@@ -1117,8 +1115,6 @@ impl Parser {
             }
         }
         let action = self.action(tokens)?;
-        self.first_at_line.get_or_insert(line);
-        self.last_at = Some((at, line));
         self.scenario.steps.push(Step { at, line, action });
         Ok(())
     }
