@@ -15,6 +15,9 @@ mod status;
 mod store;
 mod volume;
 
+#[cfg(feature = "sim")]
+pub mod sim;
+
 pub use actual::{ActualState, AttachState, Attachment, NodeFacts};
 pub use backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 pub use config::{BackoffConfig, Config, UpstreamBugs};
