@@ -246,7 +246,8 @@ pub enum PlanStep {
     Schedule(u8, u8, Vec<u8>),
     /// Remove workload `w`.
     Remove(u8),
-    /// New node facts: healthy, fenced, and whether the agent reports its pods' volumes in use.
+    /// New node facts: healthy (a crashed agent freezes), fenced (powered off), and whether the
+    /// agent reports its pods' volumes in use before mounting or only what it has mounted.
     Facts(u8, bool, bool, bool),
     /// Advance virtual time by this many 10 ms and poll.
     Advance(u8),
@@ -267,6 +268,8 @@ pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
     let mut mounted: BTreeSet<(u8, u8)> = BTreeSet::new();
     let mut fenced: BTreeSet<u8> = BTreeSet::new();
     let mut in_use_on: BTreeMap<u8, bool> = BTreeMap::new();
+    let mut down: BTreeSet<u8> = BTreeSet::new();
+    let mut last_in_use: BTreeMap<u8, Vec<u8>> = BTreeMap::new();
     let mut running: Vec<Operation<T>> = Vec::new();
     for v in 0..VOLUMES {
         let spec = if v < 3 {
@@ -299,6 +302,11 @@ pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
                 } else {
                     fenced.remove(&n);
                 }
+                if healthy {
+                    down.remove(&n);
+                } else {
+                    down.insert(n);
+                }
                 in_use_on.insert(n, report);
             }
             PlanStep::Advance(ticks) => {
@@ -321,7 +329,16 @@ pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
         // Node agents: report in use what their pods need (or everything mounted), mount what
         // is attached and listed, unmount what no pod needs.
         for n in 0..NODES {
-            if fenced.contains(&n) {
+            if fenced.contains(&n) || down.contains(&n) {
+                // A crashed agent changes nothing and reports nothing new.
+                core.node_updated(
+                    n,
+                    NodeFacts {
+                        healthy: false,
+                        fenced: fenced.contains(&n),
+                        in_use: last_in_use.get(&n).cloned(),
+                    },
+                );
                 continue;
             }
             let needs: BTreeSet<u8> = (0..8u8)
@@ -351,11 +368,12 @@ pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
                     .map(|(v, _)| *v)
                     .collect()
             };
+            last_in_use.insert(n, in_use.clone());
             core.node_updated(
                 n,
                 NodeFacts {
-                    healthy: !fenced.contains(&n),
-                    fenced: fenced.contains(&n),
+                    healthy: true,
+                    fenced: false,
                     in_use: Some(in_use),
                 },
             );
