@@ -343,7 +343,7 @@ pub enum PodState {
 }
 
 /// A backend call kind an expectation can count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum CallOp {
     /// Attach calls.
     Attach,
