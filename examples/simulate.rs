@@ -56,7 +56,10 @@ fn main() -> ExitCode {
         if !report.passed() {
             failed += 1;
             for v in &report.violations {
-                let at = v.line.map(|l| format!("{name}:{l}")).unwrap_or_else(|| name.to_string());
+                let at = v
+                    .line
+                    .map(|l| format!("{name}:{l}"))
+                    .unwrap_or_else(|| name.to_string());
                 details.push(format!("{at}: at {:?}: {}", v.at, v.message));
             }
         }
@@ -65,5 +68,9 @@ fn main() -> ExitCode {
         println!("{line}");
     }
     println!("{} passed, {} failed", parsed.len() - failed, failed);
-    if failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) }
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }

@@ -17,7 +17,9 @@ use super::store::SimStore;
 use super::world::{Fault, Phase, Power, SimNode, SimPod, Violation, World, fmt_time, join};
 use crate::actual::NodeFacts;
 use crate::config::{Config, UpstreamBugs};
-use crate::controller::{Controller, ControllerHandle, EventRecorder, Input, ShutdownReport, World as Start};
+use crate::controller::{
+    Controller, ControllerHandle, EventRecorder, Input, ShutdownReport, World as Start,
+};
 use crate::event::Event;
 use crate::memory::MemoryStore;
 use crate::volume::VolumeSpec;
@@ -83,15 +85,32 @@ pub fn run(scenario: &Scenario) -> Report {
         .start_paused(true)
         .build()
         .expect("a current-thread runtime builds");
-    runtime.block_on(Sim::new(scenario).run(scenario))
+    // The epoch must be read on the paused clock, inside the runtime.
+    runtime.block_on(async { Sim::new(scenario).run(scenario).await })
 }
 
-/// The controller as the simulation holds it: a generation, so inputs meant for a controller
-/// that was restarted are dropped, like a new informer starting from a fresh list.
+/// The running controller.
 struct Slot {
-    generation: u64,
     handle: ControllerHandle<SimIds>,
     task: JoinHandle<ShutdownReport<SimIds>>,
+}
+
+/// A change on its way through the API's watch caches. Node agents and the controller both
+/// watch the API, so a pod change reaches both after the same lag: the agent cannot mount for a
+/// pod the controller has not been told about yet.
+enum Delivery {
+    /// A pod is bound to a node.
+    Schedule {
+        pod: String,
+        node: String,
+        volumes: Vec<String>,
+    },
+    /// A pod is deleted gracefully: its agent unmounts, then it is gone.
+    Delete { pod: String },
+    /// A pod is gone from the API at once.
+    ForceDelete { pod: String },
+    /// Something only the controller watches for (node facts, a pod the agent removed).
+    Controller(Input<SimIds>),
 }
 
 struct Recorder {
@@ -121,8 +140,8 @@ struct Sim {
     status_latency: Duration,
     multi_attach: Arc<Mutex<BTreeSet<String>>>,
     slot: Arc<Mutex<Option<Slot>>>,
-    forward: mpsc::UnboundedSender<(Instant, u64, Input<SimIds>)>,
-    forward_rx: Option<mpsc::UnboundedReceiver<(Instant, u64, Input<SimIds>)>>,
+    forward: mpsc::UnboundedSender<(Instant, Delivery)>,
+    forward_rx: Option<mpsc::UnboundedReceiver<(Instant, Delivery)>>,
     cache_lag: Duration,
     generation: std::cell::Cell<u64>,
 }
@@ -150,7 +169,7 @@ impl Sim {
             world.volumes.insert(volume.clone(), *access);
         }
         let world = Arc::new(Mutex::new(world));
-        let cache = Arc::new(store.cached(scenario.settings.cache_lag));
+        let cache = Arc::new(store.cached(scenario.settings.status_cache_lag));
         let backend = SimBackend {
             world: Arc::clone(&world),
             store: store.clone(),
@@ -242,20 +261,19 @@ impl Sim {
         .with_recorder(recorder)
         .with_status_diff_source(diff_source);
         let (handle, task) = controller.spawn();
-        *self.slot.lock() = Some(Slot {
-            generation,
-            handle,
-            task,
-        });
+        *self.slot.lock() = Some(Slot { handle, task });
         self.log(format!("controller started (generation {generation})"));
     }
 
-    /// Sends an input to the controller after the cache lag, in order.
-    fn tell(&self, input: Input<SimIds>) {
-        let generation = self.generation.get();
+    /// Sends a change through the watch caches: it lands after the cache lag, in order.
+    fn deliver(&self, delivery: Delivery) {
         let _ = self
             .forward
-            .send((Instant::now() + self.cache_lag, generation, input));
+            .send((Instant::now() + self.cache_lag, delivery));
+    }
+
+    fn tell(&self, input: Input<SimIds>) {
+        self.deliver(Delivery::Controller(input));
     }
 
     fn spawn_forwarder(&mut self) -> JoinHandle<()> {
@@ -264,12 +282,18 @@ impl Sim {
         let world = Arc::clone(&self.world);
         let epoch = self.epoch;
         tokio::spawn(async move {
-            while let Some((due, generation, input)) = rx.recv().await {
+            while let Some((due, delivery)) = rx.recv().await {
                 tokio::time::sleep_until(due).await;
-                let handle = match slot.lock().as_ref() {
-                    Some(s) if s.generation == generation => s.handle.clone(),
-                    _ => continue,
+                let input = {
+                    let mut w = world.lock();
+                    w.now = epoch.elapsed();
+                    land(&mut w, delivery)
                 };
+                let Some(input) = input else { continue };
+                // Whichever controller runs now gets it: one started since has listed a world
+                // that did not contain this change yet.
+                let handle = slot.lock().as_ref().map(|s| s.handle.clone());
+                let Some(handle) = handle else { continue };
                 if let Err(e) = handle.send(input.clone()).await {
                     let mut w = world.lock();
                     w.now = epoch.elapsed();
@@ -369,29 +393,12 @@ impl Sim {
     async fn apply(&self, line: usize, action: &Action) {
         self.log(format!("step (line {line}): {action}"));
         match action {
-            Action::Schedule { pod, node, volumes } => {
-                self.world.lock().pods.insert(
-                    pod.clone(),
-                    SimPod {
-                        node: node.clone(),
-                        volumes: volumes.clone(),
-                        phase: Phase::Pending,
-                    },
-                );
-                self.tell(Input::WorkloadScheduled {
-                    workload: pod.clone(),
-                    node: node.clone(),
-                    volumes: volumes.clone(),
-                });
-            }
-            Action::Delete { pod } => {
-                // Graceful: the agent unmounts, then the pod is gone (see `agents`).
-                if let Some(p) = self.world.lock().pods.get_mut(pod) {
-                    if p.phase != Phase::Gone {
-                        p.phase = Phase::Terminating;
-                    }
-                }
-            }
+            Action::Schedule { pod, node, volumes } => self.deliver(Delivery::Schedule {
+                pod: pod.clone(),
+                node: node.clone(),
+                volumes: volumes.clone(),
+            }),
+            Action::Delete { pod } => self.deliver(Delivery::Delete { pod: pod.clone() }),
             Action::ForceDelete { pod } => self.force_delete(pod),
             Action::Crash(node) => self.power(node, Power::Crashed),
             Action::Recover(node) => self.power(node, Power::Up),
@@ -453,22 +460,9 @@ impl Sim {
     }
 
     fn force_delete(&self, pod: &str) {
-        let removed = {
-            let mut w = self.world.lock();
-            match w.pods.get_mut(pod) {
-                Some(p) if p.phase != Phase::Gone => {
-                    p.phase = Phase::Gone;
-                    w.changed();
-                    true
-                }
-                _ => false,
-            }
-        };
-        if removed {
-            self.tell(Input::WorkloadRemoved {
-                workload: pod.to_string(),
-            });
-        }
+        self.deliver(Delivery::ForceDelete {
+            pod: pod.to_string(),
+        });
     }
 
     fn power(&self, node: &str, power: Power) {
@@ -520,7 +514,11 @@ impl Sim {
                     } else {
                         Err(format!(
                             "{volume} is {} {node}",
-                            if want { "not attached to" } else { "attached to" }
+                            if want {
+                                "not attached to"
+                            } else {
+                                "attached to"
+                            }
                         ))
                     }
                 }
@@ -586,6 +584,45 @@ impl Sim {
                 });
             }
         }
+    }
+}
+
+/// A delivery lands in the world; returns what the controller must be told.
+fn land(w: &mut World, delivery: Delivery) -> Option<Input<SimIds>> {
+    match delivery {
+        Delivery::Schedule { pod, node, volumes } => {
+            w.pods.insert(
+                pod.clone(),
+                SimPod {
+                    node: node.clone(),
+                    volumes: volumes.clone(),
+                    phase: Phase::Pending,
+                },
+            );
+            w.changed();
+            Some(Input::WorkloadScheduled {
+                workload: pod,
+                node,
+                volumes,
+            })
+        }
+        Delivery::Delete { pod } => {
+            if let Some(p) = w.pods.get_mut(&pod) {
+                if p.phase != Phase::Gone {
+                    p.phase = Phase::Terminating;
+                }
+            }
+            None
+        }
+        Delivery::ForceDelete { pod } => match w.pods.get_mut(&pod) {
+            Some(p) if p.phase != Phase::Gone => {
+                p.phase = Phase::Gone;
+                w.changed();
+                Some(Input::WorkloadRemoved { workload: pod })
+            }
+            _ => None,
+        },
+        Delivery::Controller(input) => Some(input),
     }
 }
 

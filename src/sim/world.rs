@@ -161,10 +161,9 @@ impl World {
     /// allowed by configuration; I4: never while the node's status still lists it for a live
     /// agent, which could start mounting it.
     pub(crate) fn detach_effect(&mut self, volume: &str, node: &str, listed: bool) {
-        let (power, mounted) = self
-            .nodes
-            .get(node)
-            .map_or((Power::Fenced, false), |n| (n.power, n.mounted.contains(volume)));
+        let (power, mounted) = self.nodes.get(node).map_or((Power::Fenced, false), |n| {
+            (n.power, n.mounted.contains(volume))
+        });
         let forced_ok = self.force_detach_on_timeout && power != Power::Up;
         if mounted && power != Power::Fenced && !forced_ok {
             self.violation(format!(
@@ -179,14 +178,16 @@ impl World {
         if let Some(n) = self.nodes.get_mut(node) {
             n.mounted.remove(volume);
         }
-        if let Some(nodes) = self.attached.get_mut(volume) {
-            if nodes.remove(node) {
-                self.log(format!("backend: {volume} detached from {node}"));
-                self.changed();
-            }
-            if nodes.is_empty() {
-                self.attached.remove(volume);
-            }
+        let removed = self
+            .attached
+            .get_mut(volume)
+            .is_some_and(|n| n.remove(node));
+        if self.attached.get(volume).is_some_and(|n| n.is_empty()) {
+            self.attached.remove(volume);
+        }
+        if removed {
+            self.log(format!("backend: {volume} detached from {node}"));
+            self.changed();
         }
     }
 
@@ -255,7 +256,8 @@ impl World {
                     pod.phase = Phase::Running;
                     log.push(format!("pod {name} running on {node}"));
                 }
-                Phase::Terminating if !pod.volumes.iter().any(|v| mounted.contains(v)) => {
+                // Its volumes were unmounted above, unless another pod here still uses them.
+                Phase::Terminating => {
                     pod.phase = Phase::Gone;
                     log.push(format!("pod {name} gone"));
                 }
@@ -338,7 +340,9 @@ impl World {
                     p.node == *node && p.phase != Phase::Gone && p.volumes.contains(volume)
                 });
                 if !needed {
-                    problems.push(format!("I3: {volume} left attached to {node}, nothing needs it"));
+                    problems.push(format!(
+                        "I3: {volume} left attached to {node}, nothing needs it"
+                    ));
                 }
             }
         }
