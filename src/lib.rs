@@ -4,6 +4,7 @@
 mod actual;
 mod backend;
 mod config;
+mod controller;
 mod desired;
 mod domain;
 mod event;
@@ -18,6 +19,10 @@ mod volume;
 pub use actual::{ActualState, AttachState, Attachment, NodeFacts};
 pub use backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 pub use config::{BackoffConfig, Config, UpstreamBugs};
+pub use controller::{
+    EventRecorder, MemoryRecorder, Metrics, MetricsSnapshot, Outcome, OutcomeCounts, StatusWriter,
+    WriteOutcome,
+};
 pub use desired::{DesiredError, DesiredState};
 pub use domain::{Domain, Id, Ids};
 pub use event::{Event, Holder};
