@@ -20,7 +20,8 @@ pub use actual::{ActualState, AttachState, Attachment, NodeFacts};
 pub use backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 pub use config::{BackoffConfig, Config, UpstreamBugs};
 pub use controller::{
-    EventRecorder, MemoryRecorder, Metrics, MetricsSnapshot, Outcome, OutcomeCounts, StatusWriter,
+    Controller, ControllerError, ControllerHandle, EventRecorder, Input, MemoryRecorder, Metrics,
+    MetricsSnapshot, OperationSummary, Outcome, OutcomeCounts, ShutdownReport, StatusWriter, World,
     WriteOutcome,
 };
 pub use desired::{DesiredError, DesiredState};

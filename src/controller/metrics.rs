@@ -72,6 +72,18 @@ impl Metrics {
         self.operations[kind_index(kind)][outcome.index()].fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn operation_started(&self) {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn operation_ended(&self) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn reconcile_pass(&self) {
+        self.reconcile_passes.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// A detach of a still-mounted volume was started for `reason` (upstream's
     /// `attachdetach_controller_forced_detaches`).
     pub fn forced_detach(&self, reason: ForceReason) {
@@ -206,6 +218,7 @@ mod tests {
         m.operation_finished(OpKind::Detach, Outcome::Failed);
         m.operation_finished(OpKind::WriteStatus, Outcome::Abandoned);
         m.forced_detach(ForceReason::Timeout);
+        m.operation_started();
         let s = m.snapshot();
         assert_eq!(
             s.detach,
@@ -219,5 +232,6 @@ mod tests {
         assert_eq!(s.operations(OpKind::Attach).total(), 0);
         assert_eq!(s.forced_detaches(ForceReason::Timeout), 1);
         assert_eq!(s.forced_detaches(ForceReason::OutOfService), 0);
+        assert_eq!(s.in_flight, 1);
     }
 }
