@@ -698,6 +698,53 @@ async fn status_transient_error_is_retried_after_backoff_on_the_same_revision() 
     h.finish().await;
 }
 
+#[tokio::test(start_paused = true)]
+async fn status_not_found_stops_writes_until_the_node_reappears() {
+    let epoch = Instant::now();
+    let mut backend = backend();
+    let attaches = accept_attaches(&mut backend, epoch);
+    let mut seq = Sequence::new();
+    let mut store = store(&[A, B]);
+    store
+        .expect_write()
+        .withf(|n, _, r| *n == A && *r == Revision(1))
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _, _| Err(StoreError::NotFound));
+    // The node object is recreated: its new status is read fresh, never written against the
+    // forgotten revision.
+    store
+        .expect_read()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| {
+            Ok(NodeStatus {
+                attached: vec![],
+                revision: Revision(40),
+            })
+        });
+    let writes = accept_writes(&mut store, epoch);
+    let h = Harness::new(backend, store);
+
+    sleep(secs(1)).await;
+    // A second volume attaches meanwhile; nothing is written to a node the store lacks.
+    h.handle
+        .workload_scheduled("w2", A, vec![V2])
+        .await
+        .unwrap();
+    sleep(secs(5)).await;
+    assert_eq!(attaches.items(), vec![(V1, A), (V2, A)]);
+    assert!(writes.items().is_empty());
+    assert_eq!(h.handle.metrics().store_writes, 1);
+
+    // The orchestrator sees the node again (its workloads stayed, as they do after a quick
+    // re-registration).
+    h.handle.node_updated(A, facts(&[])).await.unwrap();
+    sleep(secs(1)).await;
+    assert_eq!(writes.items(), vec![(A, vec![V1, V2], Revision(40))]);
+    h.finish().await;
+}
+
 // ---- inputs, recovery, shutdown, idling, events -------------------------------------------------
 
 #[tokio::test(start_paused = true)]
