@@ -142,6 +142,7 @@ pub(crate) async fn execute<D: Domain>(
     writer: Arc<StatusWriter<D>>,
 ) -> OpResult<D> {
     let span = span_for(&op);
+    let this = span.clone();
     async move {
         let result = match op {
             Operation::Attach {
@@ -164,7 +165,7 @@ pub(crate) async fn execute<D: Domain>(
             }
         };
         let label = result.label();
-        Span::current().record("outcome", label);
+        this.record("outcome", label);
         match result.error() {
             Some(error) => warn!(%error, "operation failed"),
             None => debug!(outcome = label, "operation finished"),

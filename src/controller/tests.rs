@@ -1066,3 +1066,94 @@ async fn multi_attach_is_recorded_once_and_the_volume_moves_when_freed() {
     );
     h.finish().await;
 }
+
+/// Keeps the fields of every `operation` span, for checking what operators will see.
+#[derive(Clone, Default)]
+struct SpanLog(Arc<Mutex<Vec<std::collections::BTreeMap<&'static str, String>>>>);
+
+struct Fields<'a>(&'a mut std::collections::BTreeMap<&'static str, String>);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name(), format!("{value:?}"));
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name(), value.to_string());
+    }
+}
+
+impl tracing::Subscriber for SpanLog {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        let mut spans = self.0.lock();
+        let mut fields = std::collections::BTreeMap::new();
+        fields.insert("name", span.metadata().name().to_string());
+        span.record(&mut Fields(&mut fields));
+        spans.push(fields);
+        tracing::span::Id::from_u64(spans.len() as u64)
+    }
+    fn record(&self, span: &tracing::span::Id, values: &tracing::span::Record<'_>) {
+        let mut spans = self.0.lock();
+        values.record(&mut Fields(&mut spans[span.into_u64() as usize - 1]));
+    }
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, _: &tracing::Event<'_>) {}
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[test]
+fn every_operation_runs_in_a_span_naming_volume_node_and_outcome() {
+    let log = SpanLog::default();
+    let _guard = tracing::subscriber::set_default(log.clone());
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+        .block_on(async {
+            let epoch = Instant::now();
+            let mut backend = backend();
+            backend
+                .expect_attach()
+                .times(1)
+                .returning(|_, _, _| Err(transient()));
+            accept_attaches(&mut backend, epoch);
+            let mut store = store(&[A, B]);
+            accept_writes(&mut store, epoch);
+            let h = Harness::new(backend, store);
+            sleep(secs(2)).await;
+            h.finish().await;
+        });
+    let ops: Vec<Vec<(&str, String)>> = log
+        .0
+        .lock()
+        .iter()
+        .filter(|f| f["name"] == "operation")
+        .map(|f| {
+            ["op", "volume", "node", "outcome"]
+                .iter()
+                .map(|k| (*k, f.get(k).cloned().unwrap_or_default()))
+                .collect()
+        })
+        .collect();
+    let expected = |op: &str, volume: &str, outcome: &str| {
+        vec![
+            ("op", op.to_string()),
+            ("volume", volume.to_string()),
+            ("node", "\"node-a\"".to_string()),
+            ("outcome", outcome.to_string()),
+        ]
+    };
+    assert_eq!(
+        ops,
+        vec![
+            expected("attach", "\"vol-1\"", "transient"),
+            expected("attach", "\"vol-1\"", "ok"),
+            // A status write names how many volumes it lists.
+            expected("write_status", "1", "ok"),
+        ]
+    );
+}
