@@ -65,27 +65,20 @@ impl<D: Domain> OpResult<D> {
         }
     }
 
-    fn error(&self) -> Option<String> {
+    fn error(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             OpResult::Attach(Err(e)) | OpResult::Detach(Err(e)) | OpResult::Verify(Err(e)) => {
-                Some(e.to_string())
+                Some(e)
             }
-            OpResult::WriteStatus(Err(e)) => Some(e.to_string()),
+            OpResult::WriteStatus(Err(e)) => Some(e),
             _ => None,
         }
     }
 
     pub(crate) fn outcome(&self) -> Outcome {
-        let failed = match self {
-            OpResult::Attach(r) => r.is_err(),
-            OpResult::Detach(r) => r.is_err(),
-            OpResult::Verify(r) => r.is_err(),
-            OpResult::WriteStatus(r) => r.is_err(),
-        };
-        if failed {
-            Outcome::Failed
-        } else {
-            Outcome::Succeeded
+        match self.error() {
+            Some(_) => Outcome::Failed,
+            None => Outcome::Succeeded,
         }
     }
 
