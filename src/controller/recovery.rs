@@ -56,6 +56,8 @@ struct Pending<T> {
     state: State<T>,
     /// Wait before the next retry.
     delay: Duration,
+    /// Longest wait.
+    max: Duration,
 }
 
 impl<T> Pending<T> {
@@ -63,6 +65,7 @@ impl<T> Pending<T> {
         Pending {
             state: State::Due(now),
             delay: backoff.initial,
+            max: backoff.max,
         }
     }
 
@@ -71,14 +74,13 @@ impl<T> Pending<T> {
         result: Result<T, E>,
         source: Source,
         now: Instant,
-        max: Duration,
     ) {
         match result {
             Ok(list) => self.state = State::Loaded(list),
             Err(error) => {
                 warn!(?source, %error, retry_in = ?self.delay, "recovery list failed");
                 self.state = State::Due(now + self.delay);
-                self.delay = self.delay.saturating_mul(2).min(max);
+                self.delay = self.delay.saturating_mul(2).min(self.max);
             }
         }
     }
@@ -105,7 +107,6 @@ impl<T> Pending<T> {
 pub(crate) struct Recovery<D: Domain> {
     store: Pending<Statuses<D>>,
     backend: Pending<Vec<BackendAttachment<D>>>,
-    max_delay: Duration,
 }
 
 impl<D: Domain> Recovery<D> {
@@ -113,7 +114,6 @@ impl<D: Domain> Recovery<D> {
         Recovery {
             store: Pending::new(now, backoff),
             backend: Pending::new(now, backoff),
-            max_delay: backoff.max,
         }
     }
 
@@ -136,18 +136,17 @@ impl<D: Domain> Recovery<D> {
 
     /// When the next retry is due, if one waits.
     pub(crate) fn wake_at(&self) -> Option<Instant> {
-        match (self.store.due_at(), self.backend.due_at()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.store
+            .due_at()
+            .into_iter()
+            .chain(self.backend.due_at())
+            .min()
     }
 
     pub(crate) fn finished(&mut self, listed: Listed<D>, now: Instant) {
         match listed {
-            Listed::Store(r) => self.store.finished(r, Source::Store, now, self.max_delay),
-            Listed::Backend(r) => self
-                .backend
-                .finished(r, Source::Backend, now, self.max_delay),
+            Listed::Store(r) => self.store.finished(r, Source::Store, now),
+            Listed::Backend(r) => self.backend.finished(r, Source::Backend, now),
         }
     }
 
