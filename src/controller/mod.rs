@@ -255,8 +255,9 @@ impl<D: Domain> Driver<D> {
                 }
                 command = rx.recv() => match command {
                     Some(Command::Input(input, reply)) => {
+                        let result = self.apply(input);
                         // The caller may have given up waiting; the input stands anyway.
-                        let _ = reply.send(input.apply_to(&mut self.core));
+                        let _ = reply.send(result);
                     }
                     Some(Command::Shutdown(grace, reply)) => {
                         return self.shutdown(grace, rx, vec![reply]).await;
@@ -266,6 +267,19 @@ impl<D: Domain> Driver<D> {
                 () = sleep_until_some(wake) => {}
             }
         }
+    }
+
+    fn apply(&mut self, input: Input<D>) -> Result<(), ReconcilerError<D>> {
+        let removed = match &input {
+            Input::NodeRemoved { node } => Some(node.clone()),
+            _ => None,
+        };
+        input.apply_to(&mut self.core)?;
+        if let Some(node) = removed {
+            // A node object of the same name later is a new object: its status is read afresh.
+            self.writer.forget(&node);
+        }
+        Ok(())
     }
 
     /// Starts what is due at `now`: recovery list calls, or else a reconcile pass.

@@ -1066,3 +1066,38 @@ async fn multi_attach_is_recorded_once_and_the_volume_moves_when_freed() {
     );
     h.finish().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_removed_node_is_read_afresh_when_it_comes_back() {
+    let epoch = Instant::now();
+    let mut store = store(&[A, B]);
+    store.expect_read().times(1).returning(|_| {
+        Ok(NodeStatus {
+            attached: vec![],
+            revision: Revision(50),
+        })
+    });
+    let writes = accept_writes(&mut store, epoch);
+    let mut backend = backend();
+    accept_attaches(&mut backend, epoch);
+    let h = Harness::start(
+        Config::default(),
+        backend,
+        store,
+        World::new()
+            .volume(V1, VolumeSpec::single_node(1))
+            .node(A, facts(&[]))
+            .node(B, facts(&[])),
+    );
+    sleep(secs(1)).await;
+    h.handle.node_removed(B).await.unwrap();
+    h.handle.node_updated(B, facts(&[])).await.unwrap();
+    h.handle
+        .workload_scheduled("w1", B, vec![V1])
+        .await
+        .unwrap();
+    sleep(secs(1)).await;
+    // Not against revision 1, which belonged to the node object that was removed.
+    assert_eq!(writes.items(), vec![(B, vec![V1], Revision(50))]);
+    h.finish().await;
+}
