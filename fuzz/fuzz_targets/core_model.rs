@@ -3,7 +3,7 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use attach_detach::Config;
+use attach_detach::{Config, UpstreamBugs};
 use attach_detach::sim::model::{PlanStep, StateOp, check_planner, check_state_ops};
 use libfuzzer_sys::fuzz_target;
 
@@ -13,10 +13,23 @@ enum Input {
     Plan(Vec<PlanStep>),
 }
 
+/// PLANT_BUG=c2|c5 switches an upstream bug back in, to measure how fast it is found.
+fn config() -> Config {
+    let bug = std::env::var("PLANT_BUG").unwrap_or_default();
+    Config {
+        upstream_bugs: UpstreamBugs {
+            c2_ignore_uncertain_holder: bug == "c2",
+            c5_detach_before_status_ack: bug == "c5",
+            ..UpstreamBugs::default()
+        },
+        ..Config::default()
+    }
+}
+
 fuzz_target!(|input: Input| {
     let result = match &input {
         Input::State(ops) => check_state_ops(ops),
-        Input::Plan(steps) => check_planner(steps, Config::default()),
+        Input::Plan(steps) => check_planner(steps, config()),
     };
     if let Err(violation) = result {
         panic!("{violation}");
