@@ -28,6 +28,7 @@ struct Input {
     cache_lag_100ms: u8,
     attach_latency_100ms: u8,
     status_latency_10ms: u8,
+    seed: u8,
     events: Vec<(u8, Event)>,
 }
 
@@ -94,6 +95,7 @@ fn build(input: &Input) -> Scenario {
     settings.cache_lag = Duration::from_millis(100 * u64::from(input.cache_lag_100ms % 20));
     settings.attach_latency = Duration::from_millis(100 * u64::from(input.attach_latency_100ms % 30));
     settings.status_latency = Duration::from_millis(10 * u64::from(input.status_latency_10ms % 50));
+    settings.seed = u64::from(input.seed);
     if let Some(bug) = planted() {
         settings.upstream_bugs.insert(bug);
         settings.status_cache_lag = Duration::from_secs(5);

@@ -40,7 +40,11 @@ impl SimBackend {
     }
 
     async fn call(&self, op: CallOp, volume: &str, node: &str) -> Result<(), BackendError<String>> {
-        let fault = {
+        let base = match op {
+            CallOp::Attach => self.attach_latency,
+            CallOp::Detach => self.detach_latency,
+        };
+        let (fault, latency) = {
             let mut w = self.lock();
             w.count_call(op, volume, node);
             let fault = w.take_fault(op, volume, node);
@@ -52,11 +56,7 @@ impl SimBackend {
                     None => "",
                 }
             ));
-            fault
-        };
-        let latency = match op {
-            CallOp::Attach => self.attach_latency,
-            CallOp::Detach => self.detach_latency,
+            (fault, w.jitter(base))
         };
         let (tx, rx) = oneshot::channel();
         let this = self.clone();

@@ -149,6 +149,8 @@ impl Sim {
         let epoch = Instant::now();
         let mut world = World {
             force_detach_on_timeout: scenario.settings.force_detach_on_timeout,
+            // Any fixed non-zero state works for xorshift; a seed of 0 means no jitter.
+            rng: scenario.settings.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15),
             ..World::default()
         };
         let store = MemoryStore::new();

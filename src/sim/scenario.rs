@@ -17,7 +17,8 @@
 //! set <key> <value>        keys and defaults: reconcile-period 100ms, sync-period 60s,
 //!                          max-wait-for-unmount 6m, force-detach-on-timeout off (on|off),
 //!                          cache-lag 0ms, status-cache-lag 0ms, attach-latency 200ms,
-//!                          detach-latency 200ms, status-latency 10ms, seed 0 (u64)
+//!                          detach-latency 200ms, status-latency 10ms, seed 0 (u64;
+//!                          non-zero: backend latencies vary by ±50%, reproducibly)
 //! set upstream-bug <c1..c6> on|off
 //!                          re-enable the reproduction of an upstream bug
 //! node <name>
@@ -135,7 +136,9 @@ pub struct Settings {
     pub detach_latency: Duration,
     /// How long a node status write takes to land in the store.
     pub status_latency: Duration,
-    /// Seeds every random choice the simulator makes, so a run replays exactly.
+    /// Seeds every random choice the simulator makes, so a run replays exactly: 0 (the default)
+    /// makes none, so hand-written timelines are exact; any other value varies each backend
+    /// call's latency between half and one and a half of its setting.
     pub seed: u64,
     /// Upstream bugs whose reproduction is switched on, to show the scenario catches them.
     pub upstream_bugs: BTreeSet<UpstreamBug>,

@@ -83,6 +83,8 @@ pub(crate) struct World {
     pub(crate) force_detach_on_timeout: bool,
     /// Stores' lists per node, refreshed by the runner before agents read them.
     pub(crate) listed: BTreeMap<String, BTreeSet<String>>,
+    /// The scenario's seed as a xorshift state; 0 means no jitter at all.
+    pub(crate) rng: u64,
 }
 
 pub(crate) fn fmt_time(d: Duration) -> String {
@@ -95,6 +97,21 @@ impl World {
         let mut s = String::new();
         let _ = write!(s, "{:>10}  {}", fmt_time(self.now), line.as_ref());
         self.trace.push(s);
+    }
+
+    /// `base` varied to between half and one and a half of it, from the seed; `base` itself
+    /// when the seed is 0, so hand-written timelines stay exact.
+    pub(crate) fn jitter(&mut self, base: Duration) -> Duration {
+        if self.rng == 0 {
+            return base;
+        }
+        // xorshift64*: small, good enough, and the same on every machine.
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        let r = self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11;
+        let permille = 500 + r % 1001;
+        base * u32::try_from(permille).unwrap_or(1000) / 1000
     }
 
     pub(crate) fn changed(&mut self) {
