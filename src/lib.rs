@@ -113,6 +113,11 @@ mod volume;
 #[cfg(feature = "sim")]
 pub mod sim;
 
+/// The README's examples, compiled as doctests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 pub use actual::{ActualState, AttachState, Attachment, NodeFacts};
 pub use backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 pub use config::{BackoffConfig, Config, UpstreamBugs};
