@@ -401,6 +401,19 @@ impl<D: Domain> ActualState<D> {
     pub fn node_present(&self, node: &D::Node) -> bool {
         self.nodes.get(node).is_some_and(|n| n.present)
     }
+
+    /// What is known of `node` for a detach of `volume`: whether it is healthy, whether it is
+    /// fenced, and whether it reports `volume` in use (`None` until it has reported). For the
+    /// benchmarks' replay of upstream's full scan.
+    #[doc(hidden)]
+    pub fn detach_facts(
+        &self,
+        volume: &D::Volume,
+        node: &D::Node,
+    ) -> Option<(bool, bool, Option<bool>)> {
+        let n = self.nodes.get(node)?;
+        Some((n.healthy, n.fenced, n.reports_in_use(volume)))
+    }
 }
 
 #[cfg(test)]

@@ -136,6 +136,22 @@ impl<D: Domain> Reconciler<D> {
         self.in_flight.len()
     }
 
+    /// Whether an operation of `kind` on (`volume`, `node`) would be held back at `now`: another
+    /// operation on the same key is running, or `kind` is in backoff there. Upstream's
+    /// `IsOperationPending` check, exposed so the benchmarks can replay upstream's full scan on
+    /// this crate's structures; the reconciler itself never scans.
+    #[doc(hidden)]
+    pub fn operation_blocked(
+        &self,
+        volume: &D::Volume,
+        node: &D::Node,
+        kind: OpKind,
+        now: Duration,
+    ) -> bool {
+        let key = gate_key::<D>(self.access(volume), volume, node);
+        self.gate.may_start(&key, kind, now).is_err()
+    }
+
     // ---- inputs -------------------------------------------------------------------------------
 
     /// Registers or updates a volume's access mode and payload.
