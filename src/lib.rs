@@ -1,4 +1,98 @@
-//! attach-detach: the volume attach/detach state machine of an orchestrator.
+//! attach-detach: the volume attach/detach state machine of an orchestrator, with the known
+//! Kubernetes bugs corrected, for any Rust controller to embed.
+//!
+//! Block volumes move between nodes as workloads do. They must be detached from the old node
+//! before they are attached to the new one, never written by two nodes at once, and never left
+//! out of the list a node waits for before mounting. This crate holds that logic as a pure,
+//! synchronous, deterministic core ([`Reconciler`]) that turns changes into planned
+//! [`Operation`]s, plus a thin tokio driver that runs them through two traits,
+//! [`AttachBackend`] (cloud, CSI, SAN) and [`NodeStatusStore`] (API server, etcd, ...).
+//!
+//! # Driving the core by hand
+//!
+//! The core never sleeps, spawns or reads a clock: time is an argument. You feed it what the
+//! orchestrator knows, ask it what to do, do it, and tell it how that went, much like raft-rs's
+//! `RawNode`.
+//!
+//! ```
+//! use std::time::Duration;
+//! use attach_detach::{
+//!     AttachInfo, Config, Ids, NodeFacts, Operation, Reconciler, VolumeSpec,
+//! };
+//!
+//! // Kubernetes-style names; the payload would be a CSI handle, here nothing.
+//! type K8s = Ids<String, String, String, ()>;
+//! let mut core: Reconciler<K8s> = Reconciler::new(Config::default());
+//! let s = |x: &str| x.to_string();
+//!
+//! // 1. What the orchestrator knows: a node (its agent has nothing in use yet), a single-node
+//! //    volume, and a pod that needs it there.
+//! core.node_updated(s("node-a"), NodeFacts { in_use: Some(vec![]), ..NodeFacts::default() });
+//! core.set_volume(s("pvc-1"), VolumeSpec::single_node(()));
+//! core.add_workload(s("pod-1"), s("node-a"), &[s("pvc-1")]).unwrap();
+//!
+//! // 2. Ask for work when it is due. The first pass plans the attach (and writes the new
+//! //    node's empty status).
+//! let mut now = core.next_deadline().unwrap();
+//! let ops = core.poll(now);
+//! let attach = ops.iter().find(|op| matches!(op, Operation::Attach { .. })).unwrap();
+//!
+//! // 3. Run it (here: pretend the cloud said yes) and hand the result back. The status
+//! //    write is acknowledged too.
+//! core.attach_finished(now, attach.id(), Ok(AttachInfo { device: Some(s("/dev/sdb")) })).unwrap();
+//! for op in &ops {
+//!     if let Operation::WriteStatus { id, .. } = op {
+//!         core.status_finished(now, *id, Ok(())).unwrap();
+//!     }
+//! }
+//!
+//! // 4. The next pass makes the node report the volume, so its agent can mount it.
+//! now = core.next_deadline().unwrap();
+//! let ops = core.poll(now);
+//! let Operation::WriteStatus { id, node, attached } = &ops[0] else { panic!() };
+//! assert_eq!((node.as_str(), attached[0].volume.as_str()), ("node-a", "pvc-1"));
+//! core.status_finished(now, *id, Ok(())).unwrap();
+//!
+//! // 5. The pod goes. The volume leaves the node's report first; only when the store has
+//! //    acknowledged that is the detach planned (so the agent never mounts a leaving volume).
+//! core.remove_workload(&s("pod-1")).unwrap();
+//! now = core.next_deadline().unwrap();
+//! let ops = core.poll(now);
+//! assert!(matches!(&ops[..], [Operation::WriteStatus { attached, .. }] if attached.is_empty()));
+//! core.status_finished(now, ops[0].id(), Ok(())).unwrap();
+//! now = core.next_deadline().unwrap();
+//! let ops = core.poll(now);
+//! assert!(matches!(&ops[..], [Operation::Detach { force: None, .. }]));
+//! core.detach_finished(now, ops[0].id(), Ok(())).unwrap();
+//! assert!(core.actual().is_empty());
+//!
+//! // 6. Nothing left to do: no deadline, a driver sleeps until the next input.
+//! assert_eq!(core.poll(now + Duration::from_secs(1)), vec![]);
+//! ```
+//!
+//! Errors from the backend say whether the call certainly did nothing, may have taken effect
+//! (the attachment becomes [`AttachState::Uncertain`]), or found the volume attached elsewhere.
+//! Failed operations back off per kind (500 ms doubling to 2 min 2 s). Human-readable
+//! [`Event`]s (Multi-Attach, attach and detach results) come from [`Reconciler::take_events`].
+//!
+//! # What is corrected
+//!
+//! Each correction has a switch in [`UpstreamBugs`] that puts upstream's behaviour back, so its
+//! regression test can be seen to fail against the bug:
+//!
+//! - **C1** (upstream 49053, 72181, 88565; fixed by 104526): a failed detach keeps the volume in
+//!   the node's report, and a volume the node needs again is reported again at once; backoff
+//!   never causes status churn.
+//! - **C2**: an Uncertain attachment holds a single-node volume against other nodes; the
+//!   Multi-Attach event fires once per episode under its own reason (96142).
+//! - **C3** (seed 004): the unmount wait is skipped only for a fenced (`out-of-service`) node;
+//!   force detach on timeout is opt-in and never applies to a healthy node (110721).
+//! - **C4** (141385): a node not yet heard from counts as mounting everything, and its first
+//!   in-use report is acted on at once.
+//! - **C5**: a detach starts only after the store acknowledged the volume's removal from the
+//!   node's report.
+//! - **C6** (122413, open upstream): status writes are compared with what the store is known to
+//!   hold (our acknowledged write or a fresh read), never with a cache of unknown age.
 #![deny(missing_docs)]
 
 mod actual;
@@ -14,6 +108,9 @@ mod reconciler;
 mod status;
 mod store;
 mod volume;
+
+#[cfg(feature = "sim")]
+pub mod sim;
 
 pub use actual::{ActualState, AttachState, Attachment, NodeFacts};
 pub use backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};

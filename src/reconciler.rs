@@ -424,21 +424,9 @@ impl<D: Domain> Reconciler<D> {
                 warn!(node = ?node, %error, "writing node status failed");
                 let retry = self.gate.failed(key, OpKind::WriteStatus, now);
                 self.node_timers.push(Reverse((retry, node.clone())));
+                // The write may or may not have landed: the stored list is unknown, so no
+                // detach waiting for it goes ahead until a later write is acknowledged (C5).
                 self.status.write_failed(&node);
-                // C5: a detach waiting for this write waits on, and the node reports the volume
-                // again meanwhile (27836, 111205).
-                let withheld: Vec<D::Volume> = self
-                    .actual
-                    .volumes_on(&node)
-                    .filter(|v| self.actual.get(v, &node).is_some_and(|a| a.withheld))
-                    .cloned()
-                    .collect();
-                for volume in withheld {
-                    let key = gate_key::<D>(self.access(&volume), &volume, &node);
-                    if !self.gate.is_running(&key) {
-                        self.actual.set_withheld(&volume, &node, false);
-                    }
-                }
             }
         }
         // Detaches waiting for the acknowledgement may go now; the node may need another write.
@@ -797,3 +785,7 @@ impl<D: Domain> Reconciler<D> {
         std::mem::take(&mut self.events)
     }
 }
+
+#[cfg(test)]
+#[path = "reconciler_tests.rs"]
+mod tests;

@@ -1,0 +1,866 @@
+//! Reconciler cases: upstream's reconciler_test.go cases, then one test per correction. Each
+//! correction's scenario runs twice, once with the upstream bug switched back in, to show that
+//! the test bites.
+
+use std::time::Duration;
+
+use super::*;
+use crate::config::UpstreamBugs;
+use crate::domain::Ids;
+
+type T = Ids<&'static str, &'static str, &'static str>;
+
+const TICK: Duration = Duration::from_millis(100);
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// A reconciler on virtual time, with helpers to finish operations.
+struct H {
+    r: Reconciler<T>,
+    now: Duration,
+    /// Every operation planned so far, rendered.
+    log: Vec<String>,
+}
+
+fn render(op: &Operation<T>) -> String {
+    match op {
+        Operation::Attach { volume, node, .. } => format!("attach {volume} {node}"),
+        Operation::Detach {
+            volume,
+            node,
+            force: None,
+            ..
+        } => format!("detach {volume} {node}"),
+        Operation::Detach {
+            volume,
+            node,
+            force: Some(reason),
+            ..
+        } => format!("detach {volume} {node} forced:{}", reason.as_str()),
+        Operation::Verify { node, volumes, .. } => {
+            let names: Vec<_> = volumes.iter().map(|(v, _)| *v).collect();
+            format!("verify {node} [{}]", names.join(","))
+        }
+        Operation::WriteStatus { node, attached, .. } => {
+            let names: Vec<_> = attached.iter().map(|r| r.volume).collect();
+            format!("write {node} [{}]", names.join(","))
+        }
+    }
+}
+
+fn transient() -> BackendError<&'static str> {
+    BackendError::Transient {
+        message: "injected".into(),
+    }
+}
+
+fn uncertain() -> BackendError<&'static str> {
+    BackendError::Uncertain {
+        message: "timed out".into(),
+    }
+}
+
+impl H {
+    fn new(config: Config) -> Self {
+        H {
+            r: Reconciler::new(config),
+            now: Duration::ZERO,
+            log: Vec::new(),
+        }
+    }
+
+    fn with_bugs(bugs: UpstreamBugs) -> Self {
+        H::new(Config {
+            upstream_bugs: bugs,
+            ..Config::default()
+        })
+    }
+
+    fn node(&mut self, node: &'static str, in_use: &[&'static str]) {
+        self.facts(node, true, false, Some(in_use));
+    }
+
+    fn facts(
+        &mut self,
+        node: &'static str,
+        healthy: bool,
+        fenced: bool,
+        in_use: Option<&[&'static str]>,
+    ) {
+        self.r.node_updated(
+            node,
+            NodeFacts {
+                healthy,
+                fenced,
+                in_use: in_use.map(<[_]>::to_vec),
+            },
+        );
+    }
+
+    fn rwo(&mut self, volume: &'static str) {
+        self.r.set_volume(volume, VolumeSpec::single_node(()));
+    }
+
+    fn rwx(&mut self, volume: &'static str) {
+        self.r.set_volume(volume, VolumeSpec::multi_node(()));
+    }
+
+    fn pod(&mut self, pod: &'static str, node: &'static str, volumes: &[&'static str]) {
+        self.r.add_workload(pod, node, volumes).unwrap();
+    }
+
+    fn unpod(&mut self, pod: &'static str) {
+        self.r.remove_workload(&pod).unwrap();
+    }
+
+    /// One reconcile period later, a pass.
+    fn tick(&mut self) -> Vec<Operation<T>> {
+        self.now += TICK;
+        let ops = self.r.poll(self.now);
+        self.log.extend(ops.iter().map(render));
+        ops
+    }
+
+    fn tick_names(&mut self) -> Vec<String> {
+        self.tick().iter().map(render).collect()
+    }
+
+    /// Advances `d` tick by tick, finishing every operation with success. Returns what was
+    /// planned, less the periodic verifies (they confirm every attachment here).
+    fn run_ok(&mut self, d: Duration) -> Vec<String> {
+        let end = self.now + d;
+        let mut seen = Vec::new();
+        while self.now < end {
+            for op in self.tick() {
+                if op.kind() != OpKind::Verify {
+                    seen.push(render(&op));
+                }
+                self.ok(op);
+            }
+        }
+        seen
+    }
+
+    /// A pass whose operations all succeed except the first of `kind`, which is returned.
+    fn tick_taking(&mut self, kind: OpKind) -> Operation<T> {
+        let mut taken = None;
+        for op in self.tick() {
+            if taken.is_none() && op.kind() == kind {
+                taken = Some(op);
+            } else {
+                self.ok(op);
+            }
+        }
+        taken.unwrap_or_else(|| panic!("no {kind:?} planned"))
+    }
+
+    fn ok(&mut self, op: Operation<T>) {
+        let now = self.now;
+        match op {
+            Operation::Attach { id, volume, .. } => self
+                .r
+                .attach_finished(
+                    now,
+                    id,
+                    Ok(AttachInfo {
+                        device: Some(format!("/dev/{volume}")),
+                    }),
+                )
+                .unwrap(),
+            Operation::Detach { id, .. } => self.r.detach_finished(now, id, Ok(())).unwrap(),
+            Operation::Verify { id, volumes, .. } => self
+                .r
+                .verify_finished(now, id, Ok(volumes.into_iter().map(|(v, _)| v).collect()))
+                .unwrap(),
+            Operation::WriteStatus { id, .. } => self.r.status_finished(now, id, Ok(())).unwrap(),
+        }
+    }
+
+    fn fail(&mut self, op: Operation<T>, error: BackendError<&'static str>) {
+        let now = self.now;
+        match op {
+            Operation::Attach { id, .. } => self.r.attach_finished(now, id, Err(error)).unwrap(),
+            Operation::Detach { id, .. } => self.r.detach_finished(now, id, Err(error)).unwrap(),
+            Operation::Verify { id, .. } => self.r.verify_finished(now, id, Err(error)).unwrap(),
+            Operation::WriteStatus { .. } => panic!("use fail_status"),
+        }
+    }
+
+    fn fail_status(&mut self, op: Operation<T>, error: StoreError) {
+        let Operation::WriteStatus { id, .. } = op else {
+            panic!("not a status write: {}", render(&op));
+        };
+        self.r.status_finished(self.now, id, Err(error)).unwrap();
+    }
+
+    fn stored(&self, node: &'static str) -> Option<Vec<&'static str>> {
+        self.r
+            .status()
+            .stored(&node)
+            .map(|l| l.iter().map(|r| r.volume).collect())
+    }
+
+    fn count(&self, prefix: &str) -> usize {
+        self.log.iter().filter(|l| l.starts_with(prefix)).count()
+    }
+
+    /// n1 runs p1 with v1 attached, reported and acknowledged.
+    fn attached_rwo(bugs: UpstreamBugs) -> Self {
+        let mut h = H::with_bugs(bugs);
+        h.node("n1", &[]);
+        h.node("n2", &[]);
+        h.rwo("v1");
+        h.pod("p1", "n1", &["v1"]);
+        h.run_ok(secs(1));
+        assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Attached);
+        assert_eq!(h.stored("n1"), Some(vec!["v1"]));
+        h
+    }
+}
+
+// ---- upstream reconciler_test.go cases ----------------------------------------------------------
+
+#[test]
+fn nothing_desired_plans_nothing_and_sleeps() {
+    let mut h = H::new(Config::default());
+    assert_eq!(h.r.next_deadline(), None);
+    assert!(h.tick().is_empty());
+    h.node("n1", &[]);
+    // The new node's (empty) status is written once, then nothing is left to do.
+    assert_eq!(h.run_ok(secs(1)), vec!["write n1 []"]);
+    assert_eq!(
+        h.r.next_deadline(),
+        None,
+        "no attachment: not even a sync is due"
+    );
+}
+
+#[test]
+fn one_desired_volume_attaches_then_is_reported() {
+    let mut h = H::new(Config::default());
+    h.node("n1", &[]);
+    h.rwo("v1");
+    h.pod("p1", "n1", &["v1"]);
+    let ops = h.tick();
+    assert_eq!(
+        ops.iter().map(render).collect::<Vec<_>>(),
+        vec!["attach v1 n1", "write n1 []"]
+    );
+    for op in ops {
+        h.ok(op);
+    }
+    assert_eq!(h.tick_names(), vec!["write n1 [v1]"]);
+    assert_eq!(
+        h.r.actual().report(&"n1")[0].device.as_deref(),
+        Some("/dev/v1")
+    );
+    assert!(h.run_ok(secs(5)).is_empty(), "settled: no further work");
+    let deadline = h.r.next_deadline().unwrap();
+    assert!(
+        deadline >= secs(60),
+        "only the sync timer remains, got {deadline:?}"
+    );
+}
+
+#[test]
+fn attach_then_detach_when_unmounted() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.unpod("p1");
+    assert_eq!(
+        h.run_ok(secs(1)),
+        vec!["write n1 []", "detach v1 n1"],
+        "the removal is written before the detach"
+    );
+    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
+    assert!(h.r.actual().is_empty());
+}
+
+#[test]
+fn mounted_volume_waits_for_unmount_then_detaches() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.node("n1", &["v1"]);
+    h.unpod("p1");
+    assert!(
+        h.run_ok(secs(30)).is_empty(),
+        "mounted on a healthy node: wait"
+    );
+    h.node("n1", &[]);
+    assert_eq!(h.run_ok(secs(1)), vec!["write n1 []", "detach v1 n1"]);
+}
+
+#[test]
+fn detach_mounted_on_unhealthy_node_after_timeout_when_configured() {
+    let mut h = H::new(Config {
+        force_detach_on_timeout: true,
+        ..Config::default()
+    });
+    h.node("n1", &[]);
+    h.rwo("v1");
+    h.pod("p1", "n1", &["v1"]);
+    h.run_ok(secs(1));
+    h.facts("n1", false, false, Some(&["v1"]));
+    h.unpod("p1");
+    let early = h.run_ok(secs(359));
+    assert!(early.is_empty(), "within max-wait-for-unmount: {early:?}");
+    assert_eq!(
+        h.run_ok(secs(2)),
+        vec!["write n1 []", "detach v1 n1 forced:timeout"]
+    );
+}
+
+#[test]
+fn status_write_failure_holds_the_detach() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.unpod("p1");
+    let ops = h.tick();
+    assert_eq!(
+        ops.iter().map(render).collect::<Vec<_>>(),
+        vec!["write n1 []"]
+    );
+    h.fail_status(
+        ops.into_iter().next().unwrap(),
+        StoreError::Transient {
+            message: "apiserver down".into(),
+        },
+    );
+    assert_eq!(
+        h.stored("n1"),
+        None,
+        "a failed write leaves the store unknown"
+    );
+    // Backoff: nothing for 500 ms, and certainly no detach.
+    for _ in 0..4 {
+        assert!(h.tick().is_empty());
+    }
+    assert_eq!(h.run_ok(secs(1)), vec!["write n1 []", "detach v1 n1"]);
+}
+
+#[test]
+fn rwx_attaches_to_two_nodes_at_once() {
+    let mut h = H::new(Config::default());
+    h.node("n1", &[]);
+    h.node("n2", &[]);
+    h.rwx("v2");
+    h.pod("p1", "n1", &["v2"]);
+    h.pod("p2", "n2", &["v2"]);
+    let names = h.tick_names();
+    assert_eq!(&names[..2], &["attach v2 n1", "attach v2 n2"]);
+}
+
+#[test]
+fn rwo_on_two_nodes_reports_multi_attach_once_then_moves() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.r.take_events();
+    h.pod("p2", "n2", &["v1"]);
+    assert!(h.run_ok(secs(10)).is_empty());
+    let events = h.r.take_events();
+    assert_eq!(events.len(), 1, "once per episode: {events:?}");
+    let Event::MultiAttach {
+        volume,
+        node,
+        workloads,
+        holders,
+    } = &events[0]
+    else {
+        panic!("expected Multi-Attach, got {events:?}");
+    };
+    assert_eq!(
+        (*volume, *node, workloads.as_slice()),
+        ("v1", "n2", &["p2"][..])
+    );
+    assert_eq!(holders[0].node, "n1");
+    assert_eq!(holders[0].workloads, vec!["p1"]);
+    assert_eq!(events[0].reason(), "MultiAttachVolume");
+    assert_eq!(
+        events[0].to_string(),
+        r#"Multi-Attach error for volume "v1": Volume is already used by workload(s) ["p1"] on node(s) ["n1"]"#
+    );
+    h.unpod("p1");
+    assert_eq!(
+        h.run_ok(secs(1)),
+        vec![
+            "write n1 []",
+            "detach v1 n1",
+            "attach v1 n2",
+            "write n2 [v1]"
+        ]
+    );
+}
+
+#[test]
+fn multi_attach_text_without_workloads_after_force_delete() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    // The node dies; its pod is force-deleted; the replacement lands on n2.
+    h.facts("n1", false, false, None);
+    h.unpod("p1");
+    h.pod("p1b", "n2", &["v1"]);
+    h.run_ok(secs(1));
+    let events = h.r.take_events();
+    let multi: Vec<_> = events
+        .iter()
+        .filter(|e| e.reason() == "MultiAttachVolume")
+        .collect();
+    assert_eq!(multi.len(), 1);
+    assert!(
+        multi[0]
+            .to_string()
+            .contains("already exclusively attached to one node ([\"n1\"])"),
+        "{}",
+        multi[0]
+    );
+}
+
+#[test]
+fn detach_on_out_of_service_node_skips_the_unmount_wait() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.facts("n1", false, false, Some(&["v1"]));
+    h.unpod("p1");
+    h.pod("p1b", "n2", &["v1"]);
+    let unfenced = h.run_ok(secs(3600));
+    assert!(
+        unfenced.is_empty(),
+        "no taint: never detached: {unfenced:?}"
+    );
+    h.facts("n1", false, true, Some(&["v1"]));
+    assert_eq!(
+        h.run_ok(secs(1)),
+        vec![
+            "write n1 []",
+            "detach v1 n1 forced:out-of-service",
+            "attach v1 n2",
+            "write n2 [v1]"
+        ]
+    );
+}
+
+#[test]
+fn healthy_node_is_never_force_detached() {
+    let mut h = H::new(Config {
+        force_detach_on_timeout: true,
+        ..Config::default()
+    });
+    h.node("n1", &["v1"]);
+    h.rwo("v1");
+    h.pod("p1", "n1", &["v1"]);
+    h.run_ok(secs(1));
+    h.unpod("p1");
+    let healthy = h.run_ok(secs(3600));
+    assert!(healthy.is_empty(), "upstream 110721: {healthy:?}");
+}
+
+#[test]
+fn detach_failure_then_pod_back_on_same_node_is_reported_without_more_detaches() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.unpod("p1");
+    assert_eq!(h.run_ok(TICK), vec!["write n1 []"]);
+    let ops = h.tick();
+    assert_eq!(
+        ops.iter().map(render).collect::<Vec<_>>(),
+        vec!["detach v1 n1"]
+    );
+    h.fail(ops.into_iter().next().unwrap(), transient());
+    h.pod("p1", "n1", &["v1"]);
+    assert_eq!(h.run_ok(secs(10)), vec!["write n1 [v1]"]);
+    assert_eq!(h.stored("n1"), Some(vec!["v1"]));
+    assert_eq!(h.count("detach"), 1);
+}
+
+#[test]
+fn attach_timeout_is_uncertain_and_retried_after_backoff() {
+    let mut h = H::new(Config::default());
+    h.node("n1", &[]);
+    h.rwo("v1");
+    h.pod("p1", "n1", &["v1"]);
+    let attach = h.tick_taking(OpKind::Attach);
+    h.fail(attach, uncertain());
+    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Uncertain);
+    assert!(
+        h.r.actual().report(&"n1").is_empty(),
+        "uncertain is not reported"
+    );
+    assert!(
+        h.run_ok(Duration::from_millis(300))
+            .iter()
+            .all(|o| !o.starts_with("attach"))
+    );
+    assert!(h.run_ok(secs(1)).contains(&"attach v1 n1".to_string()));
+    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Attached);
+}
+
+#[test]
+fn attach_backoff_does_not_delay_a_detach() {
+    let mut h = H::new(Config::default());
+    h.node("n1", &[]);
+    h.rwx("v1");
+    h.pod("p1", "n1", &["v1"]);
+    let attach = h.tick_taking(OpKind::Attach);
+    h.fail(attach, uncertain());
+    h.unpod("p1");
+    // The uncertain attachment is detached at once, although attach is in backoff (75209).
+    assert!(h.run_ok(TICK * 2).contains(&"detach v1 n1".to_string()));
+}
+
+#[test]
+fn dangling_attach_error_marks_the_named_node_uncertain() {
+    let mut h = H::new(Config::default());
+    h.node("n1", &[]);
+    h.node("n2", &[]);
+    h.rwo("v1");
+    h.pod("p1", "n2", &["v1"]);
+    let attach = h.tick_taking(OpKind::Attach);
+    h.fail(
+        attach,
+        BackendError::AttachedElsewhere {
+            node: "n1",
+            message: "dangling".into(),
+        },
+    );
+    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Uncertain);
+    // n1 does not need it and reports nothing in use: detach it there, then attach to n2.
+    let seen = h.run_ok(secs(2));
+    assert_eq!(seen, vec!["detach v1 n1", "attach v1 n2", "write n2 [v1]"]);
+}
+
+#[test]
+fn sync_verifies_and_reattaches_what_the_backend_lost() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.run_ok(secs(58));
+    let mut verify = None;
+    while verify.is_none() {
+        verify = h.tick().into_iter().find(|o| o.kind() == OpKind::Verify);
+    }
+    let Some(Operation::Verify { id, volumes, .. }) = verify else {
+        unreachable!()
+    };
+    assert_eq!(volumes, vec![("v1", ())]);
+    h.r.verify_finished(h.now, id, Ok(vec![])).unwrap();
+    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
+    assert_eq!(
+        h.run_ok(secs(1)),
+        vec!["attach v1 n1", "write n1 []", "write n1 [v1]"]
+    );
+}
+
+#[test]
+fn a_burst_on_one_node_is_one_write() {
+    let mut h = H::new(Config::default());
+    h.node("n1", &[]);
+    let volumes = ["a", "b", "c", "d", "e", "f", "g", "h"];
+    for (i, v) in volumes.iter().enumerate() {
+        h.rwo(v);
+        h.pod(
+            ["p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"][i],
+            "n1",
+            &[v],
+        );
+    }
+    let ops = h.tick();
+    let writes_first = ops
+        .iter()
+        .filter(|o| o.kind() == OpKind::WriteStatus)
+        .count();
+    assert_eq!(writes_first, 1);
+    for op in ops {
+        h.ok(op);
+    }
+    assert_eq!(h.tick_names(), vec!["write n1 [a,b,c,d,e,f,g,h]"]);
+}
+
+#[test]
+fn api_misuse_is_a_typed_error_and_changes_nothing() {
+    let mut h = H::new(Config::default());
+    assert_eq!(
+        h.r.add_workload("p", "nowhere", &[]),
+        Err(ReconcilerError::Desired(DesiredError::UnknownNode {
+            node: "nowhere"
+        }))
+    );
+    h.node("n1", &[]);
+    assert!(matches!(
+        h.r.add_workload("p", "n1", &["unknown"]),
+        Err(ReconcilerError::Desired(DesiredError::UnknownVolume { .. }))
+    ));
+    assert_eq!(
+        h.r.attach_finished(h.now, OpId(99), Ok(AttachInfo::default())),
+        Err(ReconcilerError::UnknownOperation { id: OpId(99) })
+    );
+    h.rwo("v1");
+    h.pod("p", "n1", &["v1"]);
+    let attach = h
+        .tick()
+        .into_iter()
+        .find(|o| o.kind() == OpKind::Attach)
+        .unwrap();
+    let id = attach.id();
+    assert_eq!(
+        h.r.detach_finished(h.now, id, Ok(())),
+        Err(ReconcilerError::WrongResult {
+            id,
+            actual: OpKind::Attach,
+            given: OpKind::Detach
+        })
+    );
+    // The attach is still running and can finish normally.
+    h.ok(attach);
+    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Attached);
+    assert!(matches!(
+        h.r.node_removed(&"n1"),
+        Err(ReconcilerError::Desired(
+            DesiredError::NodeHasVolumes { .. }
+        ))
+    ));
+}
+
+#[test]
+fn recovery_trusts_the_store_and_marks_unknown_attachments_uncertain() {
+    let mut h = H::new(Config::default());
+    h.rwo("v1");
+    h.rwo("v2");
+    h.r.recover_status(
+        "n1",
+        vec![ReportedVolume {
+            volume: "v1",
+            device: Some("/dev/v1".into()),
+        }],
+    );
+    h.r.recover_attachment("v1", "n1", VolumeSpec::single_node(()));
+    h.r.recover_attachment("v2", "n1", VolumeSpec::single_node(()));
+    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Attached);
+    assert_eq!(h.r.actual().state(&"v2", &"n1"), AttachState::Uncertain);
+    h.node("n1", &[]);
+    h.pod("p1", "n1", &["v1", "v2"]);
+    // v1 is already reported; v2 is confirmed by an attach, then reported.
+    assert_eq!(h.run_ok(secs(1)), vec!["attach v2 n1", "write n1 [v1,v2]"]);
+}
+
+#[test]
+fn removed_node_is_rewritten_when_it_comes_back() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.node("n1", &["v1"]);
+    h.unpod("p1");
+    // The node object is deleted and recreated under the same name, with an empty status
+    // (upstream 50721): what it must report is written afresh.
+    h.r.node_removed(&"n1").unwrap();
+    assert!(
+        h.run_ok(secs(1)).is_empty(),
+        "nothing to write to, nothing unmounted"
+    );
+    h.node("n1", &["v1"]);
+    h.pod("p1", "n1", &["v1"]);
+    assert_eq!(h.run_ok(secs(1)), vec!["write n1 [v1]"]);
+}
+
+// ---- corrections --------------------------------------------------------------------------------
+
+/// Seed 000: the detach fails after the volume left the report; the pod comes back to the node.
+fn c1_scenario(bugs: UpstreamBugs) -> H {
+    let mut h = H::attached_rwo(bugs);
+    h.unpod("p1");
+    h.run_ok(TICK); // write n1 []
+    let detach = h.tick().into_iter().next().expect("detach planned");
+    h.fail(detach, transient());
+    h.pod("p1b", "n1", &["v1"]);
+    h.run_ok(secs(30));
+    h
+}
+
+#[test]
+fn c1_failed_detach_is_reported_again_when_the_pod_returns() {
+    let h = c1_scenario(UpstreamBugs::default());
+    assert_eq!(
+        h.stored("n1"),
+        Some(vec!["v1"]),
+        "the node can mount it again"
+    );
+}
+
+#[test]
+fn c1_bites_with_upstream_bug() {
+    let h = c1_scenario(UpstreamBugs {
+        c1_lose_report_on_failed_detach: true,
+        ..UpstreamBugs::default()
+    });
+    assert_eq!(
+        h.stored("n1"),
+        Some(vec![]),
+        "upstream never re-reports it: the pod is stuck in ContainerCreating"
+    );
+}
+
+#[test]
+fn c1_backoff_causes_no_status_churn() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.unpod("p1");
+    let start = h.log.len();
+    let end = h.now + secs(60);
+    let mut detaches = 0;
+    while h.now < end {
+        for op in h.tick() {
+            if op.kind() == OpKind::Detach {
+                detaches += 1;
+                h.fail(op, transient());
+            } else {
+                h.ok(op);
+            }
+        }
+    }
+    let writes = h.log[start..]
+        .iter()
+        .filter(|l| l.starts_with("write"))
+        .count();
+    // Backoff 0.5, 1, 2, 4, 8, 16, 32 s: seven attempts in a minute, two writes each at most.
+    assert!(detaches <= 8, "{detaches} detach attempts");
+    assert!(
+        writes <= 2 * detaches + 1,
+        "{writes} writes for {detaches} attempts"
+    );
+    // Upstream's rejected fix (72914) wrote about 15 times a second: 900 a minute.
+}
+
+fn c2_scenario(bugs: UpstreamBugs) -> H {
+    let mut h = H::with_bugs(bugs);
+    h.node("n1", &[]);
+    h.node("n2", &["v1"]);
+    h.rwo("v1");
+    h.pod("p1", "n1", &["v1"]);
+    let attach = h.tick_taking(OpKind::Attach);
+    h.fail(attach, uncertain());
+    // n1 still reports v1 in use: its agent may have it. The pod is rescheduled to n2.
+    h.node("n1", &["v1"]);
+    h.unpod("p1");
+    h.pod("p2", "n2", &["v1"]);
+    h.run_ok(secs(10));
+    h
+}
+
+#[test]
+fn c2_uncertain_attachment_holds_a_single_node_volume() {
+    let mut h = c2_scenario(UpstreamBugs::default());
+    assert_eq!(h.count("attach v1 n2"), 0, "never on two nodes at once");
+    let events = h.r.take_events();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::MultiAttach { node: "n2", .. }))
+    );
+}
+
+#[test]
+fn c2_bites_with_upstream_bug() {
+    let h = c2_scenario(UpstreamBugs {
+        c2_ignore_uncertain_holder: true,
+        ..UpstreamBugs::default()
+    });
+    assert_eq!(
+        h.count("attach v1 n2"),
+        1,
+        "upstream attaches it to a second node"
+    );
+}
+
+fn c3_scenario(bugs: UpstreamBugs) -> H {
+    // Seed 004: n1 dies with the volume mounted, the pod is force-deleted, a replacement waits.
+    let mut h = H::attached_rwo(bugs);
+    h.node("n1", &["v1"]);
+    h.facts("n1", false, false, Some(&["v1"]));
+    h.unpod("p1");
+    h.pod("p1b", "n2", &["v1"]);
+    h.run_ok(secs(7 * 60));
+    h
+}
+
+#[test]
+fn c3_unfenced_node_keeps_its_volume_by_default() {
+    let h = c3_scenario(UpstreamBugs::default());
+    assert_eq!(h.count("detach"), 0);
+    assert_eq!(h.count("attach v1 n2"), 0);
+}
+
+#[test]
+fn c3_bites_with_upstream_bug() {
+    let h = c3_scenario(UpstreamBugs {
+        c3_force_detach_unfenced: true,
+        ..UpstreamBugs::default()
+    });
+    assert_eq!(
+        h.count("detach v1 n1 forced:timeout"),
+        1,
+        "two kernels may now write"
+    );
+}
+
+fn c4_scenario(bugs: UpstreamBugs) -> H {
+    // After a restart: the store lists v1 on n1, nothing else is known yet.
+    let mut h = H::with_bugs(bugs);
+    h.rwo("v1");
+    h.r.recover_status(
+        "n1",
+        vec![ReportedVolume {
+            volume: "v1",
+            device: None,
+        }],
+    );
+    h.facts("n1", true, false, None);
+    assert!(
+        h.run_ok(secs(5)).is_empty(),
+        "not heard from: assume mounted"
+    );
+    h.node("n1", &[]);
+    h.run_ok(secs(1));
+    h
+}
+
+#[test]
+fn c4_first_in_use_report_releases_the_detach_at_once() {
+    let h = c4_scenario(UpstreamBugs::default());
+    assert_eq!(h.log, vec!["write n1 []", "detach v1 n1"]);
+}
+
+#[test]
+fn c4_bites_with_upstream_bug() {
+    let h = c4_scenario(UpstreamBugs {
+        c4_sticky_assumed_mount: true,
+        ..UpstreamBugs::default()
+    });
+    assert_eq!(
+        h.count("detach"),
+        0,
+        "upstream waits for a report change that never comes"
+    );
+}
+
+fn c5_scenario(bugs: UpstreamBugs) -> Vec<String> {
+    let mut h = H::attached_rwo(bugs);
+    h.unpod("p1");
+    // Do not acknowledge the status write: what is planned meanwhile?
+    let mut planned = Vec::new();
+    for _ in 0..5 {
+        planned.extend(h.tick_names());
+    }
+    planned
+}
+
+#[test]
+fn c5_detach_waits_for_the_status_acknowledgement() {
+    assert_eq!(c5_scenario(UpstreamBugs::default()), vec!["write n1 []"]);
+}
+
+#[test]
+fn c5_bites_with_upstream_bug() {
+    let planned = c5_scenario(UpstreamBugs {
+        c5_detach_before_status_ack: true,
+        ..UpstreamBugs::default()
+    });
+    assert!(planned.contains(&"detach v1 n1".to_string()), "{planned:?}");
+}
+
+#[test]
+fn idle_pass_does_nothing_and_next_deadline_is_the_sync() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    let deadline = h.r.next_deadline().unwrap();
+    assert!(deadline > h.now + secs(30));
+    assert!(h.r.poll(h.now + TICK).is_empty());
+    assert_eq!(h.r.next_deadline(), Some(deadline));
+}
