@@ -389,7 +389,7 @@ impl<D: Domain> Reconciler<D> {
                     self.dirty.insert(volume);
                 }
                 (AttachState::Uncertain, true) => {
-                    let device = a.device.as_deref().map(str::to_owned);
+                    let device = self.actual.device(&volume, &node).map(str::to_owned);
                     self.actual
                         .set_attached(volume.clone(), node.clone(), device);
                     self.dirty.insert(volume);
@@ -584,15 +584,16 @@ impl<D: Domain> Reconciler<D> {
         let fenced = facts.is_some_and(|n| n.fenced);
         let present = facts.is_some_and(|n| n.present);
         let reported_in_use = facts.and_then(|n| n.reports_in_use(volume));
-        let Some(a) = self.actual.get_mut(volume, node) else {
+        let Some(a) = self.actual.get(volume, node) else {
             return;
         };
+        let reported = a.is_reported();
         // C4: not heard from yet means mounted; the first report decides at once.
         let mounted = match reported_in_use {
             None => true,
             Some(in_use) => in_use || (bugs.c4_sticky_assumed_mount && a.assumed_mounted),
         };
-        let requested = *a.detach_requested_at.get_or_insert(now);
+        let requested = self.actual.request_detach(volume, node, now);
         let deadline = requested + self.config.max_wait_for_unmount;
         let force_allowed = self.config.force_detach_on_timeout || bugs.c3_force_detach_unfenced;
         let force = if !mounted {
@@ -608,7 +609,6 @@ impl<D: Domain> Reconciler<D> {
             // The node's next in-use report, health change or fence marks the volume again.
             return;
         };
-        let reported = a.is_reported();
         if reported {
             // C5: first make the node stop listing it, so its agent does not start mounting it.
             self.actual.set_withheld(volume, node, true);
@@ -653,14 +653,13 @@ impl<D: Domain> Reconciler<D> {
     ) {
         let key = gate_key::<D>(spec.access, volume, node);
         let bugs = self.config.upstream_bugs;
-        if let Some(a) = self.actual.get_mut(volume, node) {
+        if let Some(a) = self.actual.get(volume, node) {
             if a.state == AttachState::Attached {
-                a.detach_requested_at = None;
+                let withheld = a.withheld;
+                self.actual.cancel_detach_request(volume, node);
                 // C1: a volume the workload needs again is reported again at once, unless a
                 // detach is already running (its result decides).
-                if a.withheld
-                    && !bugs.c1_lose_report_on_failed_detach
-                    && !self.gate.is_running(&key)
+                if withheld && !bugs.c1_lose_report_on_failed_detach && !self.gate.is_running(&key)
                 {
                     self.actual.set_withheld(volume, node, false);
                 }
