@@ -789,7 +789,7 @@ impl<D: Domain> Reconciler<D> {
             let id = self.next_op_id();
             self.in_flight
                 .insert(id, InFlight::WriteStatus { node: node.clone() });
-            self.status.start_write(node.clone(), report.clone());
+            self.status.start_write(node.clone(), &report);
             ops.push(Operation::WriteStatus {
                 id,
                 node,
