@@ -85,6 +85,9 @@ pub struct Reconciler<D: Domain> {
     volume_timers: BinaryHeap<Reverse<(Duration, D::Volume)>>,
     node_timers: BinaryHeap<Reverse<(Duration, D::Node)>>,
     dirty: BTreeSet<D::Volume>,
+    /// Per node, the volumes whose detach waits for the node's next acknowledged status write;
+    /// the write's result marks just those, instead of a scan of every volume on the node.
+    awaiting_ack: FxHashMap<D::Node, SmallVec<[D::Volume; 2]>>,
     events: Vec<Event<D>>,
     next_id: u64,
     last_pass: Option<Duration>,
@@ -104,6 +107,7 @@ impl<D: Domain> Reconciler<D> {
             volume_timers: BinaryHeap::new(),
             node_timers: BinaryHeap::new(),
             dirty: BTreeSet::new(),
+            awaiting_ack: FxHashMap::default(),
             events: Vec::new(),
             next_id: 0,
             last_pass: None,
@@ -180,6 +184,8 @@ impl<D: Domain> Reconciler<D> {
         let affected = self.actual.remove_node(node);
         self.dirty.extend(affected);
         self.status.node_gone(node);
+        // Its volumes are looked at again anyway; no write will be acknowledged for it.
+        self.awaiting_ack.remove(node);
         Ok(())
     }
 
@@ -430,17 +436,9 @@ impl<D: Domain> Reconciler<D> {
             }
         }
         // Detaches waiting for the acknowledgement may go now; the node may need another write.
-        let waiting: Vec<D::Volume> = self
-            .actual
-            .volumes_on(&node)
-            .filter(|v| {
-                self.actual
-                    .get(v, &node)
-                    .is_some_and(|a| a.withheld || !self.desired.is_desired(v, &node))
-            })
-            .cloned()
-            .collect();
-        self.dirty.extend(waiting);
+        if let Some(waiting) = self.awaiting_ack.remove(&node) {
+            self.dirty.extend(waiting);
+        }
         self.status.mark(node);
         Ok(())
     }
@@ -515,6 +513,7 @@ impl<D: Domain> Reconciler<D> {
     /// of attaches left about 95 bytes per attachment behind).
     fn trim(&mut self) {
         trim_map(&mut self.in_flight);
+        trim_map(&mut self.awaiting_ack);
         self.gate.trim();
         if self.volume_timers.capacity() > 64
             && self.volume_timers.len() * 4 <= self.volume_timers.capacity()
@@ -615,12 +614,18 @@ impl<D: Domain> Reconciler<D> {
         }
         if !bugs.c5_detach_before_status_ack {
             if reported {
-                return;
+                return self.await_ack(volume, node);
             }
             if present && !self.status.confirmed_absent(node, volume) {
                 // Waiting for the acknowledgement; make sure a write is coming.
                 self.status.mark(node.clone());
-                return;
+                return self.await_ack(volume, node);
+            }
+        }
+        if let Some(waiting) = self.awaiting_ack.get_mut(node) {
+            waiting.retain(|v| v != volume);
+            if waiting.is_empty() {
+                self.awaiting_ack.remove(node);
             }
         }
         self.gate.start(key);
@@ -641,6 +646,14 @@ impl<D: Domain> Reconciler<D> {
             payload: spec.payload.clone(),
             force,
         });
+    }
+
+    /// The detach of `volume` from `node` waits for the node's next acknowledged status write.
+    fn await_ack(&mut self, volume: &D::Volume, node: &D::Node) {
+        let waiting = self.awaiting_ack.entry(node.clone()).or_default();
+        if !waiting.contains(volume) {
+            waiting.push(volume.clone());
+        }
     }
 
     fn consider_attach(
