@@ -16,8 +16,8 @@
 //! ```text
 //! set <key> <value>        keys and defaults: reconcile-period 100ms, sync-period 60s,
 //!                          max-wait-for-unmount 6m, force-detach-on-timeout off (on|off),
-//!                          cache-lag 0ms, attach-latency 200ms, detach-latency 200ms,
-//!                          status-latency 10ms, seed 0 (u64)
+//!                          cache-lag 0ms, status-cache-lag 0ms, attach-latency 200ms,
+//!                          detach-latency 200ms, status-latency 10ms, seed 0 (u64)
 //! set upstream-bug <c1..c6> on|off
 //!                          re-enable the reproduction of an upstream bug
 //! node <name>
@@ -124,8 +124,11 @@ pub struct Settings {
     /// Whether an unhealthy node's volumes are force-detached after that wait; off by default
     /// because forcing without fencing can let two kernels write one block device.
     pub force_detach_on_timeout: bool,
-    /// How far the controller's node cache lags behind the store; the source of kubernetes#122413.
+    /// How far the controller's view of pods and nodes lags behind the orchestrator's API.
     pub cache_lag: Duration,
+    /// How far the node-status cache that an upstream-style updater diffs against (`upstream-bug
+    /// c6`) lags behind the store; the source of kubernetes#122413. Our updater never reads it.
+    pub status_cache_lag: Duration,
     /// How long the simulated backend takes to attach.
     pub attach_latency: Duration,
     /// How long the simulated backend takes to detach.
@@ -146,6 +149,7 @@ impl Default for Settings {
             max_wait_for_unmount: Duration::from_secs(6 * 60),
             force_detach_on_timeout: false,
             cache_lag: Duration::ZERO,
+            status_cache_lag: Duration::ZERO,
             attach_latency: Duration::from_millis(200),
             detach_latency: Duration::from_millis(200),
             status_latency: Duration::from_millis(10),
@@ -157,12 +161,13 @@ impl Default for Settings {
 
 impl Settings {
     /// The duration-valued settings with their keys: one table for parsing and printing.
-    fn durations_mut(&mut self) -> [(&'static str, &mut Duration); 7] {
+    fn durations_mut(&mut self) -> [(&'static str, &mut Duration); 8] {
         [
             ("reconcile-period", &mut self.reconcile_period),
             ("sync-period", &mut self.sync_period),
             ("max-wait-for-unmount", &mut self.max_wait_for_unmount),
             ("cache-lag", &mut self.cache_lag),
+            ("status-cache-lag", &mut self.status_cache_lag),
             ("attach-latency", &mut self.attach_latency),
             ("detach-latency", &mut self.detach_latency),
             ("status-latency", &mut self.status_latency),
@@ -343,7 +348,7 @@ pub enum PodState {
 }
 
 /// A backend call kind an expectation can count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum CallOp {
     /// Attach calls.
     Attach,
@@ -443,7 +448,8 @@ pub enum ParseErrorKind {
     /// A `set` key is unknown.
     #[error(
         "unknown setting `{0}` (expected reconcile-period, sync-period, max-wait-for-unmount, \
-         force-detach-on-timeout, cache-lag, attach-latency, detach-latency, status-latency, seed \
+         force-detach-on-timeout, cache-lag, status-cache-lag, attach-latency, detach-latency, \
+         status-latency, seed \
          or upstream-bug)"
     )]
     UnknownSetting(String),

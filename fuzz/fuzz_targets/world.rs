@@ -1,0 +1,135 @@
+//! Random clusters and fault schedules through the simulator (the real controller and core),
+//! checking invariants I1-I4 on every step and I3 after the faults stop and the world settles.
+//! A violation panics with the scenario in the scenario-file format, ready to save and replay
+//! with `cargo run --example simulate --features sim -- FILE --trace`.
+#![no_main]
+
+use std::time::Duration;
+
+use arbitrary::Arbitrary;
+use attach_detach::Access;
+use attach_detach::sim::run;
+use attach_detach::sim::scenario::{Action, Scenario, Settings, Step, UpstreamBug};
+use libfuzzer_sys::fuzz_target;
+
+/// A few bytes, a meaningful history: small name spaces so events collide on the same pods,
+/// nodes and volumes, and time in 100 ms steps.
+#[derive(Arbitrary, Debug)]
+struct Input {
+    nodes: u8,
+    /// One bit per volume: multi-node when set.
+    multi: u8,
+    volumes: u8,
+    force_detach_on_timeout: bool,
+    cache_lag_100ms: u8,
+    attach_latency_100ms: u8,
+    status_latency_10ms: u8,
+    events: Vec<(u8, Event)>,
+}
+
+#[derive(Arbitrary, Debug)]
+enum Event {
+    Schedule { pod: u8, node: u8, volumes: u8 },
+    Delete { pod: u8 },
+    ForceDelete { pod: u8 },
+    Crash { node: u8 },
+    Recover { node: u8 },
+    Fence { node: u8 },
+    Unfence { node: u8 },
+    FailAttach { volume: u8, node: u8, times: u8, uncertain: bool },
+    FailDetach { volume: u8, node: u8, times: u8, uncertain: bool },
+    FailStatus { node: u8, times: u8 },
+    Restart,
+}
+
+fn build(input: &Input) -> Scenario {
+    let node_count = 1 + input.nodes % 3;
+    let volume_count = 1 + input.volumes % 3;
+    let node = |n: u8| format!("n{}", n % node_count);
+    let volume = |v: u8| format!("v{}", v % volume_count);
+    let mut settings = Settings::default();
+    settings.force_detach_on_timeout = input.force_detach_on_timeout;
+    // Short waits keep a run short; every timer still fires within the settling time.
+    settings.max_wait_for_unmount = Duration::from_secs(30);
+    settings.sync_period = Duration::from_secs(20);
+    settings.cache_lag = Duration::from_millis(100 * u64::from(input.cache_lag_100ms % 20));
+    settings.attach_latency = Duration::from_millis(100 * u64::from(input.attach_latency_100ms % 30));
+    settings.status_latency = Duration::from_millis(10 * u64::from(input.status_latency_10ms % 50));
+    if let Some(bug) = std::env::var("PLANT_BUG").ok().and_then(|b| match b.as_str() {
+        "c1" => Some(UpstreamBug::C1),
+        "c2" => Some(UpstreamBug::C2),
+        "c3" => Some(UpstreamBug::C3),
+        "c5" => Some(UpstreamBug::C5),
+        "c6" => Some(UpstreamBug::C6),
+        _ => None,
+    }) {
+        settings.upstream_bugs.insert(bug);
+        settings.status_cache_lag = Duration::from_secs(5);
+    }
+    let mut at = Duration::ZERO;
+    let mut steps = Vec::new();
+    for (dt, event) in input.events.iter().take(40) {
+        at += Duration::from_millis(100 * u64::from(*dt));
+        let action = match event {
+            Event::Schedule { pod, node: n, volumes } => {
+                let vs: Vec<String> = (0..volume_count)
+                    .filter(|v| volumes & (1 << v) != 0)
+                    .map(|v| format!("v{v}"))
+                    .collect();
+                if vs.is_empty() {
+                    continue;
+                }
+                Action::Schedule { pod: format!("p{}", pod % 4), node: node(*n), volumes: vs }
+            }
+            Event::Delete { pod } => Action::Delete { pod: format!("p{}", pod % 4) },
+            Event::ForceDelete { pod } => Action::ForceDelete { pod: format!("p{}", pod % 4) },
+            Event::Crash { node: n } => Action::Crash(node(*n)),
+            Event::Recover { node: n } => Action::Recover(node(*n)),
+            Event::Fence { node: n } => Action::Fence(node(*n)),
+            Event::Unfence { node: n } => Action::Unfence(node(*n)),
+            Event::FailAttach { volume: v, node: n, times, uncertain } => Action::FailAttach {
+                volume: volume(*v),
+                node: node(*n),
+                times: u32::from(1 + times % 3),
+                uncertain: *uncertain,
+            },
+            Event::FailDetach { volume: v, node: n, times, uncertain } => Action::FailDetach {
+                volume: volume(*v),
+                node: node(*n),
+                times: u32::from(1 + times % 3),
+                uncertain: *uncertain,
+            },
+            Event::FailStatus { node: n, times } => Action::FailStatus {
+                node: node(*n),
+                times: u32::from(1 + times % 3),
+            },
+            Event::Restart => Action::RestartController,
+        };
+        steps.push(Step { at, line: steps.len() + 1, action });
+    }
+    Scenario {
+        settings,
+        nodes: (0..node_count).map(|n| format!("n{n}")).collect(),
+        volumes: (0..volume_count)
+            .map(|v| {
+                let access = if input.multi & (1 << v) != 0 { Access::MultiNode } else { Access::SingleNode };
+                (format!("v{v}"), access)
+            })
+            .collect(),
+        steps,
+        // Faults stop with the last event; the world then settles.
+        run: Some(at + Duration::from_secs(90)),
+    }
+}
+
+fuzz_target!(|input: Input| {
+    let scenario = build(&input);
+    let report = run(&scenario);
+    if !report.passed() {
+        panic!(
+            "invariant violated: {:#?}\n--- scenario (save as a .scn file and replay):\n{}",
+            report.violations,
+            scenario.to_text()
+        );
+    }
+});

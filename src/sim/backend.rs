@@ -1,0 +1,143 @@
+//! A backend that does whatever it is asked, after a latency, and lets the world's invariants
+//! judge it. Effects run in their own task, so a controller that restarts mid-call loses the
+//! answer but not the effect, as with a real cloud API.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::SimIds;
+use super::scenario::CallOp;
+use super::world::World;
+use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
+use crate::memory::MemoryStore;
+use crate::volume::{Access, VolumeSpec};
+
+#[derive(Clone)]
+pub(crate) struct SimBackend {
+    pub(crate) world: Arc<Mutex<World>>,
+    pub(crate) store: MemoryStore<SimIds>,
+    pub(crate) epoch: Instant,
+    pub(crate) attach_latency: Duration,
+    pub(crate) detach_latency: Duration,
+}
+
+impl SimBackend {
+    fn lock(&self) -> parking_lot::MutexGuard<'_, World> {
+        let mut w = self.world.lock();
+        w.now = self.epoch.elapsed();
+        w
+    }
+
+    fn listed(&self, volume: &str, node: &str) -> bool {
+        self.store
+            .status(&node.to_string())
+            .is_some_and(|s| s.attached.iter().any(|r| r.volume == volume))
+    }
+
+    async fn call(&self, op: CallOp, volume: &str, node: &str) -> Result<(), BackendError<String>> {
+        let fault = {
+            let mut w = self.lock();
+            w.count_call(op, volume, node);
+            let fault = w.take_fault(op, volume, node);
+            w.log(format!(
+                "call: {op} {volume} {node}{}",
+                match fault {
+                    Some(true) => " (will error, uncertain)",
+                    Some(false) => " (will fail)",
+                    None => "",
+                }
+            ));
+            fault
+        };
+        let latency = match op {
+            CallOp::Attach => self.attach_latency,
+            CallOp::Detach => self.detach_latency,
+        };
+        let (tx, rx) = oneshot::channel();
+        let this = self.clone();
+        let (v, n) = (volume.to_string(), node.to_string());
+        tokio::spawn(async move {
+            tokio::time::sleep(latency).await;
+            if fault != Some(false) {
+                let listed = this.listed(&v, &n);
+                let mut w = this.lock();
+                match op {
+                    CallOp::Attach => w.attach_effect(&v, &n),
+                    CallOp::Detach => w.detach_effect(&v, &n, listed),
+                }
+            }
+            let _ = tx.send(());
+        });
+        // A dropped caller (controller restart) does not cancel the effect.
+        let _ = rx.await;
+        match fault {
+            None => Ok(()),
+            Some(true) => Err(BackendError::Uncertain {
+                message: format!("{op} of {volume} on {node} timed out"),
+            }),
+            Some(false) => Err(BackendError::Transient {
+                message: format!("{op} of {volume} on {node} refused"),
+            }),
+        }
+    }
+}
+
+#[async_trait]
+impl AttachBackend<SimIds> for SimBackend {
+    async fn attach(
+        &self,
+        volume: &String,
+        node: &String,
+        _payload: &(),
+    ) -> Result<AttachInfo, BackendError<String>> {
+        self.call(CallOp::Attach, volume, node).await?;
+        Ok(AttachInfo {
+            device: Some(format!("/dev/disk/by-id/{volume}")),
+        })
+    }
+
+    async fn detach(
+        &self,
+        volume: &String,
+        node: &String,
+        _payload: &(),
+    ) -> Result<(), BackendError<String>> {
+        self.call(CallOp::Detach, volume, node).await
+    }
+
+    async fn verify(
+        &self,
+        node: &String,
+        volumes: &[(String, ())],
+    ) -> Result<Vec<String>, BackendError<String>> {
+        let w = self.lock();
+        Ok(volumes
+            .iter()
+            .filter(|(v, _)| w.is_attached(v, node))
+            .map(|(v, _)| v.clone())
+            .collect())
+    }
+
+    async fn list(&self) -> Result<Vec<BackendAttachment<SimIds>>, BackendError<String>> {
+        let w = self.lock();
+        Ok(w.attached
+            .iter()
+            .flat_map(|(v, nodes)| {
+                let access = w.volumes.get(v).copied().unwrap_or(Access::SingleNode);
+                nodes.iter().map(move |n| BackendAttachment {
+                    volume: v.clone(),
+                    node: n.clone(),
+                    spec: VolumeSpec {
+                        access,
+                        payload: (),
+                    },
+                })
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,58 @@
+//! The node-status store as the simulation sees it: the in-memory store with revisions, a
+//! latency on every call, and a trace line for every write.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use super::SimIds;
+use super::world::World;
+use crate::store::{NodeStatus, NodeStatusStore, ReportedVolume, Revision, StoreError};
+
+pub(crate) struct SimStore {
+    pub(crate) inner: Arc<dyn NodeStatusStore<SimIds>>,
+    pub(crate) world: Arc<Mutex<World>>,
+    pub(crate) epoch: Instant,
+    pub(crate) latency: Duration,
+    /// Trace writes (the real store), not reads of a lagging view.
+    pub(crate) traced: bool,
+}
+
+#[async_trait]
+impl NodeStatusStore<SimIds> for SimStore {
+    async fn read(&self, node: &String) -> Result<NodeStatus<SimIds>, StoreError> {
+        tokio::time::sleep(self.latency).await;
+        self.inner.read(node).await
+    }
+
+    async fn write(
+        &self,
+        node: &String,
+        attached: &[ReportedVolume<SimIds>],
+        expected: Revision,
+    ) -> Result<Revision, StoreError> {
+        tokio::time::sleep(self.latency).await;
+        let result = self.inner.write(node, attached, expected).await;
+        if self.traced {
+            let names: Vec<&str> = attached.iter().map(|r| r.volume.as_str()).collect();
+            let mut w = self.world.lock();
+            w.now = self.epoch.elapsed();
+            match &result {
+                Ok(_) => {
+                    w.log(format!("store: {node} reports [{}]", names.join(",")));
+                    w.changed();
+                }
+                Err(e) => w.log(format!("store: write of {node} failed: {e}")),
+            }
+        }
+        result
+    }
+
+    async fn list(&self) -> Result<Vec<(String, NodeStatus<SimIds>)>, StoreError> {
+        tokio::time::sleep(self.latency).await;
+        self.inner.list().await
+    }
+}
