@@ -107,10 +107,7 @@ fn find<V: Ord, T>(list: &[(V, T)], volume: &V) -> Result<usize, usize> {
 }
 
 /// Sets or removes `volume`'s entry in a list sorted by volume.
-fn put<V: Ord, T>(list: &mut Vec<(V, T)>, volume: &V, value: Option<T>)
-where
-    V: Clone,
-{
+fn put<V: Ord + Clone, T>(list: &mut Vec<(V, T)>, volume: &V, value: Option<T>) {
     match (find(list, volume), value) {
         (Ok(i), Some(value)) => list[i].1 = value,
         (Ok(i), None) => {
