@@ -98,6 +98,7 @@
 mod actual;
 mod backend;
 mod config;
+mod controller;
 mod desired;
 mod domain;
 mod event;
@@ -115,6 +116,11 @@ pub mod sim;
 pub use actual::{ActualState, AttachState, Attachment, NodeFacts};
 pub use backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 pub use config::{BackoffConfig, Config, UpstreamBugs};
+pub use controller::{
+    Controller, ControllerError, ControllerHandle, EventRecorder, Input, MemoryRecorder, Metrics,
+    MetricsSnapshot, OperationSummary, Outcome, OutcomeCounts, ShutdownReport, StatusWriter, World,
+    WriteOutcome,
+};
 pub use desired::{DesiredError, DesiredState};
 pub use domain::{Domain, Id, Ids};
 pub use event::{Event, Holder};

@@ -167,7 +167,9 @@ impl<D: Domain> Reconciler<D> {
 
     /// A node exists (new or updated) with these facts; it becomes managed.
     pub fn node_updated(&mut self, node: D::Node, facts: NodeFacts<D::Volume>) {
-        let appeared = !self.actual.node_present(&node);
+        // A node the store said it lacks is shown again: write its status afresh (50721), even
+        // if its workloads kept it in the core all along.
+        let appeared = !self.actual.node_present(&node) || self.status.is_missing(&node);
         self.desired.add_node(node.clone());
         let affected = self.actual.set_node(node.clone(), facts);
         self.dirty.extend(affected);
@@ -613,7 +615,9 @@ impl<D: Domain> Reconciler<D> {
             self.actual.set_withheld(volume, node, true);
         }
         if !bugs.c5_detach_before_status_ack {
-            if reported {
+            // Wait for the write that drops it, unless none can come: the store has no status
+            // for the node (NotFound, or the node was removed), so no agent can read one either.
+            if reported && !self.status.is_missing(node) {
                 return self.await_ack(volume, node);
             }
             if present && !self.status.confirmed_absent(node, volume) {

@@ -1383,6 +1383,7 @@ mod tests {
             set max-wait-for-unmount 1h
             set force-detach-on-timeout on
             set cache-lag 300ms
+            set status-cache-lag 5s
             set attach-latency 1s
             set detach-latency 2s
             set status-latency 0
@@ -1396,6 +1397,7 @@ mod tests {
             max_wait_for_unmount: Duration::from_secs(3600),
             force_detach_on_timeout: true,
             cache_lag: ms(300),
+            status_cache_lag: ms(5000),
             attach_latency: ms(1000),
             detach_latency: ms(2000),
             status_latency: Duration::ZERO,

@@ -274,20 +274,25 @@ impl World {
     }
 
     /// I3 at the end of a run: reports match reality on live nodes, every pod on a live node
-    /// runs, and no attachment is left that nothing needs, except what a crashed, unfenced node
-    /// holds (seed 004's safe outcome), for which waiting pods must have had a Multi-Attach event.
+    /// runs, and no attachment is left that nothing needs. A pod may wait only for a single-node
+    /// volume another node rightly holds (a pod there uses it, or the node crashed unfenced:
+    /// seed 004's safe outcome), and then only with a Multi-Attach event naming it.
     pub(crate) fn check_final(&mut self, multi_attach_pods: &BTreeSet<String>) {
         let mut problems = Vec::new();
-        let held_by_crashed: BTreeSet<String> = self
-            .attached
-            .iter()
-            .filter(|(_, nodes)| {
-                nodes
-                    .iter()
-                    .any(|n| self.nodes.get(n).is_some_and(|n| n.power == Power::Crashed))
-            })
-            .map(|(v, _)| v.clone())
-            .collect();
+        // Single-node volumes another node rightly keeps: a pod there still uses it, or the
+        // node crashed unfenced and may still be writing (seed 004's safe outcome).
+        let rightly_held = |volume: &str, waiting_on: &str| {
+            self.volumes.get(volume) != Some(&Access::MultiNode)
+                && self.attached.get(volume).into_iter().flatten().any(|n| {
+                    n != waiting_on
+                        && (self.nodes.get(n).is_some_and(|n| n.power == Power::Crashed)
+                            || self.pods.values().any(|p| {
+                                p.node == *n
+                                    && p.phase != Phase::Gone
+                                    && p.volumes.iter().any(|v| v == volume)
+                            }))
+                })
+        };
         for (name, node) in &self.nodes {
             if node.power != Power::Up {
                 continue;
@@ -315,15 +320,15 @@ impl World {
             if !alive || matches!(pod.phase, Phase::Running | Phase::Gone) {
                 continue;
             }
-            let waits_for_crashed = pod.volumes.iter().any(|v| held_by_crashed.contains(v));
-            if waits_for_crashed && multi_attach_pods.contains(name) {
+            let waits = pod.volumes.iter().any(|v| rightly_held(v, &pod.node));
+            if waits && multi_attach_pods.contains(name) {
                 continue;
             }
             problems.push(format!(
                 "I3: pod {name} on live node {} is {:?}{}",
                 pod.node,
                 pod.phase,
-                if waits_for_crashed {
+                if waits {
                     " without a Multi-Attach event"
                 } else {
                     ""

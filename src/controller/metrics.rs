@@ -1,0 +1,237 @@
+//! Counters the controller keeps so an operator can see what it does without reading logs.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::gate::OpKind;
+use crate::operation::ForceReason;
+
+/// How an operation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Outcome {
+    /// The call succeeded (for a status write: the store holds the wanted list).
+    Succeeded,
+    /// The call returned an error (or panicked); the core decides what follows.
+    Failed,
+    /// The controller stopped before the call returned; its effect is unknown until the next
+    /// controller recovers.
+    Abandoned,
+}
+
+impl Outcome {
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+const KINDS: usize = 4;
+const OUTCOMES: usize = 3;
+
+fn kind_index(kind: OpKind) -> usize {
+    match kind {
+        OpKind::Attach => 0,
+        OpKind::Detach => 1,
+        OpKind::Verify => 2,
+        OpKind::WriteStatus => 3,
+    }
+}
+
+fn reason_index(reason: ForceReason) -> usize {
+    match reason {
+        ForceReason::OutOfService => 0,
+        ForceReason::Timeout => 1,
+    }
+}
+
+/// The controller's live counters: plain atomics, cheap to bump from any task.
+///
+/// Read them through [`snapshot`](Metrics::snapshot) (or
+/// [`ControllerHandle::metrics`](crate::ControllerHandle::metrics)); export the snapshot to
+/// whatever metrics system you use.
+///
+/// ```
+/// use attach_detach::{Metrics, OpKind, Outcome};
+/// let metrics = Metrics::default();
+/// metrics.operation_finished(OpKind::Attach, Outcome::Succeeded);
+/// assert_eq!(metrics.snapshot().operations(OpKind::Attach).succeeded, 1);
+/// ```
+#[derive(Debug, Default)]
+pub struct Metrics {
+    operations: [[AtomicU64; OUTCOMES]; KINDS],
+    in_flight: AtomicU64,
+    reconcile_passes: AtomicU64,
+    store_writes: AtomicU64,
+    store_write_conflicts: AtomicU64,
+    status_writes_unneeded: AtomicU64,
+    status_writes_skipped_stale: AtomicU64,
+    forced_detaches: [AtomicU64; 2],
+}
+
+impl Metrics {
+    /// An operation of `kind` ended with `outcome`.
+    pub fn operation_finished(&self, kind: OpKind, outcome: Outcome) {
+        self.operations[kind_index(kind)][outcome.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn operation_started(&self) {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn operation_ended(&self) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn reconcile_pass(&self) {
+        self.reconcile_passes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A detach of a still-mounted volume was started for `reason` (upstream's
+    /// `attachdetach_controller_forced_detaches`).
+    pub fn forced_detach(&self, reason: ForceReason) {
+        self.forced_detaches[reason_index(reason)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn store_write(&self) {
+        self.store_writes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn store_write_conflict(&self) {
+        self.store_write_conflicts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn status_write_unneeded(&self) {
+        self.status_writes_unneeded.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn status_write_skipped_stale(&self) {
+        self.status_writes_skipped_stale
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counters as they are now. Each counter is read atomically, the set as a whole is not.
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let counts = |kind: OpKind| {
+            let row = &self.operations[kind_index(kind)];
+            OutcomeCounts {
+                succeeded: load(&row[Outcome::Succeeded.index()]),
+                failed: load(&row[Outcome::Failed.index()]),
+                abandoned: load(&row[Outcome::Abandoned.index()]),
+            }
+        };
+        MetricsSnapshot {
+            attach: counts(OpKind::Attach),
+            detach: counts(OpKind::Detach),
+            verify: counts(OpKind::Verify),
+            write_status: counts(OpKind::WriteStatus),
+            in_flight: load(&self.in_flight),
+            reconcile_passes: load(&self.reconcile_passes),
+            store_writes: load(&self.store_writes),
+            store_write_conflicts: load(&self.store_write_conflicts),
+            status_writes_unneeded: load(&self.status_writes_unneeded),
+            status_writes_skipped_stale: load(&self.status_writes_skipped_stale),
+            forced_detaches_out_of_service: load(
+                &self.forced_detaches[reason_index(ForceReason::OutOfService)],
+            ),
+            forced_detaches_timeout: load(
+                &self.forced_detaches[reason_index(ForceReason::Timeout)],
+            ),
+        }
+    }
+}
+
+/// How many operations of one kind ended each way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OutcomeCounts {
+    /// Ended with success.
+    pub succeeded: u64,
+    /// Ended with an error.
+    pub failed: u64,
+    /// Cut off by a shutdown.
+    pub abandoned: u64,
+}
+
+impl OutcomeCounts {
+    /// Ended in any way.
+    pub fn total(&self) -> u64 {
+        self.succeeded + self.failed + self.abandoned
+    }
+}
+
+/// A copy of the controller's counters at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MetricsSnapshot {
+    /// Attach calls.
+    pub attach: OutcomeCounts,
+    /// Detach calls.
+    pub detach: OutcomeCounts,
+    /// Verify calls.
+    pub verify: OutcomeCounts,
+    /// Status write operations (each may take several store calls).
+    pub write_status: OutcomeCounts,
+    /// Operations running now.
+    pub in_flight: u64,
+    /// Reconcile passes run: stays flat while the controller is idle.
+    pub reconcile_passes: u64,
+    /// Compare-and-set write calls to the node-status store.
+    pub store_writes: u64,
+    /// Of those, how many lost a race and were retried after a fresh read.
+    pub store_write_conflicts: u64,
+    /// Status writes found unnecessary by a fresh read of the store.
+    pub status_writes_unneeded: u64,
+    /// Status writes skipped because a possibly stale read already matched (upstream 122413; only
+    /// with `UpstreamBugs::c6_diff_against_stale_read`).
+    pub status_writes_skipped_stale: u64,
+    /// Forced detaches started because the node is out of service.
+    pub forced_detaches_out_of_service: u64,
+    /// Forced detaches started because the unmount wait expired.
+    pub forced_detaches_timeout: u64,
+}
+
+impl MetricsSnapshot {
+    /// The counts of one kind of operation.
+    pub fn operations(&self, kind: OpKind) -> OutcomeCounts {
+        match kind {
+            OpKind::Attach => self.attach,
+            OpKind::Detach => self.detach,
+            OpKind::Verify => self.verify,
+            OpKind::WriteStatus => self.write_status,
+        }
+    }
+
+    /// Forced detaches started for `reason`.
+    pub fn forced_detaches(&self, reason: ForceReason) -> u64 {
+        match reason {
+            ForceReason::OutOfService => self.forced_detaches_out_of_service,
+            ForceReason::Timeout => self.forced_detaches_timeout,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_land_in_their_own_cells() {
+        let m = Metrics::default();
+        m.operation_finished(OpKind::Detach, Outcome::Failed);
+        m.operation_finished(OpKind::Detach, Outcome::Failed);
+        m.operation_finished(OpKind::WriteStatus, Outcome::Abandoned);
+        m.forced_detach(ForceReason::Timeout);
+        m.operation_started();
+        let s = m.snapshot();
+        assert_eq!(
+            s.detach,
+            OutcomeCounts {
+                succeeded: 0,
+                failed: 2,
+                abandoned: 0
+            }
+        );
+        assert_eq!(s.operations(OpKind::WriteStatus).abandoned, 1);
+        assert_eq!(s.operations(OpKind::Attach).total(), 0);
+        assert_eq!(s.forced_detaches(ForceReason::Timeout), 1);
+        assert_eq!(s.forced_detaches(ForceReason::OutOfService), 0);
+        assert_eq!(s.in_flight, 1);
+    }
+}

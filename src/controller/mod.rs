@@ -1,0 +1,454 @@
+//! The tokio driver: runs the core's operations through the backend and the store, feeds their
+//! results back, and sleeps until the core's next deadline. It makes no decision of its own.
+
+mod handle;
+mod metrics;
+mod recorder;
+mod recovery;
+mod runner;
+mod shutdown;
+mod status_writer;
+mod world;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::{self, JoinError, JoinHandle, JoinSet};
+use tokio::time::{Instant, sleep_until};
+use tracing::{error, info, warn};
+
+pub use handle::{ControllerError, ControllerHandle, Input};
+pub use metrics::{Metrics, MetricsSnapshot, Outcome, OutcomeCounts};
+pub use recorder::{EventRecorder, MemoryRecorder};
+pub use shutdown::{OperationSummary, ShutdownReport};
+pub use status_writer::{StatusWriter, WriteOutcome};
+pub use world::World;
+
+use handle::Command;
+use recovery::{Listed, Recovery, Source};
+use runner::OpResult;
+
+use crate::backend::AttachBackend;
+use crate::config::Config;
+use crate::domain::Domain;
+use crate::operation::Operation;
+use crate::reconciler::{Reconciler, ReconcilerError};
+use crate::store::NodeStatusStore;
+
+/// Inputs that may wait for the controller's loop before senders are made to wait.
+const INPUT_QUEUE: usize = 1024;
+
+/// The attach/detach controller: a [`Reconciler`] driven on tokio.
+///
+/// On start it recovers the actual state from [`NodeStatusStore::list`] and
+/// [`AttachBackend::list`] (retrying with backoff until both load) and plans nothing before. Then
+/// it sleeps until the core's next deadline or the next input, runs each planned operation in
+/// its own task so a slow volume holds up no other, and feeds every result back as it arrives.
+/// Time handed to the core is [`tokio::time::Instant`] since the controller started, so tests on
+/// tokio's paused clock are deterministic; every `select!` is biased for the same reason.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use attach_detach::{Config, Controller, Ids, MemoryBackend, MemoryStore, NodeFacts, VolumeSpec, World};
+/// type D = Ids<&'static str, &'static str, &'static str, ()>;
+/// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap().block_on(async {
+/// let backend = MemoryBackend::<D>::new();
+/// let store = MemoryStore::<D>::new();
+/// store.add_node("node-a");
+/// let world = World::new()
+///     .volume("pvc-1", VolumeSpec::single_node(()))
+///     .node("node-a", NodeFacts::default())
+///     .workload("pod-1", "node-a", ["pvc-1"]);
+/// let controller =
+///     Controller::new(Config::default(), Arc::new(backend.clone()), Arc::new(store.clone()), world)
+///         .unwrap();
+/// let (handle, task) = controller.spawn();
+/// tokio::time::sleep(Duration::from_secs(1)).await;
+/// assert!(backend.is_attached(&"pvc-1", &"node-a"));
+/// assert_eq!(store.status(&"node-a").unwrap().attached[0].volume, "pvc-1");
+///
+/// // The node is told before the pod goes: the volume leaves its status, then it is detached.
+/// handle.workload_removed("pod-1").await.unwrap();
+/// handle.node_updated("node-a", NodeFacts { in_use: Some(vec![]), ..NodeFacts::default() })
+///     .await.unwrap();
+/// tokio::time::sleep(Duration::from_secs(1)).await;
+/// assert!(backend.attachments().is_empty());
+/// assert!(store.status(&"node-a").unwrap().attached.is_empty());
+///
+/// let report = handle.shutdown(Duration::from_secs(5)).await.unwrap();
+/// assert!(report.abandoned.is_empty());
+/// assert_eq!(task.await.unwrap(), report);
+/// # });
+/// ```
+pub struct Controller<D: Domain> {
+    core: Reconciler<D>,
+    backend: Arc<dyn AttachBackend<D>>,
+    store: Arc<dyn NodeStatusStore<D>>,
+    diff_source: Option<Arc<dyn NodeStatusStore<D>>>,
+    recorder: Option<Arc<dyn EventRecorder<D>>>,
+    metrics: Arc<Metrics>,
+    tx: mpsc::Sender<Command<D>>,
+    rx: mpsc::Receiver<Command<D>>,
+}
+
+impl<D: Domain> std::fmt::Debug for Controller<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller")
+            .field("core", &self.core)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Domain> Controller<D> {
+    /// A controller that will start from `world` (the orchestrator's current volumes, nodes and
+    /// placements); the actual state is recovered from `store` and `backend` when it runs.
+    ///
+    /// Fails if the core refuses an entry of `world` (e.g. a workload on an unknown node).
+    pub fn new(
+        config: Config,
+        backend: Arc<dyn AttachBackend<D>>,
+        store: Arc<dyn NodeStatusStore<D>>,
+        world: World<D>,
+    ) -> Result<Self, ReconcilerError<D>> {
+        let mut core = Reconciler::new(config);
+        world.apply_to(&mut core)?;
+        let (tx, rx) = mpsc::channel(INPUT_QUEUE);
+        Ok(Controller {
+            core,
+            backend,
+            store,
+            diff_source: None,
+            recorder: None,
+            metrics: Arc::default(),
+            tx,
+            rx,
+        })
+    }
+
+    /// Sends every core event to `recorder` as well as to the log.
+    pub fn with_recorder(mut self, recorder: Arc<dyn EventRecorder<D>>) -> Self {
+        self.recorder = Some(recorder);
+        self
+    }
+
+    /// Where the status writer reads before writing when
+    /// `config.upstream_bugs.c6_diff_against_stale_read` is on (upstream's informer cache);
+    /// ignored otherwise. Without it the switch reads the store itself, which is never stale.
+    pub fn with_status_diff_source(mut self, source: Arc<dyn NodeStatusStore<D>>) -> Self {
+        self.diff_source = Some(source);
+        self
+    }
+
+    /// A handle to feed the controller once it runs. Inputs sent before it runs wait in a queue.
+    pub fn handle(&self) -> ControllerHandle<D> {
+        ControllerHandle::new(self.tx.clone(), Arc::clone(&self.metrics))
+    }
+
+    /// Runs the controller in a new tokio task; the task ends with the shutdown report.
+    pub fn spawn(self) -> (ControllerHandle<D>, JoinHandle<ShutdownReport<D>>) {
+        let handle = self.handle();
+        (handle, tokio::spawn(self.run()))
+    }
+
+    /// Runs the controller until [`ControllerHandle::shutdown`] or until every handle is dropped.
+    ///
+    /// Dropping this future (or aborting its task) stops everything at once, like a crash:
+    /// running calls are cancelled wherever they are, and the next controller recovers.
+    pub async fn run(self) -> ShutdownReport<D> {
+        let Controller {
+            core,
+            backend,
+            store,
+            diff_source,
+            recorder,
+            metrics,
+            tx,
+            rx,
+        } = self;
+        // Only outside handles keep the controller alive.
+        drop(tx);
+        let mut writer = StatusWriter::new(Arc::clone(&store)).with_metrics(Arc::clone(&metrics));
+        if core.config().upstream_bugs.c6_diff_against_stale_read {
+            writer = writer.diff_against(diff_source.unwrap_or_else(|| Arc::clone(&store)));
+        }
+        let epoch = Instant::now();
+        let driver = Driver {
+            recovery: Some(Recovery::new(epoch, core.config().backoff)),
+            core,
+            backend,
+            store,
+            writer: Arc::new(writer),
+            recorder,
+            metrics,
+            epoch,
+            tasks: JoinSet::new(),
+            running: HashMap::new(),
+        };
+        driver.run(rx).await
+    }
+}
+
+/// What a task hands back.
+enum Done<D: Domain> {
+    Op(OpResult<D>),
+    Listed(Listed<D>),
+}
+
+/// What a running task is doing, to make sense of it if it panics or is cut off.
+enum Task<D: Domain> {
+    Op(OperationSummary<D>),
+    List(Source),
+}
+
+/// How a task ended.
+enum Joined<D: Domain> {
+    Done(Done<D>),
+    Panicked,
+    Cancelled,
+}
+
+struct Driver<D: Domain> {
+    core: Reconciler<D>,
+    backend: Arc<dyn AttachBackend<D>>,
+    store: Arc<dyn NodeStatusStore<D>>,
+    writer: Arc<StatusWriter<D>>,
+    recorder: Option<Arc<dyn EventRecorder<D>>>,
+    metrics: Arc<Metrics>,
+    /// Time zero of the core.
+    epoch: Instant,
+    tasks: JoinSet<Done<D>>,
+    /// Only looked up, never iterated, so its order cannot leak into behaviour.
+    running: HashMap<task::Id, Task<D>>,
+    /// `Some` until both recovery lists are loaded and applied.
+    recovery: Option<Recovery<D>>,
+}
+
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl<D: Domain> Driver<D> {
+    fn core_time(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.epoch)
+    }
+
+    async fn run(mut self, mut rx: mpsc::Receiver<Command<D>>) -> ShutdownReport<D> {
+        loop {
+            self.start_due(Instant::now());
+            let wake = match &self.recovery {
+                Some(recovery) => recovery.wake_at(),
+                None => self.core.next_deadline().map(|at| self.epoch + at),
+            };
+            tokio::select! {
+                biased;
+                Some(joined) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
+                    self.joined(joined);
+                }
+                command = rx.recv() => match command {
+                    Some(Command::Input(input, reply)) => {
+                        let result = self.apply(input);
+                        // The caller may have given up waiting; the input stands anyway.
+                        let _ = reply.send(result);
+                    }
+                    Some(Command::Shutdown(grace, reply)) => {
+                        return self.shutdown(grace, rx, vec![reply]).await;
+                    }
+                    None => return self.shutdown(Duration::ZERO, rx, Vec::new()).await,
+                },
+                () = sleep_until_some(wake) => {}
+            }
+        }
+    }
+
+    fn apply(&mut self, input: Input<D>) -> Result<(), ReconcilerError<D>> {
+        let removed = match &input {
+            Input::NodeRemoved { node } => Some(node.clone()),
+            _ => None,
+        };
+        input.apply_to(&mut self.core)?;
+        if let Some(node) = removed {
+            // A node object of the same name later is a new object: its status is read afresh.
+            self.writer.forget(&node);
+        }
+        Ok(())
+    }
+
+    /// Starts what is due at `now`: recovery list calls, or else a reconcile pass.
+    fn start_due(&mut self, now: Instant) {
+        if let Some(recovery) = &self.recovery {
+            let due: Vec<Source> = recovery.due(now).collect();
+            for source in due {
+                self.start_list(source);
+            }
+            return;
+        }
+        let now = self.core_time(now);
+        if self.core.next_deadline().is_some_and(|due| due <= now) {
+            self.metrics.reconcile_pass();
+            for op in self.core.poll(now) {
+                self.start_op(op);
+            }
+            self.flush_events();
+        }
+    }
+
+    fn start_list(&mut self, source: Source) {
+        let call = match source {
+            Source::Store => {
+                let store = Arc::clone(&self.store);
+                self.tasks
+                    .spawn(async move { Done::Listed(Listed::Store(store.list().await)) })
+            }
+            Source::Backend => {
+                let backend = Arc::clone(&self.backend);
+                self.tasks
+                    .spawn(async move { Done::Listed(Listed::Backend(backend.list().await)) })
+            }
+        };
+        self.running.insert(call.id(), Task::List(source));
+        if let Some(recovery) = &mut self.recovery {
+            recovery.listing(source, call);
+        }
+    }
+
+    fn start_op(&mut self, op: Operation<D>) {
+        if let Operation::Detach {
+            force: Some(reason),
+            ..
+        } = &op
+        {
+            self.metrics.forced_detach(*reason);
+        }
+        let summary = OperationSummary::of(&op);
+        let run = runner::execute(op, Arc::clone(&self.backend), Arc::clone(&self.writer));
+        let call = self.tasks.spawn(async move { Done::Op(run.await) });
+        self.running.insert(call.id(), Task::Op(summary));
+        self.metrics.operation_started();
+    }
+
+    /// Takes in a finished task; returns the summary of the operation it ran, if it ran one.
+    fn joined(
+        &mut self,
+        joined: Result<(task::Id, Done<D>), JoinError>,
+    ) -> Option<OperationSummary<D>> {
+        let (id, how) = match joined {
+            Ok((id, done)) => (id, Joined::Done(done)),
+            Err(e) if e.is_cancelled() => (e.id(), Joined::Cancelled),
+            Err(e) => {
+                error!(error = %e, "a controller task panicked");
+                (e.id(), Joined::Panicked)
+            }
+        };
+        match self.running.remove(&id)? {
+            Task::List(source) => {
+                let listed = match how {
+                    Joined::Done(Done::Listed(listed)) => listed,
+                    _ => Listed::panicked(source),
+                };
+                self.listed(listed);
+                None
+            }
+            Task::Op(mut summary) => {
+                self.metrics.operation_ended();
+                let result = match how {
+                    Joined::Done(Done::Op(result)) => result,
+                    Joined::Done(Done::Listed(_)) => unreachable!("an operation task lists"),
+                    Joined::Panicked => OpResult::panicked(summary.kind),
+                    Joined::Cancelled => {
+                        self.metrics
+                            .operation_finished(summary.kind, Outcome::Abandoned);
+                        return Some(summary);
+                    }
+                };
+                summary.outcome = result.outcome();
+                self.metrics
+                    .operation_finished(summary.kind, summary.outcome);
+                let now = self.core_time(Instant::now());
+                if let Err(e) = result.feed(&mut self.core, now, summary.id) {
+                    // Only this driver's own operations are fed back, so this is a bug.
+                    error!(error = %e, id = %summary.id, "the core refused an operation's result");
+                }
+                self.flush_events();
+                Some(summary)
+            }
+        }
+    }
+
+    fn listed(&mut self, listed: Listed<D>) {
+        let Some(recovery) = &mut self.recovery else {
+            return;
+        };
+        recovery.finished(listed, Instant::now());
+        if recovery.is_loaded() {
+            let recovery = self.recovery.take().expect("checked above");
+            recovery.apply(&mut self.core, &self.writer);
+        }
+    }
+
+    fn flush_events(&mut self) {
+        for event in self.core.take_events() {
+            if event.is_warning() {
+                warn!(reason = event.reason(), "{event}");
+            } else {
+                info!(reason = event.reason(), "{event}");
+            }
+            if let Some(recorder) = &self.recorder {
+                recorder.record(&event);
+            }
+        }
+    }
+
+    async fn shutdown(
+        mut self,
+        grace: Duration,
+        mut rx: mpsc::Receiver<Command<D>>,
+        mut waiting: Vec<oneshot::Sender<ShutdownReport<D>>>,
+    ) -> ShutdownReport<D> {
+        rx.close();
+        // Queued inputs are dropped unapplied (their senders see `Stopped`); queued shutdowns
+        // get the report too.
+        while let Ok(command) = rx.try_recv() {
+            if let Command::Shutdown(_, reply) = command {
+                waiting.push(reply);
+            }
+        }
+        if let Some(recovery) = &self.recovery {
+            recovery.abort();
+        }
+        info!(running = self.tasks.len(), ?grace, "shutting down");
+        let deadline = Instant::now() + grace;
+        let mut report = ShutdownReport::default();
+        while !self.tasks.is_empty() {
+            tokio::select! {
+                biased;
+                Some(joined) = self.tasks.join_next_with_id() => {
+                    report.finished.extend(self.joined(joined));
+                }
+                () = sleep_until(deadline) => break,
+            }
+        }
+        self.tasks.abort_all();
+        while let Some(joined) = self.tasks.join_next_with_id().await {
+            if let Some(summary) = self.joined(joined) {
+                match summary.outcome {
+                    Outcome::Abandoned => report.abandoned.push(summary),
+                    _ => report.finished.push(summary),
+                }
+            }
+        }
+        report.abandoned.sort_by_key(|s| s.id);
+        for reply in waiting {
+            let _ = reply.send(report.clone());
+        }
+        report
+    }
+}

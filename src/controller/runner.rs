@@ -1,0 +1,170 @@
+//! Runs one planned operation through the backend or the store, and hands its result back to
+//! the core.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{Instrument, Span, debug, field, info_span, warn};
+
+use super::metrics::Outcome;
+use super::status_writer::{StatusWriter, WriteOutcome};
+use crate::backend::{AttachBackend, AttachInfo, BackendError};
+use crate::domain::Domain;
+use crate::gate::OpKind;
+use crate::operation::{OpId, Operation};
+use crate::reconciler::{Reconciler, ReconcilerError};
+use crate::store::StoreError;
+
+/// What a finished operation returned, typed by its kind.
+pub(crate) enum OpResult<D: Domain> {
+    Attach(Result<AttachInfo, BackendError<D::Node>>),
+    Detach(Result<(), BackendError<D::Node>>),
+    Verify(Result<Vec<D::Volume>, BackendError<D::Node>>),
+    WriteStatus(Result<WriteOutcome, StoreError>),
+}
+
+fn backend_label<N>(e: &BackendError<N>) -> &'static str {
+    match e {
+        BackendError::Transient { .. } => "transient",
+        BackendError::Uncertain { .. } => "uncertain",
+        BackendError::AttachedElsewhere { .. } => "attached-elsewhere",
+    }
+}
+
+fn store_label(e: &StoreError) -> &'static str {
+    match e {
+        StoreError::Conflict { .. } => "conflict",
+        StoreError::NotFound => "not-found",
+        StoreError::Transient { .. } => "transient",
+    }
+}
+
+impl<D: Domain> OpResult<D> {
+    /// The result to assume when the task running the operation panicked: the call may have
+    /// done anything, so attach and detach are uncertain and the node's stored list unknown.
+    pub(crate) fn panicked(kind: OpKind) -> Self {
+        let message = "the backend call panicked".to_string();
+        match kind {
+            OpKind::Attach => OpResult::Attach(Err(BackendError::Uncertain { message })),
+            OpKind::Detach => OpResult::Detach(Err(BackendError::Uncertain { message })),
+            OpKind::Verify => OpResult::Verify(Err(BackendError::Transient { message })),
+            OpKind::WriteStatus => OpResult::WriteStatus(Err(StoreError::Transient { message })),
+        }
+    }
+
+    /// A short label for logs and spans: `ok`, `skipped-stale`, or the error's kind.
+    fn label(&self) -> &'static str {
+        match self {
+            OpResult::Attach(Err(e)) | OpResult::Detach(Err(e)) | OpResult::Verify(Err(e)) => {
+                backend_label(e)
+            }
+            OpResult::WriteStatus(Err(e)) => store_label(e),
+            OpResult::WriteStatus(Ok(WriteOutcome::SkippedStale)) => "skipped-stale",
+            OpResult::WriteStatus(Ok(WriteOutcome::AlreadyCurrent { .. })) => "already-current",
+            _ => "ok",
+        }
+    }
+
+    fn error(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            OpResult::Attach(Err(e)) | OpResult::Detach(Err(e)) | OpResult::Verify(Err(e)) => {
+                Some(e)
+            }
+            OpResult::WriteStatus(Err(e)) => Some(e),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn outcome(&self) -> Outcome {
+        match self.error() {
+            Some(_) => Outcome::Failed,
+            None => Outcome::Succeeded,
+        }
+    }
+
+    /// Hands the result to the core under `id`.
+    pub(crate) fn feed(
+        self,
+        core: &mut Reconciler<D>,
+        now: Duration,
+        id: OpId,
+    ) -> Result<(), ReconcilerError<D>> {
+        match self {
+            OpResult::Attach(r) => core.attach_finished(now, id, r),
+            OpResult::Detach(r) => core.detach_finished(now, id, r),
+            OpResult::Verify(r) => core.verify_finished(now, id, r),
+            OpResult::WriteStatus(r) => core.status_finished(now, id, r.map(|_| ())),
+        }
+    }
+}
+
+/// The span an operation runs in: `op`, `id`, `volume`, `node` now, `outcome` when it ends.
+fn span_for<D: Domain>(op: &Operation<D>) -> Span {
+    let kind = match op.kind() {
+        OpKind::Attach => "attach",
+        OpKind::Detach => "detach",
+        OpKind::Verify => "verify",
+        OpKind::WriteStatus => "write_status",
+    };
+    let span = info_span!(
+        "operation",
+        op = kind,
+        id = op.id().0,
+        volume = field::Empty,
+        node = ?op.node(),
+        outcome = field::Empty,
+    );
+    match op {
+        Operation::Attach { volume, .. } | Operation::Detach { volume, .. } => {
+            span.record("volume", field::debug(volume));
+        }
+        Operation::Verify { volumes, .. } => {
+            span.record("volume", field::debug(&volumes.len()));
+        }
+        Operation::WriteStatus { attached, .. } => {
+            span.record("volume", field::debug(&attached.len()));
+        }
+    }
+    span
+}
+
+/// Runs `op` to completion.
+pub(crate) async fn execute<D: Domain>(
+    op: Operation<D>,
+    backend: Arc<dyn AttachBackend<D>>,
+    writer: Arc<StatusWriter<D>>,
+) -> OpResult<D> {
+    let span = span_for(&op);
+    let this = span.clone();
+    async move {
+        let result = match op {
+            Operation::Attach {
+                volume,
+                node,
+                payload,
+                ..
+            } => OpResult::Attach(backend.attach(&volume, &node, &payload).await),
+            Operation::Detach {
+                volume,
+                node,
+                payload,
+                ..
+            } => OpResult::Detach(backend.detach(&volume, &node, &payload).await),
+            Operation::Verify { node, volumes, .. } => {
+                OpResult::Verify(backend.verify(&node, &volumes).await)
+            }
+            Operation::WriteStatus { node, attached, .. } => {
+                OpResult::WriteStatus(writer.write(&node, &attached).await)
+            }
+        };
+        let label = result.label();
+        this.record("outcome", label);
+        match result.error() {
+            Some(error) => warn!(%error, "operation failed"),
+            None => debug!(outcome = label, "operation finished"),
+        }
+        result
+    }
+    .instrument(span)
+    .await
+}

@@ -1,0 +1,465 @@
+//! Writes each node's reported list to the store with compare-and-set, never trusting a cache
+//! (correction C6, upstream 122413).
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use rustc_hash::FxHashMap;
+use tracing::debug;
+
+use super::metrics::Metrics;
+use crate::domain::Domain;
+use crate::store::{NodeStatusStore, ReportedVolume, Revision, StoreError};
+
+/// How a [`StatusWriter::write`] succeeded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// The store took the list; `attempts` counts the compare-and-set calls it needed.
+    Written {
+        /// The node's new revision.
+        revision: Revision,
+        /// Write calls made, conflicts included.
+        attempts: u32,
+    },
+    /// A fresh read showed the store already holds the list.
+    AlreadyCurrent {
+        /// The revision read.
+        revision: Revision,
+    },
+    /// Upstream's bug (only with [`StatusWriter::diff_against`]): a read from the diff source,
+    /// which may be stale, matched the list, so nothing was written.
+    SkippedStale,
+}
+
+/// The list the store holds for a node, as a fresh read found it.
+enum Fresh {
+    Matches(Revision),
+    Differs(Revision),
+}
+
+/// Whether two reported lists hold the same volumes with the same devices, in any order.
+fn same_list<D: Domain>(a: &[ReportedVolume<D>], b: &[ReportedVolume<D>]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    fn sorted<D: Domain>(l: &[ReportedVolume<D>]) -> Vec<&ReportedVolume<D>> {
+        let mut l: Vec<_> = l.iter().collect();
+        l.sort_by(|x, y| x.volume.cmp(&y.volume));
+        l
+    }
+    sorted(a) == sorted(b)
+}
+
+/// Executes [`Operation::WriteStatus`](crate::Operation::WriteStatus): makes the store list
+/// exactly the given volumes for a node.
+///
+/// Upstream computes a patch against an informer copy of the node and skips the write when the
+/// patch is empty; when the copy lags behind a write of its own, the skip loses a volume forever
+/// (122413). This writer instead remembers, per node, the revision of its own acknowledged write
+/// (or of a fresh read) and writes against it with compare-and-set. A conflict means someone
+/// else wrote: it reads fresh and retries, at most [`MAX_ATTEMPTS`](Self::MAX_ATTEMPTS) times.
+/// The only "nothing to write" it ever concludes comes from a fresh read.
+///
+/// The core already serialises writes per node and only asks for a write when the list changed
+/// or is unknown, so the writer is shared by every write task and needs no queue of its own.
+///
+/// ```
+/// use std::sync::Arc;
+/// use attach_detach::{Ids, MemoryStore, ReportedVolume, StatusWriter, WriteOutcome};
+/// type D = Ids<String, String, String, ()>;
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let store = MemoryStore::<D>::new();
+/// let node = "node-a".to_string();
+/// store.add_node(node.clone());
+/// let writer = StatusWriter::new(Arc::new(store.clone()));
+/// let list = vec![ReportedVolume { volume: "vol-1".to_string(), device: None }];
+/// // No revision known yet: a fresh read provides one, then the write lands.
+/// let outcome = writer.write(&node, &list).await.unwrap();
+/// assert!(matches!(outcome, WriteOutcome::Written { attempts: 1, .. }));
+/// assert_eq!(store.status(&node).unwrap().attached, list);
+/// # });
+/// ```
+pub struct StatusWriter<D: Domain> {
+    store: Arc<dyn NodeStatusStore<D>>,
+    /// Upstream C6: where the skip-if-equal read comes from.
+    diff_source: Option<Arc<dyn NodeStatusStore<D>>>,
+    revisions: Mutex<FxHashMap<D::Node, Revision>>,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl<D: Domain> std::fmt::Debug for StatusWriter<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StatusWriter")
+            .field("revisions", &*self.revisions.lock())
+            .field("diff_source", &self.diff_source.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Domain> StatusWriter<D> {
+    /// Compare-and-set write calls per [`write`](Self::write) before a persistent conflict is
+    /// returned as an error (the core then backs off).
+    pub const MAX_ATTEMPTS: u32 = 3;
+
+    /// A writer to `store` that knows no revision yet.
+    pub fn new(store: Arc<dyn NodeStatusStore<D>>) -> Self {
+        StatusWriter {
+            store,
+            diff_source: None,
+            revisions: Mutex::new(FxHashMap::default()),
+            metrics: None,
+        }
+    }
+
+    /// Puts back upstream's bug C6 (122413): before writing, read the node from `source` (e.g. an
+    /// informer cache, [`MemoryStore::cached`](crate::MemoryStore::cached)) and skip the write
+    /// when that read already matches. For regression tests and incident replays only.
+    pub fn diff_against(mut self, source: Arc<dyn NodeStatusStore<D>>) -> Self {
+        self.diff_source = Some(source);
+        self
+    }
+
+    /// Counts store calls and skips in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Remembers that the store held `node` at `revision`, e.g. from a fresh list at recovery.
+    pub fn seed(&self, node: D::Node, revision: Revision) {
+        self.revisions.lock().insert(node, revision);
+    }
+
+    /// The revision the next write of `node` will be conditional on, if known.
+    pub fn revision(&self, node: &D::Node) -> Option<Revision> {
+        self.revisions.lock().get(node).copied()
+    }
+
+    /// Forgets `node`'s revision: its next write starts with a fresh read.
+    pub fn forget(&self, node: &D::Node) {
+        self.revisions.lock().remove(node);
+    }
+
+    fn count(&self, f: impl FnOnce(&Metrics)) {
+        if let Some(m) = &self.metrics {
+            f(m);
+        }
+    }
+
+    /// Makes the store list exactly `attached` for `node`.
+    ///
+    /// Errors: [`StoreError::NotFound`] when the node is gone (its revision is forgotten, so a
+    /// node recreated under the same name is read afresh: upstream 50721);
+    /// [`StoreError::Conflict`] when [`MAX_ATTEMPTS`](Self::MAX_ATTEMPTS) writes all lost a race;
+    /// [`StoreError::Transient`] as the store returned it. After any error the caller must treat
+    /// what the store holds as unknown.
+    pub async fn write(
+        &self,
+        node: &D::Node,
+        attached: &[ReportedVolume<D>],
+    ) -> Result<WriteOutcome, StoreError> {
+        if let Some(source) = &self.diff_source {
+            // C6, upstream's bug: trust a read of unknown age.
+            if let Ok(seen) = source.read(node).await {
+                if same_list(&seen.attached, attached) {
+                    self.count(Metrics::status_write_skipped_stale);
+                    return Ok(WriteOutcome::SkippedStale);
+                }
+            }
+        }
+        let mut expected = match self.revision(node) {
+            Some(revision) => revision,
+            None => match self.read_fresh(node, attached).await? {
+                Fresh::Matches(revision) => return Ok(WriteOutcome::AlreadyCurrent { revision }),
+                Fresh::Differs(revision) => revision,
+            },
+        };
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            self.count(Metrics::store_write);
+            match self.store.write(node, attached, expected).await {
+                Ok(revision) => {
+                    self.seed(node.clone(), revision);
+                    return Ok(WriteOutcome::Written { revision, attempts });
+                }
+                Err(StoreError::NotFound) => {
+                    self.forget(node);
+                    return Err(StoreError::NotFound);
+                }
+                Err(StoreError::Conflict { current }) => {
+                    self.count(Metrics::store_write_conflict);
+                    debug!(node = ?node, %expected, %current, attempts, "status write conflicted");
+                    if attempts >= Self::MAX_ATTEMPTS {
+                        self.forget(node);
+                        return Err(StoreError::Conflict { current });
+                    }
+                    match self.read_fresh(node, attached).await? {
+                        Fresh::Matches(revision) => {
+                            return Ok(WriteOutcome::AlreadyCurrent { revision });
+                        }
+                        Fresh::Differs(revision) => expected = revision,
+                    }
+                }
+                // Did nothing: the revision we hold is still the store's, as far as we know.
+                Err(e @ StoreError::Transient { .. }) => return Err(e),
+            }
+        }
+    }
+
+    /// Reads `node` from the store itself and remembers the revision read.
+    async fn read_fresh(
+        &self,
+        node: &D::Node,
+        attached: &[ReportedVolume<D>],
+    ) -> Result<Fresh, StoreError> {
+        let status = match self.store.read(node).await {
+            Ok(status) => status,
+            Err(e) => {
+                if e == StoreError::NotFound {
+                    self.forget(node);
+                }
+                return Err(e);
+            }
+        };
+        self.seed(node.clone(), status.revision);
+        if same_list(&status.attached, attached) {
+            self.count(Metrics::status_write_unneeded);
+            Ok(Fresh::Matches(status.revision))
+        } else {
+            Ok(Fresh::Differs(status.revision))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use mockall::Sequence;
+
+    use super::*;
+    use crate::domain::Ids;
+    use crate::memory::MemoryStore;
+    use crate::store::{MockNodeStatusStore, NodeStatus};
+
+    type D = Ids<&'static str, &'static str, &'static str, ()>;
+
+    fn rv(v: &'static str) -> ReportedVolume<D> {
+        ReportedVolume {
+            volume: v,
+            device: Some(format!("/dev/{v}")),
+        }
+    }
+
+    fn status(rev: u64, vols: &[&'static str]) -> NodeStatus<D> {
+        NodeStatus {
+            attached: vols.iter().copied().map(rv).collect(),
+            revision: Revision(rev),
+        }
+    }
+
+    #[test]
+    fn lists_compare_as_sets_with_devices() {
+        assert!(same_list::<D>(&[rv("a"), rv("b")], &[rv("b"), rv("a")]));
+        assert!(!same_list::<D>(&[rv("a")], &[rv("a"), rv("b")]));
+        let other_device = ReportedVolume {
+            volume: "a",
+            device: None,
+        };
+        assert!(!same_list::<D>(&[rv("a")], &[other_device]));
+    }
+
+    #[tokio::test]
+    async fn writes_against_its_own_last_revision_without_reading() {
+        let mut store = MockNodeStatusStore::<D>::new();
+        let mut seq = Sequence::new();
+        store
+            .expect_write()
+            .withf(|n, l, r| *n == "node-a" && l.len() == 1 && *r == Revision(4))
+            .times(1)
+            .in_sequence(&mut seq)
+            .returning(|_, _, _| Ok(Revision(9)));
+        store
+            .expect_write()
+            .withf(|_, l, r| l.is_empty() && *r == Revision(9))
+            .times(1)
+            .in_sequence(&mut seq)
+            .returning(|_, _, _| Ok(Revision(12)));
+        store.expect_read().never();
+        let writer = StatusWriter::new(Arc::new(store));
+        writer.seed("node-a", Revision(4));
+        assert_eq!(
+            writer.write(&"node-a", &[rv("v")]).await,
+            Ok(WriteOutcome::Written {
+                revision: Revision(9),
+                attempts: 1
+            })
+        );
+        writer.write(&"node-a", &[]).await.unwrap();
+        assert_eq!(writer.revision(&"node-a"), Some(Revision(12)));
+    }
+
+    #[tokio::test]
+    async fn conflict_reads_fresh_and_retries_on_the_new_revision() {
+        let mut store = MockNodeStatusStore::<D>::new();
+        let mut seq = Sequence::new();
+        store
+            .expect_write()
+            .withf(|_, _, r| *r == Revision(1))
+            .times(1)
+            .in_sequence(&mut seq)
+            .returning(|_, _, _| {
+                Err(StoreError::Conflict {
+                    current: Revision(5),
+                })
+            });
+        store
+            .expect_read()
+            .times(1)
+            .in_sequence(&mut seq)
+            .returning(|_| Ok(status(5, &["other"])));
+        store
+            .expect_write()
+            .withf(|_, _, r| *r == Revision(5))
+            .times(1)
+            .in_sequence(&mut seq)
+            .returning(|_, _, _| Ok(Revision(6)));
+        let metrics = Arc::new(Metrics::default());
+        let writer = StatusWriter::new(Arc::new(store)).with_metrics(metrics.clone());
+        writer.seed("node-a", Revision(1));
+        assert_eq!(
+            writer.write(&"node-a", &[rv("v")]).await,
+            Ok(WriteOutcome::Written {
+                revision: Revision(6),
+                attempts: 2
+            })
+        );
+        let m = metrics.snapshot();
+        assert_eq!((m.store_writes, m.store_write_conflicts), (2, 1));
+    }
+
+    #[tokio::test]
+    async fn conflict_with_the_wanted_list_already_stored_is_success() {
+        let mut store = MockNodeStatusStore::<D>::new();
+        store.expect_write().times(1).returning(|_, _, _| {
+            Err(StoreError::Conflict {
+                current: Revision(5),
+            })
+        });
+        store
+            .expect_read()
+            .times(1)
+            .returning(|_| Ok(status(5, &["v"])));
+        let writer = StatusWriter::new(Arc::new(store));
+        writer.seed("node-a", Revision(1));
+        assert_eq!(
+            writer.write(&"node-a", &[rv("v")]).await,
+            Ok(WriteOutcome::AlreadyCurrent {
+                revision: Revision(5)
+            })
+        );
+        assert_eq!(writer.revision(&"node-a"), Some(Revision(5)));
+    }
+
+    #[tokio::test]
+    async fn conflicts_are_bounded_and_the_revision_forgotten() {
+        let mut store = MockNodeStatusStore::<D>::new();
+        store
+            .expect_write()
+            .times(StatusWriter::<D>::MAX_ATTEMPTS as usize)
+            .returning(|_, _, r| {
+                Err(StoreError::Conflict {
+                    current: Revision(r.0 + 1),
+                })
+            });
+        let reads = std::sync::atomic::AtomicU64::new(1);
+        store.expect_read().times(2).returning(move |_| {
+            let r = reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(status(r * 10, &[]))
+        });
+        let writer = StatusWriter::new(Arc::new(store));
+        writer.seed("node-a", Revision(1));
+        assert_eq!(
+            writer.write(&"node-a", &[rv("v")]).await,
+            Err(StoreError::Conflict {
+                current: Revision(21)
+            })
+        );
+        assert_eq!(writer.revision(&"node-a"), None);
+    }
+
+    #[tokio::test]
+    async fn not_found_forgets_the_revision_and_transient_keeps_it() {
+        let mut store = MockNodeStatusStore::<D>::new();
+        let mut seq = Sequence::new();
+        store
+            .expect_write()
+            .times(1)
+            .in_sequence(&mut seq)
+            .returning(|_, _, _| {
+                Err(StoreError::Transient {
+                    message: "etcd".into(),
+                })
+            });
+        store
+            .expect_write()
+            .times(1)
+            .in_sequence(&mut seq)
+            .returning(|_, _, _| Err(StoreError::NotFound));
+        store
+            .expect_read()
+            .times(1)
+            .in_sequence(&mut seq)
+            .returning(|_| Err(StoreError::NotFound));
+        let writer = StatusWriter::new(Arc::new(store));
+        writer.seed("node-a", Revision(3));
+        assert!(matches!(
+            writer.write(&"node-a", &[]).await,
+            Err(StoreError::Transient { .. })
+        ));
+        assert_eq!(writer.revision(&"node-a"), Some(Revision(3)));
+        assert_eq!(
+            writer.write(&"node-a", &[]).await,
+            Err(StoreError::NotFound)
+        );
+        assert_eq!(writer.revision(&"node-a"), None);
+        // No revision: the next write reads first, and a missing node stays missing.
+        assert_eq!(
+            writer.write(&"node-a", &[]).await,
+            Err(StoreError::NotFound)
+        );
+    }
+
+    /// Seed 002 at the writer's level: remove a volume from the node's status, then list it again
+    /// within the cache's lag. Returns what the store lists at the end.
+    async fn remove_then_readd(stale_diff: bool) -> Vec<ReportedVolume<D>> {
+        let store = MemoryStore::<D>::new();
+        let informer = store.cached(Duration::from_secs(5));
+        store.add_node("node-a");
+        let mut writer = StatusWriter::new(Arc::new(store.clone()));
+        if stale_diff {
+            writer = writer.diff_against(Arc::new(informer));
+        }
+        writer.write(&"node-a", &[rv("v")]).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(10)).await; // the informer catches up
+        writer.write(&"node-a", &[]).await.unwrap(); // workload deleted: stop reporting
+        assert!(store.status(&"node-a").unwrap().attached.is_empty());
+        tokio::time::sleep(Duration::from_secs(1)).await; // detach, workload back, attach
+        writer.write(&"node-a", &[rv("v")]).await.unwrap();
+        store.status(&"node-a").unwrap().attached
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn seed_002_a_lagging_cache_cannot_hide_a_write() {
+        assert_eq!(remove_then_readd(false).await, vec![rv("v")]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn seed_002_upstream_diff_against_the_cache_loses_the_volume() {
+        assert!(
+            remove_then_readd(true).await.is_empty(),
+            "with C6 the stale cache still lists the volume, so the write is skipped"
+        );
+    }
+}

@@ -1,0 +1,1103 @@
+//! Driver paths against mockall mocks of the backend and the store, on tokio's paused clock.
+//!
+//! Each test ends with [`Harness::finish`], which shuts the controller down and awaits its task:
+//! the mocks are dropped inside that task, so an unmet `times(..)` fails the test there.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use mockall::Sequence;
+use parking_lot::Mutex;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep};
+
+use super::*;
+use crate::actual::NodeFacts;
+use crate::backend::{AttachInfo, BackendAttachment, BackendError, MockAttachBackend};
+use crate::desired::DesiredError;
+use crate::domain::Ids;
+use crate::event::Event;
+use crate::gate::OpKind;
+use crate::operation::ForceReason;
+use crate::store::{MockNodeStatusStore, NodeStatus, ReportedVolume, Revision, StoreError};
+use crate::volume::VolumeSpec;
+
+type D = Ids<&'static str, &'static str, &'static str, u32>;
+
+const A: &str = "node-a";
+const B: &str = "node-b";
+const V1: &str = "vol-1";
+const V2: &str = "vol-2";
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn device(v: &str) -> Option<String> {
+    Some(format!("/dev/{v}"))
+}
+
+fn rv(v: &'static str) -> ReportedVolume<D> {
+    ReportedVolume {
+        volume: v,
+        device: device(v),
+    }
+}
+
+fn facts(in_use: &[&'static str]) -> NodeFacts<&'static str> {
+    NodeFacts {
+        in_use: Some(in_use.to_vec()),
+        ..NodeFacts::default()
+    }
+}
+
+fn transient() -> BackendError<&'static str> {
+    BackendError::Transient {
+        message: "503".into(),
+    }
+}
+
+fn uncertain() -> BackendError<&'static str> {
+    BackendError::Uncertain {
+        message: "timeout".into(),
+    }
+}
+
+/// vol-1 and vol-2 (single-node), node-a and node-b (healthy, nothing mounted), `w1` on node-a
+/// using vol-1.
+fn world() -> World<D> {
+    World::new()
+        .volume(V1, VolumeSpec::single_node(1))
+        .volume(V2, VolumeSpec::single_node(2))
+        .node(A, facts(&[]))
+        .node(B, facts(&[]))
+        .workload("w1", A, [V1])
+}
+
+/// A time-stamped log the mocks append to.
+#[derive(Clone)]
+struct Log<T>(Arc<Mutex<Vec<(Duration, T)>>>);
+
+impl<T> Default for Log<T> {
+    fn default() -> Self {
+        Log(Arc::default())
+    }
+}
+
+impl<T: Clone> Log<T> {
+    fn push(&self, epoch: Instant, item: T) {
+        self.0.lock().push((Instant::now() - epoch, item));
+    }
+    fn items(&self) -> Vec<T> {
+        self.0.lock().iter().map(|(_, x)| x.clone()).collect()
+    }
+    fn times(&self) -> Vec<Duration> {
+        self.0.lock().iter().map(|(t, _)| *t).collect()
+    }
+}
+
+/// One attach or detach call: volume, node.
+type Call = (&'static str, &'static str);
+
+/// One store write as the mock saw it: node, volumes, expected revision.
+type Write = (&'static str, Vec<&'static str>, Revision);
+
+fn volumes(list: &[ReportedVolume<D>]) -> Vec<&'static str> {
+    list.iter().map(|r| r.volume).collect()
+}
+
+/// A store listing `nodes`, each at revision 1 with nothing attached.
+fn store(nodes: &'static [&'static str]) -> MockNodeStatusStore<D> {
+    let mut store = MockNodeStatusStore::<D>::new();
+    store.expect_list().returning(move || {
+        Ok(nodes
+            .iter()
+            .map(|n| {
+                (
+                    *n,
+                    NodeStatus {
+                        attached: vec![],
+                        revision: Revision(1),
+                    },
+                )
+            })
+            .collect())
+    });
+    store
+}
+
+/// Accepts every further write (new revision: expected + 1) and logs it.
+fn accept_writes(store: &mut MockNodeStatusStore<D>, epoch: Instant) -> Log<Write> {
+    let log = Log::default();
+    let l = log.clone();
+    store.expect_write().returning(move |n, list, r| {
+        l.push(epoch, (*n, volumes(list), r));
+        Ok(Revision(r.0 + 1))
+    });
+    log
+}
+
+/// A backend that lists nothing and confirms every verified attachment.
+fn backend() -> MockAttachBackend<D> {
+    let mut backend = MockAttachBackend::<D>::new();
+    backend.expect_list().returning(|| Ok(vec![]));
+    backend
+}
+
+fn verify_all(backend: &mut MockAttachBackend<D>) {
+    backend
+        .expect_verify()
+        .returning(|_, vols| Ok(vols.iter().map(|(v, _)| *v).collect()));
+}
+
+/// Logs attach calls and succeeds.
+fn accept_attaches(backend: &mut MockAttachBackend<D>, epoch: Instant) -> Log<Call> {
+    let log = Log::default();
+    let l = log.clone();
+    backend.expect_attach().returning(move |v, n, _| {
+        l.push(epoch, (*v, *n));
+        Ok(AttachInfo { device: device(v) })
+    });
+    log
+}
+
+fn accept_detaches(backend: &mut MockAttachBackend<D>, epoch: Instant) -> Log<Call> {
+    let log = Log::default();
+    let l = log.clone();
+    backend.expect_detach().returning(move |v, n, _| {
+        l.push(epoch, (*v, *n));
+        Ok(())
+    });
+    log
+}
+
+struct Harness {
+    handle: ControllerHandle<D>,
+    task: JoinHandle<ShutdownReport<D>>,
+    events: MemoryRecorder<D>,
+}
+
+impl Harness {
+    fn start(
+        config: Config,
+        backend: impl AttachBackend<D> + 'static,
+        store: impl NodeStatusStore<D> + 'static,
+        world: World<D>,
+    ) -> Self {
+        let events = MemoryRecorder::new();
+        let (handle, task) = Controller::new(config, Arc::new(backend), Arc::new(store), world)
+            .expect("valid world")
+            .with_recorder(Arc::new(events.clone()))
+            .spawn();
+        Harness {
+            handle,
+            task,
+            events,
+        }
+    }
+
+    fn new(backend: MockAttachBackend<D>, store: MockNodeStatusStore<D>) -> Self {
+        Self::start(Config::default(), backend, store, world())
+    }
+
+    async fn finish(self) -> ShutdownReport<D> {
+        let report = self.handle.shutdown(secs(1)).await.expect("running");
+        let from_task = self
+            .task
+            .await
+            .expect("controller task (mock expectations)");
+        assert_eq!(report, from_task);
+        report
+    }
+}
+
+// ---- backend paths ----------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn attaches_reports_then_unreports_and_detaches() {
+    let epoch = Instant::now();
+    let mut seq = Sequence::new();
+    let mut backend = backend();
+    backend
+        .expect_attach()
+        .withf(|v, n, p| *v == V1 && *n == A && *p == 1)
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|v, _, _| Ok(AttachInfo { device: device(v) }));
+    let mut store = store(&[A, B]);
+    store
+        .expect_write()
+        .withf(|n, l, r| *n == A && *l == [rv(V1)] && *r == Revision(1))
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _, _| Ok(Revision(2)));
+    store
+        .expect_write()
+        .withf(|n, l, r| *n == A && l.is_empty() && *r == Revision(2))
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _, _| Ok(Revision(3)));
+    // The detach comes only after the store acknowledged the volume's removal.
+    let detaches = Log::default();
+    let d = detaches.clone();
+    backend
+        .expect_detach()
+        .withf(|v, n, _| *v == V1 && *n == A)
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(move |v, n, _| {
+            d.push(epoch, (*v, *n));
+            Ok(())
+        });
+    let h = Harness::new(backend, store);
+
+    sleep(secs(1)).await;
+    h.handle.workload_removed("w1").await.unwrap();
+    sleep(secs(1)).await;
+    assert_eq!(detaches.items(), vec![(V1, A)]);
+    assert_eq!(
+        h.events.reasons(),
+        vec!["SuccessfulAttachVolume", "SuccessfulDetachVolume"]
+    );
+    let m = h.handle.metrics();
+    assert_eq!(m.attach.succeeded, 1);
+    assert_eq!(m.detach.succeeded, 1);
+    assert_eq!(m.write_status.succeeded, 2);
+    assert_eq!(m.store_writes, 2);
+    assert_eq!(m.in_flight, 0);
+    let report = h.finish().await;
+    assert!(report.finished.is_empty() && report.abandoned.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn attach_transient_error_is_retried_after_backoff_and_reported_once() {
+    let epoch = Instant::now();
+    let mut backend = backend();
+    let failed = Log::default();
+    let f = failed.clone();
+    backend.expect_attach().times(1).returning(move |v, n, _| {
+        f.push(epoch, (*v, *n));
+        Err(transient())
+    });
+    let attached = accept_attaches(&mut backend, epoch);
+    let mut store = store(&[A, B]);
+    let writes = accept_writes(&mut store, epoch);
+    let h = Harness::new(backend, store);
+
+    sleep(secs(2)).await;
+    let (first, second) = (failed.times()[0], attached.times()[0]);
+    assert!(
+        second - first >= ms(500) && second - first < ms(700),
+        "retried after {:?}",
+        second - first
+    );
+    // Nothing was reported before the attach succeeded, and it was reported once.
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(1))]);
+    assert!(writes.times()[0] > second);
+    assert_eq!(
+        h.events.reasons(),
+        vec!["FailedAttachVolume", "SuccessfulAttachVolume"]
+    );
+    assert_eq!(h.handle.metrics().attach.failed, 1);
+    h.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn attach_uncertain_error_is_not_reported_until_an_attach_succeeds() {
+    let epoch = Instant::now();
+    let mut backend = backend();
+    backend
+        .expect_attach()
+        .times(1)
+        .returning(|_, _, _| Err(uncertain()));
+    let attached = accept_attaches(&mut backend, epoch);
+    let mut store = store(&[A, B]);
+    let writes = accept_writes(&mut store, epoch);
+    let h = Harness::new(backend, store);
+
+    sleep(ms(300)).await;
+    assert!(writes.items().is_empty(), "maybe-attached is not reported");
+    sleep(secs(2)).await;
+    assert_eq!(attached.items(), vec![(V1, A)]);
+    assert!(attached.times()[0] >= ms(500), "after the backoff");
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(1))]);
+    assert_eq!(
+        h.events.reasons(),
+        vec!["FailedAttachVolume", "SuccessfulAttachVolume"]
+    );
+    h.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn attached_elsewhere_is_detached_there_before_attaching_here() {
+    let mut seq = Sequence::new();
+    let mut backend = backend();
+    backend
+        .expect_attach()
+        .withf(|v, n, _| *v == V1 && *n == A)
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _, _| {
+            Err(BackendError::AttachedElsewhere {
+                node: B,
+                message: "in use".into(),
+            })
+        });
+    backend
+        .expect_detach()
+        .withf(|v, n, _| *v == V1 && *n == B)
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _, _| Ok(()));
+    backend
+        .expect_attach()
+        .withf(|v, n, _| *v == V1 && *n == A)
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|v, _, _| Ok(AttachInfo { device: device(v) }));
+    let mut store = store(&[A, B]);
+    let writes = accept_writes(&mut store, Instant::now());
+    let h = Harness::new(backend, store);
+
+    sleep(secs(3)).await;
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(1))]);
+    let reasons = h.events.reasons();
+    assert_eq!(reasons.first(), Some(&"FailedAttachVolume"));
+    assert_eq!(
+        &reasons[reasons.len() - 2..],
+        ["SuccessfulDetachVolume", "SuccessfulAttachVolume"]
+    );
+    h.finish().await;
+}
+
+/// Attaches vol-1 to node-a, then removes `w1` and returns once the first detach was tried.
+async fn attach_then_remove(
+    first_detach: BackendError<&'static str>,
+) -> (Harness, Log<Write>, Log<Call>) {
+    let epoch = Instant::now();
+    let mut backend = backend();
+    accept_attaches(&mut backend, epoch);
+    backend
+        .expect_detach()
+        .times(1)
+        .returning(move |_, _, _| Err(first_detach.clone()));
+    let detached = accept_detaches(&mut backend, epoch);
+    let mut store = store(&[A, B]);
+    let writes = accept_writes(&mut store, epoch);
+    let h = Harness::new(backend, store);
+    sleep(secs(1)).await;
+    h.handle.workload_removed("w1").await.unwrap();
+    sleep(secs(3)).await;
+    (h, writes, detached)
+}
+
+#[tokio::test(start_paused = true)]
+async fn detach_transient_error_reports_the_volume_again_then_retries() {
+    let (h, writes, detached) = attach_then_remove(transient()).await;
+    assert_eq!(detached.items(), vec![(V1, A)]);
+    // C1 (104526): between the failed detach and its retry, the node is told again that the
+    // volume is attached, so a workload coming back can mount it.
+    let lists: Vec<_> = writes.items().into_iter().map(|(_, l, _)| l).collect();
+    assert_eq!(lists, vec![vec![V1], vec![], vec![V1], vec![]]);
+    assert_eq!(
+        h.events.reasons(),
+        vec![
+            "SuccessfulAttachVolume",
+            "FailedDetachVolume",
+            "SuccessfulDetachVolume"
+        ]
+    );
+    let m = h.handle.metrics();
+    assert_eq!((m.detach.failed, m.detach.succeeded), (1, 1));
+    h.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn detach_uncertain_error_retries_without_reporting_again() {
+    let (h, writes, detached) = attach_then_remove(uncertain()).await;
+    assert_eq!(detached.items(), vec![(V1, A)]);
+    // Maybe detached: not reported (an agent must not mount it), detached again.
+    let lists: Vec<_> = writes.items().into_iter().map(|(_, l, _)| l).collect();
+    assert_eq!(lists, vec![vec![V1], vec![]]);
+    h.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn detach_attached_elsewhere_error_is_retried() {
+    let elsewhere = BackendError::AttachedElsewhere {
+        node: B,
+        message: "confused backend".into(),
+    };
+    let (h, writes, detached) = attach_then_remove(elsewhere).await;
+    assert_eq!(detached.items(), vec![(V1, A)]);
+    let lists: Vec<_> = writes.items().into_iter().map(|(_, l, _)| l).collect();
+    assert_eq!(lists, vec![vec![V1], vec![], vec![V1], vec![]]);
+    h.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn verify_notices_a_vanished_attachment_and_it_is_attached_again() {
+    let epoch = Instant::now();
+    let mut backend = backend();
+    let attaches = accept_attaches(&mut backend, epoch);
+    backend
+        .expect_verify()
+        .withf(|n, vols| *n == A && *vols == [(V1, 1)])
+        .times(1)
+        .returning(|_, _| Ok(vec![]));
+    verify_all(&mut backend);
+    let mut store = store(&[A, B]);
+    let writes = accept_writes(&mut store, epoch);
+    let h = Harness::new(backend, store);
+
+    sleep(secs(61)).await;
+    assert_eq!(attaches.items(), vec![(V1, A), (V1, A)]);
+    let lists: Vec<_> = writes.items().into_iter().map(|(_, l, _)| l).collect();
+    assert_eq!(lists, vec![vec![V1], vec![], vec![V1]]);
+    assert_eq!(h.handle.metrics().verify.succeeded, 1);
+    h.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_backend_call_counts_as_uncertain() {
+    let epoch = Instant::now();
+    let mut backend = backend();
+    backend
+        .expect_attach()
+        .times(1)
+        .returning(|_, _, _| panic!("backend bug"));
+    let attaches = accept_attaches(&mut backend, epoch);
+    let mut store = store(&[A, B]);
+    let writes = accept_writes(&mut store, epoch);
+    let h = Harness::new(backend, store);
+
+    sleep(secs(2)).await;
+    assert_eq!(attaches.items(), vec![(V1, A)]);
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(1))]);
+    let events = h.events.events();
+    assert!(
+        matches!(&events[0], Event::AttachFailed { message, .. } if message.contains("panicked")),
+        "{events:?}"
+    );
+    assert_eq!(h.handle.metrics().attach.failed, 1);
+    h.finish().await;
+}
+
+/// A backend whose attach of some volumes takes a while before reaching the mock.
+struct Slow {
+    inner: MockAttachBackend<D>,
+    attach_latency: Vec<(&'static str, Duration)>,
+}
+
+#[async_trait]
+impl AttachBackend<D> for Slow {
+    async fn attach(
+        &self,
+        volume: &&'static str,
+        node: &&'static str,
+        payload: &u32,
+    ) -> Result<AttachInfo, BackendError<&'static str>> {
+        if let Some((_, latency)) = self.attach_latency.iter().find(|(v, _)| v == volume) {
+            sleep(*latency).await;
+        }
+        self.inner.attach(volume, node, payload).await
+    }
+
+    async fn detach(
+        &self,
+        volume: &&'static str,
+        node: &&'static str,
+        payload: &u32,
+    ) -> Result<(), BackendError<&'static str>> {
+        self.inner.detach(volume, node, payload).await
+    }
+
+    async fn verify(
+        &self,
+        node: &&'static str,
+        volumes: &[(&'static str, u32)],
+    ) -> Result<Vec<&'static str>, BackendError<&'static str>> {
+        self.inner.verify(node, volumes).await
+    }
+
+    async fn list(&self) -> Result<Vec<BackendAttachment<D>>, BackendError<&'static str>> {
+        self.inner.list().await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_attach_holds_up_no_other_volume() {
+    let epoch = Instant::now();
+    let mut inner = backend();
+    let attaches = accept_attaches(&mut inner, epoch);
+    verify_all(&mut inner);
+    let backend = Slow {
+        inner,
+        attach_latency: vec![(V1, secs(30))],
+    };
+    let mut store = store(&[A, B]);
+    let writes = accept_writes(&mut store, epoch);
+    let h = Harness::start(
+        Config::default(),
+        backend,
+        store,
+        world().workload("w2", A, [V2]),
+    );
+
+    sleep(secs(1)).await;
+    assert_eq!(attaches.items(), vec![(V2, A)]);
+    assert_eq!(writes.items(), vec![(A, vec![V2], Revision(1))]);
+    assert_eq!(h.handle.metrics().in_flight, 1, "vol-1 still attaching");
+    sleep(secs(30)).await;
+    assert_eq!(attaches.items(), vec![(V2, A), (V1, A)]);
+    assert!(attaches.times()[1] >= secs(30));
+    assert_eq!(writes.items()[1], (A, vec![V1, V2], Revision(2)));
+    h.finish().await;
+}
+
+// ---- store paths ------------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn status_conflict_reads_fresh_and_retries_on_the_new_revision() {
+    let epoch = Instant::now();
+    let mut backend = backend();
+    accept_attaches(&mut backend, epoch);
+    let mut seq = Sequence::new();
+    let mut store = store(&[A, B]);
+    store
+        .expect_write()
+        .withf(|_, _, r| *r == Revision(1))
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _, _| {
+            Err(StoreError::Conflict {
+                current: Revision(7),
+            })
+        });
+    store
+        .expect_read()
+        .withf(|n| *n == A)
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| {
+            Ok(NodeStatus {
+                attached: vec![],
+                revision: Revision(7),
+            })
+        });
+    let writes = accept_writes(&mut store, epoch);
+    let h = Harness::new(backend, store);
+
+    sleep(secs(1)).await;
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(7))]);
+    let m = h.handle.metrics();
+    assert_eq!((m.store_writes, m.store_write_conflicts), (2, 1));
+    assert_eq!(m.write_status.succeeded, 1);
+    assert_eq!(m.write_status.failed, 0);
+    h.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn status_conflict_with_the_list_already_stored_is_success() {
+    let epoch = Instant::now();
+    let mut backend = backend();
+    accept_attaches(&mut backend, epoch);
+    accept_detaches(&mut backend, epoch);
+    let mut store = store(&[A, B]);
+    store.expect_write().times(1).returning(|_, _, _| {
+        Err(StoreError::Conflict {
+            current: Revision(7),
+        })
+    });
+    store.expect_read().times(1).returning(|_| {
+        Ok(NodeStatus {
+            attached: vec![rv(V1)],
+            revision: Revision(7),
+        })
+    });
+    let writes = accept_writes(&mut store, epoch);
+    let h = Harness::new(backend, store);
+
+    sleep(secs(1)).await;
+    assert!(writes.items().is_empty(), "nothing left to write");
+    assert_eq!(h.handle.metrics().status_writes_unneeded, 1);
+    // The revision read is the one the next write is conditional on.
+    h.handle.workload_removed("w1").await.unwrap();
+    sleep(secs(1)).await;
+    assert_eq!(writes.items(), vec![(A, vec![], Revision(7))]);
+    h.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn status_conflicts_without_end_fail_the_write_and_the_core_backs_off() {
+    let epoch = Instant::now();
+    let mut backend = backend();
+    accept_attaches(&mut backend, epoch);
+    let mut store = store(&[A, B]);
+    let losing = Log::default();
+    let l = losing.clone();
+    store
+        .expect_write()
+        .times(StatusWriter::<D>::MAX_ATTEMPTS as usize)
+        .returning(move |n, list, r| {
+            l.push(epoch, (*n, volumes(list), r));
+            Err(StoreError::Conflict {
+                current: Revision(r.0 + 10),
+            })
+        });
+    let mut reads = 0;
+    store.expect_read().returning(move |_| {
+        reads += 1;
+        Ok(NodeStatus {
+            attached: vec![],
+            revision: Revision(1 + 10 * reads),
+        })
+    });
+    let writes = accept_writes(&mut store, epoch);
+    let h = Harness::new(backend, store);
+
+    sleep(secs(2)).await;
+    let revisions: Vec<_> = losing.items().into_iter().map(|(_, _, r)| r).collect();
+    assert_eq!(revisions, vec![Revision(1), Revision(11), Revision(21)]);
+    // The failed write left the revision unknown: the retry, after the backoff, reads first.
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(31))]);
+    assert!(writes.times()[0] - losing.times()[2] >= ms(500));
+    let m = h.handle.metrics();
+    assert_eq!((m.write_status.failed, m.write_status.succeeded), (1, 1));
+    h.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn status_transient_error_is_retried_after_backoff_on_the_same_revision() {
+    let epoch = Instant::now();
+    let mut backend = backend();
+    accept_attaches(&mut backend, epoch);
+    let mut store = store(&[A, B]);
+    let failed = Log::default();
+    let f = failed.clone();
+    store.expect_write().times(1).returning(move |n, list, r| {
+        f.push(epoch, (*n, volumes(list), r));
+        Err(StoreError::Transient {
+            message: "etcd leader lost".into(),
+        })
+    });
+    store.expect_read().never();
+    let writes = accept_writes(&mut store, epoch);
+    let h = Harness::new(backend, store);
+
+    sleep(secs(2)).await;
+    assert_eq!(failed.items(), vec![(A, vec![V1], Revision(1))]);
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(1))]);
+    let wait = writes.times()[0] - failed.times()[0];
+    assert!(wait >= ms(500) && wait < ms(700), "retried after {wait:?}");
+    h.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn status_not_found_stops_writes_until_the_node_reappears() {
+    let epoch = Instant::now();
+    let mut backend = backend();
+    let attaches = accept_attaches(&mut backend, epoch);
+    let mut seq = Sequence::new();
+    let mut store = store(&[A, B]);
+    store
+        .expect_write()
+        .withf(|n, _, r| *n == A && *r == Revision(1))
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _, _| Err(StoreError::NotFound));
+    // The node object is recreated: its new status is read fresh, never written against the
+    // forgotten revision.
+    store
+        .expect_read()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| {
+            Ok(NodeStatus {
+                attached: vec![],
+                revision: Revision(40),
+            })
+        });
+    let writes = accept_writes(&mut store, epoch);
+    let h = Harness::new(backend, store);
+
+    sleep(secs(1)).await;
+    // A second volume attaches meanwhile; nothing is written to a node the store lacks.
+    h.handle
+        .workload_scheduled("w2", A, vec![V2])
+        .await
+        .unwrap();
+    sleep(secs(5)).await;
+    assert_eq!(attaches.items(), vec![(V1, A), (V2, A)]);
+    assert!(writes.items().is_empty());
+    assert_eq!(h.handle.metrics().store_writes, 1);
+
+    // The orchestrator sees the node again (its workloads stayed, as they do after a quick
+    // re-registration).
+    h.handle.node_updated(A, facts(&[])).await.unwrap();
+    sleep(secs(1)).await;
+    assert_eq!(writes.items(), vec![(A, vec![V1, V2], Revision(40))]);
+    h.finish().await;
+}
+
+// ---- inputs, recovery, shutdown, idling, events -------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn rejected_inputs_come_back_as_typed_errors() {
+    let epoch = Instant::now();
+    let mut backend = backend();
+    let attaches = accept_attaches(&mut backend, epoch);
+    let mut store = store(&[A, B]);
+    accept_writes(&mut store, epoch);
+    let h = Harness::new(backend, store);
+
+    let rejected = |e: DesiredError<D>| Err(ControllerError::Rejected(e.into()));
+    assert_eq!(
+        h.handle.workload_scheduled("w9", "node-z", vec![V1]).await,
+        rejected(DesiredError::UnknownNode { node: "node-z" })
+    );
+    assert_eq!(
+        h.handle.workload_scheduled("w9", B, vec!["vol-z"]).await,
+        rejected(DesiredError::UnknownVolume { volume: "vol-z" })
+    );
+    assert_eq!(
+        h.handle.workload_removed("w9").await,
+        rejected(DesiredError::UnknownWorkload { workload: "w9" })
+    );
+    assert_eq!(
+        h.handle.node_removed(A).await,
+        rejected(DesiredError::NodeHasVolumes {
+            node: A,
+            volumes: 1
+        })
+    );
+    // The controller carries on.
+    h.handle
+        .workload_scheduled("w2", B, vec![V2])
+        .await
+        .unwrap();
+    sleep(secs(1)).await;
+    assert_eq!(attaches.items(), vec![(V1, A), (V2, B)]);
+    h.finish().await;
+}
+
+#[test]
+fn a_world_the_core_refuses_is_refused_at_construction() {
+    let world = World::<D>::new().workload("w1", A, [V1]);
+    let refused = Controller::new(
+        Config::default(),
+        Arc::new(MockAttachBackend::<D>::new()),
+        Arc::new(MockNodeStatusStore::<D>::new()),
+        world,
+    );
+    assert_eq!(
+        refused.err(),
+        Some(DesiredError::UnknownNode { node: A }.into())
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn recovery_retries_failed_lists_with_backoff_and_plans_nothing_before() {
+    let epoch = Instant::now();
+    let lists = Log::default();
+    let mut backend = MockAttachBackend::<D>::new();
+    let l = lists.clone();
+    backend.expect_list().times(1).returning(move || {
+        l.push(epoch, "backend");
+        Err(transient())
+    });
+    let l = lists.clone();
+    backend.expect_list().returning(move || {
+        l.push(epoch, "backend");
+        Ok(vec![])
+    });
+    let attaches = accept_attaches(&mut backend, epoch);
+    let mut store = MockNodeStatusStore::<D>::new();
+    let l = lists.clone();
+    store.expect_list().times(3).returning(move || {
+        l.push(epoch, "store");
+        Err(StoreError::Transient {
+            message: "apiserver down".into(),
+        })
+    });
+    let l = lists.clone();
+    store.expect_list().times(1).returning(move || {
+        l.push(epoch, "store");
+        Ok(vec![])
+    });
+    store.expect_read().returning(|_| {
+        Ok(NodeStatus {
+            attached: vec![],
+            revision: Revision(1),
+        })
+    });
+    accept_writes(&mut store, epoch);
+    let h = Harness::new(backend, store);
+
+    // Inputs are taken while recovering.
+    h.handle
+        .workload_scheduled("w2", B, vec![V2])
+        .await
+        .unwrap();
+    sleep(secs(5)).await;
+    let store_times: Vec<_> = lists
+        .0
+        .lock()
+        .iter()
+        .filter(|(_, s)| *s == "store")
+        .map(|(t, _)| *t)
+        .collect();
+    assert_eq!(store_times, vec![ms(0), ms(500), ms(1500), ms(3500)]);
+    assert_eq!(lists.items().iter().filter(|s| **s == "backend").count(), 2);
+    assert_eq!(attaches.items(), vec![(V1, A), (V2, B)]);
+    assert!(
+        attaches.times()[0] >= ms(3500),
+        "nothing planned before both lists loaded"
+    );
+    h.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_works_while_recovery_keeps_failing() {
+    let mut backend = MockAttachBackend::<D>::new();
+    backend.expect_list().returning(|| Err(transient()));
+    backend.expect_attach().never();
+    let mut store = MockNodeStatusStore::<D>::new();
+    store.expect_list().returning(|| Ok(vec![]));
+    let h = Harness::new(backend, store);
+
+    sleep(secs(600)).await;
+    let before = Instant::now();
+    let report = h.finish().await;
+    assert_eq!(Instant::now(), before, "nothing to wait for");
+    assert_eq!(report, ShutdownReport::default());
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_lets_calls_finish_within_the_grace_and_abandons_the_rest() {
+    let epoch = Instant::now();
+    let mut inner = backend();
+    accept_attaches(&mut inner, epoch);
+    let backend = Slow {
+        inner,
+        attach_latency: vec![(V1, secs(5)), (V2, secs(60))],
+    };
+    let mut store = store(&[A, B]);
+    accept_writes(&mut store, epoch);
+    let h = Harness::start(
+        Config::default(),
+        backend,
+        store,
+        world().workload("w2", B, [V2]),
+    );
+
+    sleep(secs(1)).await;
+    let started = Instant::now();
+    let report = h.handle.shutdown(secs(10)).await.unwrap();
+    assert_eq!(Instant::now() - started, secs(10));
+    assert_eq!(
+        report.finished,
+        vec![OperationSummary {
+            id: report.finished[0].id,
+            kind: OpKind::Attach,
+            volume: Some(V1),
+            node: A,
+            outcome: Outcome::Succeeded,
+        }]
+    );
+    assert_eq!(report.abandoned.len(), 1);
+    let abandoned = &report.abandoned[0];
+    assert_eq!(
+        (abandoned.kind, abandoned.volume, abandoned.node),
+        (OpKind::Attach, Some(V2), B)
+    );
+    assert_eq!(abandoned.outcome, Outcome::Abandoned);
+    // It stopped planning: the attach of vol-1 was not followed by a status write.
+    let m = h.handle.metrics();
+    assert_eq!(m.write_status.total(), 0);
+    assert_eq!((m.attach.succeeded, m.attach.abandoned), (1, 1));
+    assert_eq!(m.in_flight, 0);
+    // And it takes no more inputs.
+    assert_eq!(
+        h.handle.workload_removed("w1").await,
+        Err(ControllerError::Stopped)
+    );
+    assert_eq!(
+        h.handle.shutdown(secs(1)).await,
+        Err(ControllerError::Stopped)
+    );
+    assert!(h.handle.is_stopped());
+    assert_eq!(h.task.await.unwrap(), report);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_every_handle_stops_the_controller() {
+    let mut backend = backend();
+    backend.expect_attach().never();
+    let h = Harness::start(
+        Config::default(),
+        backend,
+        store(&[]),
+        World::new().node(A, facts(&[])),
+    );
+    drop(h.handle);
+    let report = tokio::time::timeout(secs(1), h.task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(report, ShutdownReport::default());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_controller_sleeps_instead_of_polling() {
+    let epoch = Instant::now();
+    let mut backend = backend();
+    accept_attaches(&mut backend, epoch);
+    verify_all(&mut backend);
+    let mut store = store(&[A, B]);
+    accept_writes(&mut store, epoch);
+    let h = Harness::new(backend, store);
+
+    sleep(secs(3600)).await;
+    let m = h.handle.metrics();
+    // A handful of passes to attach and report, then one per sync period to verify.
+    assert!(
+        (60..=65).contains(&m.reconcile_passes),
+        "{} passes in an hour",
+        m.reconcile_passes
+    );
+    assert!((59..=60).contains(&m.verify.succeeded));
+    h.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_empty_controller_makes_no_pass_after_the_first() {
+    let h = Harness::start(
+        Config::default(),
+        backend(),
+        store(&[A]),
+        World::new().node(A, facts(&[])),
+    );
+    sleep(secs(3600)).await;
+    assert!(h.handle.metrics().reconcile_passes <= 1);
+    h.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fenced_node_is_force_detached_and_counted() {
+    let epoch = Instant::now();
+    let mut backend = backend();
+    accept_attaches(&mut backend, epoch);
+    let detaches = accept_detaches(&mut backend, epoch);
+    let mut store = store(&[A, B]);
+    let writes = accept_writes(&mut store, epoch);
+    let h = Harness::new(backend, store);
+
+    sleep(secs(1)).await;
+    h.handle.node_updated(A, facts(&[V1])).await.unwrap();
+    h.handle.workload_removed("w1").await.unwrap();
+    sleep(secs(600)).await;
+    assert!(detaches.items().is_empty(), "mounted on a healthy node");
+
+    let fenced = NodeFacts {
+        healthy: false,
+        fenced: true,
+        in_use: Some(vec![V1]),
+    };
+    h.handle.node_updated(A, fenced).await.unwrap();
+    sleep(secs(1)).await;
+    assert_eq!(detaches.items(), vec![(V1, A)]);
+    let lists: Vec<_> = writes.items().into_iter().map(|(_, l, _)| l).collect();
+    assert_eq!(lists, vec![vec![V1], vec![]]);
+    let m = h.handle.metrics();
+    assert_eq!(m.forced_detaches(ForceReason::OutOfService), 1);
+    assert_eq!(m.forced_detaches(ForceReason::Timeout), 0);
+    assert_eq!(
+        h.events.events().last(),
+        Some(&Event::DetachSucceeded {
+            volume: V1,
+            node: A,
+            force: Some(ForceReason::OutOfService)
+        })
+    );
+    assert_eq!(h.events.reasons().last(), Some(&"ForcedDetachVolume"));
+    h.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn multi_attach_is_recorded_once_and_the_volume_moves_when_freed() {
+    let epoch = Instant::now();
+    let mut backend = backend();
+    let attaches = accept_attaches(&mut backend, epoch);
+    accept_detaches(&mut backend, epoch);
+    let mut store = store(&[A, B]);
+    accept_writes(&mut store, epoch);
+    let h = Harness::new(backend, store);
+
+    sleep(secs(1)).await;
+    h.handle
+        .workload_scheduled("w2", B, vec![V1])
+        .await
+        .unwrap();
+    sleep(secs(10)).await;
+    let events = h.events.take();
+    assert_eq!(
+        events.iter().map(Event::reason).collect::<Vec<_>>(),
+        vec!["SuccessfulAttachVolume", "MultiAttachVolume"]
+    );
+    assert!(
+        events[1]
+            .to_string()
+            .contains("already used by workload(s) [\"w1\"]"),
+        "{}",
+        events[1]
+    );
+    h.handle.workload_removed("w1").await.unwrap();
+    sleep(secs(2)).await;
+    assert_eq!(attaches.items(), vec![(V1, A), (V1, B)]);
+    assert_eq!(
+        h.events.reasons(),
+        vec!["SuccessfulDetachVolume", "SuccessfulAttachVolume"]
+    );
+    h.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_removed_node_is_read_afresh_when_it_comes_back() {
+    let epoch = Instant::now();
+    let mut store = store(&[A, B]);
+    store.expect_read().times(1).returning(|_| {
+        Ok(NodeStatus {
+            attached: vec![],
+            revision: Revision(50),
+        })
+    });
+    let writes = accept_writes(&mut store, epoch);
+    let mut backend = backend();
+    accept_attaches(&mut backend, epoch);
+    let h = Harness::start(
+        Config::default(),
+        backend,
+        store,
+        World::new()
+            .volume(V1, VolumeSpec::single_node(1))
+            .node(A, facts(&[]))
+            .node(B, facts(&[])),
+    );
+    sleep(secs(1)).await;
+    h.handle.node_removed(B).await.unwrap();
+    h.handle.node_updated(B, facts(&[])).await.unwrap();
+    h.handle
+        .workload_scheduled("w1", B, vec![V1])
+        .await
+        .unwrap();
+    sleep(secs(1)).await;
+    // Not against revision 1, which belonged to the node object that was removed.
+    assert_eq!(writes.items(), vec![(B, vec![V1], Revision(50))]);
+    h.finish().await;
+}

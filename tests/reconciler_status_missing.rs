@@ -1,0 +1,158 @@
+//! The core when the store has no status for a node (NotFound) or the node object is gone:
+//! nothing waits for a status write that can never be planned.
+
+use std::time::Duration;
+
+use attach_detach::{
+    AttachInfo, Config, Ids, NodeFacts, OpId, Operation, Reconciler, StoreError, VolumeSpec,
+};
+
+type D = Ids<&'static str, &'static str, &'static str, ()>;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn unmounted() -> NodeFacts<&'static str> {
+    NodeFacts {
+        in_use: Some(vec![]),
+        ..NodeFacts::default()
+    }
+}
+
+/// Polls every 100 ms from `from` for `span`, answering operations with `answer`; returns every
+/// operation planned, with its time.
+fn run(
+    core: &mut Reconciler<D>,
+    from: Duration,
+    span: Duration,
+    mut answer: impl FnMut(&mut Reconciler<D>, Duration, &Operation<D>),
+) -> Vec<(Duration, Operation<D>)> {
+    let mut planned = Vec::new();
+    let mut now = from;
+    while now <= from + span {
+        for op in core.poll(now) {
+            answer(core, now, &op);
+            planned.push((now, op));
+        }
+        now += ms(100);
+    }
+    planned
+}
+
+/// Attaches succeed, status writes get `status`, detaches succeed.
+fn answer_with(
+    status: impl Fn(&'static str) -> Result<(), StoreError>,
+) -> impl FnMut(&mut Reconciler<D>, Duration, &Operation<D>) {
+    move |core, now, op| {
+        let id: OpId = op.id();
+        match op {
+            Operation::Attach { .. } => core
+                .attach_finished(now, id, Ok(AttachInfo::default()))
+                .unwrap(),
+            Operation::Detach { .. } => core.detach_finished(now, id, Ok(())).unwrap(),
+            Operation::Verify { volumes, .. } => core
+                .verify_finished(now, id, Ok(volumes.iter().map(|(v, _)| *v).collect()))
+                .unwrap(),
+            Operation::WriteStatus { node, .. } => {
+                core.status_finished(now, id, status(node)).unwrap()
+            }
+        }
+    }
+}
+
+/// vol-1 attached to node-a, whose status write then found no node in the store.
+fn attached_with_status_missing() -> Reconciler<D> {
+    let mut core = Reconciler::<D>::new(Config::default());
+    core.set_volume("vol-1", VolumeSpec::single_node(()));
+    core.node_updated("node-a", unmounted());
+    core.add_workload("w1", "node-a", &["vol-1"]).unwrap();
+    let ops = run(
+        &mut core,
+        ms(0),
+        ms(1000),
+        answer_with(|_| Err(StoreError::NotFound)),
+    );
+    let writes = ops
+        .iter()
+        .filter(|(_, op)| matches!(op, Operation::WriteStatus { .. }))
+        .count();
+    assert_eq!(writes, 1, "{ops:?}");
+    assert!(core.status().is_missing(&"node-a"));
+    core
+}
+
+#[test]
+fn a_node_seen_again_after_not_found_is_rewritten_even_with_workloads_on_it() {
+    let mut core = attached_with_status_missing();
+    // Its workloads stay, so the orchestrator cannot remove the node from the core (refused)
+    // before it shows it again: the update alone must bring the status back (upstream 50721).
+    assert!(core.node_removed(&"node-a").is_err());
+    core.node_updated("node-a", unmounted());
+    let ops = run(&mut core, ms(2000), ms(1000), answer_with(|_| Ok(())));
+    let written: Vec<_> = ops
+        .iter()
+        .filter_map(|(_, op)| match op {
+            Operation::WriteStatus { attached, .. } => {
+                Some(attached.iter().map(|r| r.volume).collect::<Vec<_>>())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(written, vec![vec!["vol-1"]]);
+}
+
+#[test]
+fn a_detach_does_not_wait_for_a_status_write_to_a_node_the_store_lacks() {
+    let mut core = attached_with_status_missing();
+    core.remove_workload(&"w1").unwrap();
+    let ops = run(
+        &mut core,
+        ms(2000),
+        Duration::from_secs(60),
+        answer_with(|_| Err(StoreError::NotFound)),
+    );
+    // No status exists for an agent to read, so nothing can start mounting the volume.
+    assert!(
+        ops.iter().any(|(_, op)| matches!(
+            op,
+            Operation::Detach {
+                volume: "vol-1",
+                ..
+            }
+        )),
+        "{ops:?}"
+    );
+    assert!(core.actual().is_empty());
+}
+
+#[test]
+fn a_forced_detach_from_a_deleted_node_does_not_wait_for_its_status() {
+    let config = Config {
+        force_detach_on_timeout: true,
+        ..Config::default()
+    };
+    let mut core = Reconciler::<D>::new(config.clone());
+    core.set_volume("vol-1", VolumeSpec::single_node(()));
+    core.node_updated("node-a", NodeFacts::default());
+    core.add_workload("w1", "node-a", &["vol-1"]).unwrap();
+    run(&mut core, ms(0), ms(1000), answer_with(|_| Ok(())));
+    assert_eq!(
+        core.status().stored(&"node-a").map(|list| list.len()),
+        Some(1),
+        "attached and reported"
+    );
+
+    // The node is deleted with its workload; unheard from, it counts as mounted, so only the
+    // opted-in timeout may detach it, and its status cannot be written any more.
+    core.remove_workload(&"w1").unwrap();
+    core.node_removed(&"node-a").unwrap();
+    let after = config.max_wait_for_unmount + Duration::from_secs(10);
+    let ops = run(&mut core, ms(2000), after, answer_with(|_| Ok(())));
+    assert!(
+        ops.iter()
+            .any(|(_, op)| matches!(op, Operation::Detach { force: Some(_), .. })),
+        "{ops:?}"
+    );
+    assert!(core.actual().is_empty());
+}
