@@ -369,23 +369,31 @@ impl<D: Domain> ActualState<D> {
 
     /// The list `node` must report, in volume order.
     pub fn report(&self, node: &D::Node) -> Vec<ReportedVolume<D>> {
-        let Some(n) = self.nodes.get(node) else {
-            return Vec::new();
-        };
-        let mut devices = n.devices.iter().peekable();
-        let mut report = Vec::with_capacity(n.attached.len());
-        for (volume, _) in n.attached.iter().filter(|(_, reported)| *reported) {
-            // Both lists are sorted by volume: walk them together.
-            while devices.next_if(|(v, _)| v < volume).is_some() {}
-            let device = devices
-                .next_if(|(v, _)| v == volume)
-                .map(|(_, d)| d.to_string());
-            report.push(ReportedVolume {
+        self.reported(node)
+            .map(|(volume, device)| ReportedVolume {
                 volume: volume.clone(),
-                device,
-            });
-        }
-        report
+                device: device.map(str::to_owned),
+            })
+            .collect()
+    }
+
+    /// What [`report`](Self::report) lists, borrowed: compared against what the store holds
+    /// without copying a device path.
+    pub(crate) fn reported(
+        &self,
+        node: &D::Node,
+    ) -> impl Iterator<Item = (&D::Volume, Option<&str>)> {
+        let n = self.nodes.get(node);
+        let mut devices = n.map_or(&[][..], |n| &n.devices[..]).iter().peekable();
+        n.map_or(&[][..], |n| &n.attached[..])
+            .iter()
+            .filter(|(_, reported)| *reported)
+            .map(move |(volume, _)| {
+                // Both lists are sorted by volume: walk them together.
+                while devices.next_if(|(v, _)| v < volume).is_some() {}
+                let device = devices.next_if(|(v, _)| v == volume).map(|(_, d)| &**d);
+                (volume, device)
+            })
     }
 
     pub(crate) fn has_report_changes(&self) -> bool {

@@ -798,10 +798,11 @@ impl<D: Domain> Reconciler<D> {
             if self.gate.may_start(&key, OpKind::WriteStatus, now).is_err() {
                 continue;
             }
-            let report = self.actual.report(&node);
-            if !self.status.needs_write(&node, &report) {
+            // Compared borrowed: a node whose store already holds its report costs no copy.
+            if !self.status.needs_write(&node, self.actual.reported(&node)) {
                 continue;
             }
+            let report = self.actual.report(&node);
             self.gate.start(key);
             let id = self.next_op_id();
             self.in_flight

@@ -13,45 +13,65 @@ use crate::domain::Domain;
 use crate::store::ReportedVolume;
 
 /// A node's list, sorted by volume and packed: the volumes, and their device paths only when
-/// one of them has one. Every node keeps one, so it should cost little more than the volume ids
-/// (a `ReportedVolume` per entry cost 32 bytes with `u32` ids, a packed entry costs 4).
+/// one of them has one, all in one string. Every node keeps one, so it should cost little more
+/// than the volume ids (a `ReportedVolume` per entry cost 32 bytes with `u32` ids and an
+/// allocation per device path; a packed entry costs 4, or 12 and the path's bytes).
 #[derive(Debug, PartialEq)]
 struct Packed<D: Domain> {
     volumes: Box<[D::Volume]>,
-    /// Empty when no volume has a device path; otherwise one entry per volume.
-    devices: Box<[Option<Box<str>>]>,
+    /// Empty when no volume has a device path; otherwise one span of `paths` per volume.
+    spans: Box<[Option<(u32, u32)>]>,
+    paths: Box<str>,
 }
 
 impl<D: Domain> Packed<D> {
     /// Packs `list`, which must be sorted by volume.
     fn pack(list: &[ReportedVolume<D>]) -> Self {
-        let devices = if list.iter().any(|r| r.device.is_some()) {
-            list.iter()
-                .map(|r| r.device.as_deref().map(Box::from))
-                .collect()
+        let (spans, paths) = if list.iter().any(|r| r.device.is_some()) {
+            let mut paths = String::new();
+            let spans = list
+                .iter()
+                .map(|r| {
+                    r.device.as_deref().map(|d| {
+                        let start = paths.len() as u32;
+                        paths.push_str(d);
+                        (start, paths.len() as u32)
+                    })
+                })
+                .collect();
+            (spans, paths.into_boxed_str())
         } else {
-            Box::default()
+            (Box::default(), Box::default())
         };
         Packed {
             volumes: list.iter().map(|r| r.volume.clone()).collect(),
-            devices,
+            spans,
+            paths,
         }
     }
 
     fn device(&self, i: usize) -> Option<&str> {
-        self.devices.get(i).and_then(|d| d.as_deref())
+        let (start, end) = (*self.spans.get(i)?)?;
+        Some(&self.paths[start as usize..end as usize])
     }
 
     fn contains(&self, volume: &D::Volume) -> bool {
         self.volumes.binary_search(volume).is_ok()
     }
 
-    fn matches(&self, list: &[ReportedVolume<D>]) -> bool {
-        self.volumes.len() == list.len()
-            && list
-                .iter()
-                .enumerate()
-                .all(|(i, r)| self.volumes[i] == r.volume && self.device(i) == r.device.as_deref())
+    /// Whether this is exactly `list` (volume order), device paths included.
+    fn matches<'a>(
+        &self,
+        list: impl IntoIterator<Item = (&'a D::Volume, Option<&'a str>)>,
+    ) -> bool {
+        let mut i = 0;
+        for (volume, device) in list {
+            if self.volumes.get(i) != Some(volume) || self.device(i) != device {
+                return false;
+            }
+            i += 1;
+        }
+        i == self.volumes.len()
     }
 
     fn unpack(&self) -> Vec<ReportedVolume<D>> {
@@ -151,9 +171,13 @@ impl<D: Domain> StatusBook<D> {
             && record.writing.as_ref().is_none_or(|w| !w.contains(volume))
     }
 
-    /// Whether `report` must be written for `node`: no write in flight and the store is not
-    /// known to hold it already.
-    pub(crate) fn needs_write(&self, node: &D::Node, report: &[ReportedVolume<D>]) -> bool {
+    /// Whether `report` (volume order) must be written for `node`: no write in flight and the
+    /// store is not known to hold it already.
+    pub(crate) fn needs_write<'a>(
+        &self,
+        node: &D::Node,
+        report: impl IntoIterator<Item = (&'a D::Volume, Option<&'a str>)>,
+    ) -> bool {
         match self.nodes.get(node) {
             None => true,
             Some(r) => {
@@ -236,26 +260,31 @@ mod tests {
         }
     }
 
+    /// `needs_write` against an owned list.
+    fn needs(book: &StatusBook<T>, node: &'static str, list: &[ReportedVolume<T>]) -> bool {
+        book.needs_write(&node, list.iter().map(|r| (&r.volume, r.device.as_deref())))
+    }
+
     #[test]
     fn only_an_acknowledged_write_makes_the_list_known() {
         let mut book: StatusBook<T> = StatusBook::default();
-        assert!(book.needs_write(&"n", &[]), "unknown is always written");
+        assert!(needs(&book, "n", &[]), "unknown is always written");
         book.start_write("n", &[rv("a")]);
         assert!(
-            !book.needs_write(&"n", &[rv("b")]),
+            !needs(&book, "n", &[rv("b")]),
             "one write in flight per node"
         );
         assert!(!book.confirmed_absent(&"n", &"a"));
         book.write_acked(&"n");
         assert_eq!(book.stored(&"n"), Some(vec![rv("a")]));
-        assert!(!book.needs_write(&"n", &[rv("a")]), "no change, no write");
+        assert!(!needs(&book, "n", &[rv("a")]), "no change, no write");
         assert!(book.confirmed_absent(&"n", &"b"));
         book.start_write("n", &[]);
         assert!(!book.confirmed_absent(&"n", &"a"), "not until acknowledged");
         book.write_failed(&"n");
         assert_eq!(book.stored(&"n"), None);
         assert!(!book.confirmed_absent(&"n", &"a"));
-        assert!(book.needs_write(&"n", &[rv("a")]));
+        assert!(needs(&book, "n", &[rv("a")]));
     }
 
     #[test]
@@ -268,18 +297,37 @@ mod tests {
         let list = vec![rv("a"), with("b", "/dev/b")];
         book.set_stored("n", vec![list[1].clone(), list[0].clone()]);
         assert_eq!(book.stored(&"n"), Some(list.clone()), "sorted by volume");
-        assert!(!book.needs_write(&"n", &list));
+        assert!(!needs(&book, "n", &list));
         assert!(
-            book.needs_write(&"n", &[rv("a"), with("b", "/dev/c")]),
+            needs(&book, "n", &[rv("a"), with("b", "/dev/c")]),
             "new device path"
         );
-        assert!(
-            book.needs_write(&"n", &[rv("a"), rv("b")]),
-            "device path gone"
-        );
-        assert!(book.needs_write(&"n", &[rv("a")]));
+        assert!(needs(&book, "n", &[rv("a"), rv("b")]), "device path gone");
+        assert!(needs(&book, "n", &[rv("a")]));
         assert!(book.confirmed_absent(&"n", &"c"));
         assert!(!book.confirmed_absent(&"n", &"b"));
+        let mixed = vec![
+            with("a", "/dev/a"),
+            rv("b"),
+            with("c", ""),
+            with("d", "/dev/d"),
+        ];
+        book.set_stored("n", mixed.clone());
+        assert_eq!(
+            book.stored(&"n"),
+            Some(mixed.clone()),
+            "paths packed in one string"
+        );
+        assert!(!needs(&book, "n", &mixed));
+        assert!(needs(&book, "n", &mixed[..3]), "one volume fewer");
+        assert!(
+            needs(
+                &book,
+                "n",
+                &[with("a", "/dev/a"), rv("b"), rv("c"), with("d", "/dev/d")]
+            ),
+            "an empty path is not no path"
+        );
     }
 
     #[test]
@@ -288,13 +336,13 @@ mod tests {
         book.set_stored("n", vec![rv("a")]);
         book.start_write("n", &[]);
         book.write_not_found(&"n");
-        assert!(!book.needs_write(&"n", &[rv("a")]));
+        assert!(!needs(&book, "n", &[rv("a")]));
         assert!(
             book.confirmed_absent(&"n", &"a"),
             "no status, no agent reading it"
         );
         book.node_appeared("n");
-        assert!(book.needs_write(&"n", &[rv("a")]));
+        assert!(needs(&book, "n", &[rv("a")]));
         assert_eq!(book.take_dirty().len(), 1);
     }
 }
