@@ -19,15 +19,17 @@ use crate::store::ReportedVolume;
 #[derive(Debug, PartialEq)]
 struct Packed<D: Domain> {
     volumes: Box<[D::Volume]>,
-    /// Empty when no volume has a device path; otherwise one span of `paths` per volume.
-    spans: Box<[Option<(u32, u32)>]>,
-    paths: Box<str>,
+    /// `None` when no volume has a device path (CSI); otherwise one span per volume, in `.1`.
+    paths: Option<Box<Paths>>,
 }
+
+/// Device paths of a packed list: one span per volume (`None`: no path) of one string.
+type Paths = (Box<[Option<(u32, u32)>]>, Box<str>);
 
 impl<D: Domain> Packed<D> {
     /// Packs `list`, which must be sorted by volume.
     fn pack(list: &[ReportedVolume<D>]) -> Self {
-        let (spans, paths) = if list.iter().any(|r| r.device.is_some()) {
+        let paths = list.iter().any(|r| r.device.is_some()).then(|| {
             let mut paths = String::new();
             let spans = list
                 .iter()
@@ -39,20 +41,18 @@ impl<D: Domain> Packed<D> {
                     })
                 })
                 .collect();
-            (spans, paths.into_boxed_str())
-        } else {
-            (Box::default(), Box::default())
-        };
+            Box::new((spans, paths.into_boxed_str()))
+        });
         Packed {
             volumes: list.iter().map(|r| r.volume.clone()).collect(),
-            spans,
             paths,
         }
     }
 
     fn device(&self, i: usize) -> Option<&str> {
-        let (start, end) = (*self.spans.get(i)?)?;
-        Some(&self.paths[start as usize..end as usize])
+        let (spans, paths) = &**self.paths.as_ref()?;
+        let (start, end) = spans[i]?;
+        Some(&paths[start as usize..end as usize])
     }
 
     fn contains(&self, volume: &D::Volume) -> bool {
@@ -89,7 +89,8 @@ struct NodeRecord<D: Domain> {
     /// The list the store holds for the node; `None` when unknown.
     stored: Option<Packed<D>>,
     /// The list of the write in flight.
-    writing: Option<Packed<D>>,
+    /// Boxed: rarely there, and every node has a record.
+    writing: Option<Box<Packed<D>>>,
     /// The store said the node does not exist; nothing is written until it reappears.
     missing: bool,
 }
@@ -190,13 +191,13 @@ impl<D: Domain> StatusBook<D> {
 
     /// A write of `list` (sorted by volume) is in flight for `node`.
     pub(crate) fn start_write(&mut self, node: D::Node, list: &[ReportedVolume<D>]) {
-        self.nodes.entry(node).or_default().writing = Some(Packed::pack(list));
+        self.nodes.entry(node).or_default().writing = Some(Box::new(Packed::pack(list)));
     }
 
     /// The store acknowledged the write in flight.
     pub(crate) fn write_acked(&mut self, node: &D::Node) {
         if let Some(r) = self.nodes.get_mut(node) {
-            r.stored = r.writing.take();
+            r.stored = r.writing.take().map(|w| *w);
         }
     }
 
