@@ -483,6 +483,7 @@ impl<D: Domain> MemoryStore<D> {
         }
         let status = NodeStatus {
             attached: Vec::new(),
+            in_use: None,
             revision: s.next_revision(),
         };
         s.record(&node, Some(status.clone()));
@@ -495,6 +496,20 @@ impl<D: Domain> MemoryStore<D> {
         if s.nodes.remove(node).is_some() {
             s.record(node, None);
         }
+    }
+
+    /// Records what `node`'s agent reports in use, as the agent's own status update would: the
+    /// node's revision moves on, so a controller write against the old one conflicts. Does
+    /// nothing for an unknown node.
+    pub fn set_in_use(&self, node: &D::Node, in_use: Vec<D::Volume>) {
+        let mut s = self.inner.lock();
+        let Some(mut status) = s.nodes.get(node).cloned() else {
+            return;
+        };
+        status.in_use = Some(in_use);
+        status.revision = s.next_revision();
+        s.record(node, Some(status.clone()));
+        s.nodes.insert(node.clone(), status);
     }
 
     /// `node`'s current status, without counting or failing like a trait call would.
@@ -545,8 +560,10 @@ impl<D: Domain> MemoryStore<D> {
         if current != expected {
             return Err(StoreError::Conflict { current });
         }
+        let in_use = s.nodes.get(node).and_then(|n| n.in_use.clone());
         let status = NodeStatus {
             attached: attached.to_vec(),
+            in_use,
             revision: s.next_revision(),
         };
         s.record(node, Some(status.clone()));

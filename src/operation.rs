@@ -61,8 +61,9 @@ pub enum Operation<D: Domain> {
         node: D::Node,
         /// The volume's payload for the backend.
         payload: D::Payload,
-        /// Set when the node still reports the volume mounted: the backend must not refuse the
-        /// detach for that reason (upstream skips verify-safe-to-detach).
+        /// Set when the detach must go ahead although the node may report the volume in use
+        /// (it is fenced, or its unmount wait expired with force-detach-on-timeout on): no
+        /// verify-safe-to-detach check, and the backend must not refuse for that reason.
         force: Option<ForceReason>,
     },
     /// Ask which of `volumes` are still attached to `node`; report back with `verify_finished`.

@@ -597,10 +597,11 @@ impl<D: Domain> Reconciler<D> {
         let requested = self.actual.request_detach(volume, node, now);
         let deadline = requested + self.config.max_wait_for_unmount;
         let force_allowed = self.config.force_detach_on_timeout || bugs.c3_force_detach_unfenced;
-        let force = if !mounted {
-            None
-        } else if fenced {
+        // A fenced node cannot write, whatever its last reports say: no safety check applies.
+        let force = if fenced {
             Some(ForceReason::OutOfService)
+        } else if !mounted {
+            None
         } else if force_allowed && !healthy && now >= deadline {
             Some(ForceReason::Timeout)
         } else {

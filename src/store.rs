@@ -34,6 +34,11 @@ pub struct ReportedVolume<D: Domain> {
 pub struct NodeStatus<D: Domain> {
     /// The volumes the node is told are attached.
     pub attached: Vec<ReportedVolume<D>>,
+    /// What the node agent reports in use (Kubernetes `volumesInUse`, which lives in the same
+    /// node status), when the store holds it: read fresh just before a detach, it closes the
+    /// window in which the controller's own view of the node is older than a new mount.
+    /// `None` when this store does not know.
+    pub in_use: Option<Vec<D::Volume>>,
     /// The revision this status was read at; pass it to [`NodeStatusStore::write`].
     pub revision: Revision,
 }
@@ -117,6 +122,7 @@ mod tests {
                     volume: "vol-1".into(),
                     device: None,
                 }],
+                in_use: None,
                 revision: Revision(3),
             })
         });

@@ -8,14 +8,18 @@ use std::time::Duration;
 
 use arbitrary::Arbitrary;
 use attach_detach::Access;
+use attach_detach::sim::library::LIBRARY;
 use attach_detach::sim::run;
-use attach_detach::sim::scenario::{Action, Scenario, Settings, Step, UpstreamBug};
+use attach_detach::sim::scenario::{Action, Scenario, Settings, Step, UpstreamBug, parse};
 use libfuzzer_sys::fuzz_target;
 
 /// A few bytes, a meaningful history: small name spaces so events collide on the same pods,
 /// nodes and volumes, and time in 100 ms steps.
 #[derive(Arbitrary, Debug)]
 struct Input {
+    /// Start from a bundled incident (its expectations dropped, its invariants kept) and mix
+    /// the random events into it: deep states in a few bytes.
+    base: Option<u8>,
     nodes: u8,
     /// One bit per volume: multi-node when set.
     multi: u8,
@@ -42,12 +46,47 @@ enum Event {
     Restart,
 }
 
+fn planted() -> Option<UpstreamBug> {
+    // PLANT_BUG=c1|c2|c3|c5|c6 switches an upstream bug back in, to measure how fast the
+    // fuzzer finds it.
+    std::env::var("PLANT_BUG").ok().and_then(|b| match b.as_str() {
+        "c1" => Some(UpstreamBug::C1),
+        "c2" => Some(UpstreamBug::C2),
+        "c3" => Some(UpstreamBug::C3),
+        "c5" => Some(UpstreamBug::C5),
+        "c6" => Some(UpstreamBug::C6),
+        _ => None,
+    })
+}
+
 fn build(input: &Input) -> Scenario {
-    let node_count = 1 + input.nodes % 3;
-    let volume_count = 1 + input.volumes % 3;
-    let node = |n: u8| format!("n{}", n % node_count);
-    let volume = |v: u8| format!("v{}", v % volume_count);
-    let mut settings = Settings::default();
+    let base = input.base.and_then(|b| {
+        let (_, text) = LIBRARY[usize::from(b) % LIBRARY.len()];
+        let mut s = parse(text).ok()?;
+        s.steps.retain(|step| !matches!(step.action, Action::Expect(_)));
+        Some(s)
+    });
+    let (node_names, volume_list, mut settings, mut steps) = match base {
+        Some(s) => (s.nodes, s.volumes, s.settings, s.steps),
+        None => {
+            let nodes = (0..1 + input.nodes % 3).map(|n| format!("n{n}")).collect();
+            let volumes = (0..1 + input.volumes % 3)
+                .map(|v| {
+                    let access = if input.multi & (1 << v) != 0 {
+                        Access::MultiNode
+                    } else {
+                        Access::SingleNode
+                    };
+                    (format!("v{v}"), access)
+                })
+                .collect();
+            (nodes, volumes, Settings::default(), Vec::new())
+        }
+    };
+    let node_count = node_names.len() as u8;
+    let volume_count = volume_list.len() as u8;
+    let node = |n: u8| node_names[usize::from(n % node_count)].clone();
+    let volume = |v: u8| volume_list[usize::from(v % volume_count)].0.clone();
     settings.force_detach_on_timeout = input.force_detach_on_timeout;
     // Short waits keep a run short; every timer still fires within the settling time.
     settings.max_wait_for_unmount = Duration::from_secs(30);
@@ -55,26 +94,18 @@ fn build(input: &Input) -> Scenario {
     settings.cache_lag = Duration::from_millis(100 * u64::from(input.cache_lag_100ms % 20));
     settings.attach_latency = Duration::from_millis(100 * u64::from(input.attach_latency_100ms % 30));
     settings.status_latency = Duration::from_millis(10 * u64::from(input.status_latency_10ms % 50));
-    if let Some(bug) = std::env::var("PLANT_BUG").ok().and_then(|b| match b.as_str() {
-        "c1" => Some(UpstreamBug::C1),
-        "c2" => Some(UpstreamBug::C2),
-        "c3" => Some(UpstreamBug::C3),
-        "c5" => Some(UpstreamBug::C5),
-        "c6" => Some(UpstreamBug::C6),
-        _ => None,
-    }) {
+    if let Some(bug) = planted() {
         settings.upstream_bugs.insert(bug);
         settings.status_cache_lag = Duration::from_secs(5);
     }
     let mut at = Duration::ZERO;
-    let mut steps = Vec::new();
     for (dt, event) in input.events.iter().take(40) {
         at += Duration::from_millis(100 * u64::from(*dt));
         let action = match event {
             Event::Schedule { pod, node: n, volumes } => {
                 let vs: Vec<String> = (0..volume_count)
                     .filter(|v| volumes & (1 << v) != 0)
-                    .map(|v| format!("v{v}"))
+                    .map(volume)
                     .collect();
                 if vs.is_empty() {
                     continue;
@@ -105,20 +136,21 @@ fn build(input: &Input) -> Scenario {
             },
             Event::Restart => Action::RestartController,
         };
-        steps.push(Step { at, line: steps.len() + 1, action });
+        steps.push(Step { at, line: 0, action });
     }
+    // Interleave with the base incident's steps by time, keeping each list's order.
+    steps.sort_by_key(|s| s.at);
+    for (i, step) in steps.iter_mut().enumerate() {
+        step.line = i + 1;
+    }
+    let last = steps.last().map_or(Duration::ZERO, |s| s.at);
     Scenario {
         settings,
-        nodes: (0..node_count).map(|n| format!("n{n}")).collect(),
-        volumes: (0..volume_count)
-            .map(|v| {
-                let access = if input.multi & (1 << v) != 0 { Access::MultiNode } else { Access::SingleNode };
-                (format!("v{v}"), access)
-            })
-            .collect(),
+        nodes: node_names,
+        volumes: volume_list,
         steps,
         // Faults stop with the last event; the world then settles.
-        run: Some(at + Duration::from_secs(90)),
+        run: Some(last + Duration::from_secs(90)),
     }
 }
 

@@ -148,8 +148,19 @@ pub(crate) async fn execute<D: Domain>(
                 volume,
                 node,
                 payload,
+                force,
                 ..
-            } => OpResult::Detach(backend.detach(&volume, &node, &payload).await),
+            } => {
+                // A forced detach goes ahead although the node may report the volume in use.
+                let safe = match force {
+                    Some(_) => Ok(()),
+                    None => writer.verify_safe_to_detach(&node, &volume).await,
+                };
+                OpResult::Detach(match safe {
+                    Ok(()) => backend.detach(&volume, &node, &payload).await,
+                    Err(message) => Err(BackendError::Transient { message }),
+                })
+            }
             Operation::Verify { node, volumes, .. } => {
                 OpResult::Verify(backend.verify(&node, &volumes).await)
             }

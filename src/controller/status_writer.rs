@@ -146,6 +146,31 @@ impl<D: Domain> StatusWriter<D> {
         }
     }
 
+    /// Upstream's verify-safe-to-detach: reads `node` fresh and refuses when its agent reports
+    /// `volume` in use.
+    ///
+    /// The core decides to detach from its own view of the node's in-use report, which can be
+    /// older than a mount that started before the volume left the node's status. The removal is
+    /// acknowledged before any detach is planned (C5), and an agent reports a volume in use
+    /// before mounting it, so a fresh read taken now sees every mount that could still happen.
+    /// A store that does not hold in-use reports (`in_use: None`) cannot be asked; a node the
+    /// store no longer has has no agent to protect.
+    pub async fn verify_safe_to_detach(
+        &self,
+        node: &D::Node,
+        volume: &D::Volume,
+    ) -> Result<(), String> {
+        match self.store.read(node).await {
+            Ok(status) if status.in_use.as_ref().is_some_and(|u| u.contains(volume)) => Err(
+                format!("not safe to detach: node {node:?} reports volume {volume:?} in use"),
+            ),
+            Ok(_) | Err(StoreError::NotFound) => Ok(()),
+            Err(error) => Err(format!(
+                "not safe to detach: cannot read node {node:?} to check it does not use volume {volume:?}: {error}"
+            )),
+        }
+    }
+
     /// Makes the store list exactly `attached` for `node`.
     ///
     /// Errors: [`StoreError::NotFound`] when the node is gone (its revision is forgotten, so a
@@ -255,6 +280,7 @@ mod tests {
     fn status(rev: u64, vols: &[&'static str]) -> NodeStatus<D> {
         NodeStatus {
             attached: vols.iter().copied().map(rv).collect(),
+            in_use: None,
             revision: Revision(rev),
         }
     }

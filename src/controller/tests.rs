@@ -122,6 +122,7 @@ fn store(nodes: &'static [&'static str]) -> MockNodeStatusStore<D> {
                     *n,
                     NodeStatus {
                         attached: vec![],
+                        in_use: None,
                         revision: Revision(1),
                     },
                 )
@@ -129,6 +130,18 @@ fn store(nodes: &'static [&'static str]) -> MockNodeStatusStore<D> {
             .collect())
     });
     store
+}
+
+/// Answers the fresh read taken before each detach (verify-safe-to-detach): this store does
+/// not hold in-use reports, so every detach may go ahead. Add it after a test's own reads.
+fn no_in_use_reports(store: &mut MockNodeStatusStore<D>) {
+    store.expect_read().returning(|_| {
+        Ok(NodeStatus {
+            attached: vec![],
+            in_use: None,
+            revision: Revision(0),
+        })
+    });
 }
 
 /// Accepts every further write (new revision: expected + 1) and logs it.
@@ -254,6 +267,7 @@ async fn attaches_reports_then_unreports_and_detaches() {
             d.push(epoch, (*v, *n));
             Ok(())
         });
+    no_in_use_reports(&mut store);
     let h = Harness::new(backend, store);
 
     sleep(secs(1)).await;
@@ -362,6 +376,7 @@ async fn attached_elsewhere_is_detached_there_before_attaching_here() {
         .returning(|v, _, _| Ok(AttachInfo { device: device(v) }));
     let mut store = store(&[A, B]);
     let writes = accept_writes(&mut store, Instant::now());
+    no_in_use_reports(&mut store);
     let h = Harness::new(backend, store);
 
     sleep(secs(3)).await;
@@ -389,6 +404,7 @@ async fn attach_then_remove(
     let detached = accept_detaches(&mut backend, epoch);
     let mut store = store(&[A, B]);
     let writes = accept_writes(&mut store, epoch);
+    no_in_use_reports(&mut store);
     let h = Harness::new(backend, store);
     sleep(secs(1)).await;
     h.handle.workload_removed("w1").await.unwrap();
@@ -587,6 +603,7 @@ async fn status_conflict_reads_fresh_and_retries_on_the_new_revision() {
         .returning(|_| {
             Ok(NodeStatus {
                 attached: vec![],
+                in_use: None,
                 revision: Revision(7),
             })
         });
@@ -617,10 +634,12 @@ async fn status_conflict_with_the_list_already_stored_is_success() {
     store.expect_read().times(1).returning(|_| {
         Ok(NodeStatus {
             attached: vec![rv(V1)],
+            in_use: None,
             revision: Revision(7),
         })
     });
     let writes = accept_writes(&mut store, epoch);
+    no_in_use_reports(&mut store);
     let h = Harness::new(backend, store);
 
     sleep(secs(1)).await;
@@ -655,6 +674,7 @@ async fn status_conflicts_without_end_fail_the_write_and_the_core_backs_off() {
         reads += 1;
         Ok(NodeStatus {
             attached: vec![],
+            in_use: None,
             revision: Revision(1 + 10 * reads),
         })
     });
@@ -720,6 +740,7 @@ async fn status_not_found_stops_writes_until_the_node_reappears() {
         .returning(|_| {
             Ok(NodeStatus {
                 attached: vec![],
+                in_use: None,
                 revision: Revision(40),
             })
         });
@@ -833,6 +854,7 @@ async fn recovery_retries_failed_lists_with_backoff_and_plans_nothing_before() {
     store.expect_read().returning(|_| {
         Ok(NodeStatus {
             attached: vec![],
+            in_use: None,
             revision: Revision(1),
         })
     });
@@ -1037,6 +1059,7 @@ async fn multi_attach_is_recorded_once_and_the_volume_moves_when_freed() {
     accept_detaches(&mut backend, epoch);
     let mut store = store(&[A, B]);
     accept_writes(&mut store, epoch);
+    no_in_use_reports(&mut store);
     let h = Harness::new(backend, store);
 
     sleep(secs(1)).await;
@@ -1074,6 +1097,7 @@ async fn a_removed_node_is_read_afresh_when_it_comes_back() {
     store.expect_read().times(1).returning(|_| {
         Ok(NodeStatus {
             attached: vec![],
+            in_use: None,
             revision: Revision(50),
         })
     });
@@ -1099,5 +1123,38 @@ async fn a_removed_node_is_read_afresh_when_it_comes_back() {
     sleep(secs(1)).await;
     // Not against revision 1, which belonged to the node object that was removed.
     assert_eq!(writes.items(), vec![(B, vec![V1], Revision(50))]);
+    h.finish().await;
+}
+
+/// The core's view of the node says "not in use", but a fresh read says otherwise (a mount that
+/// started before the volume left the node's status): verify-safe-to-detach refuses, nothing is
+/// detached, and the volume is reported again.
+#[tokio::test(start_paused = true)]
+async fn a_fresh_in_use_report_stops_a_detach() {
+    let epoch = Instant::now();
+    let mut backend = backend();
+    accept_attaches(&mut backend, epoch);
+    let detached = accept_detaches(&mut backend, epoch);
+    let mut store = store(&[A, B]);
+    let writes = accept_writes(&mut store, epoch);
+    store.expect_read().returning(|_| {
+        Ok(NodeStatus {
+            attached: vec![],
+            in_use: Some(vec![V1]),
+            revision: Revision(0),
+        })
+    });
+    let h = Harness::new(backend, store);
+    sleep(secs(1)).await;
+    h.handle.workload_removed("w1").await.unwrap();
+    sleep(secs(10)).await;
+    assert!(detached.items().is_empty(), "{:?}", detached.items());
+    assert!(h.events.reasons().contains(&"FailedDetachVolume"));
+    let lists: Vec<_> = writes.items().into_iter().map(|(_, l, _)| l).collect();
+    assert_eq!(
+        &lists[..3],
+        &[vec![V1], vec![], vec![V1]],
+        "reported again after the refusal"
+    );
     h.finish().await;
 }

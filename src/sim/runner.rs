@@ -95,9 +95,9 @@ struct Slot {
     task: JoinHandle<ShutdownReport<SimIds>>,
 }
 
-/// A change on its way through the API's watch caches. Node agents and the controller both
-/// watch the API, so a pod change reaches both after the same lag: the agent cannot mount for a
-/// pod the controller has not been told about yet.
+/// A pod change in the orchestrator's API. Node agents see it at once (kubelet watches its own
+/// pods directly); the controller sees it after the cache lag, which lets an agent mount for a
+/// pod the controller has not heard of yet. Verify-safe-to-detach covers that window.
 enum Delivery {
     /// A pod is bound to a node.
     Schedule {
@@ -109,8 +109,6 @@ enum Delivery {
     Delete { pod: String },
     /// A pod is gone from the API at once.
     ForceDelete { pod: String },
-    /// Something only the controller watches for (node facts, a pod the agent removed).
-    Controller(Input<SimIds>),
 }
 
 struct Recorder {
@@ -140,8 +138,8 @@ struct Sim {
     status_latency: Duration,
     multi_attach: Arc<Mutex<BTreeSet<String>>>,
     slot: Arc<Mutex<Option<Slot>>>,
-    forward: mpsc::UnboundedSender<(Instant, Delivery)>,
-    forward_rx: Option<mpsc::UnboundedReceiver<(Instant, Delivery)>>,
+    forward: mpsc::UnboundedSender<(Instant, Input<SimIds>)>,
+    forward_rx: Option<mpsc::UnboundedReceiver<(Instant, Input<SimIds>)>>,
     cache_lag: Duration,
     generation: std::cell::Cell<u64>,
 }
@@ -265,15 +263,21 @@ impl Sim {
         self.log(format!("controller started (generation {generation})"));
     }
 
-    /// Sends a change through the watch caches: it lands after the cache lag, in order.
+    /// A pod change lands in the world now; the controller hears of it after the lag.
     fn deliver(&self, delivery: Delivery) {
-        let _ = self
-            .forward
-            .send((Instant::now() + self.cache_lag, delivery));
+        let input = {
+            let mut w = self.world.lock();
+            w.now = self.now();
+            land(&mut w, delivery)
+        };
+        if let Some(input) = input {
+            self.tell(input);
+        }
     }
 
+    /// Sends an input to the controller after the cache lag, in order.
     fn tell(&self, input: Input<SimIds>) {
-        self.deliver(Delivery::Controller(input));
+        let _ = self.forward.send((Instant::now() + self.cache_lag, input));
     }
 
     fn spawn_forwarder(&mut self) -> JoinHandle<()> {
@@ -282,16 +286,10 @@ impl Sim {
         let world = Arc::clone(&self.world);
         let epoch = self.epoch;
         tokio::spawn(async move {
-            while let Some((due, delivery)) = rx.recv().await {
+            while let Some((due, input)) = rx.recv().await {
                 tokio::time::sleep_until(due).await;
-                let input = {
-                    let mut w = world.lock();
-                    w.now = epoch.elapsed();
-                    land(&mut w, delivery)
-                };
-                let Some(input) = input else { continue };
                 // Whichever controller runs now gets it: one started since has listed a world
-                // that did not contain this change yet.
+                // that may not contain this change yet.
                 let handle = slot.lock().as_ref().map(|s| s.handle.clone());
                 let Some(handle) = handle else { continue };
                 if let Err(e) = handle.send(input.clone()).await {
@@ -383,7 +381,9 @@ impl Sim {
             for pod in removed {
                 self.tell(Input::WorkloadRemoved { workload: pod });
             }
-            if in_use.is_some() {
+            if let Some(in_use) = in_use {
+                // The agent's own status update: fresh in the store, lagging in the cache.
+                self.store.set_in_use(&node, in_use);
                 let facts = facts_of(&self.world.lock().nodes[&node]);
                 self.tell(Input::NodeUpdated { node, facts });
             }
@@ -622,7 +622,6 @@ fn land(w: &mut World, delivery: Delivery) -> Option<Input<SimIds>> {
             }
             _ => None,
         },
-        Delivery::Controller(input) => Some(input),
     }
 }
 
