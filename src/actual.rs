@@ -53,12 +53,14 @@ impl<V> Default for NodeFacts<V> {
 }
 
 /// One attachment record.
+///
+/// Kept small (12 bytes with `u32` ids): there is one per attachment in the cluster. What only
+/// some attachments have, a device path or a pending detach request, lives with the node (see
+/// [`ActualState::device`] and [`ActualState::detach_requested_at`]).
 #[derive(Clone, Debug)]
 pub struct Attachment<D: Domain> {
     pub(crate) node: D::Node,
     pub(crate) state: AttachState,
-    pub(crate) device: Option<Box<str>>,
-    pub(crate) detach_requested_at: Option<Duration>,
     /// Dropped from the node's report ahead of a detach.
     pub(crate) withheld: bool,
     /// Upstream 141385 (only with `c4_sticky_assumed_mount`): mounted until the report changes.
@@ -76,14 +78,6 @@ impl<D: Domain> Attachment<D> {
     pub fn state(&self) -> AttachState {
         self.state
     }
-    /// What the backend returned for the node (e.g. a device path).
-    pub fn device(&self) -> Option<&str> {
-        self.device.as_deref()
-    }
-    /// When the controller first wanted this attachment gone.
-    pub fn detach_requested_at(&self) -> Option<Duration> {
-        self.detach_requested_at
-    }
     /// Whether the node must list this volume in its status.
     pub fn is_reported(&self) -> bool {
         self.state == AttachState::Attached && !self.withheld
@@ -98,7 +92,30 @@ pub(crate) struct ActualNode<D: Domain> {
     pub(crate) fenced: bool,
     /// Sorted; `None` until the node reports.
     pub(crate) in_use: Option<Vec<D::Volume>>,
-    pub(crate) attached: BTreeSet<D::Volume>,
+    /// The volumes attached (or maybe attached) here, sorted, each with whether the node must
+    /// report it: the node's report is read from here, without a lookup per volume.
+    attached: Vec<(D::Volume, bool)>,
+    /// The device paths of the attachments here that have one, sorted by volume.
+    devices: Vec<(D::Volume, Box<str>)>,
+    /// When the controller first wanted each of these attachments gone, sorted by volume.
+    detach_requested: Vec<(D::Volume, Duration)>,
+}
+
+/// Finds `volume` in a list sorted by volume.
+fn find<V: Ord, T>(list: &[(V, T)], volume: &V) -> Result<usize, usize> {
+    list.binary_search_by(|(v, _)| v.cmp(volume))
+}
+
+/// Sets or removes `volume`'s entry in a list sorted by volume.
+fn put<V: Ord + Clone, T>(list: &mut Vec<(V, T)>, volume: &V, value: Option<T>) {
+    match (find(list, volume), value) {
+        (Ok(i), Some(value)) => list[i].1 = value,
+        (Ok(i), None) => {
+            list.remove(i);
+        }
+        (Err(i), Some(value)) => list.insert(i, (volume.clone(), value)),
+        (Err(_), None) => {}
+    }
 }
 
 impl<D: Domain> ActualNode<D> {
@@ -108,8 +125,14 @@ impl<D: Domain> ActualNode<D> {
             healthy: false,
             fenced: false,
             in_use: None,
-            attached: BTreeSet::new(),
+            attached: Vec::new(),
+            devices: Vec::new(),
+            detach_requested: Vec::new(),
         }
+    }
+
+    fn volumes(&self) -> impl Iterator<Item = &D::Volume> {
+        self.attached.iter().map(|(v, _)| v)
     }
 
     pub(crate) fn reports_in_use(&self, volume: &D::Volume) -> Option<bool> {
@@ -122,8 +145,9 @@ impl<D: Domain> ActualNode<D> {
 /// The actual state of world.
 ///
 /// Attachments are kept per volume (a volume is rarely on more than one node) with an index per
-/// node. The list a node must report is derived from its attachments, never stored twice: a
-/// volume is reported when it is Attached and not withheld for a coming detach.
+/// node. A volume is reported when it is Attached and not withheld for a coming detach; the
+/// node's index carries that flag beside each volume, so a node's report is read from one sorted
+/// list instead of one lookup per volume in the cluster-wide table.
 ///
 /// ```
 /// use attach_detach::{ActualState, AttachState, Ids};
@@ -185,10 +209,67 @@ impl<D: Domain> ActualState<D> {
 
     /// Volumes attached (or maybe attached) to `node`, in order.
     pub fn volumes_on(&self, node: &D::Node) -> impl Iterator<Item = &D::Volume> {
-        self.nodes
-            .get(node)
-            .into_iter()
-            .flat_map(|n| n.attached.iter())
+        self.nodes.get(node).into_iter().flat_map(|n| n.volumes())
+    }
+
+    /// What the backend returned when attaching `volume` to `node` (e.g. a device path).
+    pub fn device(&self, volume: &D::Volume, node: &D::Node) -> Option<&str> {
+        let n = self.nodes.get(node)?;
+        let i = find(&n.devices, volume).ok()?;
+        Some(&n.devices[i].1)
+    }
+
+    /// When the controller first wanted the attachment of `volume` to `node` gone.
+    pub fn detach_requested_at(&self, volume: &D::Volume, node: &D::Node) -> Option<Duration> {
+        let n = self.nodes.get(node)?;
+        let i = find(&n.detach_requested, volume).ok()?;
+        Some(n.detach_requested[i].1)
+    }
+
+    /// The controller wants the attachment gone: returns when it first did, `now` if this is
+    /// the first time. Nothing happens without an attachment record.
+    pub(crate) fn request_detach(
+        &mut self,
+        volume: &D::Volume,
+        node: &D::Node,
+        now: Duration,
+    ) -> Duration {
+        let Some(n) = self.nodes.get_mut(node) else {
+            return now;
+        };
+        match find(&n.detach_requested, volume) {
+            Ok(i) => n.detach_requested[i].1,
+            Err(i) => {
+                if find(&n.attached, volume).is_ok() {
+                    n.detach_requested.insert(i, (volume.clone(), now));
+                }
+                now
+            }
+        }
+    }
+
+    /// The attachment is wanted again: a later detach waits for the unmount afresh.
+    pub(crate) fn cancel_detach_request(&mut self, volume: &D::Volume, node: &D::Node) {
+        if let Some(n) = self.nodes.get_mut(node) {
+            if !n.detach_requested.is_empty() {
+                put(&mut n.detach_requested, volume, None);
+            }
+        }
+    }
+
+    /// Brings the node index's "reported" flag of (`volume`, `node`) in line with the record,
+    /// noting the node when its report changes.
+    fn sync_reported(&mut self, volume: &D::Volume, node: &D::Node) {
+        let reported = self.get(volume, node).is_some_and(|a| a.is_reported());
+        let Some(n) = self.nodes.get_mut(node) else {
+            return;
+        };
+        if let Ok(i) = find(&n.attached, volume) {
+            if n.attached[i].1 != reported {
+                n.attached[i].1 = reported;
+                self.report_changed.insert(node.clone());
+            }
+        }
     }
 
     /// Every node with an attachment or known facts.
@@ -208,63 +289,43 @@ impl<D: Domain> ActualState<D> {
 
     /// Records a confirmed attach; the volume is reported (a later detach withholds it again).
     pub fn set_attached(&mut self, volume: D::Volume, node: D::Node, device: Option<String>) {
-        let device = device.map(String::into_boxed_str);
-        let changed = match self.get_mut(&volume, &node) {
+        match self.get_mut(&volume, &node) {
             Some(a) => {
-                let was = a.is_reported();
                 a.state = AttachState::Attached;
-                a.device = device;
                 a.withheld = false;
                 a.generation = a.generation.wrapping_add(1);
-                was != a.is_reported()
             }
-            None => {
-                self.insert(volume, node.clone(), AttachState::Attached, device);
-                true
-            }
-        };
-        if changed {
-            self.report_changed.insert(node);
+            None => self.insert(volume.clone(), node.clone(), AttachState::Attached),
         }
+        if let Some(n) = self.nodes.get_mut(&node) {
+            put(&mut n.devices, &volume, device.map(String::into_boxed_str));
+        }
+        self.sync_reported(&volume, &node);
     }
 
     /// Records that the volume may be attached to the node. It stops being reported.
     pub fn set_uncertain(&mut self, volume: D::Volume, node: D::Node) {
-        let changed = match self.get_mut(&volume, &node) {
+        match self.get_mut(&volume, &node) {
             Some(a) => {
-                let was = a.is_reported();
                 a.state = AttachState::Uncertain;
                 a.generation = a.generation.wrapping_add(1);
-                was
             }
-            None => {
-                self.insert(volume, node.clone(), AttachState::Uncertain, None);
-                false
-            }
-        };
-        if changed {
-            self.report_changed.insert(node);
+            None => self.insert(volume.clone(), node.clone(), AttachState::Uncertain),
         }
+        self.sync_reported(&volume, &node);
     }
 
-    fn insert(
-        &mut self,
-        volume: D::Volume,
-        node: D::Node,
-        state: AttachState,
-        device: Option<Box<str>>,
-    ) {
+    /// A new record, not yet reported (the caller syncs the flag).
+    fn insert(&mut self, volume: D::Volume, node: D::Node, state: AttachState) {
         let n = self
             .nodes
             .entry(node.clone())
             .or_insert_with(ActualNode::unknown);
-        n.attached.insert(volume.clone());
+        put(&mut n.attached, &volume, Some(false));
         let assumed_mounted = n.in_use.is_none();
         self.volumes.entry(volume).or_default().push(Attachment {
             node,
             state,
-            device,
-            detach_requested_at: None,
             withheld: false,
             assumed_mounted,
             generation: 0,
@@ -286,7 +347,9 @@ impl<D: Domain> ActualState<D> {
         }
         self.len -= 1;
         if let Some(n) = self.nodes.get_mut(node) {
-            n.attached.remove(volume);
+            put(&mut n.attached, volume, None);
+            put(&mut n.devices, volume, None);
+            put(&mut n.detach_requested, volume, None);
             if !n.present && n.attached.is_empty() {
                 self.nodes.remove(node);
             }
@@ -299,25 +362,38 @@ impl<D: Domain> ActualState<D> {
     /// Drops the volume from the node's report ahead of a detach (`true`), or puts it back.
     pub fn set_withheld(&mut self, volume: &D::Volume, node: &D::Node, withheld: bool) {
         if let Some(a) = self.get_mut(volume, node) {
-            let was = a.is_reported();
             a.withheld = withheld;
-            if was != a.is_reported() {
-                self.report_changed.insert(node.clone());
-            }
+            self.sync_reported(volume, node);
         }
     }
 
     /// The list `node` must report, in volume order.
     pub fn report(&self, node: &D::Node) -> Vec<ReportedVolume<D>> {
-        self.volumes_on(node)
-            .filter_map(|v| {
-                let a = self.get(v, node)?;
-                a.is_reported().then(|| ReportedVolume {
-                    volume: v.clone(),
-                    device: a.device.as_deref().map(str::to_owned),
-                })
+        self.reported(node)
+            .map(|(volume, device)| ReportedVolume {
+                volume: volume.clone(),
+                device: device.map(str::to_owned),
             })
             .collect()
+    }
+
+    /// What [`report`](Self::report) lists, borrowed: compared against what the store holds
+    /// without copying a device path.
+    pub(crate) fn reported(
+        &self,
+        node: &D::Node,
+    ) -> impl Iterator<Item = (&D::Volume, Option<&str>)> {
+        let n = self.nodes.get(node);
+        let mut devices = n.map_or(&[][..], |n| &n.devices[..]).iter().peekable();
+        n.map_or(&[][..], |n| &n.attached[..])
+            .iter()
+            .filter(|(_, reported)| *reported)
+            .map(move |(volume, _)| {
+                // Both lists are sorted by volume: walk them together.
+                while devices.next_if(|(v, _)| v < volume).is_some() {}
+                let device = devices.next_if(|(v, _)| v == volume).map(|(_, d)| &**d);
+                (volume, device)
+            })
     }
 
     pub(crate) fn has_report_changes(&self) -> bool {
@@ -346,14 +422,13 @@ impl<D: Domain> ActualState<D> {
             || n.in_use.is_none() != in_use.is_none()
             || !n.present
         {
-            n.attached.iter().cloned().collect()
+            n.volumes().cloned().collect()
         } else {
             let (old, new) = (
                 n.in_use.as_deref().unwrap_or(&[]),
                 in_use.as_deref().unwrap_or(&[]),
             );
-            n.attached
-                .iter()
+            n.volumes()
                 .filter(|v| old.binary_search(v).is_ok() != new.binary_search(v).is_ok())
                 .cloned()
                 .collect()
@@ -388,9 +463,11 @@ impl<D: Domain> ActualState<D> {
         }
         *n = ActualNode {
             attached: std::mem::take(&mut n.attached),
+            devices: std::mem::take(&mut n.devices),
+            detach_requested: std::mem::take(&mut n.detach_requested),
             ..ActualNode::unknown()
         };
-        n.attached.iter().cloned().collect()
+        n.volumes().cloned().collect()
     }
 
     pub(crate) fn node(&self, node: &D::Node) -> Option<&ActualNode<D>> {
@@ -400,6 +477,19 @@ impl<D: Domain> ActualState<D> {
     /// Whether the node is known to exist.
     pub fn node_present(&self, node: &D::Node) -> bool {
         self.nodes.get(node).is_some_and(|n| n.present)
+    }
+
+    /// What is known of `node` for a detach of `volume`: whether it is healthy, whether it is
+    /// fenced, and whether it reports `volume` in use (`None` until it has reported). For the
+    /// benchmarks' replay of upstream's full scan.
+    #[doc(hidden)]
+    pub fn detach_facts(
+        &self,
+        volume: &D::Volume,
+        node: &D::Node,
+    ) -> Option<(bool, bool, Option<bool>)> {
+        let n = self.nodes.get(node)?;
+        Some((n.healthy, n.fenced, n.reports_in_use(volume)))
     }
 }
 
@@ -472,6 +562,85 @@ mod tests {
         assert_eq!(a.remove_node(&"n1"), vec!["v1", "v2"]);
         assert!(!a.node_present(&"n1"));
         assert_eq!(a.node(&"n1").unwrap().reports_in_use(&"v1"), None);
+    }
+
+    #[test]
+    fn report_reads_the_node_index_with_devices() {
+        let mut a: ActualState<T> = ActualState::default();
+        a.set_attached("v1", "n1", Some("/dev/b".into()));
+        a.set_attached("v0", "n1", None);
+        a.set_uncertain("v2", "n1");
+        a.set_attached("v3", "n1", Some("/dev/d".into()));
+        let report = |a: &ActualState<T>| -> Vec<(&str, Option<String>)> {
+            a.report(&"n1")
+                .into_iter()
+                .map(|r| (r.volume, r.device))
+                .collect()
+        };
+        assert_eq!(
+            report(&a),
+            vec![
+                ("v0", None),
+                ("v1", Some("/dev/b".into())),
+                ("v3", Some("/dev/d".into()))
+            ]
+        );
+        a.set_withheld(&"v1", &"n1", true);
+        assert_eq!(
+            report(&a),
+            vec![("v0", None), ("v3", Some("/dev/d".into()))]
+        );
+        a.set_attached("v1", "n1", Some("/dev/e".into()));
+        assert_eq!(a.report(&"n1")[1].device.as_deref(), Some("/dev/e"));
+        a.set_attached("v2", "n1", None);
+        assert_eq!(a.report(&"n1").len(), 4, "confirmed: reported");
+        a.set_detached(&"v3", &"n1");
+        assert_eq!(
+            a.device(&"v3", &"n1"),
+            None,
+            "the device goes with the record"
+        );
+        assert_eq!(a.device(&"v1", &"n1"), Some("/dev/e"));
+        a.set_uncertain("v1", "n1");
+        assert_eq!(report(&a), vec![("v0", None), ("v2", None)]);
+    }
+
+    #[test]
+    fn a_detach_request_lives_as_long_as_the_attachment() {
+        let mut a: ActualState<T> = ActualState::default();
+        let (t1, t2) = (Duration::from_secs(1), Duration::from_secs(2));
+        assert_eq!(a.request_detach(&"v", &"n", t1), t1);
+        assert_eq!(
+            a.detach_requested_at(&"v", &"n"),
+            None,
+            "no record, nothing kept"
+        );
+        a.set_attached("v", "n", None);
+        assert_eq!(a.request_detach(&"v", &"n", t1), t1);
+        assert_eq!(
+            a.request_detach(&"v", &"n", t2),
+            t1,
+            "the first request counts"
+        );
+        assert_eq!(a.detach_requested_at(&"v", &"n"), Some(t1));
+        a.cancel_detach_request(&"v", &"n");
+        assert_eq!(a.request_detach(&"v", &"n", t2), t2);
+        a.remove_node(&"n");
+        assert_eq!(
+            a.detach_requested_at(&"v", &"n"),
+            Some(t2),
+            "kept until detached"
+        );
+        a.set_detached(&"v", &"n");
+        a.set_attached("v", "n", None);
+        assert_eq!(a.detach_requested_at(&"v", &"n"), None);
+    }
+
+    #[test]
+    fn an_attachment_record_stays_small() {
+        // One per attachment in the cluster: 150,000 of them at Kubernetes' limits.
+        type Small = Ids<u32, u32, u32>;
+        assert!(std::mem::size_of::<Attachment<Small>>() <= 12);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Desired state of world: which volumes each node must have, and which workloads need them.
 
+use std::ops::{Deref, DerefMut};
+
 use rustc_hash::FxHashMap;
-use smallvec::SmallVec;
 use thiserror::Error;
 
 use crate::domain::Domain;
@@ -40,20 +41,99 @@ pub enum DesiredError<D: Domain> {
     },
 }
 
+/// One item, or a boxed slice of several, read as a slice.
+///
+/// The desired state holds a few of these per volume and per workload, and nearly always with a
+/// single item (a volume wanted on one node by one workload). Unlike a `SmallVec` it carries no
+/// capacity word, and the enum tag hides in the box's non-null pointer, so with `u32` ids it is
+/// 16 bytes. Adding or removing an item reallocates the box: fine for lists this short.
+#[derive(Clone, Debug)]
+pub(crate) enum Few<T> {
+    One(T),
+    Many(Box<[T]>),
+}
+
+impl<T> Deref for Few<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match self {
+            Few::One(item) => std::slice::from_ref(item),
+            Few::Many(items) => items,
+        }
+    }
+}
+
+impl<T> DerefMut for Few<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        match self {
+            Few::One(item) => std::slice::from_mut(item),
+            Few::Many(items) => items,
+        }
+    }
+}
+
+impl<T> Few<T> {
+    fn from_vec(mut items: Vec<T>) -> Self {
+        match items.len() {
+            1 => Few::One(items.pop().expect("one item")),
+            _ => Few::Many(items.into_boxed_slice()),
+        }
+    }
+
+    fn into_vec(self) -> Vec<T> {
+        match self {
+            Few::One(item) => vec![item],
+            Few::Many(items) => items.into_vec(),
+        }
+    }
+
+    fn insert(&mut self, at: usize, item: T) {
+        let mut items = std::mem::replace(self, Few::Many(Box::default())).into_vec();
+        items.insert(at, item);
+        *self = Few::from_vec(items);
+    }
+
+    fn remove(&mut self, at: usize) -> T {
+        let mut items = std::mem::replace(self, Few::Many(Box::default())).into_vec();
+        let item = items.remove(at);
+        *self = Few::from_vec(items);
+        item
+    }
+}
+
 /// Where one workload runs and what it uses.
 #[derive(Clone, Debug)]
 struct Placement<D: Domain> {
     node: D::Node,
-    volumes: SmallVec<[D::Volume; 2]>,
+    /// Sorted, no duplicates.
+    volumes: Few<D::Volume>,
 }
 
 /// One node on which a volume is desired.
 #[derive(Clone, Debug)]
 pub(crate) struct WantedOn<D: Domain> {
     pub(crate) node: D::Node,
-    pub(crate) workloads: SmallVec<[D::Workload; 1]>,
+    /// Sorted, never empty: the entry goes with its last workload.
+    pub(crate) workloads: Few<D::Workload>,
     /// The Multi-Attach event of this episode was already emitted.
     pub(crate) multi_attach_reported: bool,
+}
+
+/// A registered volume: its spec and the nodes it is desired on (often none, usually one).
+#[derive(Debug)]
+struct VolumeEntry<D: Domain> {
+    spec: VolumeSpec<D::Payload>,
+    wanted: Option<Few<WantedOn<D>>>,
+}
+
+impl<D: Domain> VolumeEntry<D> {
+    fn wanted(&self) -> &[WantedOn<D>] {
+        self.wanted.as_deref().unwrap_or(&[])
+    }
+
+    fn wanted_mut(&mut self) -> &mut [WantedOn<D>] {
+        self.wanted.as_deref_mut().unwrap_or(&mut [])
+    }
 }
 
 /// The desired state of world.
@@ -78,18 +158,21 @@ pub(crate) struct WantedOn<D: Domain> {
 pub struct DesiredState<D: Domain> {
     /// Managed nodes and how many volumes are desired on each.
     nodes: FxHashMap<D::Node, usize>,
-    specs: FxHashMap<D::Volume, VolumeSpec<D::Payload>>,
-    volumes: FxHashMap<D::Volume, SmallVec<[WantedOn<D>; 1]>>,
+    /// Every registered volume. Spec and desired nodes share one entry: one table keyed by
+    /// volume instead of two saves a hash-table slot per volume.
+    volumes: FxHashMap<D::Volume, VolumeEntry<D>>,
     workloads: FxHashMap<D::Workload, Placement<D>>,
+    /// Number of desired (volume, node) pairs.
+    pairs: usize,
 }
 
 impl<D: Domain> Default for DesiredState<D> {
     fn default() -> Self {
         DesiredState {
             nodes: FxHashMap::default(),
-            specs: FxHashMap::default(),
             volumes: FxHashMap::default(),
             workloads: FxHashMap::default(),
+            pairs: 0,
         }
     }
 }
@@ -122,10 +205,15 @@ impl<D: Domain> DesiredState<D> {
 
     /// Registers or updates a volume's spec. Returns whether it changed.
     pub fn set_volume(&mut self, volume: D::Volume, spec: VolumeSpec<D::Payload>) -> bool {
-        match self.specs.get(&volume) {
-            Some(old) if *old == spec => false,
-            _ => {
-                self.specs.insert(volume, spec);
+        match self.volumes.get_mut(&volume) {
+            Some(entry) if entry.spec == spec => false,
+            Some(entry) => {
+                entry.spec = spec;
+                true
+            }
+            None => {
+                self.volumes
+                    .insert(volume, VolumeEntry { spec, wanted: None });
                 true
             }
         }
@@ -133,7 +221,7 @@ impl<D: Domain> DesiredState<D> {
 
     /// A volume's spec, if registered.
     pub fn spec(&self, volume: &D::Volume) -> Option<&VolumeSpec<D::Payload>> {
-        self.specs.get(volume)
+        self.volumes.get(volume).map(|entry| &entry.spec)
     }
 
     /// Places `workload` on `node` using `volumes`, replacing any earlier placement of it.
@@ -149,16 +237,16 @@ impl<D: Domain> DesiredState<D> {
         if !self.nodes.contains_key(&node) {
             return Err(DesiredError::UnknownNode { node });
         }
-        if let Some(volume) = volumes.iter().find(|v| !self.specs.contains_key(v)) {
+        if let Some(volume) = volumes.iter().find(|v| !self.volumes.contains_key(v)) {
             return Err(DesiredError::UnknownVolume {
                 volume: volume.clone(),
             });
         }
-        let mut wanted: SmallVec<[D::Volume; 2]> = volumes.iter().cloned().collect();
+        let mut wanted: Vec<D::Volume> = volumes.to_vec();
         wanted.sort();
         wanted.dedup();
         if let Some(old) = self.workloads.get(&workload) {
-            if old.node == node && old.volumes == wanted {
+            if old.node == node && *old.volumes == *wanted {
                 return Ok(Vec::new());
             }
         }
@@ -167,20 +255,25 @@ impl<D: Domain> DesiredState<D> {
             None => Vec::new(),
         };
         for volume in &wanted {
-            let on = self.volumes.entry(volume.clone()).or_default();
-            match on.iter_mut().find(|w| w.node == node) {
-                Some(entry) => {
-                    if let Err(at) = entry.workloads.binary_search(&workload) {
-                        entry.workloads.insert(at, workload.clone());
+            let entry = self.volumes.get_mut(volume).expect("checked above");
+            match entry.wanted_mut().iter_mut().find(|w| w.node == node) {
+                Some(on) => {
+                    if let Err(at) = on.workloads.binary_search(&workload) {
+                        on.workloads.insert(at, workload.clone());
                     }
                 }
                 None => {
-                    on.push(WantedOn {
+                    let on = WantedOn {
                         node: node.clone(),
-                        workloads: smallvec::smallvec![workload.clone()],
+                        workloads: Few::One(workload.clone()),
                         multi_attach_reported: false,
-                    });
+                    };
+                    match &mut entry.wanted {
+                        None => entry.wanted = Some(Few::One(on)),
+                        Some(list) => list.insert(list.len(), on),
+                    }
                     *self.nodes.get_mut(&node).expect("checked above") += 1;
+                    self.pairs += 1;
                 }
             }
             changed.push(volume.clone());
@@ -189,7 +282,7 @@ impl<D: Domain> DesiredState<D> {
             workload,
             Placement {
                 node,
-                volumes: wanted,
+                volumes: Few::from_vec(wanted),
             },
         );
         changed.sort();
@@ -214,24 +307,31 @@ impl<D: Domain> DesiredState<D> {
 
     fn unplace(&mut self, workload: &D::Workload, placement: Placement<D>) -> Vec<D::Volume> {
         let mut changed = Vec::with_capacity(placement.volumes.len());
-        for volume in placement.volumes {
-            let Some(on) = self.volumes.get_mut(&volume) else {
+        for volume in placement.volumes.into_vec() {
+            let Some(entry) = self.volumes.get_mut(&volume) else {
                 continue;
             };
-            if let Some(i) = on.iter().position(|w| w.node == placement.node) {
-                let entry = &mut on[i];
-                if let Ok(at) = entry.workloads.binary_search(workload) {
-                    entry.workloads.remove(at);
-                }
-                if entry.workloads.is_empty() {
-                    on.remove(i);
-                    if let Some(count) = self.nodes.get_mut(&placement.node) {
-                        *count = count.saturating_sub(1);
+            if let Some(i) = entry.wanted().iter().position(|w| w.node == placement.node) {
+                let on = &mut entry.wanted_mut()[i];
+                match on.workloads.binary_search(workload) {
+                    Ok(_) if on.workloads.len() == 1 => {
+                        // Its last workload: the volume is no longer desired on the node.
+                        match &mut entry.wanted {
+                            Some(list) if list.len() > 1 => {
+                                list.remove(i);
+                            }
+                            _ => entry.wanted = None,
+                        }
+                        self.pairs -= 1;
+                        if let Some(count) = self.nodes.get_mut(&placement.node) {
+                            *count = count.saturating_sub(1);
+                        }
                     }
+                    Ok(at) => {
+                        on.workloads.remove(at);
+                    }
+                    Err(_) => {}
                 }
-            }
-            if on.is_empty() {
-                self.volumes.remove(&volume);
             }
             changed.push(volume);
         }
@@ -242,7 +342,7 @@ impl<D: Domain> DesiredState<D> {
     pub fn is_desired(&self, volume: &D::Volume, node: &D::Node) -> bool {
         self.volumes
             .get(volume)
-            .is_some_and(|on| on.iter().any(|w| w.node == *node))
+            .is_some_and(|e| e.wanted().iter().any(|w| w.node == *node))
     }
 
     /// The nodes `volume` must be attached to, with the workloads needing it on each.
@@ -250,12 +350,12 @@ impl<D: Domain> DesiredState<D> {
         self.volumes
             .get(volume)
             .into_iter()
-            .flatten()
-            .map(|w| (&w.node, w.workloads.as_slice()))
+            .flat_map(|e| e.wanted())
+            .map(|w| (&w.node, &*w.workloads))
     }
 
     pub(crate) fn wanted_on(&self, volume: &D::Volume) -> &[WantedOn<D>] {
-        self.volumes.get(volume).map_or(&[], |on| on.as_slice())
+        self.volumes.get(volume).map_or(&[], |e| e.wanted())
     }
 
     /// Remembers whether the Multi-Attach event for (`volume`, `node`) was emitted in this
@@ -264,7 +364,7 @@ impl<D: Domain> DesiredState<D> {
         if let Some(entry) = self
             .volumes
             .get_mut(volume)
-            .and_then(|on| on.iter_mut().find(|w| w.node == *node))
+            .and_then(|e| e.wanted_mut().iter_mut().find(|w| w.node == *node))
         {
             entry.multi_attach_reported = value;
         }
@@ -272,26 +372,24 @@ impl<D: Domain> DesiredState<D> {
 
     /// Where `workload` runs and which volumes it uses.
     pub fn placement(&self, workload: &D::Workload) -> Option<(&D::Node, &[D::Volume])> {
-        self.workloads
-            .get(workload)
-            .map(|p| (&p.node, p.volumes.as_slice()))
+        self.workloads.get(workload).map(|p| (&p.node, &*p.volumes))
     }
 
     /// Every (volume, node) that must be attached, in no particular order.
     pub fn volumes_to_attach(&self) -> impl Iterator<Item = (&D::Volume, &D::Node)> {
         self.volumes
             .iter()
-            .flat_map(|(v, on)| on.iter().map(move |w| (v, &w.node)))
+            .flat_map(|(v, e)| e.wanted().iter().map(move |w| (v, &w.node)))
     }
 
     /// Number of desired (volume, node) pairs.
     pub fn len(&self) -> usize {
-        self.nodes.values().sum()
+        self.pairs
     }
 
     /// Whether nothing is desired.
     pub fn is_empty(&self) -> bool {
-        self.volumes.is_empty()
+        self.pairs == 0
     }
 
     /// Number of managed nodes.
@@ -359,6 +457,67 @@ mod tests {
         assert!(!d.is_desired(&"v2", &"n1"));
         assert!(d.is_desired(&"v2", &"n2"));
         assert_eq!(d.placement(&"p"), Some((&"n2", &["v2"][..])));
+    }
+
+    #[test]
+    fn a_spec_outlives_the_desire_and_counts_follow_the_pairs() {
+        let mut d = dsw();
+        d.add_workload("a", "n1", &["v2"]).unwrap();
+        d.add_workload("b", "n2", &["v2", "v1"]).unwrap();
+        assert_eq!((d.len(), d.is_empty()), (3, false));
+        d.remove_workload(&"b").unwrap();
+        d.remove_workload(&"a").unwrap();
+        assert_eq!((d.len(), d.is_empty()), (0, true));
+        assert_eq!(d.volumes_to_attach().count(), 0);
+        assert_eq!(d.wanted(&"v2").count(), 0);
+        assert!(
+            !d.set_volume("v1", VolumeSpec::single_node(())),
+            "still registered"
+        );
+        assert!(d.set_volume("v1", VolumeSpec::multi_node(())), "changed");
+        d.add_workload("c", "n1", &["v1"]).unwrap();
+        assert!(d.is_desired(&"v1", &"n1"));
+    }
+
+    #[test]
+    fn few_reads_as_a_slice_through_inserts_and_removes() {
+        let mut few = Few::One(2);
+        few.insert(0, 1);
+        few.insert(2, 3);
+        assert_eq!(&*few, &[1, 2, 3]);
+        assert_eq!(few.remove(1), 2);
+        assert_eq!(few.remove(0), 1);
+        assert!(matches!(few, Few::One(3)), "back to one item, no box");
+        assert!(Few::<u8>::from_vec(vec![]).is_empty());
+        // The sizes the memory budget counts on, with u32 ids.
+        type Small = Ids<u32, u32, u32>;
+        assert_eq!(std::mem::size_of::<Few<u32>>(), 16);
+        assert!(std::mem::size_of::<Option<Few<WantedOn<Small>>>>() <= 24);
+        assert!(std::mem::size_of::<(u32, VolumeEntry<Small>)>() <= 40);
+        assert!(std::mem::size_of::<(u32, Placement<Small>)>() <= 32);
+    }
+
+    #[test]
+    fn many_workloads_and_nodes_share_a_volume() {
+        let mut d = dsw();
+        for (w, n) in [("a", "n1"), ("b", "n1"), ("c", "n2"), ("d", "n1")] {
+            d.add_workload(w, n, &["v2"]).unwrap();
+        }
+        let wanted = |d: &DesiredState<T>| -> Vec<(&str, Vec<&str>)> {
+            d.wanted(&"v2").map(|(n, w)| (*n, w.to_vec())).collect()
+        };
+        assert_eq!(
+            wanted(&d),
+            vec![("n1", vec!["a", "b", "d"]), ("n2", vec!["c"])]
+        );
+        d.remove_workload(&"b").unwrap();
+        d.remove_workload(&"c").unwrap();
+        assert_eq!(wanted(&d), vec![("n1", vec!["a", "d"])]);
+        assert_eq!(d.len(), 1);
+        d.add_workload("a", "n2", &["v2", "v1", "v2"]).unwrap();
+        assert_eq!(d.placement(&"a"), Some((&"n2", &["v1", "v2"][..])));
+        assert_eq!(wanted(&d), vec![("n1", vec!["d"]), ("n2", vec!["a"])]);
+        assert_eq!(d.len(), 3);
     }
 
     #[test]

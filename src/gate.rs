@@ -1,9 +1,27 @@
 //! The operation gate: at most one operation per key at a time, and backoff after failures.
 
-use std::hash::Hash;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
 use rustc_hash::{FxHashMap, FxHashSet};
+
+/// A table is trimmed once it is at most a quarter full, to twice its length: a burst (say
+/// 150,000 attaches at start-up) must not keep its peak allocation forever, and halving the
+/// threshold keeps the cost of trimming amortised over the inserts that grew the table.
+const TRIM_ABOVE: usize = 64;
+
+pub(crate) fn trim_map<K: Eq + Hash, V, S: BuildHasher>(map: &mut HashMap<K, V, S>) {
+    if map.capacity() > TRIM_ABOVE && map.len() * 4 <= map.capacity() {
+        map.shrink_to(map.len() * 2);
+    }
+}
+
+pub(crate) fn trim_set<K: Eq + Hash, S: BuildHasher>(set: &mut HashSet<K, S>) {
+    if set.capacity() > TRIM_ABOVE && set.len() * 4 <= set.capacity() {
+        set.shrink_to(set.len() * 2);
+    }
+}
 
 use crate::config::BackoffConfig;
 
@@ -111,6 +129,12 @@ impl<K: Clone + Eq + Hash> OperationGate<K> {
         self.running.remove(key);
     }
 
+    /// Gives back the memory of a past burst of operations (see [`trim_map`]).
+    pub(crate) fn trim(&mut self) {
+        trim_set(&mut self.running);
+        trim_map(&mut self.retries);
+    }
+
     /// Number of keys in backoff or running; for memory accounting and tests.
     pub fn len(&self) -> usize {
         self.running.len() + self.retries.len()
@@ -149,6 +173,34 @@ mod tests {
         gate.succeeded(1, OpKind::Detach);
         assert!(gate.is_empty());
         assert_eq!(gate.failed(1, OpKind::Detach, now) - now, ms(500));
+    }
+
+    #[test]
+    fn trimming_gives_back_a_burst_and_keeps_what_runs() {
+        let mut gate = OperationGate::new(BackoffConfig::default());
+        for key in 0..10_000 {
+            gate.start(key);
+        }
+        let peak = gate.running.capacity();
+        for key in 10..10_000 {
+            gate.succeeded(key, OpKind::Attach);
+        }
+        gate.trim();
+        assert!(
+            gate.running.capacity() < peak / 100,
+            "the burst is given back"
+        );
+        assert!(
+            (0..10).all(|key| gate.is_running(&key)),
+            "running keys stay"
+        );
+        let small = gate.running.capacity();
+        gate.trim();
+        assert_eq!(
+            gate.running.capacity(),
+            small,
+            "a small table is left alone"
+        );
     }
 
     #[test]

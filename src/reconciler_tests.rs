@@ -864,3 +864,35 @@ fn idle_pass_does_nothing_and_next_deadline_is_the_sync() {
     assert!(h.r.poll(h.now + TICK).is_empty());
     assert_eq!(h.r.next_deadline(), Some(deadline));
 }
+
+#[test]
+fn a_detach_waits_for_the_write_that_drops_its_volume() {
+    // Only the volumes waiting for a node's write are looked at again when it ends. A write
+    // already in flight when the volume was withheld still lists it: its acknowledgement must
+    // not let the detach go, the next write's must.
+    let mut h = H::new(Config::default());
+    h.node("n1", &[]);
+    h.rwo("v1");
+    h.rwo("v2");
+    h.pod("p1", "n1", &["v1"]);
+    h.run_ok(secs(1));
+    h.pod("p2", "n1", &["v2"]);
+    let attach = h.tick_taking(OpKind::Attach);
+    h.ok(attach);
+    let in_flight = h.tick_taking(OpKind::WriteStatus);
+    assert_eq!(render(&in_flight), "write n1 [v1,v2]");
+    h.unpod("p1");
+    assert!(h.tick().is_empty(), "v1 withheld; the node's write is busy");
+    h.ok(in_flight);
+    let write = h.tick();
+    assert_eq!(
+        write.iter().map(render).collect::<Vec<_>>(),
+        ["write n1 [v2]"]
+    );
+    for op in write {
+        h.ok(op);
+    }
+    assert_eq!(h.count("detach"), 0);
+    assert_eq!(h.tick_names(), vec!["detach v1 n1"]);
+    assert_eq!(h.stored("n1"), Some(vec!["v2"]));
+}

@@ -12,12 +12,85 @@ use rustc_hash::FxHashMap;
 use crate::domain::Domain;
 use crate::store::ReportedVolume;
 
+/// A node's list, sorted by volume and packed: the volumes, and their device paths only when
+/// one of them has one, all in one string. Every node keeps one, so it should cost little more
+/// than the volume ids (a `ReportedVolume` per entry cost 32 bytes with `u32` ids and an
+/// allocation per device path; a packed entry costs 4, or 12 and the path's bytes).
+#[derive(Debug, PartialEq)]
+struct Packed<D: Domain> {
+    volumes: Box<[D::Volume]>,
+    /// `None` when no volume has a device path (CSI); otherwise one span per volume, in `.1`.
+    paths: Option<Box<Paths>>,
+}
+
+/// Device paths of a packed list: one span per volume (`None`: no path) of one string.
+type Paths = (Box<[Option<(u32, u32)>]>, Box<str>);
+
+impl<D: Domain> Packed<D> {
+    /// Packs `list`, which must be sorted by volume.
+    fn pack(list: &[ReportedVolume<D>]) -> Self {
+        let paths = list.iter().any(|r| r.device.is_some()).then(|| {
+            let mut paths = String::new();
+            let spans = list
+                .iter()
+                .map(|r| {
+                    r.device.as_deref().map(|d| {
+                        let start = paths.len() as u32;
+                        paths.push_str(d);
+                        (start, paths.len() as u32)
+                    })
+                })
+                .collect();
+            Box::new((spans, paths.into_boxed_str()))
+        });
+        Packed {
+            volumes: list.iter().map(|r| r.volume.clone()).collect(),
+            paths,
+        }
+    }
+
+    fn device(&self, i: usize) -> Option<&str> {
+        let (spans, paths) = &**self.paths.as_ref()?;
+        let (start, end) = spans[i]?;
+        Some(&paths[start as usize..end as usize])
+    }
+
+    fn contains(&self, volume: &D::Volume) -> bool {
+        self.volumes.binary_search(volume).is_ok()
+    }
+
+    /// Whether this is exactly `list` (volume order), device paths included.
+    fn matches<'a>(
+        &self,
+        list: impl IntoIterator<Item = (&'a D::Volume, Option<&'a str>)>,
+    ) -> bool {
+        let mut i = 0;
+        for (volume, device) in list {
+            if self.volumes.get(i) != Some(volume) || self.device(i) != device {
+                return false;
+            }
+            i += 1;
+        }
+        i == self.volumes.len()
+    }
+
+    fn unpack(&self) -> Vec<ReportedVolume<D>> {
+        (0..self.volumes.len())
+            .map(|i| ReportedVolume {
+                volume: self.volumes[i].clone(),
+                device: self.device(i).map(str::to_owned),
+            })
+            .collect()
+    }
+}
+
 #[derive(Debug)]
 struct NodeRecord<D: Domain> {
     /// The list the store holds for the node; `None` when unknown.
-    stored: Option<Vec<ReportedVolume<D>>>,
+    stored: Option<Packed<D>>,
     /// The list of the write in flight.
-    writing: Option<Vec<ReportedVolume<D>>>,
+    /// Boxed: rarely there, and every node has a record.
+    writing: Option<Box<Packed<D>>>,
     /// The store said the node does not exist; nothing is written until it reappears.
     missing: bool,
 }
@@ -49,10 +122,6 @@ impl<D: Domain> Default for StatusBook<D> {
     }
 }
 
-fn contains<D: Domain>(list: &[ReportedVolume<D>], volume: &D::Volume) -> bool {
-    list.binary_search_by(|r| r.volume.cmp(volume)).is_ok()
-}
-
 impl<D: Domain> StatusBook<D> {
     /// `node`'s report may now differ from what the store holds.
     pub(crate) fn mark(&mut self, node: D::Node) {
@@ -71,13 +140,13 @@ impl<D: Domain> StatusBook<D> {
     pub fn set_stored(&mut self, node: D::Node, mut list: Vec<ReportedVolume<D>>) {
         list.sort_by(|a, b| a.volume.cmp(&b.volume));
         let record = self.nodes.entry(node).or_default();
-        record.stored = Some(list);
+        record.stored = Some(Packed::pack(&list));
         record.missing = false;
     }
 
-    /// What the store holds for `node`, if known.
-    pub fn stored(&self, node: &D::Node) -> Option<&[ReportedVolume<D>]> {
-        self.nodes.get(node)?.stored.as_deref()
+    /// What the store holds for `node`, if known, sorted by volume.
+    pub fn stored(&self, node: &D::Node) -> Option<Vec<ReportedVolume<D>>> {
+        Some(self.nodes.get(node)?.stored.as_ref()?.unpack())
     }
 
     /// Whether a write for `node` is in flight.
@@ -97,38 +166,38 @@ impl<D: Domain> StatusBook<D> {
             return false;
         };
         if record.missing {
-            return record
-                .writing
-                .as_deref()
-                .is_none_or(|w| !contains(w, volume));
+            return record.writing.as_ref().is_none_or(|w| !w.contains(volume));
         }
-        record
-            .stored
-            .as_deref()
-            .is_some_and(|s| !contains(s, volume))
-            && record
-                .writing
-                .as_deref()
-                .is_none_or(|w| !contains(w, volume))
+        record.stored.as_ref().is_some_and(|s| !s.contains(volume))
+            && record.writing.as_ref().is_none_or(|w| !w.contains(volume))
     }
 
-    /// Whether `report` must be written for `node`: no write in flight and the store is not
-    /// known to hold it already.
-    pub(crate) fn needs_write(&self, node: &D::Node, report: &[ReportedVolume<D>]) -> bool {
+    /// Whether `report` (volume order) must be written for `node`: no write in flight and the
+    /// store is not known to hold it already.
+    pub(crate) fn needs_write<'a>(
+        &self,
+        node: &D::Node,
+        report: impl IntoIterator<Item = (&'a D::Volume, Option<&'a str>)>,
+    ) -> bool {
         match self.nodes.get(node) {
             None => true,
-            Some(r) => !r.missing && r.writing.is_none() && r.stored.as_deref() != Some(report),
+            Some(r) => {
+                !r.missing
+                    && r.writing.is_none()
+                    && !r.stored.as_ref().is_some_and(|s| s.matches(report))
+            }
         }
     }
 
-    pub(crate) fn start_write(&mut self, node: D::Node, list: Vec<ReportedVolume<D>>) {
-        self.nodes.entry(node).or_default().writing = Some(list);
+    /// A write of `list` (sorted by volume) is in flight for `node`.
+    pub(crate) fn start_write(&mut self, node: D::Node, list: &[ReportedVolume<D>]) {
+        self.nodes.entry(node).or_default().writing = Some(Box::new(Packed::pack(list)));
     }
 
     /// The store acknowledged the write in flight.
     pub(crate) fn write_acked(&mut self, node: &D::Node) {
         if let Some(r) = self.nodes.get_mut(node) {
-            r.stored = r.writing.take();
+            r.stored = r.writing.take().map(|w| *w);
         }
     }
 
@@ -192,41 +261,89 @@ mod tests {
         }
     }
 
+    /// `needs_write` against an owned list.
+    fn needs(book: &StatusBook<T>, node: &'static str, list: &[ReportedVolume<T>]) -> bool {
+        book.needs_write(&node, list.iter().map(|r| (&r.volume, r.device.as_deref())))
+    }
+
     #[test]
     fn only_an_acknowledged_write_makes_the_list_known() {
         let mut book: StatusBook<T> = StatusBook::default();
-        assert!(book.needs_write(&"n", &[]), "unknown is always written");
-        book.start_write("n", vec![rv("a")]);
+        assert!(needs(&book, "n", &[]), "unknown is always written");
+        book.start_write("n", &[rv("a")]);
         assert!(
-            !book.needs_write(&"n", &[rv("b")]),
+            !needs(&book, "n", &[rv("b")]),
             "one write in flight per node"
         );
         assert!(!book.confirmed_absent(&"n", &"a"));
         book.write_acked(&"n");
-        assert_eq!(book.stored(&"n"), Some(&[rv("a")][..]));
-        assert!(!book.needs_write(&"n", &[rv("a")]), "no change, no write");
+        assert_eq!(book.stored(&"n"), Some(vec![rv("a")]));
+        assert!(!needs(&book, "n", &[rv("a")]), "no change, no write");
         assert!(book.confirmed_absent(&"n", &"b"));
-        book.start_write("n", vec![]);
+        book.start_write("n", &[]);
         assert!(!book.confirmed_absent(&"n", &"a"), "not until acknowledged");
         book.write_failed(&"n");
         assert_eq!(book.stored(&"n"), None);
         assert!(!book.confirmed_absent(&"n", &"a"));
-        assert!(book.needs_write(&"n", &[rv("a")]));
+        assert!(needs(&book, "n", &[rv("a")]));
+    }
+
+    #[test]
+    fn device_paths_are_part_of_what_is_stored() {
+        let mut book: StatusBook<T> = StatusBook::default();
+        let with = |v, d: &str| ReportedVolume::<T> {
+            volume: v,
+            device: Some(d.to_owned()),
+        };
+        let list = vec![rv("a"), with("b", "/dev/b")];
+        book.set_stored("n", vec![list[1].clone(), list[0].clone()]);
+        assert_eq!(book.stored(&"n"), Some(list.clone()), "sorted by volume");
+        assert!(!needs(&book, "n", &list));
+        assert!(
+            needs(&book, "n", &[rv("a"), with("b", "/dev/c")]),
+            "new device path"
+        );
+        assert!(needs(&book, "n", &[rv("a"), rv("b")]), "device path gone");
+        assert!(needs(&book, "n", &[rv("a")]));
+        assert!(book.confirmed_absent(&"n", &"c"));
+        assert!(!book.confirmed_absent(&"n", &"b"));
+        let mixed = vec![
+            with("a", "/dev/a"),
+            rv("b"),
+            with("c", ""),
+            with("d", "/dev/d"),
+        ];
+        book.set_stored("n", mixed.clone());
+        assert_eq!(
+            book.stored(&"n"),
+            Some(mixed.clone()),
+            "paths packed in one string"
+        );
+        assert!(!needs(&book, "n", &mixed));
+        assert!(needs(&book, "n", &mixed[..3]), "one volume fewer");
+        assert!(
+            needs(
+                &book,
+                "n",
+                &[with("a", "/dev/a"), rv("b"), rv("c"), with("d", "/dev/d")]
+            ),
+            "an empty path is not no path"
+        );
     }
 
     #[test]
     fn a_missing_node_is_rewritten_when_it_reappears() {
         let mut book: StatusBook<T> = StatusBook::default();
         book.set_stored("n", vec![rv("a")]);
-        book.start_write("n", vec![]);
+        book.start_write("n", &[]);
         book.write_not_found(&"n");
-        assert!(!book.needs_write(&"n", &[rv("a")]));
+        assert!(!needs(&book, "n", &[rv("a")]));
         assert!(
             book.confirmed_absent(&"n", &"a"),
             "no status, no agent reading it"
         );
         book.node_appeared("n");
-        assert!(book.needs_write(&"n", &[rv("a")]));
+        assert!(needs(&book, "n", &[rv("a")]));
         assert_eq!(book.take_dirty().len(), 1);
     }
 }

@@ -138,7 +138,7 @@ fn a_forced_detach_from_a_deleted_node_does_not_wait_for_its_status() {
     core.add_workload("w1", "node-a", &["vol-1"]).unwrap();
     run(&mut core, ms(0), ms(1000), answer_with(|_| Ok(())));
     assert_eq!(
-        core.status().stored(&"node-a").map(<[_]>::len),
+        core.status().stored(&"node-a").map(|list| list.len()),
         Some(1),
         "attached and reported"
     );

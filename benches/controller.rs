@@ -1,0 +1,244 @@
+//! End to end: the tokio controller with the in-memory backend and store, moving workloads
+//! between nodes. Throughput is counted in attach-or-detach operations per second (each move is
+//! one detach and one attach, plus two status writes that are not counted).
+//!
+//! `cargo bench --bench controller` measures on 150,000 attachments and prints the figure
+//! against the goal (set `ATTACH_DETACH_ENFORCE_THROUGHPUT=1` to make a miss fail the run: the
+//! figure depends on what else the machine runs); `-- --test` (and `cargo test --benches`)
+//! runs one small batch on a small cluster.
+//!
+//! The moves are sent by 16 tasks at once and a batch ends when every detach and attach of it
+//! succeeded, so a batch includes the core's pacing (one pass per 100 ms; a move takes four
+//! passes) as well as the work: batches are large (60,000 moves) so that the work dominates.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use attach_detach::{
+    Config, Controller, ControllerHandle, Ids, MemoryBackend, MemoryStore, NodeFacts,
+    ShutdownReport, VolumeSpec, World,
+};
+use criterion::{BenchmarkId, Criterion, Throughput};
+use tokio::runtime::Runtime;
+use tokio::task::JoinHandle;
+
+type D = Ids<u32, u32, u32, ()>;
+
+const VOLUMES_PER_NODE: u32 = 30;
+/// Goal: attach-or-detach operations per second, end to end, on a 2-core machine.
+const MIN_OPS_PER_SEC: f64 = 100_000.0;
+/// Tasks sending the moves.
+const SENDERS: usize = 16;
+
+fn node_facts() -> NodeFacts<u32> {
+    // The node agents report nothing mounted, so a detach need not wait for an unmount.
+    NodeFacts {
+        healthy: true,
+        fenced: false,
+        in_use: Some(Vec::new()),
+    }
+}
+
+/// A running controller over `size` single-node volumes, 30 per node, one workload each, all
+/// attached and reported.
+struct Cluster {
+    rt: Runtime,
+    handle: ControllerHandle<D>,
+    task: Option<JoinHandle<ShutdownReport<D>>>,
+    backend: MemoryBackend<D>,
+    size: u32,
+    nodes: u32,
+    placed: Vec<u32>,
+    cursor: u64,
+}
+
+impl Cluster {
+    fn start(size: u32, workers: usize) -> Cluster {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_time()
+            .build()
+            .expect("a tokio runtime");
+        let nodes = size.div_ceil(VOLUMES_PER_NODE);
+        let backend = MemoryBackend::<D>::new();
+        let store = MemoryStore::<D>::new();
+        let mut world = World::new();
+        for n in 0..nodes {
+            store.add_node(n);
+            world = world.node(n, node_facts());
+        }
+        let mut placed = Vec::with_capacity(size as usize);
+        for v in 0..size {
+            let node = v / VOLUMES_PER_NODE;
+            world = world
+                .volume(v, VolumeSpec::single_node(()))
+                .workload(v, node, [v]);
+            placed.push(node);
+        }
+        let controller = Controller::new(
+            Config::default(),
+            Arc::new(backend.clone()),
+            Arc::new(store.clone()),
+            world,
+        )
+        .expect("a valid world");
+        let (handle, task) = rt.block_on(async { controller.spawn() });
+        let cluster = Cluster {
+            rt,
+            handle,
+            task: Some(task),
+            backend,
+            size,
+            nodes,
+            placed,
+            cursor: 0,
+        };
+        cluster.wait_for(size as u64, 0);
+        cluster
+    }
+
+    /// Attaches and detaches that succeeded so far.
+    fn done(&self) -> (u64, u64) {
+        let m = self.handle.metrics();
+        (m.attach.succeeded, m.detach.succeeded)
+    }
+
+    /// Waits until `attaches` and `detaches` succeeded in all.
+    fn wait_for(&self, attaches: u64, detaches: u64) {
+        self.rt.block_on(async {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+            loop {
+                let (a, d) = self.done();
+                if a >= attaches && d >= detaches {
+                    return;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the controller stalled at {a} attaches and {d} detaches \
+                     (waiting for {attaches} and {detaches})"
+                );
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        });
+    }
+
+    /// Moves `moves` distinct workloads to other nodes at once and waits until every one is
+    /// detached from its old node and attached to its new one. Returns the time taken.
+    fn batch(&mut self, moves: u32) -> Duration {
+        assert!(moves <= self.size);
+        let (a0, d0) = self.done();
+        let mut plan = Vec::with_capacity(moves as usize);
+        for _ in 0..moves {
+            // A stride coprime with the sizes used visits every workload once per round.
+            self.cursor = (self.cursor + 7919) % self.size as u64;
+            let w = self.cursor as u32;
+            let from = self.placed[w as usize];
+            let to = (from + 1 + (self.cursor as u32 % 7)) % self.nodes;
+            let to = if to == from {
+                (to + 1) % self.nodes
+            } else {
+                to
+            };
+            self.placed[w as usize] = to;
+            plan.push((w, to));
+        }
+        let start = Instant::now();
+        let handle = self.handle.clone();
+        // Several senders, as an orchestrator's watches would be: each waits for its own
+        // inputs to be taken in, none waits for the others'.
+        self.rt.block_on(async move {
+            let chunk = plan.len().div_ceil(SENDERS).max(1);
+            let mut senders = tokio::task::JoinSet::new();
+            for part in plan.chunks(chunk) {
+                let (handle, part) = (handle.clone(), part.to_vec());
+                senders.spawn(async move {
+                    for (w, to) in part {
+                        handle.workload_removed(w).await.expect("running");
+                        handle
+                            .workload_scheduled(w, to, vec![w])
+                            .await
+                            .expect("running");
+                    }
+                });
+            }
+            while let Some(sent) = senders.join_next().await {
+                sent.expect("a sender");
+            }
+        });
+        self.wait_for(a0 + moves as u64, d0 + moves as u64);
+        start.elapsed()
+    }
+
+    fn stop(mut self) {
+        let report = self
+            .rt
+            .block_on(self.handle.shutdown(Duration::from_secs(5)))
+            .expect("running");
+        assert!(report.abandoned.is_empty());
+        if let Some(task) = self.task.take() {
+            black_box(self.rt.block_on(task).expect("the controller task"));
+        }
+        assert_eq!(self.backend.attachments().len(), self.size as usize);
+    }
+}
+
+/// Operations per second from batches timed by hand, outside criterion, against the goal.
+fn check_throughput(cl: &mut Cluster, moves: u32) {
+    let mut rates: Vec<f64> = (0..5)
+        .map(|_| 2.0 * moves as f64 / cl.batch(moves).as_secs_f64())
+        .collect();
+    rates.sort_by(f64::total_cmp);
+    let median = rates[rates.len() / 2];
+    println!(
+        "throughput check at {}: batches of {moves} moves, median {median:.0} attach-or-detach \
+         operations per second (goal >= {MIN_OPS_PER_SEC})",
+        cl.size
+    );
+    if median < MIN_OPS_PER_SEC {
+        let message = format!(
+            "GOAL MISSED: the controller ran {median:.0} attach-or-detach operations per second \
+             end to end at {} attachments; the goal is >= {MIN_OPS_PER_SEC}",
+            cl.size
+        );
+        if std::env::var_os("ATTACH_DETACH_ENFORCE_THROUGHPUT").is_some() {
+            panic!("{message}");
+        }
+        println!("{message}");
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let has = |flag: &str| args.iter().any(|a| a == flag);
+    // As criterion decides: `cargo bench` passes --bench; `-- --test` or `cargo test` is a test.
+    let test_mode = has("--test") || !has("--bench");
+    let mut c = Criterion::default().configure_from_args();
+    let (size, moves) = if test_mode {
+        (3_000, 300)
+    } else {
+        (150_000, 60_000)
+    };
+
+    let t = Instant::now();
+    let mut cl = Cluster::start(size, 2);
+    let took = t.elapsed();
+    println!(
+        "controller started and attached {size} volumes on {} nodes in {took:.2?} \
+         ({:.0} attaches per second, status writes included)",
+        cl.nodes,
+        size as f64 / took.as_secs_f64()
+    );
+    let mut group = c.benchmark_group("controller_moves");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(2 * moves as u64));
+    group.bench_function(BenchmarkId::new("batch", moves), |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| cl.batch(moves)).sum())
+    });
+    group.finish();
+    if !test_mode {
+        check_throughput(&mut cl, moves);
+    }
+    cl.stop();
+    c.final_summary();
+}
