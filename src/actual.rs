@@ -1,6 +1,7 @@
 //! Actual state of world: what is attached where, what nodes mount, and what each must report.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rustc_hash::FxHashMap;
@@ -96,7 +97,7 @@ pub(crate) struct ActualNode<D: Domain> {
     /// report it: the node's report is read from here, without a lookup per volume.
     attached: Vec<(D::Volume, bool)>,
     /// The device paths of the attachments here that have one, sorted by volume.
-    devices: Vec<(D::Volume, Box<str>)>,
+    devices: Vec<(D::Volume, Arc<str>)>,
     /// When the controller first wanted each of these attachments gone, sorted by volume.
     detach_requested: Vec<(D::Volume, Duration)>,
 }
@@ -288,7 +289,7 @@ impl<D: Domain> ActualState<D> {
     }
 
     /// Records a confirmed attach; the volume is reported (a later detach withholds it again).
-    pub fn set_attached(&mut self, volume: D::Volume, node: D::Node, device: Option<String>) {
+    pub fn set_attached(&mut self, volume: D::Volume, node: D::Node, device: Option<Arc<str>>) {
         match self.get_mut(&volume, &node) {
             Some(a) => {
                 a.state = AttachState::Attached;
@@ -298,7 +299,7 @@ impl<D: Domain> ActualState<D> {
             None => self.insert(volume.clone(), node.clone(), AttachState::Attached),
         }
         if let Some(n) = self.nodes.get_mut(&node) {
-            put(&mut n.devices, &volume, device.map(String::into_boxed_str));
+            put(&mut n.devices, &volume, device);
         }
         self.sync_reported(&volume, &node);
     }
@@ -372,7 +373,7 @@ impl<D: Domain> ActualState<D> {
         self.reported(node)
             .map(|(volume, device)| ReportedVolume {
                 volume: volume.clone(),
-                device: device.map(str::to_owned),
+                device: device.cloned(),
             })
             .collect()
     }
@@ -382,7 +383,7 @@ impl<D: Domain> ActualState<D> {
     pub(crate) fn reported(
         &self,
         node: &D::Node,
-    ) -> impl Iterator<Item = (&D::Volume, Option<&str>)> {
+    ) -> impl Iterator<Item = (&D::Volume, Option<&Arc<str>>)> {
         let n = self.nodes.get(node);
         let mut devices = n.map_or(&[][..], |n| &n.devices[..]).iter().peekable();
         n.map_or(&[][..], |n| &n.attached[..])
@@ -391,7 +392,7 @@ impl<D: Domain> ActualState<D> {
             .map(move |(volume, _)| {
                 // Both lists are sorted by volume: walk them together.
                 while devices.next_if(|(v, _)| v < volume).is_some() {}
-                let device = devices.next_if(|(v, _)| v == volume).map(|(_, d)| &**d);
+                let device = devices.next_if(|(v, _)| v == volume).map(|(_, d)| d);
                 (volume, device)
             })
     }
@@ -571,7 +572,7 @@ mod tests {
         a.set_attached("v0", "n1", None);
         a.set_uncertain("v2", "n1");
         a.set_attached("v3", "n1", Some("/dev/d".into()));
-        let report = |a: &ActualState<T>| -> Vec<(&str, Option<String>)> {
+        let report = |a: &ActualState<T>| -> Vec<(&str, Option<Arc<str>>)> {
             a.report(&"n1")
                 .into_iter()
                 .map(|r| (r.volume, r.device))

@@ -872,7 +872,7 @@ mod tests {
     fn reported(v: &str) -> ReportedVolume<D> {
         ReportedVolume {
             volume: s(v),
-            device: Some(MemoryBackend::<D>::device_path(&s(v))),
+            device: Some(MemoryBackend::<D>::device_path(&s(v)).into()),
         }
     }
 

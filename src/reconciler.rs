@@ -2,6 +2,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rustc_hash::FxHashMap;
@@ -280,7 +281,7 @@ impl<D: Domain> Reconciler<D> {
             Ok(info) => {
                 self.gate.succeeded(key, OpKind::Attach);
                 self.actual
-                    .set_attached(volume.clone(), node.clone(), info.device);
+                    .set_attached(volume.clone(), node.clone(), info.device.map(Arc::from));
                 self.events.push(Event::AttachSucceeded {
                     volume: volume.clone(),
                     node,
@@ -397,7 +398,7 @@ impl<D: Domain> Reconciler<D> {
                     self.dirty.insert(volume);
                 }
                 (AttachState::Uncertain, true) => {
-                    let device = self.actual.device(&volume, &node).map(str::to_owned);
+                    let device = self.actual.device(&volume, &node).map(Arc::from);
                     self.actual
                         .set_attached(volume.clone(), node.clone(), device);
                     self.dirty.insert(volume);
@@ -800,7 +801,12 @@ impl<D: Domain> Reconciler<D> {
                 continue;
             }
             // Compared borrowed: a node whose store already holds its report costs no copy.
-            if !self.status.needs_write(&node, self.actual.reported(&node)) {
+            if !self.status.needs_write(
+                &node,
+                self.actual
+                    .reported(&node)
+                    .map(|(v, d)| (v, d.map(|d| &**d))),
+            ) {
                 continue;
             }
             let report = self.actual.report(&node);

@@ -7,6 +7,8 @@
 
 use std::collections::BTreeSet;
 
+use std::sync::Arc;
+
 use rustc_hash::FxHashMap;
 
 use crate::domain::Domain;
@@ -78,7 +80,7 @@ impl<D: Domain> Packed<D> {
         (0..self.volumes.len())
             .map(|i| ReportedVolume {
                 volume: self.volumes[i].clone(),
-                device: self.device(i).map(str::to_owned),
+                device: self.device(i).map(Arc::from),
             })
             .collect()
     }
@@ -293,7 +295,7 @@ mod tests {
         let mut book: StatusBook<T> = StatusBook::default();
         let with = |v, d: &str| ReportedVolume::<T> {
             volume: v,
-            device: Some(d.to_owned()),
+            device: Some(d.into()),
         };
         let list = vec![rv("a"), with("b", "/dev/b")];
         book.set_stored("n", vec![list[1].clone(), list[0].clone()]);

@@ -2,6 +2,7 @@
 //! `node.status.volumesAttached`), written with optimistic concurrency.
 
 use std::fmt;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
@@ -26,7 +27,10 @@ pub struct ReportedVolume<D: Domain> {
     /// The attached volume.
     pub volume: D::Volume,
     /// Where it shows up on the node, as the backend reported on attach.
-    pub device: Option<String>,
+    ///
+    /// Shared, not owned: every status write repeats the node's whole list, and copying each
+    /// path again per write was most of the driver's allocation.
+    pub device: Option<Arc<str>>,
 }
 
 /// A node's published attached volumes, with the revision to write against.

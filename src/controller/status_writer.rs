@@ -273,7 +273,7 @@ mod tests {
     fn rv(v: &'static str) -> ReportedVolume<D> {
         ReportedVolume {
             volume: v,
-            device: Some(format!("/dev/{v}")),
+            device: Some(format!("/dev/{v}").into()),
         }
     }
 

@@ -45,7 +45,7 @@ fn device(v: &str) -> Option<String> {
 fn rv(v: &'static str) -> ReportedVolume<D> {
     ReportedVolume {
         volume: v,
-        device: device(v),
+        device: device(v).map(Into::into),
     }
 }
 
