@@ -363,6 +363,8 @@ struct StoreState<D: Domain> {
     history: BTreeMap<D::Node, History<D>>,
     /// The largest lag any cached view asked for: history older than that is dropped.
     max_lag: Duration,
+    /// Whether any cached view exists; without one no history is kept.
+    viewed: bool,
     last_revision: u64,
     writes: BTreeMap<D::Node, u64>,
     faults: Vec<(Option<D::Node>, u32, StoreError)>,
@@ -376,6 +378,10 @@ impl<D: Domain> StoreState<D> {
 
     /// Appends `node`'s new status (or its removal) to its history and drops what no view needs.
     fn record(&mut self, node: &D::Node, status: Option<NodeStatus<D>>) {
+        if !self.viewed {
+            // No cached view reads history: keep none (and copy nothing per write).
+            return;
+        }
         let now = Instant::now();
         let cutoff = now.checked_sub(self.max_lag);
         let history = self.history.entry(node.clone()).or_default();
@@ -468,6 +474,7 @@ impl<D: Domain> MemoryStore<D> {
                 nodes: BTreeMap::new(),
                 history: BTreeMap::new(),
                 max_lag: Duration::ZERO,
+                viewed: false,
                 last_revision: 0,
                 writes: BTreeMap::new(),
                 faults: Vec::new(),
@@ -539,6 +546,18 @@ impl<D: Domain> MemoryStore<D> {
     pub fn cached(&self, lag: Duration) -> CachedView<D> {
         let mut s = self.inner.lock();
         s.max_lag = s.max_lag.max(lag);
+        if !s.viewed {
+            // History starts now, from what the store holds.
+            s.viewed = true;
+            let now: Vec<(D::Node, NodeStatus<D>)> = s
+                .nodes
+                .iter()
+                .map(|(n, st)| (n.clone(), st.clone()))
+                .collect();
+            for (node, status) in now {
+                s.record(&node, Some(status));
+            }
+        }
         CachedView {
             store: self.clone(),
             lag,
@@ -1017,13 +1036,15 @@ mod tests {
         // Ten seconds of one write a second, plus the entry the laggiest view sits on.
         assert!(kept <= 12, "kept {kept} entries");
 
-        // Without any view, only the present is kept.
+        // Without any view, no history at all; a view made later starts from the present.
         let plain = MemoryStore::<D>::new();
         plain.add_node(n.clone());
         for _ in 0..10 {
             let rev = plain.read(&n).await.unwrap().revision;
             plain.write(&n, &[], rev).await.unwrap();
         }
-        assert_eq!(plain.inner.lock().history[&n].len(), 1);
+        assert!(plain.inner.lock().history.is_empty());
+        let late = plain.cached(Duration::ZERO);
+        assert_eq!(late.read(&n).await, plain.read(&n).await);
     }
 }

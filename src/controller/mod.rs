@@ -229,42 +229,63 @@ struct Driver<D: Domain> {
     recovery: Option<Recovery<D>>,
 }
 
-async fn sleep_until_some(at: Option<Instant>) {
-    match at {
-        Some(at) => sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
 impl<D: Domain> Driver<D> {
     fn core_time(&self, now: Instant) -> Duration {
         now.saturating_duration_since(self.epoch)
     }
 
     async fn run(mut self, mut rx: mpsc::Receiver<Command<D>>) -> ShutdownReport<D> {
+        // One timer for the life of the loop, moved only when the deadline moves: registering
+        // a fresh one per input or finished call cost more than the work it paced.
+        let timer = sleep_until(Instant::now());
+        tokio::pin!(timer);
+        let mut armed: Option<Instant> = None;
         loop {
             self.start_due(Instant::now());
             let wake = match &self.recovery {
                 Some(recovery) => recovery.wake_at(),
                 None => self.core.next_deadline().map(|at| self.epoch + at),
             };
+            if let Some(at) = wake {
+                if armed != Some(at) {
+                    timer.as_mut().reset(at);
+                    armed = Some(at);
+                }
+            }
             tokio::select! {
                 biased;
                 Some(joined) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
                     self.joined(joined);
+                    // Take in every other finished call too before the next pass: one wake-up
+                    // per burst, not one per call.
+                    while let Some(joined) = self.tasks.try_join_next_with_id() {
+                        self.joined(joined);
+                    }
                 }
-                command = rx.recv() => match command {
-                    Some(Command::Input(input, reply)) => {
-                        let result = self.apply(input);
-                        // The caller may have given up waiting; the input stands anyway.
-                        let _ = reply.send(result);
+                command = rx.recv() => {
+                    let mut command = command;
+                    // Apply what else is queued too, in order, before the next pass.
+                    loop {
+                        match command {
+                            Some(Command::Input(input, reply)) => {
+                                let result = self.apply(input);
+                                // The caller may have given up waiting; the input stands anyway.
+                                let _ = reply.send(result);
+                            }
+                            Some(Command::Shutdown(grace, reply)) => {
+                                return self.shutdown(grace, rx, vec![reply]).await;
+                            }
+                            None => return self.shutdown(Duration::ZERO, rx, Vec::new()).await,
+                        }
+                        match rx.try_recv() {
+                            Ok(next) => command = Some(next),
+                            Err(_) => break,
+                        }
                     }
-                    Some(Command::Shutdown(grace, reply)) => {
-                        return self.shutdown(grace, rx, vec![reply]).await;
-                    }
-                    None => return self.shutdown(Duration::ZERO, rx, Vec::new()).await,
-                },
-                () = sleep_until_some(wake) => {}
+                }
+                () = &mut timer, if wake.is_some() => {
+                    armed = None;
+                }
             }
         }
     }
