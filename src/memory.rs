@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
+use rustc_hash::FxHashMap;
 use tokio::time::Instant;
 
 use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
@@ -47,9 +48,10 @@ struct BackendFault<D: Domain> {
 
 struct BackendState<D: Domain> {
     attached: BTreeMap<D::Volume, BTreeSet<D::Node>>,
-    specs: BTreeMap<D::Volume, VolumeSpec<D::Payload>>,
+    specs: FxHashMap<D::Volume, VolumeSpec<D::Payload>>,
     faults: Vec<BackendFault<D>>,
-    calls: BTreeMap<(BackendOp, D::Volume, D::Node), u64>,
+    /// Only looked up by key, so a hash map: a moving cluster adds a key per call.
+    calls: FxHashMap<(BackendOp, D::Volume, D::Node), u64>,
     totals: [u64; 4],
     latency: Duration,
 }
@@ -134,9 +136,9 @@ impl<D: Domain> MemoryBackend<D> {
         MemoryBackend {
             inner: Arc::new(Mutex::new(BackendState {
                 attached: BTreeMap::new(),
-                specs: BTreeMap::new(),
+                specs: FxHashMap::default(),
                 faults: Vec::new(),
-                calls: BTreeMap::new(),
+                calls: FxHashMap::default(),
                 totals: [0; 4],
                 latency: Duration::ZERO,
             })),
