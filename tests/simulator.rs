@@ -117,3 +117,18 @@ fn invariants_hold_under_jittered_latencies() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A scenario file added to `examples/scenarios/` must be embedded too, or the main job and
+/// these tests silently skip it.
+#[test]
+fn the_library_embeds_every_scenario_file() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/scenarios");
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter_map(|f| f.strip_suffix(".scn").map(str::to_owned))
+        .collect();
+    files.sort();
+    let embedded: Vec<String> = LIBRARY.iter().map(|(n, _)| n.to_string()).collect();
+    assert_eq!(files, embedded, "regenerate src/sim/library.rs");
+}

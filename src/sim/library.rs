@@ -28,6 +28,10 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/out-of-service-detaches-at-once.scn"),
     ),
     (
+        "pod-returns-within-cache-lag",
+        include_str!("../../examples/scenarios/pod-returns-within-cache-lag.scn"),
+    ),
+    (
         "restart-between-status-and-detach",
         include_str!("../../examples/scenarios/restart-between-status-and-detach.scn"),
     ),
