@@ -114,34 +114,25 @@ fn volumes(list: &[ReportedVolume<D>]) -> Vec<&'static str> {
 /// A store listing `nodes`, each at revision 1 with nothing attached.
 fn store(nodes: &'static [&'static str]) -> MockNodeStatusStore<D> {
     let mut store = MockNodeStatusStore::<D>::new();
-    store.expect_list().returning(move || {
-        Ok(nodes
-            .iter()
-            .map(|n| {
-                (
-                    *n,
-                    NodeStatus {
-                        attached: vec![],
-                        in_use: None,
-                        revision: Revision(1),
-                    },
-                )
-            })
-            .collect())
-    });
     store
+        .expect_list()
+        .returning(move || Ok(nodes.iter().map(|n| (*n, empty_status(1))).collect()));
+    store
+}
+
+/// A node status listing nothing, at `revision`.
+fn empty_status(revision: u64) -> NodeStatus<D> {
+    NodeStatus {
+        attached: vec![],
+        in_use: None,
+        revision: Revision(revision),
+    }
 }
 
 /// Answers the fresh read taken before each detach (verify-safe-to-detach): this store does
 /// not hold in-use reports, so every detach may go ahead. Add it after a test's own reads.
 fn no_in_use_reports(store: &mut MockNodeStatusStore<D>) {
-    store.expect_read().returning(|_| {
-        Ok(NodeStatus {
-            attached: vec![],
-            in_use: None,
-            revision: Revision(0),
-        })
-    });
+    store.expect_read().returning(|_| Ok(empty_status(0)));
 }
 
 /// Accepts every further write (new revision: expected + 1) and logs it.
@@ -600,13 +591,7 @@ async fn status_conflict_reads_fresh_and_retries_on_the_new_revision() {
         .withf(|n| *n == A)
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_| {
-            Ok(NodeStatus {
-                attached: vec![],
-                in_use: None,
-                revision: Revision(7),
-            })
-        });
+        .returning(|_| Ok(empty_status(7)));
     let writes = accept_writes(&mut store, epoch);
     let h = Harness::new(backend, store);
 
@@ -672,11 +657,7 @@ async fn status_conflicts_without_end_fail_the_write_and_the_core_backs_off() {
     let mut reads = 0;
     store.expect_read().returning(move |_| {
         reads += 1;
-        Ok(NodeStatus {
-            attached: vec![],
-            in_use: None,
-            revision: Revision(1 + 10 * reads),
-        })
+        Ok(empty_status(1 + 10 * reads))
     });
     let writes = accept_writes(&mut store, epoch);
     let h = Harness::new(backend, store);
@@ -737,13 +718,7 @@ async fn status_not_found_stops_writes_until_the_node_reappears() {
         .expect_read()
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_| {
-            Ok(NodeStatus {
-                attached: vec![],
-                in_use: None,
-                revision: Revision(40),
-            })
-        });
+        .returning(|_| Ok(empty_status(40)));
     let writes = accept_writes(&mut store, epoch);
     let h = Harness::new(backend, store);
 
@@ -851,13 +826,7 @@ async fn recovery_retries_failed_lists_with_backoff_and_plans_nothing_before() {
         l.push(epoch, "store");
         Ok(vec![])
     });
-    store.expect_read().returning(|_| {
-        Ok(NodeStatus {
-            attached: vec![],
-            in_use: None,
-            revision: Revision(1),
-        })
-    });
+    store.expect_read().returning(|_| Ok(empty_status(1)));
     accept_writes(&mut store, epoch);
     let h = Harness::new(backend, store);
 
@@ -1094,13 +1063,10 @@ async fn multi_attach_is_recorded_once_and_the_volume_moves_when_freed() {
 async fn a_removed_node_is_read_afresh_when_it_comes_back() {
     let epoch = Instant::now();
     let mut store = store(&[A, B]);
-    store.expect_read().times(1).returning(|_| {
-        Ok(NodeStatus {
-            attached: vec![],
-            in_use: None,
-            revision: Revision(50),
-        })
-    });
+    store
+        .expect_read()
+        .times(1)
+        .returning(|_| Ok(empty_status(50)));
     let writes = accept_writes(&mut store, epoch);
     let mut backend = backend();
     accept_attaches(&mut backend, epoch);
