@@ -93,6 +93,13 @@
 //!   node's report.
 //! - **C6** (122413, open upstream): status writes are compared with what the store is known to
 //!   hold (our acknowledged write or a fresh read), never with a cache of unknown age.
+//! - **C7** (44858, 92145, 130516, 96617): on start the driver rebuilds the actual state from the
+//!   store and the backend (what only the backend knows becomes Uncertain) and plans nothing
+//!   before both are loaded, so a restart at any point leaks no attachment.
+//!
+//! And, as upstream does, the driver reads the node's in-use report fresh right before every
+//! unforced detach ([`StatusWriter::verify_safe_to_detach`]): the core's own view of the node
+//! may be older than a mount that began before the volume left the node's status.
 #![deny(missing_docs)]
 
 mod actual;
