@@ -38,18 +38,46 @@ impl BackendOp {
 }
 
 /// An injected failure waiting for matching calls; `None` matches any volume or node.
-struct BackendFault<D: Domain> {
+/// Injected failures, each for its next `times` matching calls; the first match is used.
+struct Faults<M, E> {
+    queue: Vec<(M, u32, E)>,
+}
+
+impl<M, E: Clone> Faults<M, E> {
+    fn new() -> Self {
+        Faults { queue: Vec::new() }
+    }
+
+    fn push(&mut self, matcher: M, times: u32, error: E) {
+        if times > 0 {
+            self.queue.push((matcher, times, error));
+        }
+    }
+
+    /// Consumes one use of the first fault whose matcher accepts the call, if any.
+    fn take(&mut self, matches: impl Fn(&M) -> bool) -> Option<E> {
+        let i = self.queue.iter().position(|(m, _, _)| matches(m))?;
+        let (_, remaining, error) = &mut self.queue[i];
+        *remaining -= 1;
+        let error = error.clone();
+        if *remaining == 0 {
+            self.queue.remove(i);
+        }
+        Some(error)
+    }
+}
+
+/// Which backend calls a fault applies to; `None` matches any.
+struct BackendCall<D: Domain> {
     op: BackendOp,
     volume: Option<D::Volume>,
     node: Option<D::Node>,
-    remaining: u32,
-    error: BackendError<D::Node>,
 }
 
 struct BackendState<D: Domain> {
     attached: BTreeMap<D::Volume, BTreeSet<D::Node>>,
     specs: FxHashMap<D::Volume, VolumeSpec<D::Payload>>,
-    faults: Vec<BackendFault<D>>,
+    faults: Faults<BackendCall<D>, BackendError<D::Node>>,
     /// Only looked up by key, so a hash map: a moving cluster adds a key per call.
     calls: FxHashMap<(BackendOp, D::Volume, D::Node), u64>,
     totals: [u64; 4],
@@ -64,18 +92,11 @@ impl<D: Domain> BackendState<D> {
         node: Option<&D::Node>,
         volumes: &[&D::Volume],
     ) -> Option<BackendError<D::Node>> {
-        let i = self.faults.iter().position(|f| {
+        self.faults.take(|f| {
             f.op == op
                 && f.node.as_ref().is_none_or(|n| node == Some(n))
                 && f.volume.as_ref().is_none_or(|v| volumes.contains(&v))
-        })?;
-        let fault = &mut self.faults[i];
-        fault.remaining -= 1;
-        let error = fault.error.clone();
-        if fault.remaining == 0 {
-            self.faults.remove(i);
-        }
-        Some(error)
+        })
     }
 }
 
@@ -137,7 +158,7 @@ impl<D: Domain> MemoryBackend<D> {
             inner: Arc::new(Mutex::new(BackendState {
                 attached: BTreeMap::new(),
                 specs: FxHashMap::default(),
-                faults: Vec::new(),
+                faults: Faults::new(),
                 calls: FxHashMap::default(),
                 totals: [0; 4],
                 latency: Duration::ZERO,
@@ -173,16 +194,12 @@ impl<D: Domain> MemoryBackend<D> {
         times: u32,
         error: BackendError<D::Node>,
     ) {
-        if times == 0 {
-            return;
-        }
-        self.inner.lock().faults.push(BackendFault {
+        let call = BackendCall {
             op,
             volume: volume.into(),
             node: node.into(),
-            remaining: times,
-            error,
-        });
+        };
+        self.inner.lock().faults.push(call, times, error);
     }
 
     /// How many times `op` was called for `volume` on `node`, failed calls included. A verify
@@ -369,7 +386,7 @@ struct StoreState<D: Domain> {
     viewed: bool,
     last_revision: u64,
     writes: BTreeMap<D::Node, u64>,
-    faults: Vec<(Option<D::Node>, u32, StoreError)>,
+    faults: Faults<Option<D::Node>, StoreError>,
 }
 
 impl<D: Domain> StoreState<D> {
@@ -405,17 +422,7 @@ impl<D: Domain> StoreState<D> {
     }
 
     fn take_fault(&mut self, node: &D::Node) -> Option<StoreError> {
-        let i = self
-            .faults
-            .iter()
-            .position(|(n, _, _)| n.as_ref().is_none_or(|n| n == node))?;
-        let (_, remaining, error) = &mut self.faults[i];
-        *remaining -= 1;
-        let error = error.clone();
-        if *remaining == 0 {
-            self.faults.remove(i);
-        }
-        Some(error)
+        self.faults.take(|n| n.as_ref().is_none_or(|n| n == node))
     }
 }
 
@@ -479,7 +486,7 @@ impl<D: Domain> MemoryStore<D> {
                 viewed: false,
                 last_revision: 0,
                 writes: BTreeMap::new(),
-                faults: Vec::new(),
+                faults: Faults::new(),
             })),
         }
     }
@@ -534,10 +541,7 @@ impl<D: Domain> MemoryStore<D> {
     /// Makes the next `times` writes of `node` (`None`: of any node) fail with `error` without
     /// writing anything. Faults queue: the first matching one is used.
     pub fn fail_next_write(&self, node: impl Into<Option<D::Node>>, times: u32, error: StoreError) {
-        if times == 0 {
-            return;
-        }
-        self.inner.lock().faults.push((node.into(), times, error));
+        self.inner.lock().faults.push(node.into(), times, error);
     }
 
     /// A view that reads every node's status as it was `lag` ago, like an informer cache, and
