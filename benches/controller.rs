@@ -11,6 +11,9 @@
 //! succeeded, so a batch includes the core's pacing (one pass per 100 ms; a move takes four
 //! passes) as well as the work: batches are large (60,000 moves) so that the work dominates.
 
+mod common;
+use common::Moves;
+
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,8 +52,7 @@ struct Cluster {
     backend: MemoryBackend<D>,
     size: u32,
     nodes: u32,
-    placed: Vec<u32>,
-    cursor: u64,
+    moves: Moves,
 }
 
 impl Cluster {
@@ -91,8 +93,7 @@ impl Cluster {
             backend,
             size,
             nodes,
-            placed,
-            cursor: 0,
+            moves: Moves::new(placed, nodes),
         };
         cluster.wait_for(size as u64, 0);
         cluster
@@ -130,18 +131,7 @@ impl Cluster {
         let (a0, d0) = self.done();
         let mut plan = Vec::with_capacity(moves as usize);
         for _ in 0..moves {
-            // A stride coprime with the sizes used visits every workload once per round.
-            self.cursor = (self.cursor + 7919) % self.size as u64;
-            let w = self.cursor as u32;
-            let from = self.placed[w as usize];
-            let to = (from + 1 + (self.cursor as u32 % 7)) % self.nodes;
-            let to = if to == from {
-                (to + 1) % self.nodes
-            } else {
-                to
-            };
-            self.placed[w as usize] = to;
-            plan.push((w, to));
+            plan.push(self.moves.next());
         }
         let start = Instant::now();
         let handle = self.handle.clone();

@@ -6,6 +6,9 @@
 //! and the idle/full-scan ratio check, so CI stays quick. Speed goals are asserted here only,
 //! never in `cargo test`.
 
+mod common;
+use common::Moves;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering::Relaxed};
@@ -101,10 +104,10 @@ struct Cluster {
     sync_at: Duration,
     size: u32,
     nodes: u32,
-    /// Current node of each workload, to pick move targets.
-    placed: Vec<u32>,
-    /// Where the next moved workload is picked.
-    cursor: u64,
+    /// Which workload moves where next.
+    moves: Moves,
+    /// Which node the next burst lands on.
+    burst_cursor: u32,
 }
 
 fn node_facts() -> NodeFacts<u32> {
@@ -194,25 +197,15 @@ impl Cluster {
             sync_at,
             size,
             nodes,
-            placed,
-            cursor: 0,
+            moves: Moves::new(placed, nodes),
+            burst_cursor: 0,
         }
     }
 
     /// Moves one workload to another node and drives the core until it is settled again.
     /// Returns the op counts of every pass.
     fn move_one(&mut self) -> Vec<[usize; 4]> {
-        // A stride coprime with every size visits workloads all over the maps, not in a row.
-        self.cursor = (self.cursor + 7919) % self.size as u64;
-        let w = self.cursor as u32;
-        let from = self.placed[w as usize];
-        let to = (from + 1 + (self.cursor as u32 % 7)) % self.nodes;
-        let to = if to == from {
-            (to + 1) % self.nodes
-        } else {
-            to
-        };
-        self.placed[w as usize] = to;
+        let (w, to) = self.moves.next();
         self.r.remove_workload(&w).unwrap();
         self.r.add_workload(w, to, &[w]).unwrap();
         drive(&mut self.r, &mut self.now, self.sync_at)
@@ -221,8 +214,8 @@ impl Cluster {
     /// Places `k` new workloads (with new volumes) on one node at once, drives until settled,
     /// then removes them again and drives until settled. Returns the passes of both halves.
     fn burst(&mut self, k: u32) -> (Vec<[usize; 4]>, Vec<[usize; 4]>) {
-        let node = (self.cursor as u32) % self.nodes;
-        self.cursor += 1;
+        let node = self.burst_cursor % self.nodes;
+        self.burst_cursor += 1;
         let first = 1_000_000_000;
         for w in first..first + k {
             self.r.set_volume(w, VolumeSpec::single_node(()));
@@ -504,7 +497,7 @@ fn main() {
         let t = Instant::now();
         let (cl, bytes) = live_bytes_of(|| Cluster::build(size));
         // The bench's own record of placements is not the reconciler's.
-        let bytes = bytes - std::mem::size_of_val(cl.placed.as_slice()) as isize;
+        let bytes = bytes - std::mem::size_of_val(cl.moves.placed.as_slice()) as isize;
         let per = bytes as f64 / size as f64;
         println!(
             "settled {size} attachments on {} nodes in {:.2?}: {bytes} live bytes, \
