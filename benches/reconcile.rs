@@ -174,7 +174,7 @@ impl Cluster {
         let mut placed = Vec::with_capacity(size as usize);
         for v in 0..size {
             let node = v / VOLUMES_PER_NODE;
-            r.set_volume(v, VolumeSpec::single_node(()));
+            r.set_volume(v, VolumeSpec::single_node(())).unwrap();
             r.add_workload(v, node, &[v]).unwrap();
             placed.push(node);
         }
@@ -218,7 +218,7 @@ impl Cluster {
         self.burst_cursor += 1;
         let first = 1_000_000_000;
         for w in first..first + k {
-            self.r.set_volume(w, VolumeSpec::single_node(()));
+            self.r.set_volume(w, VolumeSpec::single_node(())).unwrap();
             self.r.add_workload(w, node, &[w]).unwrap();
         }
         let up = drive(&mut self.r, &mut self.now, self.sync_at);

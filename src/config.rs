@@ -18,6 +18,17 @@ pub struct Config {
     /// Allow detaching a still-mounted volume from an unhealthy, unfenced node after
     /// `max_wait_for_unmount`. Risky: the node may still be writing. Never applies to a healthy node.
     pub force_detach_on_timeout: bool,
+    /// Treat a deleted node object as fenced: its volumes are detached (forced, reason
+    /// `node-deleted`) once a fresh read confirms the store has no such node.
+    ///
+    /// Off by default: a node object can be deleted while its machine still runs and writes
+    /// (an operator's `kubectl delete node`), so its volumes stay attached, and a single-node
+    /// volume stays pinned there (with a [`DetachBlocked`](crate::Event::DetachBlocked)
+    /// event), until the node comes back and reports, or is fenced. Turn it on when your
+    /// orchestrator deletes a node object only once its machine is gone, as cloud node
+    /// lifecycle controllers do (Kubernetes' deletes a Node whose instance the cloud reports
+    /// terminated).
+    pub deleted_node_is_fenced: bool,
     /// Retry pacing of failed operations.
     pub backoff: BackoffConfig,
     /// Re-enable upstream Kubernetes bugs. For regression tests and demonstrations only.
@@ -31,6 +42,7 @@ impl Default for Config {
             sync_period: Duration::from_secs(60),
             max_wait_for_unmount: Duration::from_secs(6 * 60),
             force_detach_on_timeout: false,
+            deleted_node_is_fenced: false,
             backoff: BackoffConfig::default(),
             upstream_bugs: UpstreamBugs::default(),
         }

@@ -20,7 +20,9 @@ pub enum DesiredError<D: Domain> {
         node: D::Node,
     },
     /// Only volumes with a registered spec can be attached (upstream: "not attachable").
-    #[error("volume {volume:?} has no spec; register it with add_volume before a workload uses it")]
+    #[error(
+        "volume {volume:?} is not registered; register it with set_volume before a workload uses it"
+    )]
     UnknownVolume {
         /// The volume named.
         volume: D::Volume,
@@ -32,6 +34,14 @@ pub enum DesiredError<D: Domain> {
         node: D::Node,
         /// How many volumes are still desired on it.
         volumes: usize,
+    },
+    /// A volume cannot be removed while workloads use it.
+    #[error("volume {volume:?} is still used by {workloads} workload(s); remove them first")]
+    VolumeInUse {
+        /// The volume named.
+        volume: D::Volume,
+        /// How many workloads use it.
+        workloads: usize,
     },
     /// The workload is not known.
     #[error("workload {workload:?} is not placed on any node")]
@@ -216,6 +226,30 @@ impl<D: Domain> DesiredState<D> {
                     .insert(volume, VolumeEntry { spec, wanted: None });
                 true
             }
+        }
+    }
+
+    /// Fails with [`DesiredError::VolumeInUse`] while a workload uses `volume`.
+    pub fn check_unused(&self, volume: &D::Volume) -> Result<(), DesiredError<D>> {
+        let workloads: usize = self
+            .wanted_on(volume)
+            .iter()
+            .map(|w| w.workloads.len())
+            .sum();
+        if workloads == 0 {
+            Ok(())
+        } else {
+            Err(DesiredError::VolumeInUse {
+                volume: volume.clone(),
+                workloads,
+            })
+        }
+    }
+
+    /// Drops an unused volume's spec.
+    pub(crate) fn forget_volume(&mut self, volume: &D::Volume) {
+        if self.check_unused(volume).is_ok() {
+            self.volumes.remove(volume);
         }
     }
 

@@ -54,6 +54,17 @@ pub enum Event<D: Domain> {
         /// Set when the node still reported the volume mounted.
         force: Option<ForceReason>,
     },
+    /// A volume that no workload needs on `node` cannot be detached from it, and nothing the
+    /// controller can do will change that: a human (or the orchestrator) must act. Emitted
+    /// once per episode.
+    DetachBlocked {
+        /// The volume.
+        volume: D::Volume,
+        /// The node it stays attached to.
+        node: D::Node,
+        /// What would unblock it.
+        reason: String,
+    },
     /// The backend failed to detach the volume.
     DetachFailed {
         /// The volume.
@@ -75,6 +86,7 @@ impl<D: Domain> Event<D> {
             Event::DetachSucceeded { force: None, .. } => "SuccessfulDetachVolume",
             Event::DetachSucceeded { force: Some(_), .. } => "ForcedDetachVolume",
             Event::DetachFailed { .. } => "FailedDetachVolume",
+            Event::DetachBlocked { .. } => "DetachBlocked",
         }
     }
 
@@ -136,6 +148,14 @@ impl<D: Domain> fmt::Display for Event<D> {
                 }
                 Ok(())
             }
+            Event::DetachBlocked {
+                volume,
+                node,
+                reason,
+            } => write!(
+                f,
+                "DetachVolume.Detach blocked for volume {volume:?} on node {node:?}: {reason}"
+            ),
             Event::DetachFailed {
                 volume,
                 node,

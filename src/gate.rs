@@ -119,7 +119,7 @@ impl<K: Clone + Eq + Hash> OperationGate<K> {
             next_delay: initial,
         });
         let delay = retry.next_delay.min(max);
-        retry.until = now + delay;
+        retry.until = now.saturating_add(delay);
         retry.next_delay = delay.saturating_mul(2).min(max);
         retry.until
     }
@@ -127,6 +127,11 @@ impl<K: Clone + Eq + Hash> OperationGate<K> {
     /// Frees `key` without touching backoff: the operation was abandoned (e.g. lost in a restart).
     pub fn release(&mut self, key: &K) {
         self.running.remove(key);
+    }
+
+    /// Forgets the backoff of every key `matches` picks (their subject is gone for good).
+    pub(crate) fn forget_where(&mut self, matches: impl Fn(&K) -> bool) {
+        self.retries.retain(|(key, _), _| !matches(key));
     }
 
     /// Gives back the memory of a past burst of operations (see [`trim_map`]).

@@ -28,7 +28,7 @@
 //! // 1. What the orchestrator knows: a node (its agent has nothing in use yet), a single-node
 //! //    volume, and a pod that needs it there.
 //! core.node_updated(s("node-a"), NodeFacts { in_use: Some(vec![]), ..NodeFacts::default() });
-//! core.set_volume(s("pvc-1"), VolumeSpec::single_node(()));
+//! core.set_volume(s("pvc-1"), VolumeSpec::single_node(())).unwrap();
 //! core.add_workload(s("pod-1"), s("node-a"), &[s("pvc-1")]).unwrap();
 //!
 //! // 2. Ask for work when it is due. The first pass plans the attach (and writes the new

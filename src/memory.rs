@@ -492,6 +492,11 @@ impl<D: Domain> MemoryStore<D> {
     }
 
     /// Registers `node` with no attached volumes and a fresh revision; does nothing if it exists.
+    ///
+    /// The node starts as a registered node agent would leave it: healthy, not fenced, and
+    /// reporting nothing in use. So an unforced detach from it is confirmed safe by a fresh read
+    /// until [`set_in_use`](Self::set_in_use) says otherwise; use
+    /// [`set_in_use_unknown`](Self::set_in_use_unknown) for a store that holds no in-use report.
     pub fn add_node(&self, node: D::Node) {
         let mut s = self.inner.lock();
         if s.nodes.contains_key(&node) {
@@ -499,7 +504,9 @@ impl<D: Domain> MemoryStore<D> {
         }
         let status = NodeStatus {
             attached: Vec::new(),
-            in_use: None,
+            in_use: Some(Vec::new()),
+            fenced: Some(false),
+            healthy: Some(true),
             revision: s.next_revision(),
         };
         s.record(&node, Some(status.clone()));
@@ -518,11 +525,34 @@ impl<D: Domain> MemoryStore<D> {
     /// node's revision moves on, so a controller write against the old one conflicts. Does
     /// nothing for an unknown node.
     pub fn set_in_use(&self, node: &D::Node, in_use: Vec<D::Volume>) {
+        self.update(node, |status| status.in_use = Some(in_use));
+    }
+
+    /// Makes the store hold no in-use report for `node`, like a store that does not carry one:
+    /// no unforced detach from the node can then be confirmed safe.
+    pub fn set_in_use_unknown(&self, node: &D::Node) {
+        self.update(node, |status| status.in_use = None);
+    }
+
+    /// Records whether `node` is fenced (Kubernetes: the `out-of-service` taint), as the
+    /// operator's or fencing agent's update of the node would. Does nothing for an unknown node.
+    pub fn set_fenced(&self, node: &D::Node, fenced: bool) {
+        self.update(node, |status| status.fenced = Some(fenced));
+    }
+
+    /// Records whether `node` answers (Kubernetes: Ready). Does nothing for an unknown node.
+    pub fn set_healthy(&self, node: &D::Node, healthy: bool) {
+        self.update(node, |status| status.healthy = Some(healthy));
+    }
+
+    /// Changes `node`'s status as someone other than the controller would: its revision moves
+    /// on, so a controller write against the old one conflicts.
+    fn update(&self, node: &D::Node, change: impl FnOnce(&mut NodeStatus<D>)) {
         let mut s = self.inner.lock();
         let Some(mut status) = s.nodes.get(node).cloned() else {
             return;
         };
-        status.in_use = Some(in_use);
+        change(&mut status);
         status.revision = s.next_revision();
         s.record(node, Some(status.clone()));
         s.nodes.insert(node.clone(), status);
@@ -585,10 +615,14 @@ impl<D: Domain> MemoryStore<D> {
         if current != expected {
             return Err(StoreError::Conflict { current });
         }
-        let in_use = s.nodes.get(node).and_then(|n| n.in_use.clone());
+        let previous = s.nodes.get(node).ok_or(StoreError::NotFound)?;
+        let (in_use, fenced, healthy) =
+            (previous.in_use.clone(), previous.fenced, previous.healthy);
         let status = NodeStatus {
             attached: attached.to_vec(),
             in_use,
+            fenced,
+            healthy,
             revision: s.next_revision(),
         };
         s.record(node, Some(status.clone()));

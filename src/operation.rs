@@ -24,6 +24,9 @@ pub enum ForceReason {
     /// The unmount wait expired on an unhealthy node and `force_detach_on_timeout` is on. Unsafe
     /// if the node is in fact still running.
     Timeout,
+    /// The node object was deleted and `Config::deleted_node_is_fenced` says a deleted node's
+    /// machine is gone. The detach is confirmed by a fresh read that finds no such node.
+    NodeDeleted,
 }
 
 impl ForceReason {
@@ -32,6 +35,7 @@ impl ForceReason {
         match self {
             ForceReason::OutOfService => "out-of-service",
             ForceReason::Timeout => "timeout",
+            ForceReason::NodeDeleted => "node-deleted",
         }
     }
 }
@@ -61,9 +65,14 @@ pub enum Operation<D: Domain> {
         node: D::Node,
         /// The volume's payload for the backend.
         payload: D::Payload,
-        /// Set when the detach must go ahead although the node may report the volume in use
-        /// (it is fenced, or its unmount wait expired with force-detach-on-timeout on): no
-        /// verify-safe-to-detach check, and the backend must not refuse for that reason.
+        /// Set when the detach may go ahead although the node may report the volume in use
+        /// (it is fenced, its unmount wait expired with force-detach-on-timeout on, or it was
+        /// deleted), and the backend must not refuse for that reason.
+        ///
+        /// Whatever it says, a driver reads the node fresh right before the call and goes
+        /// ahead only if that read justifies it (see
+        /// [`StatusWriter::verify_safe_to_detach`](crate::StatusWriter::verify_safe_to_detach)):
+        /// the core's view of the node may be older than a new mount or a lifted fence.
         force: Option<ForceReason>,
     },
     /// Ask which of `volumes` are still attached to `node`; report back with `verify_finished`.

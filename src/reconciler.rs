@@ -34,6 +34,16 @@ pub enum ReconcilerError<D: Domain> {
         /// The id given.
         id: OpId,
     },
+    /// The volume cannot become single-node while it is attached to several nodes.
+    #[error(
+        "volume {volume:?} cannot become single-node while it is attached (or maybe attached) to {nodes:?}; move its workloads to one node first"
+    )]
+    AccessConflict {
+        /// The volume.
+        volume: D::Volume,
+        /// The nodes it is attached to.
+        nodes: Vec<D::Node>,
+    },
     /// The result does not match the operation's kind.
     #[error("{id} is a {actual:?} operation, but a {given:?} result was given")]
     WrongResult {
@@ -90,6 +100,10 @@ pub struct Reconciler<D: Domain> {
     /// the write's result marks just those, instead of a scan of every volume on the node.
     awaiting_ack: FxHashMap<D::Node, SmallVec<[D::Volume; 2]>>,
     events: Vec<Event<D>>,
+    /// (node, volume) pairs whose blocked detach was reported; cleared when the episode ends.
+    blocked: BTreeSet<(D::Node, D::Volume)>,
+    /// Volumes removed by the orchestrator whose spec is kept until they are detached.
+    retiring: BTreeSet<D::Volume>,
     next_id: u64,
     last_pass: Option<Duration>,
     next_sync: Option<Duration>,
@@ -110,6 +124,8 @@ impl<D: Domain> Reconciler<D> {
             dirty: BTreeSet::new(),
             awaiting_ack: FxHashMap::default(),
             events: Vec::new(),
+            blocked: BTreeSet::new(),
+            retiring: BTreeSet::new(),
             next_id: 0,
             last_pass: None,
             next_sync: None,
@@ -160,10 +176,75 @@ impl<D: Domain> Reconciler<D> {
     // ---- inputs -------------------------------------------------------------------------------
 
     /// Registers or updates a volume's access mode and payload.
-    pub fn set_volume(&mut self, volume: D::Volume, spec: VolumeSpec<D::Payload>) {
+    ///
+    /// Refused with [`ReconcilerError::AccessConflict`] when it would make a volume that is
+    /// attached (or maybe attached) to several nodes single-node: the core could not honour
+    /// the new mode without picking a node to detach from, which is the orchestrator's call.
+    /// Registering a volume that was [removed](Self::remove_volume) but not yet forgotten
+    /// takes it back.
+    ///
+    /// ```
+    /// use attach_detach::{Config, Ids, Reconciler, ReconcilerError, VolumeSpec};
+    /// let mut core: Reconciler<Ids<&str, &str, &str, ()>> = Reconciler::new(Config::default());
+    /// core.set_volume("shared", VolumeSpec::multi_node(())).unwrap();
+    /// core.recover_attachment("shared", "n1", VolumeSpec::multi_node(()));
+    /// core.recover_attachment("shared", "n2", VolumeSpec::multi_node(()));
+    /// let err = core.set_volume("shared", VolumeSpec::single_node(())).unwrap_err();
+    /// assert!(matches!(err, ReconcilerError::AccessConflict { .. }));
+    /// ```
+    pub fn set_volume(
+        &mut self,
+        volume: D::Volume,
+        spec: VolumeSpec<D::Payload>,
+    ) -> Result<(), ReconcilerError<D>> {
+        if spec.access == Access::SingleNode && self.access(&volume) == Access::MultiNode {
+            let nodes: Vec<D::Node> = self
+                .actual
+                .attachments(&volume)
+                .iter()
+                .map(|a| a.node.clone())
+                .collect();
+            if nodes.len() > 1 {
+                return Err(ReconcilerError::AccessConflict { volume, nodes });
+            }
+        }
+        self.retiring.remove(&volume);
         if self.desired.set_volume(volume.clone(), spec) {
             self.dirty.insert(volume);
         }
+        Ok(())
+    }
+
+    /// Unregisters a volume (its PV or claim was deleted), so that volume churn does not grow
+    /// the core's state without bound.
+    ///
+    /// Refused with [`DesiredError::VolumeInUse`] while a workload uses it. A volume still
+    /// attached somewhere is detached first, as any volume no workload needs; its spec (the
+    /// payload the detach needs) is forgotten once no attachment is left. New workloads cannot
+    /// use it from now on, unless it is registered again.
+    ///
+    /// ```
+    /// use attach_detach::{Config, DesiredError, Ids, Reconciler, ReconcilerError, VolumeSpec};
+    /// let mut core: Reconciler<Ids<&str, &str, &str, ()>> = Reconciler::new(Config::default());
+    /// core.set_volume("pvc-1", VolumeSpec::single_node(())).unwrap();
+    /// core.remove_volume(&"pvc-1").unwrap();
+    /// assert!(core.desired().spec(&"pvc-1").is_none());
+    /// assert!(matches!(
+    ///     core.remove_volume(&"pvc-1"),
+    ///     Err(ReconcilerError::Desired(DesiredError::UnknownVolume { .. }))
+    /// ));
+    /// ```
+    pub fn remove_volume(&mut self, volume: &D::Volume) -> Result<(), ReconcilerError<D>> {
+        if self.desired.spec(volume).is_none() || self.retiring.contains(volume) {
+            return Err(DesiredError::UnknownVolume {
+                volume: volume.clone(),
+            }
+            .into());
+        }
+        self.desired.check_unused(volume)?;
+        self.retiring.insert(volume.clone());
+        self.dirty.insert(volume.clone());
+        Ok(())
     }
 
     /// A node exists (new or updated) with these facts; it becomes managed.
@@ -175,6 +256,9 @@ impl<D: Domain> Reconciler<D> {
         let affected = self.actual.set_node(node.clone(), facts);
         self.dirty.extend(affected);
         if appeared {
+            if !self.blocked.is_empty() {
+                self.blocked.retain(|(n, _)| *n != node);
+            }
             self.status.node_appeared(node);
         }
     }
@@ -199,6 +283,12 @@ impl<D: Domain> Reconciler<D> {
         node: D::Node,
         volumes: &[D::Volume],
     ) -> Result<(), ReconcilerError<D>> {
+        if let Some(volume) = volumes.iter().find(|v| self.retiring.contains(v)) {
+            return Err(DesiredError::UnknownVolume {
+                volume: volume.clone(),
+            }
+            .into());
+        }
         let changed = self.desired.add_workload(workload, node, volumes)?;
         self.dirty.extend(changed);
         Ok(())
@@ -397,6 +487,14 @@ impl<D: Domain> Reconciler<D> {
                     self.actual.set_detached(&volume, &node);
                     self.dirty.insert(volume);
                 }
+                // Uncertain settles both ways, as upstream's periodic verify does: an attach or
+                // detach that errored after (or without) doing its work is decided by what the
+                // backend now says (issue 9, bug 3).
+                (AttachState::Uncertain, false) => {
+                    debug!(volume = ?volume, node = ?node, "backend says an uncertain attachment is gone");
+                    self.actual.set_detached(&volume, &node);
+                    self.dirty.insert(volume);
+                }
                 (AttachState::Uncertain, true) => {
                     let device = self.actual.device(&volume, &node).map(Arc::from);
                     self.actual
@@ -464,7 +562,7 @@ impl<D: Domain> Reconciler<D> {
         }
         let earliest = earliest?;
         Some(match self.last_pass {
-            Some(last) => earliest.max(last + self.config.reconcile_period),
+            Some(last) => earliest.max(last.saturating_add(self.config.reconcile_period)),
             None => earliest,
         })
     }
@@ -493,10 +591,10 @@ impl<D: Domain> Reconciler<D> {
             self.status.mark(node);
         }
         match self.next_sync {
-            None => self.next_sync = Some(now + self.config.sync_period),
+            None => self.next_sync = Some(now.saturating_add(self.config.sync_period)),
             Some(at) if at <= now => {
                 self.plan_verify(&mut ops);
-                self.next_sync = Some(now + self.config.sync_period);
+                self.next_sync = Some(now.saturating_add(self.config.sync_period));
             }
             Some(_) => {}
         }
@@ -563,6 +661,15 @@ impl<D: Domain> Reconciler<D> {
         for node in &wanted {
             self.consider_attach(now, volume, node, &spec, ops);
         }
+        if self.retiring.contains(volume) && self.actual.attachments(volume).is_empty() {
+            // Removed and no longer attached anywhere: forget it, backoff included.
+            self.retiring.remove(volume);
+            self.desired.forget_volume(volume);
+            self.gate.forget_where(|key| match key {
+                GateKey::Volume(v) | GateKey::Attachment(v, _) => v == volume,
+                GateKey::Status(_) | GateKey::Verify(_) => false,
+            });
+        }
     }
 
     fn consider_detach(
@@ -590,44 +697,74 @@ impl<D: Domain> Reconciler<D> {
             return;
         };
         let reported = a.is_reported();
-        // C4: not heard from yet means mounted; the first report decides at once.
-        let mounted = match reported_in_use {
-            None => true,
-            Some(in_use) => in_use || (bugs.c4_sticky_assumed_mount && a.assumed_mounted),
-        };
+        let assumed_mounted = a.assumed_mounted;
         let requested = self.actual.request_detach(volume, node, now);
-        let deadline = requested + self.config.max_wait_for_unmount;
+        let deadline = requested.saturating_add(self.config.max_wait_for_unmount);
         let force_allowed = self.config.force_detach_on_timeout || bugs.c3_force_detach_unfenced;
-        // A fenced node cannot write, whatever its last reports say: no safety check applies.
+        let timed_out = force_allowed && !healthy && now >= deadline;
+        // Every detach planned here is confirmed by the driver's fresh read of the node right
+        // before the call (in use, fenced, healthy): the decision only says which facts justify
+        // it. A fenced node cannot write, whatever its last reports say.
         let force = if fenced {
             Some(ForceReason::OutOfService)
-        } else if !mounted {
-            None
-        } else if force_allowed && !healthy && now >= deadline {
-            Some(ForceReason::Timeout)
-        } else {
-            if force_allowed && !healthy {
-                self.wake_volume_at(deadline, volume.clone());
+        } else if !present {
+            // The node object is gone: no report will come, and its machine may still run.
+            if self.config.deleted_node_is_fenced {
+                Some(ForceReason::NodeDeleted)
+            } else if timed_out {
+                Some(ForceReason::Timeout)
+            } else {
+                if force_allowed {
+                    self.wake_volume_at(deadline, volume.clone());
+                }
+                self.report_blocked(
+                    volume,
+                    node,
+                    "the node object was deleted while the volume is attached; it stays \
+                     attached until the node returns or is fenced (or set \
+                     deleted_node_is_fenced if a deleted node's machine is always gone)",
+                );
+                return;
             }
-            // The node's next in-use report, health change or fence marks the volume again.
-            return;
+        } else {
+            match reported_in_use {
+                // C4: not heard from yet means mounted, so the core cannot clear the detach
+                // itself; but waiting for a first report that may never come would leak the
+                // volume. The driver's fresh read of the node's in-use list decides instead.
+                None => None,
+                Some(in_use) if !in_use && !(bugs.c4_sticky_assumed_mount && assumed_mounted) => {
+                    None
+                }
+                // Mounted: the node's next in-use report, a health change or a fence marks the
+                // volume again; a timer ends the unmount wait where a forced detach is allowed.
+                Some(_) if timed_out => Some(ForceReason::Timeout),
+                Some(_) => {
+                    if force_allowed && !healthy {
+                        self.wake_volume_at(deadline, volume.clone());
+                    }
+                    return;
+                }
+            }
         };
         if reported {
             // C5: first make the node stop listing it, so its agent does not start mounting it.
             self.actual.set_withheld(volume, node, true);
         }
-        if !bugs.c5_detach_before_status_ack {
-            // Wait for the write that drops it, unless none can come: the store has no status
-            // for the node (NotFound, or the node was removed), so no agent can read one either.
-            if reported && !self.status.is_missing(node) {
-                return self.await_ack(volume, node);
-            }
-            if present && !self.status.confirmed_absent(node, volume) {
-                // Waiting for the acknowledgement; make sure a write is coming.
-                self.status.mark(node.clone());
-                return self.await_ack(volume, node);
-            }
+        if !bugs.c5_detach_before_status_ack
+            && present
+            && !self.status.is_missing(node)
+            && !self.status.confirmed_absent(node, volume)
+        {
+            // Wait for the store to acknowledge a list without the volume. Something certain
+            // ends the wait: marking the node makes the next status pass write it (the list
+            // now differs from what the store holds or is unknown), or a write already in
+            // flight is acknowledged, or a failed write's retry timer fires. An attach that
+            // landed after its workload left is never listed in the store, so it needs no
+            // write at all: `confirmed_absent` lets it go at once (issue 9, bug 1).
+            self.status.mark(node.clone());
+            return self.await_ack(volume, node);
         }
+        self.blocked.remove(&(node.clone(), volume.clone()));
         if let Some(waiting) = self.awaiting_ack.get_mut(node) {
             waiting.retain(|v| v != volume);
             if waiting.is_empty() {
@@ -662,6 +799,17 @@ impl<D: Domain> Reconciler<D> {
         }
     }
 
+    /// Tells a human, once per episode, that a detach waits for something only they can do.
+    fn report_blocked(&mut self, volume: &D::Volume, node: &D::Node, reason: &str) {
+        if self.blocked.insert((node.clone(), volume.clone())) {
+            self.events.push(Event::DetachBlocked {
+                volume: volume.clone(),
+                node: node.clone(),
+                reason: reason.to_string(),
+            });
+        }
+    }
+
     fn consider_attach(
         &mut self,
         now: Duration,
@@ -676,6 +824,9 @@ impl<D: Domain> Reconciler<D> {
             if a.state == AttachState::Attached {
                 let withheld = a.withheld;
                 self.actual.cancel_detach_request(volume, node);
+                if !self.blocked.is_empty() {
+                    self.blocked.remove(&(node.clone(), volume.clone()));
+                }
                 // C1: a volume the workload needs again is reported again at once, unless a
                 // detach is already running (its result decides).
                 if withheld && !bugs.c1_lose_report_on_failed_detach && !self.gate.is_running(&key)

@@ -43,6 +43,20 @@ pub struct NodeStatus<D: Domain> {
     /// window in which the controller's own view of the node is older than a new mount.
     /// `None` when this store does not know.
     pub in_use: Option<Vec<D::Volume>>,
+    /// Whether the node is fenced: known powered off or isolated, so that it can no longer
+    /// write to its disks. Read fresh right before a forced detach, whose only justification it
+    /// is: a fence lifted since the controller's view of the node was taken must stop the
+    /// detach. `None` when this store does not know, in which case no forced detach goes ahead
+    /// unless the in-use list shows the volume unused.
+    ///
+    /// A Kubernetes store derives it from the `node.kubernetes.io/out-of-service` taint on the
+    /// Node object (present: `Some(true)`); an etcd store from a fence key that the fencing
+    /// agent or the operator writes next to the node's status (see the crate's README).
+    pub fenced: Option<bool>,
+    /// Whether the node answers (Kubernetes: the Ready condition; etcd: the node agent's lease
+    /// is alive). Read fresh before a detach forced by the unmount timeout, which is only
+    /// allowed on an unhealthy node. `None` when this store does not know.
+    pub healthy: Option<bool>,
     /// The revision this status was read at; pass it to [`NodeStatusStore::write`].
     pub revision: Revision,
 }
@@ -127,6 +141,8 @@ mod tests {
                     device: None,
                 }],
                 in_use: None,
+                fenced: None,
+                healthy: None,
                 revision: Revision(3),
             })
         });

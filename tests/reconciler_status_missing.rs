@@ -64,7 +64,8 @@ fn answer_with(
 /// vol-1 attached to node-a, whose status write then found no node in the store.
 fn attached_with_status_missing() -> Reconciler<D> {
     let mut core = Reconciler::<D>::new(Config::default());
-    core.set_volume("vol-1", VolumeSpec::single_node(()));
+    core.set_volume("vol-1", VolumeSpec::single_node(()))
+        .unwrap();
     core.node_updated("node-a", unmounted());
     core.add_workload("w1", "node-a", &["vol-1"]).unwrap();
     let ops = run(
@@ -133,7 +134,8 @@ fn a_forced_detach_from_a_deleted_node_does_not_wait_for_its_status() {
         ..Config::default()
     };
     let mut core = Reconciler::<D>::new(config.clone());
-    core.set_volume("vol-1", VolumeSpec::single_node(()));
+    core.set_volume("vol-1", VolumeSpec::single_node(()))
+        .unwrap();
     core.node_updated("node-a", NodeFacts::default());
     core.add_workload("w1", "node-a", &["vol-1"]).unwrap();
     run(&mut core, ms(0), ms(1000), answer_with(|_| Ok(())));

@@ -27,6 +27,12 @@ pub enum Input<D: Domain> {
         /// Its access mode and payload.
         spec: VolumeSpec<D::Payload>,
     },
+    /// The volume is gone (its PV or claim was deleted). Refused while workloads use it; it
+    /// is detached where still attached, then forgotten.
+    VolumeRemoved {
+        /// The volume.
+        volume: D::Volume,
+    },
     /// A node exists (or changed) with these facts.
     NodeUpdated {
         /// The node.
@@ -71,10 +77,8 @@ impl<D: Domain> Input<D> {
     /// ```
     pub fn apply_to(self, core: &mut Reconciler<D>) -> Result<(), ReconcilerError<D>> {
         match self {
-            Input::SetVolume { volume, spec } => {
-                core.set_volume(volume, spec);
-                Ok(())
-            }
+            Input::SetVolume { volume, spec } => core.set_volume(volume, spec),
+            Input::VolumeRemoved { volume } => core.remove_volume(&volume),
             Input::NodeUpdated { node, facts } => {
                 core.node_updated(node, facts);
                 Ok(())
@@ -158,6 +162,11 @@ impl<D: Domain> ControllerHandle<D> {
         spec: VolumeSpec<D::Payload>,
     ) -> Result<(), ControllerError<D>> {
         self.send(Input::SetVolume { volume, spec }).await
+    }
+
+    /// The volume is gone; see [`Input::VolumeRemoved`].
+    pub async fn volume_removed(&self, volume: D::Volume) -> Result<(), ControllerError<D>> {
+        self.send(Input::VolumeRemoved { volume }).await
     }
 
     /// A node exists (or changed).

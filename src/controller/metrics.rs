@@ -39,6 +39,7 @@ fn reason_index(reason: ForceReason) -> usize {
     match reason {
         ForceReason::OutOfService => 0,
         ForceReason::Timeout => 1,
+        ForceReason::NodeDeleted => 2,
     }
 }
 
@@ -63,7 +64,7 @@ pub struct Metrics {
     store_write_conflicts: AtomicU64,
     status_writes_unneeded: AtomicU64,
     status_writes_skipped_stale: AtomicU64,
-    forced_detaches: [AtomicU64; 2],
+    forced_detaches: [AtomicU64; 3],
 }
 
 impl Metrics {
@@ -135,6 +136,9 @@ impl Metrics {
             forced_detaches_timeout: load(
                 &self.forced_detaches[reason_index(ForceReason::Timeout)],
             ),
+            forced_detaches_node_deleted: load(
+                &self.forced_detaches[reason_index(ForceReason::NodeDeleted)],
+            ),
         }
     }
 }
@@ -185,6 +189,8 @@ pub struct MetricsSnapshot {
     pub forced_detaches_out_of_service: u64,
     /// Forced detaches started because the unmount wait expired.
     pub forced_detaches_timeout: u64,
+    /// Forced detaches started because the node was deleted (`deleted_node_is_fenced`).
+    pub forced_detaches_node_deleted: u64,
 }
 
 impl MetricsSnapshot {
@@ -203,6 +209,7 @@ impl MetricsSnapshot {
         match reason {
             ForceReason::OutOfService => self.forced_detaches_out_of_service,
             ForceReason::Timeout => self.forced_detaches_timeout,
+            ForceReason::NodeDeleted => self.forced_detaches_node_deleted,
         }
     }
 }

@@ -151,11 +151,9 @@ pub(crate) async fn execute<D: Domain>(
                 force,
                 ..
             } => {
-                // A forced detach goes ahead although the node may report the volume in use.
-                let safe = match force {
-                    Some(_) => Ok(()),
-                    None => writer.verify_safe_to_detach(&node, &volume).await,
-                };
+                // Every detach, forced or not, is confirmed by a fresh read of the facts that
+                // justify it (in use, fenced, healthy).
+                let safe = writer.verify_safe_to_detach(&node, &volume, force).await;
                 OpResult::Detach(match safe {
                     Ok(()) => backend.detach(&volume, &node, &payload).await,
                     Err(message) => Err(BackendError::Transient { message }),

@@ -9,6 +9,7 @@ use tracing::debug;
 
 use super::metrics::Metrics;
 use crate::domain::Domain;
+use crate::operation::ForceReason;
 use crate::store::{NodeStatusStore, ReportedVolume, Revision, StoreError};
 
 /// How a [`StatusWriter::write`] succeeded.
@@ -146,29 +147,60 @@ impl<D: Domain> StatusWriter<D> {
         }
     }
 
-    /// Upstream's verify-safe-to-detach: reads `node` fresh and refuses when its agent reports
-    /// `volume` in use.
+    /// Upstream's verify-safe-to-detach, extended to forced detaches: reads `node` fresh right
+    /// before the detach and refuses unless what it reads justifies the call.
     ///
-    /// The core decides to detach from its own view of the node's in-use report, which can be
-    /// older than a mount that started before the volume left the node's status. The removal is
-    /// acknowledged before any detach is planned (C5), and an agent reports a volume in use
-    /// before mounting it, so a fresh read taken now sees every mount that could still happen.
-    /// A store that does not hold in-use reports (`in_use: None`) cannot be asked; a node the
-    /// store no longer has has no agent to protect.
+    /// The core decides from its own view of the node, which can be older than a mount that
+    /// started before the volume left the node's status, or than a fence lifted since. The
+    /// removal is acknowledged before any detach is planned (C5), and an agent reports a volume
+    /// in use before mounting it, so a fresh read taken now sees every mount that could still
+    /// happen. A detach may go ahead when the fresh read shows that:
+    ///
+    /// - the node is fenced (`fenced: Some(true)`): it can no longer write, whatever it reports;
+    /// - or its agent reports in-use volumes and `volume` is not among them;
+    /// - or, for a detach forced by the unmount timeout (opt-in), the node is not known healthy;
+    /// - or the store has no such node (as upstream: no node object, no agent to protect).
+    ///
+    /// So an unforced detach from a store that holds no in-use report (`in_use: None`) is
+    /// refused, and so is an out-of-service detach from a node whose fence was lifted while it
+    /// still mounts the volume: a cache of unknown age decides nothing irreversible.
     pub async fn verify_safe_to_detach(
         &self,
         node: &D::Node,
         volume: &D::Volume,
+        force: Option<ForceReason>,
     ) -> Result<(), String> {
-        match self.store.read(node).await {
-            Ok(status) if status.in_use.as_ref().is_some_and(|u| u.contains(volume)) => Err(
-                format!("not safe to detach: node {node:?} reports volume {volume:?} in use"),
-            ),
-            Ok(_) | Err(StoreError::NotFound) => Ok(()),
-            Err(error) => Err(format!(
-                "not safe to detach: cannot read node {node:?} to check it does not use volume {volume:?}: {error}"
-            )),
+        let status = match self.store.read(node).await {
+            Ok(status) => status,
+            Err(StoreError::NotFound) => return Ok(()),
+            Err(error) => {
+                return Err(format!(
+                    "not safe to detach: cannot read node {node:?} to check it does not use volume {volume:?}: {error}"
+                ));
+            }
+        };
+        if status.fenced == Some(true) {
+            return Ok(());
         }
+        let in_use = match &status.in_use {
+            Some(list) if !list.contains(volume) => return Ok(()),
+            Some(_) => "reports it in use",
+            None => "has no in-use report in the store",
+        };
+        if force == Some(ForceReason::Timeout) && status.healthy != Some(true) {
+            return Ok(());
+        }
+        let why = match force {
+            None => String::new(),
+            Some(ForceReason::OutOfService) => {
+                " and is no longer fenced (the fence the detach was planned on is stale)".into()
+            }
+            Some(ForceReason::Timeout) => " and is healthy again".into(),
+            Some(ForceReason::NodeDeleted) => " and exists again".into(),
+        };
+        Err(format!(
+            "not safe to detach volume {volume:?}: node {node:?} {in_use}{why}"
+        ))
     }
 
     /// Makes the store list exactly `attached` for `node`.
@@ -281,6 +313,8 @@ mod tests {
         NodeStatus {
             attached: vols.iter().copied().map(rv).collect(),
             in_use: None,
+            fenced: None,
+            healthy: None,
             revision: Revision(rev),
         }
     }

@@ -120,18 +120,21 @@ fn store(nodes: &'static [&'static str]) -> MockNodeStatusStore<D> {
     store
 }
 
-/// A node status listing nothing, at `revision`.
+/// A node status listing nothing, with a healthy, unfenced agent that uses nothing, at
+/// `revision`.
 fn empty_status(revision: u64) -> NodeStatus<D> {
     NodeStatus {
         attached: vec![],
-        in_use: None,
+        in_use: Some(vec![]),
+        fenced: Some(false),
+        healthy: Some(true),
         revision: Revision(revision),
     }
 }
 
-/// Answers the fresh read taken before each detach (verify-safe-to-detach): this store does
-/// not hold in-use reports, so every detach may go ahead. Add it after a test's own reads.
-fn no_in_use_reports(store: &mut MockNodeStatusStore<D>) {
+/// Answers the fresh read taken before each detach (verify-safe-to-detach): the node's agent
+/// uses nothing, so every detach may go ahead. Add it after a test's own reads.
+fn nothing_in_use(store: &mut MockNodeStatusStore<D>) {
     store.expect_read().returning(|_| Ok(empty_status(0)));
 }
 
@@ -258,7 +261,7 @@ async fn attaches_reports_then_unreports_and_detaches() {
             d.push(epoch, (*v, *n));
             Ok(())
         });
-    no_in_use_reports(&mut store);
+    nothing_in_use(&mut store);
     let h = Harness::new(backend, store);
 
     sleep(secs(1)).await;
@@ -367,7 +370,7 @@ async fn attached_elsewhere_is_detached_there_before_attaching_here() {
         .returning(|v, _, _| Ok(AttachInfo { device: device(v) }));
     let mut store = store(&[A, B]);
     let writes = accept_writes(&mut store, Instant::now());
-    no_in_use_reports(&mut store);
+    nothing_in_use(&mut store);
     let h = Harness::new(backend, store);
 
     sleep(secs(3)).await;
@@ -395,7 +398,7 @@ async fn attach_then_remove(
     let detached = accept_detaches(&mut backend, epoch);
     let mut store = store(&[A, B]);
     let writes = accept_writes(&mut store, epoch);
-    no_in_use_reports(&mut store);
+    nothing_in_use(&mut store);
     let h = Harness::new(backend, store);
     sleep(secs(1)).await;
     h.handle.workload_removed("w1").await.unwrap();
@@ -620,11 +623,13 @@ async fn status_conflict_with_the_list_already_stored_is_success() {
         Ok(NodeStatus {
             attached: vec![rv(V1)],
             in_use: None,
+            fenced: None,
+            healthy: None,
             revision: Revision(7),
         })
     });
     let writes = accept_writes(&mut store, epoch);
-    no_in_use_reports(&mut store);
+    nothing_in_use(&mut store);
     let h = Harness::new(backend, store);
 
     sleep(secs(1)).await;
@@ -987,6 +992,15 @@ async fn a_fenced_node_is_force_detached_and_counted() {
     let detaches = accept_detaches(&mut backend, epoch);
     let mut store = store(&[A, B]);
     let writes = accept_writes(&mut store, epoch);
+    // The fresh read before the forced detach confirms the fence.
+    store.expect_read().returning(|_| {
+        Ok(NodeStatus {
+            fenced: Some(true),
+            healthy: Some(false),
+            in_use: Some(vec![V1]),
+            ..empty_status(0)
+        })
+    });
     let h = Harness::new(backend, store);
 
     sleep(secs(1)).await;
@@ -1028,7 +1042,7 @@ async fn multi_attach_is_recorded_once_and_the_volume_moves_when_freed() {
     accept_detaches(&mut backend, epoch);
     let mut store = store(&[A, B]);
     accept_writes(&mut store, epoch);
-    no_in_use_reports(&mut store);
+    nothing_in_use(&mut store);
     let h = Harness::new(backend, store);
 
     sleep(secs(1)).await;
@@ -1107,6 +1121,8 @@ async fn a_fresh_in_use_report_stops_a_detach() {
         Ok(NodeStatus {
             attached: vec![],
             in_use: Some(vec![V1]),
+            fenced: Some(false),
+            healthy: Some(true),
             revision: Revision(0),
         })
     });
@@ -1123,4 +1139,75 @@ async fn a_fresh_in_use_report_stops_a_detach() {
         "reported again after the refusal"
     );
     h.finish().await;
+}
+
+/// Issue 9, bug 2: the core saw the node fenced, but the fence was lifted since and the node
+/// mounts the volume again. The fresh read before the forced detach finds the fence gone and
+/// the volume in use: nothing is detached.
+#[tokio::test(start_paused = true)]
+async fn a_lifted_fence_stops_a_forced_detach() {
+    let epoch = Instant::now();
+    let mut backend = backend();
+    accept_attaches(&mut backend, epoch);
+    let detaches = accept_detaches(&mut backend, epoch);
+    let mut store = store(&[A, B]);
+    accept_writes(&mut store, epoch);
+    store.expect_read().returning(|_| {
+        Ok(NodeStatus {
+            fenced: Some(false),
+            in_use: Some(vec![V1]),
+            ..empty_status(0)
+        })
+    });
+    let h = Harness::new(backend, store);
+    sleep(secs(1)).await;
+    let stale_fence = NodeFacts {
+        healthy: false,
+        fenced: true,
+        in_use: Some(vec![V1]),
+    };
+    h.handle.node_updated(A, stale_fence).await.unwrap();
+    h.handle.workload_removed("w1").await.unwrap();
+    sleep(secs(30)).await;
+    assert!(detaches.items().is_empty(), "{:?}", detaches.items());
+    assert!(h.events.reasons().contains(&"FailedDetachVolume"));
+    h.finish().await;
+}
+
+/// Issue 9, bug 7: the README's quick start. The node is registered with
+/// `NodeFacts::default()` (not heard from) and never reported on again; the store's fresh
+/// in-use read says nothing is in use, so the removed pod's volume is detached.
+#[tokio::test(start_paused = true)]
+async fn a_node_never_heard_from_still_gets_its_volume_detached() {
+    use crate::memory::{MemoryBackend, MemoryStore};
+    let backend = MemoryBackend::<D>::new();
+    let store = MemoryStore::<D>::new();
+    store.add_node(A);
+    let world = World::new()
+        .volume(V1, VolumeSpec::single_node(0))
+        .node(A, NodeFacts::default())
+        .workload("w1", A, [V1]);
+    let (handle, task) = Controller::new(
+        Config::default(),
+        Arc::new(backend.clone()),
+        Arc::new(store.clone()),
+        world,
+    )
+    .unwrap()
+    .spawn();
+    sleep(secs(1)).await;
+    assert!(backend.is_attached(&V1, &A));
+    handle.workload_removed("w1").await.unwrap();
+    sleep(secs(1)).await;
+    assert!(backend.attachments().is_empty(), "the volume leaked");
+    // The same, with a store that holds no in-use report: nothing can confirm the node does
+    // not use the volume, so it stays attached (and reported).
+    store.set_in_use_unknown(&A);
+    handle.workload_scheduled("w2", A, vec![V1]).await.unwrap();
+    sleep(secs(1)).await;
+    handle.workload_removed("w2").await.unwrap();
+    sleep(secs(10)).await;
+    assert!(backend.is_attached(&V1, &A));
+    handle.shutdown(Duration::ZERO).await.unwrap();
+    task.await.unwrap();
 }

@@ -4,6 +4,10 @@
 /// (name, scenario text) of every bundled scenario, in name order.
 pub const LIBRARY: &[(&str, &str)] = &[
     (
+        "attach-lands-after-workload-left",
+        include_str!("../../examples/scenarios/attach-lands-after-workload-left.scn"),
+    ),
+    (
         "attach-then-detach",
         include_str!("../../examples/scenarios/attach-then-detach.scn"),
     ),
@@ -60,6 +64,10 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/seed-004-node-dies-fence-first.scn"),
     ),
     (
+        "stale-fence-forced-detach",
+        include_str!("../../examples/scenarios/stale-fence-forced-detach.scn"),
+    ),
+    (
         "status-failure-isolated-per-node",
         include_str!("../../examples/scenarios/status-failure-isolated-per-node.scn"),
     ),
@@ -70,5 +78,9 @@ pub const LIBRARY: &[(&str, &str)] = &[
     (
         "uncertain-attach-holds-volume",
         include_str!("../../examples/scenarios/uncertain-attach-holds-volume.scn"),
+    ),
+    (
+        "verify-settles-uncertain-detach",
+        include_str!("../../examples/scenarios/verify-settles-uncertain-detach.scn"),
     ),
 ];

@@ -277,7 +277,8 @@ pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
         } else {
             VolumeSpec::multi_node(())
         };
-        core.set_volume(v, spec);
+        core.set_volume(v, spec)
+            .expect("the model never narrows a volume's access");
     }
     for n in 0..NODES {
         core.node_updated(n, NodeFacts::default());

@@ -486,10 +486,12 @@ impl Sim {
             w.changed();
             facts
         };
-        self.tell(Input::NodeUpdated {
-            node: node.to_string(),
-            facts,
-        });
+        // The store holds the node's fence and health as they are now (a taint, a Ready
+        // condition); the controller hears of them through the watch, late.
+        let name = node.to_string();
+        self.store.set_fenced(&name, facts.fenced);
+        self.store.set_healthy(&name, facts.healthy);
+        self.tell(Input::NodeUpdated { node: name, facts });
     }
 
     fn expect(&self, line: usize, expectation: &Expectation) {
