@@ -727,18 +727,18 @@ impl<D: Domain> Reconciler<D> {
                 return;
             }
         } else {
-            match reported_in_use {
-                // C4: not heard from yet means mounted, so the core cannot clear the detach
-                // itself; but waiting for a first report that may never come would leak the
-                // volume. The driver's fresh read of the node's in-use list decides instead.
-                None => None,
-                Some(in_use) if !in_use && !(bugs.c4_sticky_assumed_mount && assumed_mounted) => {
-                    None
-                }
+            // C4: follow the latest report; upstream's bug keeps an assumed mount sticky.
+            let mounted = reported_in_use
+                .map(|in_use| in_use || (bugs.c4_sticky_assumed_mount && assumed_mounted));
+            match mounted {
+                // Not heard from yet means mounted, so the core cannot clear the detach itself;
+                // but waiting for a first report that may never come would leak the volume.
+                // The driver's fresh read of the node's in-use list decides instead.
+                None | Some(false) => None,
                 // Mounted: the node's next in-use report, a health change or a fence marks the
                 // volume again; a timer ends the unmount wait where a forced detach is allowed.
-                Some(_) if timed_out => Some(ForceReason::Timeout),
-                Some(_) => {
+                Some(true) if timed_out => Some(ForceReason::Timeout),
+                Some(true) => {
                     if force_allowed && !healthy {
                         self.wake_volume_at(deadline, volume.clone());
                     }
