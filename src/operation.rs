@@ -151,6 +151,14 @@ pub(crate) enum InFlight<D: Domain> {
 }
 
 impl<D: Domain> InFlight<D> {
+    /// The volume an attach or detach is about.
+    pub(crate) fn volume(&self) -> Option<&D::Volume> {
+        match self {
+            InFlight::Attach { volume, .. } | InFlight::Detach { volume, .. } => Some(volume),
+            InFlight::Verify { .. } | InFlight::WriteStatus { .. } => None,
+        }
+    }
+
     pub(crate) fn kind(&self) -> OpKind {
         match self {
             InFlight::Attach { .. } => OpKind::Attach,

@@ -228,6 +228,8 @@ impl<D: Domain> Reconciler<D> {
     /// let mut core: Reconciler<Ids<&str, &str, &str, ()>> = Reconciler::new(Config::default());
     /// core.set_volume("pvc-1", VolumeSpec::single_node(())).unwrap();
     /// core.remove_volume(&"pvc-1").unwrap();
+    /// // Forgotten by the next pass, since nothing is attached or running for it.
+    /// assert!(core.poll(core.next_deadline().unwrap()).is_empty());
     /// assert!(core.desired().spec(&"pvc-1").is_none());
     /// assert!(matches!(
     ///     core.remove_volume(&"pvc-1"),
@@ -661,7 +663,13 @@ impl<D: Domain> Reconciler<D> {
         for node in &wanted {
             self.consider_attach(now, volume, node, &spec, ops);
         }
-        if self.retiring.contains(volume) && self.actual.attachments(volume).is_empty() {
+        if self.retiring.contains(volume)
+            && self.actual.attachments(volume).is_empty()
+            && !self
+                .in_flight
+                .values()
+                .any(|op| op.volume() == Some(volume))
+        {
             // Removed and no longer attached anywhere: forget it, backoff included.
             self.retiring.remove(volume);
             self.desired.forget_volume(volume);

@@ -160,6 +160,24 @@ impl H {
         taken.unwrap_or_else(|| panic!("no {kind:?} planned"))
     }
 
+    /// Passes whose operations all succeed until one plans `kind`; that one is returned.
+    fn run_until_taking(&mut self, kind: OpKind) -> Operation<T> {
+        for _ in 0..100 {
+            let mut taken = None;
+            for op in self.tick() {
+                if taken.is_none() && op.kind() == kind {
+                    taken = Some(op);
+                } else {
+                    self.ok(op);
+                }
+            }
+            if let Some(op) = taken {
+                return op;
+            }
+        }
+        panic!("no {kind:?} planned in 100 passes")
+    }
+
     fn ok(&mut self, op: Operation<T>) {
         let now = self.now;
         match op {
@@ -926,4 +944,183 @@ fn a_detach_waits_for_the_write_that_drops_its_volume() {
     assert_eq!(h.count("detach"), 0);
     assert_eq!(h.tick_names(), vec!["detach v1 n1"]);
     assert_eq!(h.stored("n1"), Some(vec!["v2"]));
+}
+
+// ---- issue 9: waits with a certain end, verify settling Uncertain, API traps --------------------
+
+/// Bug 1: the attach lands after its workload left. The node's stored list never had the
+/// volume, so no status write is coming; the detach must not wait for one.
+#[test]
+fn an_attach_landing_after_its_workload_left_is_detached_at_once() {
+    let mut h = H::new(Config::default());
+    h.node("n1", &[]);
+    h.rwo("v1");
+    h.run_ok(secs(1));
+    h.pod("p1", "n1", &["v1"]);
+    let attach = h.tick_taking(OpKind::Attach);
+    h.unpod("p1");
+    h.run_ok(secs(1));
+    h.ok(attach);
+    h.log.clear();
+    h.run_ok(secs(1));
+    assert_eq!(h.log, vec!["detach v1 n1"], "no write needed, none awaited");
+    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
+    assert_eq!(h.r.next_deadline(), None, "nothing left waiting");
+}
+
+/// Bug 3: the detach keeps erroring after doing its work; the periodic verify says the volume
+/// is gone, which settles the Uncertain attachment.
+#[test]
+fn verify_settles_an_uncertain_detach_as_detached() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.unpod("p1");
+    h.pod("p2", "n2", &["v1"]);
+    let detach = h.run_until_taking(OpKind::Detach);
+    h.fail(detach, uncertain());
+    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Uncertain);
+    // Every later detach errors the same way; the verify reports nothing attached on n1.
+    let mut attached_on_n2 = false;
+    for _ in 0..(70 * 10) {
+        for op in h.tick() {
+            match op {
+                Operation::Detach { .. } => h.fail(op, uncertain()),
+                Operation::Verify { id, ref node, .. } if *node == "n1" => {
+                    let now = h.now;
+                    h.r.verify_finished(now, id, Ok(vec![])).unwrap();
+                }
+                Operation::Attach { ref node, .. } if *node == "n2" => {
+                    attached_on_n2 = true;
+                    h.ok(op);
+                }
+                op => h.ok(op),
+            }
+        }
+    }
+    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
+    assert!(attached_on_n2, "the waiting workload got its volume");
+}
+
+#[test]
+fn a_volume_in_use_cannot_be_removed() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    assert_eq!(
+        h.r.remove_volume(&"v1"),
+        Err(ReconcilerError::Desired(DesiredError::VolumeInUse {
+            volume: "v1",
+            workloads: 1
+        }))
+    );
+    assert_eq!(
+        h.r.remove_volume(&"v9"),
+        Err(ReconcilerError::Desired(DesiredError::UnknownVolume {
+            volume: "v9"
+        }))
+    );
+}
+
+/// Volume churn does not grow the core's state: a removed volume is detached, then forgotten,
+/// and new workloads cannot use it until it is registered again.
+#[test]
+fn a_removed_volume_is_detached_then_forgotten() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.unpod("p1");
+    h.r.remove_volume(&"v1").unwrap();
+    assert_eq!(
+        h.r.add_workload("p2", "n2", &["v1"]),
+        Err(ReconcilerError::Desired(DesiredError::UnknownVolume {
+            volume: "v1"
+        }))
+    );
+    assert!(h.r.desired().spec(&"v1").is_some(), "kept for the detach");
+    let detach = h.run_until_taking(OpKind::Detach);
+    h.fail(detach, transient());
+    h.run_ok(secs(5));
+    assert_eq!(h.count("detach v1 n1"), 2);
+    assert!(h.r.actual().is_empty());
+    assert!(
+        h.r.desired().spec(&"v1").is_none(),
+        "forgotten once detached"
+    );
+    // Registered again, it is a fresh volume with no backoff left from before.
+    h.rwo("v1");
+    h.pod("p2", "n2", &["v1"]);
+    h.log.clear();
+    h.run_ok(secs(1));
+    assert_eq!(h.count("attach v1 n2"), 1);
+}
+
+#[test]
+fn a_volume_attached_twice_cannot_become_single_node() {
+    let mut h = H::new(Config::default());
+    h.node("n1", &[]);
+    h.node("n2", &[]);
+    h.rwx("v1");
+    h.pod("p1", "n1", &["v1"]);
+    h.pod("p2", "n2", &["v1"]);
+    h.run_ok(secs(1));
+    assert_eq!(
+        h.r.set_volume("v1", VolumeSpec::single_node(())),
+        Err(ReconcilerError::AccessConflict {
+            volume: "v1",
+            nodes: vec!["n1", "n2"]
+        })
+    );
+    assert_eq!(
+        h.r.desired().spec(&"v1").map(|s| s.access),
+        Some(Access::MultiNode),
+        "unchanged"
+    );
+    h.unpod("p2");
+    h.run_ok(secs(1));
+    h.r.set_volume("v1", VolumeSpec::single_node(())).unwrap();
+}
+
+/// A node deleted while it holds a single-node volume: by default the volume stays (its machine
+/// may still run), and a human is told once why.
+#[test]
+fn a_deleted_node_pins_its_volume_and_says_so_once() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.unpod("p1");
+    h.r.node_removed(&"n1").unwrap();
+    h.pod("p2", "n2", &["v1"]);
+    h.run_ok(secs(60));
+    assert_eq!(h.count("detach"), 0);
+    let blocked: Vec<_> =
+        h.r.take_events()
+            .into_iter()
+            .filter(|e| e.reason() == "DetachBlocked")
+            .collect();
+    assert_eq!(blocked.len(), 1, "{blocked:?}");
+    // The node comes back and reports nothing in use: the volume is freed.
+    h.node("n1", &[]);
+    h.run_ok(secs(1));
+    assert_eq!(h.count("detach v1 n1"), 1);
+    assert_eq!(h.count("attach v1 n2"), 1);
+}
+
+/// With `deleted_node_is_fenced`, a deleted node's volumes move: a forced detach that the
+/// driver confirms with a fresh read finding no such node.
+#[test]
+fn a_deleted_node_counts_as_fenced_when_configured() {
+    let mut h = H::new(Config {
+        deleted_node_is_fenced: true,
+        ..Config::default()
+    });
+    h.node("n1", &[]);
+    h.node("n2", &[]);
+    h.rwo("v1");
+    h.pod("p1", "n1", &["v1"]);
+    h.run_ok(secs(1));
+    h.unpod("p1");
+    h.r.node_removed(&"n1").unwrap();
+    h.pod("p2", "n2", &["v1"]);
+    h.log.clear();
+    h.run_ok(secs(1));
+    assert_eq!(
+        h.count("detach v1 n1 forced:node-deleted"),
+        1,
+        "{:?}",
+        h.log
+    );
+    assert_eq!(h.count("attach v1 n2"), 1);
 }
