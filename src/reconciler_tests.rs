@@ -984,11 +984,11 @@ fn verify_settles_an_uncertain_detach_as_detached() {
         for op in h.tick() {
             match op {
                 Operation::Detach { .. } => h.fail(op, uncertain()),
-                Operation::Verify { id, ref node, .. } if *node == "n1" => {
+                Operation::Verify { id, node: "n1", .. } => {
                     let now = h.now;
                     h.r.verify_finished(now, id, Ok(vec![])).unwrap();
                 }
-                Operation::Attach { ref node, .. } if *node == "n2" => {
+                Operation::Attach { node: "n2", .. } => {
                     attached_on_n2 = true;
                     h.ok(op);
                 }
