@@ -19,7 +19,11 @@ fuzz_target!(|data: &[u8]| {
                 s.steps.iter_mut().for_each(|step| step.line = 0);
                 s
             };
-            assert_eq!(strip(&scenario), strip(&again), "round trip changed the scenario");
+            assert_eq!(
+                strip(&scenario),
+                strip(&again),
+                "round trip changed the scenario"
+            );
         }
         Err(error) => {
             let lines = text.lines().count().max(1);

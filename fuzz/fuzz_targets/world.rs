@@ -34,37 +34,69 @@ struct Input {
 
 #[derive(Arbitrary, Debug)]
 enum Event {
-    Schedule { pod: u8, node: u8, volumes: u8 },
-    Delete { pod: u8 },
-    ForceDelete { pod: u8 },
-    Crash { node: u8 },
-    Recover { node: u8 },
-    Fence { node: u8 },
-    Unfence { node: u8 },
-    FailAttach { volume: u8, node: u8, times: u8, uncertain: bool },
-    FailDetach { volume: u8, node: u8, times: u8, uncertain: bool },
-    FailStatus { node: u8, times: u8 },
+    Schedule {
+        pod: u8,
+        node: u8,
+        volumes: u8,
+    },
+    Delete {
+        pod: u8,
+    },
+    ForceDelete {
+        pod: u8,
+    },
+    Crash {
+        node: u8,
+    },
+    Recover {
+        node: u8,
+    },
+    Fence {
+        node: u8,
+    },
+    Unfence {
+        node: u8,
+    },
+    FailAttach {
+        volume: u8,
+        node: u8,
+        times: u8,
+        uncertain: bool,
+    },
+    FailDetach {
+        volume: u8,
+        node: u8,
+        times: u8,
+        uncertain: bool,
+    },
+    FailStatus {
+        node: u8,
+        times: u8,
+    },
     Restart,
 }
 
 fn planted() -> Option<UpstreamBug> {
     // PLANT_BUG=c1|c2|c3|c5|c6 switches an upstream bug back in, to measure how fast the
     // fuzzer finds it.
-    std::env::var("PLANT_BUG").ok().and_then(|b| match b.as_str() {
-        "c1" => Some(UpstreamBug::C1),
-        "c2" => Some(UpstreamBug::C2),
-        "c3" => Some(UpstreamBug::C3),
-        "c5" => Some(UpstreamBug::C5),
-        "c6" => Some(UpstreamBug::C6),
-        _ => None,
-    })
+    std::env::var("PLANT_BUG")
+        .ok()
+        .and_then(|b| match b.as_str() {
+            "c1" => Some(UpstreamBug::C1),
+            "c2" => Some(UpstreamBug::C2),
+            "c3" => Some(UpstreamBug::C3),
+            "c5" => Some(UpstreamBug::C5),
+            "c6" => Some(UpstreamBug::C6),
+            _ => None,
+        })
 }
 
 fn build(input: &Input) -> Scenario {
     let base = input.base.and_then(|b| {
         let (_, text) = LIBRARY[usize::from(b) % LIBRARY.len()];
         let mut s = parse(text).ok()?;
-        s.steps.retain(|step| !matches!(step.action, Action::Expect(_)));
+        s.steps
+            .retain(|step| !matches!(step.action, Action::Expect(_)));
         Some(s)
     });
     let (node_names, volume_list, mut settings, mut steps) = match base {
@@ -93,7 +125,8 @@ fn build(input: &Input) -> Scenario {
     settings.max_wait_for_unmount = Duration::from_secs(30);
     settings.sync_period = Duration::from_secs(20);
     settings.cache_lag = Duration::from_millis(100 * u64::from(input.cache_lag_100ms % 20));
-    settings.attach_latency = Duration::from_millis(100 * u64::from(input.attach_latency_100ms % 30));
+    settings.attach_latency =
+        Duration::from_millis(100 * u64::from(input.attach_latency_100ms % 30));
     settings.status_latency = Duration::from_millis(10 * u64::from(input.status_latency_10ms % 50));
     settings.seed = u64::from(input.seed);
     if let Some(bug) = planted() {
@@ -104,7 +137,11 @@ fn build(input: &Input) -> Scenario {
     for (dt, event) in input.events.iter().take(40) {
         at += Duration::from_millis(100 * u64::from(*dt));
         let action = match event {
-            Event::Schedule { pod, node: n, volumes } => {
+            Event::Schedule {
+                pod,
+                node: n,
+                volumes,
+            } => {
                 let vs: Vec<String> = (0..volume_count)
                     .filter(|v| volumes & (1 << v) != 0)
                     .map(volume)
@@ -112,21 +149,39 @@ fn build(input: &Input) -> Scenario {
                 if vs.is_empty() {
                     continue;
                 }
-                Action::Schedule { pod: format!("p{}", pod % 4), node: node(*n), volumes: vs }
+                Action::Schedule {
+                    pod: format!("p{}", pod % 4),
+                    node: node(*n),
+                    volumes: vs,
+                }
             }
-            Event::Delete { pod } => Action::Delete { pod: format!("p{}", pod % 4) },
-            Event::ForceDelete { pod } => Action::ForceDelete { pod: format!("p{}", pod % 4) },
+            Event::Delete { pod } => Action::Delete {
+                pod: format!("p{}", pod % 4),
+            },
+            Event::ForceDelete { pod } => Action::ForceDelete {
+                pod: format!("p{}", pod % 4),
+            },
             Event::Crash { node: n } => Action::Crash(node(*n)),
             Event::Recover { node: n } => Action::Recover(node(*n)),
             Event::Fence { node: n } => Action::Fence(node(*n)),
             Event::Unfence { node: n } => Action::Unfence(node(*n)),
-            Event::FailAttach { volume: v, node: n, times, uncertain } => Action::FailAttach {
+            Event::FailAttach {
+                volume: v,
+                node: n,
+                times,
+                uncertain,
+            } => Action::FailAttach {
                 volume: volume(*v),
                 node: node(*n),
                 times: u32::from(1 + times % 3),
                 uncertain: *uncertain,
             },
-            Event::FailDetach { volume: v, node: n, times, uncertain } => Action::FailDetach {
+            Event::FailDetach {
+                volume: v,
+                node: n,
+                times,
+                uncertain,
+            } => Action::FailDetach {
                 volume: volume(*v),
                 node: node(*n),
                 times: u32::from(1 + times % 3),
@@ -138,7 +193,11 @@ fn build(input: &Input) -> Scenario {
             },
             Event::Restart => Action::RestartController,
         };
-        steps.push(Step { at, line: 0, action });
+        steps.push(Step {
+            at,
+            line: 0,
+            action,
+        });
     }
     // Interleave with the base incident's steps by time, keeping each list's order.
     steps.sort_by_key(|s| s.at);
