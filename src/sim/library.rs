@@ -20,6 +20,10 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/detach-waits-for-status-ack.scn"),
     ),
     (
+        "fence-lifted-before-the-controller-sees-it",
+        include_str!("../../examples/scenarios/fence-lifted-before-the-controller-sees-it.scn"),
+    ),
+    (
         "force-detach-on-timeout-opt-in",
         include_str!("../../examples/scenarios/force-detach-on-timeout-opt-in.scn"),
     ),

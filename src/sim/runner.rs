@@ -468,7 +468,7 @@ impl Sim {
     }
 
     fn power(&self, node: &str, power: Power) {
-        let facts = {
+        let (facts, booted) = {
             let mut w = self.world.lock();
             let Some(n) = w.nodes.get_mut(node) else {
                 return;
@@ -476,7 +476,8 @@ impl Sim {
             if n.power == power {
                 return;
             }
-            if power == Power::Fenced || (n.power == Power::Fenced && power == Power::Up) {
+            let booted = n.power == Power::Fenced && power == Power::Up;
+            if power == Power::Fenced || booted {
                 // Fenced means powered off; it comes back from a clean boot.
                 n.mounted.clear();
                 n.in_use.clear();
@@ -484,11 +485,16 @@ impl Sim {
             n.power = power;
             let facts = facts_of(n);
             w.changed();
-            facts
+            (facts, booted)
         };
         // The store holds the node's fence and health as they are now (a taint, a Ready
         // condition); the controller hears of them through the watch, late.
         let name = node.to_string();
+        if booted {
+            // The agent's first report after a clean boot: nothing in use. (A powered-off
+            // node's last report stays in the store: no agent runs to change it.)
+            self.store.set_in_use(&name, Vec::new());
+        }
         self.store.set_fenced(&name, facts.fenced);
         self.store.set_healthy(&name, facts.healthy);
         self.tell(Input::NodeUpdated { node: name, facts });
