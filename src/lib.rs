@@ -97,9 +97,11 @@
 //!   store and the backend (what only the backend knows becomes Uncertain) and plans nothing
 //!   before both are loaded, so a restart at any point leaks no attachment.
 //!
-//! And, as upstream does, the driver reads the node's in-use report fresh right before every
-//! unforced detach ([`StatusWriter::verify_safe_to_detach`]): the core's own view of the node
-//! may be older than a mount that began before the volume left the node's status.
+//! And right before every detach, forced or not, the driver reads the node fresh
+//! ([`StatusWriter::verify_safe_to_detach`]) and goes ahead only if the node is fenced or its
+//! agent reports the volume not in use: the core's own view of the node may be older than a
+//! mount that began before the volume left the node's status, or than a lifted fence. A driver
+//! of your own must do the same for every [`Operation::Detach`].
 #![deny(missing_docs)]
 
 mod actual;
