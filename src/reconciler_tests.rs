@@ -1124,3 +1124,38 @@ fn a_deleted_node_counts_as_fenced_when_configured() {
     );
     assert_eq!(h.count("attach v1 n2"), 1);
 }
+
+/// Bug 6: huge durations in the configuration never overflow the core's time arithmetic.
+#[test]
+fn huge_durations_do_not_overflow() {
+    let mut h = H::new(Config {
+        reconcile_period: Duration::MAX,
+        sync_period: Duration::MAX,
+        max_wait_for_unmount: Duration::MAX,
+        force_detach_on_timeout: true,
+        backoff: crate::config::BackoffConfig {
+            initial: Duration::MAX,
+            max: Duration::MAX,
+        },
+        ..Config::default()
+    });
+    h.facts("n1", false, false, Some(&[]));
+    h.rwo("v1");
+    h.pod("p1", "n1", &["v1"]);
+    let attach = h.tick_taking(OpKind::Attach);
+    h.fail(attach, transient());
+    assert_eq!(
+        h.r.next_deadline(),
+        Some(Duration::MAX),
+        "saturated, not wrapped"
+    );
+    let retried = h.r.poll(Duration::MAX);
+    assert_eq!(retried.len(), 1, "the attach is retried at the end of time");
+    h.ok(retried.into_iter().next().unwrap_or_else(|| unreachable!()));
+    h.now = Duration::MAX - TICK;
+    h.tick();
+    h.unpod("p1");
+    h.facts("n1", false, false, Some(&["v1"]));
+    let _ = h.r.poll(Duration::MAX);
+    let _ = h.r.next_deadline();
+}
