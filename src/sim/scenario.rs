@@ -11,7 +11,8 @@
 //! One statement a line; `#` starts a comment that runs to the end of the line; blank lines are
 //! ignored; tokens are separated by whitespace. A `<time>` is a duration since the start of the
 //! scenario, written as a whole number and a unit: `150ms`, `2s`, `6m`, `1h` (a bare `0` is also
-//! accepted). Names are any token without whitespace, commas or `#`.
+//! accepted). Names are any token without whitespace, commas or `#`. The text is UTF-8; a
+//! byte-order mark at its start is skipped.
 //!
 //! ```text
 //! set <key> <value>        keys and defaults: reconcile-period 100ms, sync-period 60s,
@@ -560,7 +561,11 @@ pub enum ParseErrorKind {
 type Result<T, E = ParseErrorKind> = std::result::Result<T, E>;
 
 /// Parses a scenario script; the first error found is returned with its line.
+///
+/// A UTF-8 byte-order mark at the very start of the text is skipped, as editors on some systems
+/// write one; anywhere else it is an ordinary (and invalid) character.
 pub fn parse(text: &str) -> std::result::Result<Scenario, ParseError> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut parser = Parser::default();
     for (index, raw) in text.lines().enumerate() {
         let line = index.saturating_add(1);
@@ -1593,6 +1598,21 @@ mod tests {
         assert_eq!(scenario.volumes, [(s("v"), Access::SingleNode)]);
         let lines: Vec<(Duration, usize)> = scenario.steps.iter().map(|s| (s.at, s.line)).collect();
         assert_eq!(lines, [(ms(2000), 6), (ms(3000), 8)]);
+    }
+
+    #[test]
+    fn a_byte_order_mark_at_the_start_is_skipped() {
+        let plain = "node a\nvolume v single-node\nat 1s pod p on a uses v\nrun 2s\n";
+        let marked = format!("\u{feff}{plain}");
+        assert_eq!(ok(&marked), ok(plain));
+        // Lines keep their numbers: the mark is not a line of its own.
+        assert_eq!(ok(&marked).steps[0].line, 3);
+        assert_eq!(err("\u{feff}node a\nfrobnicate").line, 2);
+        // Only at the very start: elsewhere it is part of a token, as any other character.
+        assert_eq!(
+            err("node a\n\u{feff}node b").kind,
+            ParseErrorKind::UnknownStatement(s("\u{feff}node"))
+        );
     }
 
     #[test]
