@@ -132,3 +132,22 @@ fn the_library_embeds_every_scenario_file() {
     let embedded: Vec<String> = LIBRARY.iter().map(|(n, _)| n.to_string()).collect();
     assert_eq!(files, embedded, "regenerate src/sim/library.rs");
 }
+
+/// A scenario built in code with a duration the parser would refuse is not simulated: the
+/// report says why, and nothing panics.
+#[test]
+fn a_built_scenario_beyond_the_bounds_fails_without_running() {
+    use attach_detach::sim::scenario::MAX_DURATION;
+    let mut s = parse(scenario_text("attach-then-detach")).unwrap();
+    s.settings.attach_latency = MAX_DURATION + std::time::Duration::from_millis(1);
+    let report = run(&s);
+    assert!(!report.passed());
+    assert!(
+        report.violations[0]
+            .message
+            .starts_with("not simulated: `set attach-latency` is "),
+        "{:?}",
+        report.violations
+    );
+    assert_eq!(report.attach_calls, 0);
+}

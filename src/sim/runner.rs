@@ -79,7 +79,25 @@ pub fn config_of(scenario: &Scenario) -> Config {
 
 /// Runs `scenario` to the end on a fresh single-threaded runtime with a paused clock. The same
 /// scenario gives the same report, byte for byte.
+///
+/// A scenario built in code that [`Scenario::validate`] refuses is not simulated: the report
+/// carries the reason as its one violation.
 pub fn run(scenario: &Scenario) -> Report {
+    if let Err(error) = scenario.validate() {
+        return Report {
+            violations: vec![Violation {
+                at: Duration::ZERO,
+                line: None,
+                message: format!("not simulated: {error}"),
+            }],
+            converged: Duration::ZERO,
+            end: Duration::ZERO,
+            attach_calls: 0,
+            detach_calls: 0,
+            status_writes: 0,
+            trace: Vec::new(),
+        };
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
