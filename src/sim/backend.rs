@@ -33,10 +33,12 @@ impl SimBackend {
         w
     }
 
-    fn listed(&self, volume: &str, node: &str) -> bool {
-        self.store
-            .status(&node.to_string())
-            .is_some_and(|s| s.attached.iter().any(|r| r.volume == volume))
+    /// Whether the store lists `volume` in `node`'s status now, read in place: a node's list
+    /// can be long, and this runs for every detach.
+    fn listed(&self, volume: &str, node: &String) -> bool {
+        self.store.with_status(node, |status| {
+            status.is_some_and(|s| s.attached.iter().any(|r| r.volume == volume))
+        })
     }
 
     async fn call(&self, op: CallOp, volume: &str, node: &str) -> Result<(), BackendError<String>> {
@@ -64,11 +66,12 @@ impl SimBackend {
         tokio::spawn(async move {
             tokio::time::sleep(latency).await;
             if fault != Some(false) {
-                let listed = this.listed(&v, &n);
-                let mut w = this.lock();
                 match op {
-                    CallOp::Attach => w.attach_effect(&v, &n),
-                    CallOp::Detach => w.detach_effect(&v, &n, listed),
+                    CallOp::Attach => this.lock().attach_effect(&v, &n),
+                    CallOp::Detach => {
+                        let listed = this.listed(&v, &n);
+                        this.lock().detach_effect(&v, &n, listed);
+                    }
                 }
             }
             let _ = tx.send(());

@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::SimIds;
 use super::backend::SimBackend;
-use super::scenario::{Action, CallOp, Expectation, PodState, Scenario, UpstreamBug};
+use super::scenario::{Action, CallOp, Expectation, MAX_DURATION, PodState, Scenario, UpstreamBug};
 use super::store::SimStore;
 use super::world::{Fault, Phase, Power, SimNode, SimPod, Violation, World, fmt_time, join};
 use crate::actual::NodeFacts;
@@ -24,7 +24,10 @@ use crate::event::Event;
 use crate::memory::MemoryStore;
 use crate::volume::VolumeSpec;
 
-/// How often node agents look at their node, as kubelet's volume manager does.
+/// How often node agents look at their node, as kubelet's volume manager does. Agents pass on
+/// this grid (0, 100 ms, 200 ms, ...), but only over nodes where something changed: a pass over
+/// any other node would change nothing, so an idle stretch costs no work at all and the paused
+/// clock jumps over it.
 const AGENT_PERIOD: Duration = Duration::from_millis(100);
 
 /// How long a run without `run <time>` goes on after its last step, to let the world settle.
@@ -107,6 +110,31 @@ pub fn run(scenario: &Scenario) -> Report {
     runtime.block_on(async { Sim::new(scenario).run(scenario).await })
 }
 
+/// `at` on the paused clock. The scenario's bounds keep every time the runner forms far below
+/// where `Instant` ends; the fallbacks only keep this from panicking if they did not.
+fn instant(epoch: Instant, at: Duration) -> Instant {
+    epoch
+        .checked_add(at)
+        .or_else(|| epoch.checked_add(MAX_DURATION.saturating_mul(4)))
+        .unwrap_or(epoch)
+}
+
+/// The first agent pass at or after `now` and after the pass at `last`, if any.
+fn next_tick(now: Duration, last: Option<Duration>) -> Duration {
+    let period = AGENT_PERIOD.as_nanos();
+    let mut tick = now.as_nanos().div_ceil(period);
+    if let Some(last) = last {
+        tick = tick.max(last.as_nanos() / period + 1);
+    }
+    let nanos = tick.saturating_mul(period);
+    u64::try_from(nanos).map_or(Duration::MAX, Duration::from_nanos)
+}
+
+/// Whether `at` is on the agents' grid.
+fn is_tick(at: Duration) -> bool {
+    at.as_nanos() % AGENT_PERIOD.as_nanos() == 0
+}
+
 /// The running controller.
 struct Slot {
     handle: ControllerHandle<SimIds>,
@@ -150,12 +178,15 @@ struct Sim {
     epoch: Instant,
     world: Arc<Mutex<World>>,
     store: MemoryStore<SimIds>,
-    cache: Arc<dyn crate::store::NodeStatusStore<SimIds>>,
+    /// The lagging view an upstream-style status updater diffs against; only with `c6` on.
+    cache: Option<Arc<dyn crate::store::NodeStatusStore<SimIds>>>,
     backend: SimBackend,
     config: Config,
     status_latency: Duration,
     multi_attach: Arc<Mutex<BTreeSet<String>>>,
     slot: Arc<Mutex<Option<Slot>>>,
+    /// Notified when a node turns dirty (shared with the world).
+    wake: Arc<Notify>,
     forward: mpsc::UnboundedSender<(Instant, Input<SimIds>)>,
     forward_rx: Option<mpsc::UnboundedReceiver<(Instant, Input<SimIds>)>>,
     cache_lag: Duration,
@@ -171,6 +202,7 @@ impl Sim {
             rng: scenario.settings.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15),
             ..World::default()
         };
+        let wake = Arc::clone(&world.wake);
         let store = MemoryStore::new();
         for node in &scenario.nodes {
             world.nodes.insert(
@@ -187,7 +219,13 @@ impl Sim {
             world.volumes.insert(volume.clone(), *access);
         }
         let world = Arc::new(Mutex::new(world));
-        let cache = Arc::new(store.cached(scenario.settings.status_cache_lag));
+        let config = config_of(scenario);
+        // Only the c6 reproduction reads the lagging view; without one the store keeps no
+        // history (and copies no status per write).
+        let cache = config.upstream_bugs.c6_diff_against_stale_read.then(|| {
+            Arc::new(store.cached(scenario.settings.status_cache_lag))
+                as Arc<dyn crate::store::NodeStatusStore<SimIds>>
+        });
         let backend = SimBackend {
             world: Arc::clone(&world),
             store: store.clone(),
@@ -202,10 +240,11 @@ impl Sim {
             store,
             cache,
             backend,
-            config: config_of(scenario),
+            config,
             status_latency: scenario.settings.status_latency,
             multi_attach: Arc::default(),
             slot: Arc::new(Mutex::new(None)),
+            wake,
             forward,
             forward_rx: Some(forward_rx),
             cache_lag: scenario.settings.cache_lag,
@@ -257,13 +296,6 @@ impl Sim {
             latency: self.status_latency,
             traced: true,
         });
-        let diff_source = Arc::new(SimStore {
-            inner: Arc::clone(&self.cache),
-            world: Arc::clone(&self.world),
-            epoch: self.epoch,
-            latency: self.status_latency,
-            traced: false,
-        });
         let recorder = Arc::new(Recorder {
             world: Arc::clone(&self.world),
             epoch: self.epoch,
@@ -276,8 +308,17 @@ impl Sim {
             self.snapshot(),
         )
         .expect("the simulated world only names declared nodes and volumes")
-        .with_recorder(recorder)
-        .with_status_diff_source(diff_source);
+        .with_recorder(recorder);
+        let controller = match &self.cache {
+            Some(cache) => controller.with_status_diff_source(Arc::new(SimStore {
+                inner: Arc::clone(cache),
+                world: Arc::clone(&self.world),
+                epoch: self.epoch,
+                latency: self.status_latency,
+                traced: false,
+            })),
+            None => controller,
+        };
         let (handle, task) = controller.spawn();
         *self.slot.lock() = Some(Slot { handle, task });
         self.log(format!("controller started (generation {generation})"));
@@ -297,7 +338,8 @@ impl Sim {
 
     /// Sends an input to the controller after the cache lag, in order.
     fn tell(&self, input: Input<SimIds>) {
-        let _ = self.forward.send((Instant::now() + self.cache_lag, input));
+        let due = instant(self.epoch, self.now().saturating_add(self.cache_lag));
+        let _ = self.forward.send((due, input));
     }
 
     fn spawn_forwarder(&mut self) -> JoinHandle<()> {
@@ -321,31 +363,54 @@ impl Sim {
         })
     }
 
+    /// Sleeps until `at`, or until a node turns dirty if `or_dirty`. True when `at` came.
+    async fn wait(&self, at: Duration, or_dirty: bool) -> bool {
+        let deadline = instant(self.epoch, at);
+        tokio::select! {
+            biased;
+            () = tokio::time::sleep_until(deadline) => true,
+            () = self.wake.notified(), if or_dirty => false,
+        }
+    }
+
     async fn run(mut self, scenario: &Scenario) -> Report {
         let forwarder = self.spawn_forwarder();
         self.start_controller();
         let last_step = scenario.steps.last().map_or(Duration::ZERO, |s| s.at);
-        let end = scenario.run.unwrap_or(last_step + SETTLE);
+        let end = scenario
+            .run
+            .unwrap_or_else(|| last_step.saturating_add(SETTLE));
         let mut steps = scenario.steps.iter().peekable();
-        let mut next_agent = Duration::ZERO;
+        let mut last_tick: Option<Duration> = None;
         loop {
-            let next_step = steps.peek().map(|s| s.at);
-            let next = next_step.map_or(next_agent, |s| s.min(next_agent));
-            if next > end {
-                break;
+            let now = self.now();
+            // Agents pass only when a node is dirty; otherwise the clock jumps to the next step
+            // (or the end), unless something turns a node dirty on the way.
+            let dirty = !self.world.lock().dirty.is_empty();
+            let tick = dirty.then(|| next_tick(now, last_tick));
+            let step = steps.peek().map(|s| s.at);
+            let next = tick.into_iter().chain(step).min().filter(|at| *at <= end);
+            let Some(next) = next else {
+                if self.wait(end, true).await {
+                    break;
+                }
+                continue;
+            };
+            if !self.wait(next, tick.is_none()).await {
+                continue;
             }
-            tokio::time::sleep_until(self.epoch + next).await;
             self.refresh_listed();
             while let Some(step) = steps.next_if(|s| s.at <= next) {
                 self.world.lock().now = next;
                 self.apply(step.line, &step.action).await;
             }
-            if next_agent <= next {
+            // A step on the grid turns nodes dirty that the agents see in this same pass.
+            let due = is_tick(next) && last_tick.is_none_or(|last| next > last);
+            if due && !self.world.lock().dirty.is_empty() {
                 self.agents();
-                next_agent += AGENT_PERIOD;
+                last_tick = Some(next);
             }
         }
-        tokio::time::sleep_until(self.epoch + end).await;
         self.refresh_listed();
         let multi = self.multi_attach.lock().clone();
         {
@@ -373,39 +438,39 @@ impl Sim {
         }
     }
 
+    /// Refreshes the stores' lists the agents and expectations read, for the nodes written to
+    /// since the last refresh.
     fn refresh_listed(&self) {
         let mut w = self.world.lock();
-        let nodes: Vec<String> = w.nodes.keys().cloned().collect();
-        for node in nodes {
-            let listed = self
-                .store
-                .status(&node)
-                .map(|s| s.attached.into_iter().map(|r| r.volume).collect())
-                .unwrap_or_default();
+        for node in std::mem::take(&mut w.stale_listed) {
+            let listed: BTreeSet<String> = self.store.with_status(&node, |status| {
+                status
+                    .map(|s| s.attached.iter().map(|r| r.volume.clone()).collect())
+                    .unwrap_or_default()
+            });
             w.listed.insert(node, listed);
         }
     }
 
+    /// One agent pass over every dirty node, in name order.
     fn agents(&self) {
-        let nodes: Vec<String> = self.world.lock().nodes.keys().cloned().collect();
-        for node in nodes {
-            let report = {
+        let dirty = std::mem::take(&mut self.world.lock().dirty);
+        for node in dirty {
+            let pass = {
                 let mut w = self.world.lock();
                 w.now = self.now();
-                let gone_before: BTreeSet<String> = gone(&w);
-                let report = w.agent(&node);
-                let removed: Vec<String> = gone(&w).difference(&gone_before).cloned().collect();
-                (report, removed)
+                w.agent(&node)
             };
-            let (in_use, removed) = report;
-            for pod in removed {
+            for pod in pass.gone {
                 self.tell(Input::WorkloadRemoved { workload: pod });
             }
-            if let Some(in_use) = in_use {
+            if let Some(in_use) = pass.report {
                 // The agent's own status update: fresh in the store, lagging in the cache.
                 self.store.set_in_use(&node, in_use);
-                let facts = facts_of(&self.world.lock().nodes[&node]);
-                self.tell(Input::NodeUpdated { node, facts });
+                let facts = self.world.lock().nodes.get(&node).map(facts_of);
+                if let Some(facts) = facts {
+                    self.tell(Input::NodeUpdated { node, facts });
+                }
             }
         }
     }
@@ -502,6 +567,7 @@ impl Sim {
             n.power = power;
             let facts = facts_of(n);
             w.changed();
+            w.mark(node);
             facts
         };
         self.tell(Input::NodeUpdated {
@@ -611,6 +677,7 @@ impl Sim {
 fn land(w: &mut World, delivery: Delivery) -> Option<Input<SimIds>> {
     match delivery {
         Delivery::Schedule { pod, node, volumes } => {
+            w.place(&pod, &node);
             w.pods.insert(
                 pod.clone(),
                 SimPod {
@@ -627,30 +694,29 @@ fn land(w: &mut World, delivery: Delivery) -> Option<Input<SimIds>> {
             })
         }
         Delivery::Delete { pod } => {
-            if let Some(p) = w.pods.get_mut(&pod) {
-                if p.phase != Phase::Gone {
+            let node = match w.pods.get_mut(&pod) {
+                Some(p) if p.phase != Phase::Gone => {
                     p.phase = Phase::Terminating;
+                    p.node.clone()
                 }
-            }
+                _ => return None,
+            };
+            w.mark(&node);
             None
         }
-        Delivery::ForceDelete { pod } => match w.pods.get_mut(&pod) {
-            Some(p) if p.phase != Phase::Gone => {
-                p.phase = Phase::Gone;
-                w.changed();
-                Some(Input::WorkloadRemoved { workload: pod })
-            }
-            _ => None,
-        },
+        Delivery::ForceDelete { pod } => {
+            let node = match w.pods.get_mut(&pod) {
+                Some(p) if p.phase != Phase::Gone => {
+                    p.phase = Phase::Gone;
+                    p.node.clone()
+                }
+                _ => return None,
+            };
+            w.unplace(&pod, &node);
+            w.changed();
+            Some(Input::WorkloadRemoved { workload: pod })
+        }
     }
-}
-
-fn gone(w: &World) -> BTreeSet<String> {
-    w.pods
-        .iter()
-        .filter(|(_, p)| p.phase == Phase::Gone)
-        .map(|(n, _)| n.clone())
-        .collect()
 }
 
 fn facts_of(node: &SimNode) -> NodeFacts<String> {

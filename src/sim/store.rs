@@ -36,10 +36,14 @@ impl NodeStatusStore<SimIds> for SimStore {
     ) -> Result<Revision, StoreError> {
         tokio::time::sleep(self.latency).await;
         let result = self.inner.write(node, attached, expected).await;
+        let mut w = self.world.lock();
+        w.now = self.epoch.elapsed();
+        if result.is_ok() {
+            // The node's agent reads its list: it must look again.
+            w.stored_changed(node);
+        }
         if self.traced {
             let names: Vec<&str> = attached.iter().map(|r| r.volume.as_str()).collect();
-            let mut w = self.world.lock();
-            w.now = self.epoch.elapsed();
             match &result {
                 Ok(_) => {
                     w.log(format!("store: {node} reports [{}]", names.join(",")));
