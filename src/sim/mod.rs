@@ -31,12 +31,13 @@
 mod backend;
 pub mod library;
 pub mod model;
+mod panics;
 mod runner;
 pub mod scenario;
 mod store;
 mod world;
 
-pub use runner::{Report, SETTLE, config_of, run, summary_header, summary_line};
+pub use runner::{Report, SETTLE, config_of, run, summary_header, summary_line, violation_line};
 pub use world::Violation;
 
 /// The identifiers the simulator uses: names for nodes, volumes and pods, no payload.
