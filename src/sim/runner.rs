@@ -367,9 +367,7 @@ impl Sim {
                 // A scenario built in code may place a pod on a node it never declared.
                 let mut w = self.world.lock();
                 w.now = self.epoch.elapsed();
-                w.violation(format!(
-                    "the controller refused the simulated world: {error}"
-                ));
+                w.violation(format!("the controller refused to start: {error}"));
                 return;
             }
         };
