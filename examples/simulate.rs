@@ -1,11 +1,14 @@
 //! The incident simulator: `cargo run --release --example simulate --features sim [--trace] [FILE...]`
 //!
 //! With no files it runs the bundled incident library. Exit status: 0 when every expectation and
-//! invariant holds, 1 with each violation listed, 2 for a file that cannot be read or parsed.
+//! invariant holds, 1 with each violation listed (a panic in the controller or the simulator is
+//! one), 2 for a file that cannot be read or parsed.
 
 use std::process::ExitCode;
 
-use attach_detach::sim::{library::LIBRARY, run, scenario, summary_header, summary_line};
+use attach_detach::sim::{
+    library::LIBRARY, run, scenario, summary_header, summary_line, violation_line,
+};
 
 fn main() -> ExitCode {
     let mut trace = false;
@@ -55,13 +58,8 @@ fn main() -> ExitCode {
         }
         if !report.passed() {
             failed += 1;
-            for v in &report.violations {
-                let at = v
-                    .line
-                    .map(|l| format!("{name}:{l}"))
-                    .unwrap_or_else(|| name.to_string());
-                details.push(format!("{at}: at {:?}: {}", v.at, v.message));
-            }
+            // A panic in the controller or the simulator is one of these too.
+            details.extend(report.violations.iter().map(|v| violation_line(name, v)));
         }
     }
     for line in details {

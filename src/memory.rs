@@ -396,7 +396,7 @@ impl<D: Domain> StoreState<D> {
     }
 
     /// Appends `node`'s new status (or its removal) to its history and drops what no view needs.
-    fn record(&mut self, node: &D::Node, status: Option<NodeStatus<D>>) {
+    fn record(&mut self, node: &D::Node, status: Option<&NodeStatus<D>>) {
         if !self.viewed {
             // No cached view reads history: keep none (and copy nothing per write).
             return;
@@ -404,7 +404,7 @@ impl<D: Domain> StoreState<D> {
         let now = Instant::now();
         let cutoff = now.checked_sub(self.max_lag);
         let history = self.history.entry(node.clone()).or_default();
-        history.push_back((now, status));
+        history.push_back((now, status.cloned()));
         if let Some(cutoff) = cutoff {
             // Keep the newest entry at or before the cutoff: it is what the laggiest view sees.
             while history.len() >= 2 && history[1].0 <= cutoff {
@@ -509,7 +509,7 @@ impl<D: Domain> MemoryStore<D> {
             healthy: Some(true),
             revision: s.next_revision(),
         };
-        s.record(&node, Some(status.clone()));
+        s.record(&node, Some(&status));
         s.nodes.insert(node, status);
     }
 
@@ -549,18 +549,27 @@ impl<D: Domain> MemoryStore<D> {
     /// on, so a controller write against the old one conflicts.
     fn update(&self, node: &D::Node, change: impl FnOnce(&mut NodeStatus<D>)) {
         let mut s = self.inner.lock();
-        let Some(mut status) = s.nodes.get(node).cloned() else {
+        // Taken out and put back, not copied: a node's status can be long.
+        let Some(mut status) = s.nodes.remove(node) else {
             return;
         };
         change(&mut status);
         status.revision = s.next_revision();
-        s.record(node, Some(status.clone()));
+        s.record(node, Some(&status));
         s.nodes.insert(node.clone(), status);
     }
 
     /// `node`'s current status, without counting or failing like a trait call would.
     pub fn status(&self, node: &D::Node) -> Option<NodeStatus<D>> {
         self.inner.lock().nodes.get(node).cloned()
+    }
+
+    /// Calls `f` with `node`'s current status (`None` for an unknown node) without copying it,
+    /// for a caller that needs one fact of a long status, as often as it likes.
+    ///
+    /// `f` runs with the store locked: it must not call the store.
+    pub fn with_status<R>(&self, node: &D::Node, f: impl FnOnce(Option<&NodeStatus<D>>) -> R) -> R {
+        f(self.inner.lock().nodes.get(node))
     }
 
     /// How many writes of `node` were attempted, failed and conflicting ones included.
@@ -591,7 +600,7 @@ impl<D: Domain> MemoryStore<D> {
                 .map(|(n, st)| (n.clone(), st.clone()))
                 .collect();
             for (node, status) in now {
-                s.record(&node, Some(status));
+                s.record(&node, Some(&status));
             }
         }
         CachedView {
@@ -625,7 +634,7 @@ impl<D: Domain> MemoryStore<D> {
             healthy,
             revision: s.next_revision(),
         };
-        s.record(node, Some(status.clone()));
+        s.record(node, Some(&status));
         let revision = status.revision;
         s.nodes.insert(node.clone(), status);
         Ok(revision)
@@ -962,6 +971,29 @@ mod tests {
         assert_eq!(store.status(&n).unwrap().revision, second);
         store.add_node(s("node-b"));
         assert!(store.status(&s("node-b")).unwrap().revision > second);
+    }
+
+    #[tokio::test]
+    async fn with_status_reads_in_place() {
+        let store = MemoryStore::<D>::new();
+        let n = s("node-a");
+        assert!(!store.with_status(&n, |status| status.is_some()));
+        store.add_node(n.clone());
+        let rev = store.read(&n).await.unwrap().revision;
+        store.write(&n, &[reported("vol-1")], rev).await.unwrap();
+        store.set_in_use(&n, vec![s("vol-1")]);
+        let lists = |v: &str| {
+            store.with_status(&n, |status| {
+                status.is_some_and(|st| st.attached.iter().any(|r| r.volume == v))
+            })
+        };
+        assert!(lists("vol-1") && !lists("vol-2"));
+        // Setting in use kept the list, moved the revision on, and is what a read sees.
+        let read = store.read(&n).await.unwrap();
+        assert_eq!(read.attached, vec![reported("vol-1")]);
+        assert_eq!(read.in_use, Some(vec![s("vol-1")]));
+        assert!(read.revision > rev);
+        assert_eq!(store.with_status(&n, |st| st.cloned()), Some(read));
     }
 
     #[tokio::test]

@@ -132,3 +132,164 @@ fn the_library_embeds_every_scenario_file() {
     let embedded: Vec<String> = LIBRARY.iter().map(|(n, _)| n.to_string()).collect();
     assert_eq!(files, embedded, "regenerate src/sim/library.rs");
 }
+
+/// A scenario built in code with a duration the parser would refuse is not simulated: the
+/// report says why, and nothing panics.
+#[test]
+fn a_built_scenario_beyond_the_bounds_fails_without_running() {
+    use attach_detach::sim::scenario::MAX_DURATION;
+    let mut s = parse(scenario_text("attach-then-detach")).unwrap();
+    s.settings.attach_latency = MAX_DURATION + std::time::Duration::from_millis(1);
+    let report = run(&s);
+    assert!(!report.passed());
+    assert!(
+        report.violations[0]
+            .message
+            .starts_with("not simulated: `set attach-latency` is "),
+        "{:?}",
+        report.violations
+    );
+    assert_eq!(report.attach_calls, 0);
+}
+
+/// A thousand nodes with a pod each, a tenth of them moving to the next node: the agents work
+/// on what changed, not on every node at every tick. (Wall time is measured in PERFORMANCE.md,
+/// not asserted here.)
+#[test]
+fn a_thousand_nodes_and_a_thousand_pods() {
+    use std::fmt::Write as _;
+    const N: usize = 1000;
+    let mut text = String::new();
+    for i in 0..N {
+        writeln!(text, "node n{i}\nvolume v{i} single-node").unwrap();
+    }
+    for i in 0..N {
+        writeln!(text, "at 0s pod p{i} on n{i} uses v{i}").unwrap();
+    }
+    writeln!(text, "at 20s expect pod p{} running", N - 1).unwrap();
+    for i in (0..N).step_by(10) {
+        writeln!(text, "at 30s delete pod p{i}").unwrap();
+    }
+    for i in (0..N).step_by(10) {
+        writeln!(text, "at 31s pod q{i} on n{} uses v{i}", (i + 1) % N).unwrap();
+    }
+    for i in (0..N).step_by(100) {
+        writeln!(text, "at 90s expect pod q{i} running").unwrap();
+        writeln!(text, "at 90s expect reported n{i} none").unwrap();
+        writeln!(text, "at 90s expect attached v{i} n{}", (i + 1) % N).unwrap();
+    }
+    writeln!(text, "run 2m").unwrap();
+    let report = run(&parse(&text).unwrap());
+    assert!(report.passed(), "{:#?}", report.violations);
+    assert_eq!(report.attach_calls, (N + N / 10) as u64);
+    assert_eq!(report.detach_calls, (N / 10) as u64);
+}
+
+/// One pod with 20,000 volumes starts, then goes, and every volume is detached.
+#[test]
+fn one_pod_with_twenty_thousand_volumes() {
+    use std::fmt::Write as _;
+    const V: usize = 20_000;
+    let mut text = String::from("node a\n");
+    for i in 0..V {
+        writeln!(text, "volume v{i} single-node").unwrap();
+    }
+    let volumes: Vec<String> = (0..V).map(|i| format!("v{i}")).collect();
+    writeln!(text, "at 0s pod p on a uses {}", volumes.join(",")).unwrap();
+    writeln!(text, "at 30s expect pod p running").unwrap();
+    writeln!(text, "at 30s expect attached v{} a", V - 1).unwrap();
+    writeln!(text, "at 31s delete pod p").unwrap();
+    writeln!(text, "at 2m expect reported a none").unwrap();
+    writeln!(text, "at 2m expect detached v0 a").unwrap();
+    writeln!(text, "run 3m").unwrap();
+    let report = run(&parse(&text).unwrap());
+    assert!(report.passed(), "{:#?}", report.violations);
+    assert_eq!(report.attach_calls, V as u64);
+    assert_eq!(report.detach_calls, V as u64);
+}
+
+/// The runner jumps the paused clock over stretches where nothing can happen: a century after
+/// the pod starts is one jump, with no agent pass in between.
+#[test]
+fn a_century_of_idle_time_is_one_jump() {
+    let text = "set sync-period 876000h
+        node a
+        volume v single-node
+        at 0s pod p on a uses v
+        at 876000h expect pod p running
+        run 876000h";
+    let report = run(&parse(text).unwrap());
+    assert!(report.passed(), "{:#?}", report.violations);
+    assert!(report.trace.len() < 20, "{}", report.trace.join("\n"));
+}
+
+/// The longest durations the parser accepts, in every place a duration goes and with a seed
+/// that stretches latencies by half again, run without a panic in the parser, the runner, the
+/// driver or the core (a panic anywhere would be a violation that says "panicked").
+#[test]
+fn the_longest_durations_run_without_a_panic() {
+    let keys = [
+        "reconcile-period",
+        "sync-period",
+        "max-wait-for-unmount",
+        "cache-lag",
+        "status-cache-lag",
+        "attach-latency",
+        "detach-latency",
+        "status-latency",
+    ];
+    let body = "node a\nnode b\nvolume v single-node\n\
+        at 0s pod p on a uses v\nat 10s delete pod p\nat 11s pod q on b uses v\n";
+    let mut texts: Vec<String> = Vec::new();
+    for key in keys {
+        for seed in [0, 7] {
+            texts.push(format!(
+                "set {key} 876000h\nset seed {seed}\nset upstream-bug c6 on\n{body}run 10m\n"
+            ));
+        }
+    }
+    // Steps and the run's end at the bound (the controller's sync pushed out of the way, or a
+    // century of one-minute syncs would take minutes).
+    texts.push(format!(
+        "set sync-period 876000h\n{body}at 876000h restart controller\nat 876000h node a crash\n"
+    ));
+    texts.push(format!("set sync-period 876000h\n{body}run 876000h\n"));
+    for text in texts {
+        let report = run(&parse(&text).unwrap());
+        let panics: Vec<_> = report
+            .violations
+            .iter()
+            .filter(|v| v.message.contains("panicked"))
+            .collect();
+        assert!(panics.is_empty(), "{text}\n{panics:#?}");
+    }
+}
+
+/// A zero reconcile period cannot spin in the simulator: the backoff between retries is the
+/// core's default, which no scenario can change, so a call failing at once waits before it is
+/// tried again. (Zero backoff is only reachable by building a `Config` in code.)
+#[test]
+fn a_zero_reconcile_period_does_not_spin() {
+    let text = "set reconcile-period 0
+        set attach-latency 0
+        set detach-latency 0
+        set status-latency 0
+        node a
+        volume v single-node
+        at 0s fail attach v on a times 20
+        at 0s fail status a times 20
+        at 0s pod p on a uses v
+        at 1h expect pod p running
+        at 1h delete pod p
+        at 2h expect detached v a
+        run 2h";
+    let scenario = parse(text).unwrap();
+    assert!(
+        !attach_detach::sim::config_of(&scenario)
+            .backoff
+            .initial
+            .is_zero()
+    );
+    let report = run(&scenario);
+    assert!(report.passed(), "{:#?}", report.violations);
+}

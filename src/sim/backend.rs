@@ -11,6 +11,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::SimIds;
+use super::panics::{Tasks, guarded};
 use super::scenario::CallOp;
 use super::world::World;
 use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
@@ -24,6 +25,10 @@ pub(crate) struct SimBackend {
     pub(crate) epoch: Instant,
     pub(crate) attach_latency: Duration,
     pub(crate) detach_latency: Duration,
+    /// Where the effects run, so the runner sees their panics.
+    pub(crate) tasks: Tasks,
+    /// For the runner's own tests: every effect panics, to show the run fails.
+    pub(crate) sabotaged: bool,
 }
 
 impl SimBackend {
@@ -33,10 +38,12 @@ impl SimBackend {
         w
     }
 
-    fn listed(&self, volume: &str, node: &str) -> bool {
-        self.store
-            .status(&node.to_string())
-            .is_some_and(|s| s.attached.iter().any(|r| r.volume == volume))
+    /// Whether the store lists `volume` in `node`'s status now, read in place: a node's list
+    /// can be long, and this runs for every detach.
+    fn listed(&self, volume: &str, node: &String) -> bool {
+        self.store.with_status(node, |status| {
+            status.is_some_and(|s| s.attached.iter().any(|r| r.volume == volume))
+        })
     }
 
     async fn call(&self, op: CallOp, volume: &str, node: &str) -> Result<(), BackendError<String>> {
@@ -61,20 +68,26 @@ impl SimBackend {
         let (tx, rx) = oneshot::channel();
         let this = self.clone();
         let (v, n) = (volume.to_string(), node.to_string());
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             tokio::time::sleep(latency).await;
+            assert!(!this.sabotaged, "sabotaged {op} effect of {v} on {n}");
             if fault != Some(false) {
-                let listed = this.listed(&v, &n);
-                let mut w = this.lock();
                 match op {
-                    CallOp::Attach => w.attach_effect(&v, &n),
-                    CallOp::Detach => w.detach_effect(&v, &n, listed),
+                    CallOp::Attach => this.lock().attach_effect(&v, &n),
+                    CallOp::Detach => {
+                        let listed = this.listed(&v, &n);
+                        this.lock().detach_effect(&v, &n, listed);
+                    }
                 }
             }
             let _ = tx.send(());
         });
-        // A dropped caller (controller restart) does not cancel the effect.
-        let _ = rx.await;
+        // A dropped caller (controller restart) does not cancel the effect. An effect that
+        // panicked answers nothing: the runner fails the run with its message, and the call
+        // stays unanswered, like one to a backend that hung.
+        if rx.await.is_err() {
+            std::future::pending::<()>().await;
+        }
         match fault {
             None => Ok(()),
             Some(true) => Err(BackendError::Uncertain {
@@ -95,10 +108,13 @@ impl AttachBackend<SimIds> for SimBackend {
         node: &String,
         _payload: &(),
     ) -> Result<AttachInfo, BackendError<String>> {
-        self.call(CallOp::Attach, volume, node).await?;
-        Ok(AttachInfo {
-            device: Some(format!("/dev/disk/by-id/{volume}")),
+        guarded(&self.world, self.epoch, "backend attach", async {
+            self.call(CallOp::Attach, volume, node).await?;
+            Ok(AttachInfo {
+                device: Some(format!("/dev/disk/by-id/{volume}")),
+            })
         })
+        .await
     }
 
     async fn detach(
@@ -107,7 +123,13 @@ impl AttachBackend<SimIds> for SimBackend {
         node: &String,
         _payload: &(),
     ) -> Result<(), BackendError<String>> {
-        self.call(CallOp::Detach, volume, node).await
+        guarded(
+            &self.world,
+            self.epoch,
+            "backend detach",
+            self.call(CallOp::Detach, volume, node),
+        )
+        .await
     }
 
     async fn verify(
@@ -115,29 +137,35 @@ impl AttachBackend<SimIds> for SimBackend {
         node: &String,
         volumes: &[(String, ())],
     ) -> Result<Vec<String>, BackendError<String>> {
-        let w = self.lock();
-        Ok(volumes
-            .iter()
-            .filter(|(v, _)| w.is_attached(v, node))
-            .map(|(v, _)| v.clone())
-            .collect())
+        guarded(&self.world, self.epoch, "backend verify", async {
+            let w = self.lock();
+            Ok(volumes
+                .iter()
+                .filter(|(v, _)| w.is_attached(v, node))
+                .map(|(v, _)| v.clone())
+                .collect())
+        })
+        .await
     }
 
     async fn list(&self) -> Result<Vec<BackendAttachment<SimIds>>, BackendError<String>> {
-        let w = self.lock();
-        Ok(w.attached
-            .iter()
-            .flat_map(|(v, nodes)| {
-                let access = w.volumes.get(v).copied().unwrap_or(Access::SingleNode);
-                nodes.iter().map(move |n| BackendAttachment {
-                    volume: v.clone(),
-                    node: n.clone(),
-                    spec: VolumeSpec {
-                        access,
-                        payload: (),
-                    },
+        guarded(&self.world, self.epoch, "backend list", async {
+            let w = self.lock();
+            Ok(w.attached
+                .iter()
+                .flat_map(|(v, nodes)| {
+                    let access = w.volumes.get(v).copied().unwrap_or(Access::SingleNode);
+                    nodes.iter().map(move |n| BackendAttachment {
+                        volume: v.clone(),
+                        node: n.clone(),
+                        spec: VolumeSpec {
+                            access,
+                            payload: (),
+                        },
+                    })
                 })
-            })
-            .collect())
+                .collect())
+        })
+        .await
     }
 }

@@ -18,6 +18,14 @@
 //!   Multi-Attach event (seed 004's safe outcome);
 //! - **I4** no detach while the node's status still lists the volume for a live agent.
 //!
+//! A panic anywhere in a run (the controller's task, the simulated backend or store, the
+//! simulator's own tasks or the runner) is a violation too, carrying the panic's message.
+//!
+//! Node agents pass every 100 ms of virtual time, as kubelet's volume manager does, but only
+//! over nodes where something changed since their last pass; with nothing changing the clock
+//! jumps to the next step. A run costs what happens in it, not how long it lasts, apart from
+//! the controller's own timers (its periodic sync while anything is attached).
+//!
 //! ```
 //! use attach_detach::sim::{run, scenario::parse};
 //! let scenario = parse("node n1\nvolume v single-node\nat 0s pod p on n1 uses v\nat 5s expect pod p running\nrun 10s\n").unwrap();
@@ -31,12 +39,13 @@
 mod backend;
 pub mod library;
 pub mod model;
+mod panics;
 mod runner;
 pub mod scenario;
 mod store;
 mod world;
 
-pub use runner::{Report, SETTLE, config_of, run, summary_header, summary_line};
+pub use runner::{Report, SETTLE, config_of, run, summary_header, summary_line, violation_line};
 pub use world::Violation;
 
 /// The identifiers the simulator uses: names for nodes, volumes and pods, no payload.

@@ -11,7 +11,8 @@
 //! One statement a line; `#` starts a comment that runs to the end of the line; blank lines are
 //! ignored; tokens are separated by whitespace. A `<time>` is a duration since the start of the
 //! scenario, written as a whole number and a unit: `150ms`, `2s`, `6m`, `1h` (a bare `0` is also
-//! accepted). Names are any token without whitespace, commas or `#`.
+//! accepted). Names are any token without whitespace, commas or `#`. The text is UTF-8; a
+//! byte-order mark at its start is skipped.
 //!
 //! ```text
 //! set <key> <value>        keys and defaults: reconcile-period 100ms, sync-period 60s,
@@ -42,6 +43,12 @@
 //! at <time> expect writes <n> =|<=|>= <k>
 //! run <time>                        how long to simulate in total (else the runner decides)
 //! ```
+//!
+//! Every duration is at most 876000h (100 years, [`MAX_DURATION`]); a longer one, such as
+//! `at 18446744073709551615s`, is refused with [`ParseErrorKind::DurationTooLong`], so that no
+//! sum of a scenario's durations can overflow in the simulator, the driver or the core. A
+//! scenario built in code gets the same check from [`Scenario::validate`], which the runner
+//! applies before it simulates anything.
 //!
 //! `times <k>` defaults to 1 and must be at least 1. The parser also checks what needs no
 //! simulation: settings come before the first `at` line and are set once; nodes and volumes are
@@ -90,13 +97,23 @@
 //! # Ok::<(), attach_detach::sim::scenario::ParseError>(())
 //! ```
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::time::Duration;
 
-use thiserror::Error;
-
 use crate::Access;
+
+mod error;
+
+pub use error::{ParseError, ParseErrorKind, ScenarioError};
+
+/// The longest duration a scenario may state: 876000h, 100 years of 365 days.
+///
+/// Far beyond any incident, and far enough below the limits of [`Duration`] and of the clock's
+/// `Instant` that every sum the simulator, the driver and the core form from a scenario's
+/// durations (a step's time plus a cache lag plus one and a half latencies, a deadline plus a
+/// period) fits with room to spare.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
 
 /// A parsed incident script: what the simulator needs to replay it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -381,186 +398,14 @@ impl Cmp {
     }
 }
 
-/// A scenario that could not be parsed, and the line to fix.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("line {line}: {kind}")]
-pub struct ParseError {
-    /// The 1-based line of the offending statement.
-    pub line: usize,
-    /// What is wrong with it.
-    pub kind: ParseErrorKind,
-}
-
-impl ParseError {
-    /// The error in the `file:line: message` form editors and terminals link to.
-    pub fn with_file(&self, file: impl fmt::Display) -> String {
-        format!("{file}:{}: {}", self.line, self.kind)
-    }
-}
-
-/// What is wrong with a statement; each message says what was expected.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[non_exhaustive]
-pub enum ParseErrorKind {
-    /// The first word of a line is not a statement.
-    #[error("unknown statement `{0}` (expected set, node, volume, at or run)")]
-    UnknownStatement(String),
-    /// The word after `at <time>` is not an action.
-    #[error(
-        "unknown action `{0}` (expected pod, delete, force-delete, node, fail, restart or expect)"
-    )]
-    UnknownAction(String),
-    /// The word after `expect` is not an expectation.
-    #[error(
-        "unknown expectation `{0}` (expected pod, attached, detached, reported, event, no-event, \
-         calls or writes)"
-    )]
-    UnknownExpectation(String),
-    /// The line ended too early.
-    #[error("expected {expected}, found the end of the line")]
-    Missing {
-        /// What should have come next.
-        expected: String,
-    },
-    /// A token is not one of the words allowed here.
-    #[error("expected {expected}, found `{found}`")]
-    Unexpected {
-        /// What should have come instead.
-        expected: String,
-        /// What came.
-        found: String,
-    },
-    /// The statement is complete but the line goes on.
-    #[error("unexpected `{0}` after the end of the statement")]
-    Extra(String),
-    /// A token is not a duration.
-    #[error("expected a duration like 150ms, 2s, 6m or 1h, found `{0}`")]
-    BadDuration(String),
-    /// A duration does not fit in a `Duration`.
-    #[error("duration `{0}` is too large")]
-    DurationOverflow(String),
-    /// A token is not a whole number.
-    #[error("expected a whole number, found `{0}`")]
-    BadNumber(String),
-    /// A number does not fit its field.
-    #[error("number `{0}` is too large")]
-    NumberOverflow(String),
-    /// `times 0` would inject no failure, which is surely not what was meant.
-    #[error("`times 0` injects nothing: use 1 or more")]
-    ZeroTimes,
-    /// A `set` key is unknown.
-    #[error(
-        "unknown setting `{0}` (expected reconcile-period, sync-period, max-wait-for-unmount, \
-         force-detach-on-timeout, cache-lag, status-cache-lag, attach-latency, detach-latency, \
-         status-latency, seed \
-         or upstream-bug)"
-    )]
-    UnknownSetting(String),
-    /// A setting is given twice, so one of the two lines is a mistake.
-    #[error("`{key}` is already set on line {first_line}")]
-    DuplicateSetting {
-        /// The key (with the bug name for `upstream-bug`).
-        key: String,
-        /// Where it was first set.
-        first_line: usize,
-    },
-    /// Settings apply to the whole run, so they cannot follow the first step.
-    #[error("`set` must come before the first `at` line (line {first_at_line})")]
-    SetAfterAt {
-        /// The first `at` line.
-        first_at_line: usize,
-    },
-    /// A node is declared twice.
-    #[error("node `{name}` is already declared on line {first_line}")]
-    DuplicateNode {
-        /// The node.
-        name: String,
-        /// Where it was first declared.
-        first_line: usize,
-    },
-    /// A volume is declared twice.
-    #[error("volume `{name}` is already declared on line {first_line}")]
-    DuplicateVolume {
-        /// The volume.
-        name: String,
-        /// Where it was first declared.
-        first_line: usize,
-    },
-    /// A step names a node no earlier line declares.
-    #[error("node `{0}` is not declared (add `node {0}` before using it)")]
-    UndeclaredNode(String),
-    /// A step names a volume no earlier line declares.
-    #[error("volume `{0}` is not declared (add `volume {0} single-node` before using it)")]
-    UndeclaredVolume(String),
-    /// A name contains a comma.
-    #[error("`{0}` is not a name: names cannot contain commas")]
-    BadName(String),
-    /// A comma-separated list has an empty item.
-    #[error("`{0}` is not a list of names like `a,b,c` (no spaces, no empty items)")]
-    BadList(String),
-    /// A list names the same volume twice.
-    #[error("`{0}` appears twice in the list")]
-    DuplicateInList(String),
-    /// `none` is the empty list in `expect reported`, so it cannot be a volume.
-    #[error("`none` cannot name a volume: `expect reported <node> none` means the empty list")]
-    ReservedVolumeName,
-    /// An option such as `times` or `uncertain` is given twice.
-    #[error("`{0}` is given twice")]
-    DuplicateOption(&'static str),
-    /// An `at` line is earlier than the one before it.
-    #[error(
-        "time goes backwards: `at {}` comes after `at {}` on line {previous_line}",
-        format_duration(*.at),
-        format_duration(*.previous)
-    )]
-    TimeGoesBackwards {
-        /// This line's time.
-        at: Duration,
-        /// The previous `at` line's time.
-        previous: Duration,
-        /// The previous `at` line.
-        previous_line: usize,
-    },
-    /// A second `run` line.
-    #[error("`run` is already given on line {first_line}")]
-    DuplicateRun {
-        /// The first `run` line.
-        first_line: usize,
-    },
-    /// `run` ends before a step it follows.
-    #[error(
-        "`run {}` ends before the step `at {}` on line {step_line}",
-        format_duration(*.run),
-        format_duration(*.step_at)
-    )]
-    RunTooShort {
-        /// The run length.
-        run: Duration,
-        /// The latest step's time.
-        step_at: Duration,
-        /// The latest step's line.
-        step_line: usize,
-    },
-    /// A step lies beyond a `run` given earlier.
-    #[error(
-        "step `at {}` lies beyond `run {}` on line {run_line}",
-        format_duration(*.at),
-        format_duration(*.run)
-    )]
-    StepAfterRun {
-        /// This step's time.
-        at: Duration,
-        /// The run length.
-        run: Duration,
-        /// The `run` line.
-        run_line: usize,
-    },
-}
-
 type Result<T, E = ParseErrorKind> = std::result::Result<T, E>;
 
 /// Parses a scenario script; the first error found is returned with its line.
+///
+/// A UTF-8 byte-order mark at the very start of the text is skipped, as editors on some systems
+/// write one; anywhere else it is an ordinary (and invalid) character.
 pub fn parse(text: &str) -> std::result::Result<Scenario, ParseError> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut parser = Parser::default();
     for (index, raw) in text.lines().enumerate() {
         let line = index.saturating_add(1);
@@ -590,6 +435,31 @@ pub fn format_duration(d: Duration) -> String {
 }
 
 impl Scenario {
+    /// Checks what [`parse`] checks of every duration, for a scenario built in code: each one
+    /// (settings, step times, `run`) is at most [`MAX_DURATION`]. The runner refuses to simulate
+    /// a scenario that fails this, and reports why instead.
+    pub fn validate(&self) -> std::result::Result<(), ScenarioError> {
+        let check = |what: String, value: Duration| {
+            if value > MAX_DURATION {
+                Err(ScenarioError::TooLong { what, value })
+            } else {
+                Ok(())
+            }
+        };
+        let mut settings = self.settings.clone();
+        for (key, value) in settings.durations_mut() {
+            check(format!("`set {key}`"), *value)?;
+        }
+        for (index, step) in self.steps.iter().enumerate() {
+            let what = format!("the time of step {} (line {})", index + 1, step.line);
+            check(what, step.at)?;
+        }
+        if let Some(run) = self.run {
+            check("`run`".to_string(), run)?;
+        }
+        Ok(())
+    }
+
     /// The scenario as a script, so a generated schedule can be saved and replayed.
     ///
     /// `set` lines appear only for settings that differ from the defaults. For every scenario
@@ -891,12 +761,14 @@ impl<'a> Tokens<'a> {
     /// The next token as a non-empty comma-separated list of distinct names.
     fn names(&mut self, expected: &str) -> Result<Vec<String>> {
         let token = self.next(expected)?;
+        // A set to find repeats, so a pod with 20,000 volumes costs no 20,000 squared compares.
+        let mut seen: HashSet<&str> = HashSet::new();
         let mut names: Vec<String> = Vec::new();
         for name in token.split(',') {
             if name.is_empty() {
                 return Err(ParseErrorKind::BadList(token.to_string()));
             }
-            if names.iter().any(|n| n == name) {
+            if !seen.insert(name) {
                 return Err(ParseErrorKind::DuplicateInList(name.to_string()));
             }
             names.push(name.to_string());
@@ -955,10 +827,10 @@ fn parse_number(token: &str) -> Result<u64> {
     digits_value(token).ok_or_else(|| ParseErrorKind::NumberOverflow(token.to_string()))
 }
 
-/// Parses `150ms`, `2s`, `6m`, `1h` or a bare `0`.
+/// Parses `150ms`, `2s`, `6m`, `1h` or a bare `0`, at most [`MAX_DURATION`].
 fn parse_duration(token: &str) -> Result<Duration> {
     let bad = || ParseErrorKind::BadDuration(token.to_string());
-    let overflow = || ParseErrorKind::DurationOverflow(token.to_string());
+    let too_long = || ParseErrorKind::DurationTooLong(token.to_string());
     // Every byte before the split is an ASCII digit, so the split is on a char boundary.
     let split = token
         .bytes()
@@ -969,22 +841,23 @@ fn parse_duration(token: &str) -> Result<Duration> {
         return Err(bad());
     }
     // The unit is checked before the value, so `99999999999999999999x` reads as a bad unit.
-    let secs_per_unit = match unit {
+    let millis_per_unit: u64 = match unit {
         "" if digits.bytes().all(|b| b == b'0') => return Ok(Duration::ZERO),
-        "ms" => {
-            return digits_value(digits)
-                .map(Duration::from_millis)
-                .ok_or_else(overflow);
-        }
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
         _ => return Err(bad()),
     };
-    digits_value(digits)
-        .and_then(|value| value.checked_mul(secs_per_unit))
-        .map(Duration::from_secs)
-        .ok_or_else(overflow)
+    // A value too large for a u64 of milliseconds is far beyond the bound too.
+    let duration = digits_value(digits)
+        .and_then(|value| value.checked_mul(millis_per_unit))
+        .map(Duration::from_millis)
+        .ok_or_else(too_long)?;
+    if duration > MAX_DURATION {
+        return Err(too_long());
+    }
+    Ok(duration)
 }
 
 /// The state the checks need while reading the lines in order.
@@ -1596,6 +1469,21 @@ mod tests {
     }
 
     #[test]
+    fn a_byte_order_mark_at_the_start_is_skipped() {
+        let plain = "node a\nvolume v single-node\nat 1s pod p on a uses v\nrun 2s\n";
+        let marked = format!("\u{feff}{plain}");
+        assert_eq!(ok(&marked), ok(plain));
+        // Lines keep their numbers: the mark is not a line of its own.
+        assert_eq!(ok(&marked).steps[0].line, 3);
+        assert_eq!(err("\u{feff}node a\nfrobnicate").line, 2);
+        // Only at the very start: elsewhere it is part of a token, as any other character.
+        assert_eq!(
+            err("node a\n\u{feff}node b").kind,
+            ParseErrorKind::UnknownStatement(s("\u{feff}node"))
+        );
+    }
+
+    #[test]
     fn equal_times_are_allowed_and_keep_file_order() {
         let scenario = ok("node a\nat 1s node a crash\nat 1s node a recover\nat 1s node a crash");
         let actions: Vec<&Action> = scenario.steps.iter().map(|s| &s.action).collect();
@@ -1628,12 +1516,11 @@ mod tests {
             ("6m", Duration::from_secs(360)),
             ("1h", Duration::from_secs(3600)),
             ("007s", ms(7000)),
-            ("18446744073709551615ms", ms(u64::MAX)),
-            ("18446744073709551615s", Duration::from_secs(u64::MAX)),
-            (
-                "5124095576030431h",
-                Duration::from_secs(5124095576030431 * 3600),
-            ),
+            ("876000h", MAX_DURATION),
+            ("52560000m", MAX_DURATION),
+            ("3153600000s", MAX_DURATION),
+            ("3153600000000ms", MAX_DURATION),
+            ("0003153600000000ms", MAX_DURATION),
         ];
         for (text, expected) in good {
             assert_eq!(parse_duration(text), Ok(expected), "{text}");
@@ -1667,17 +1554,23 @@ mod tests {
                 "{text}"
             );
         }
-        let overflow = [
+        let too_long = [
+            "876001h",
+            "3153600001s",
+            "3153600000001ms",
+            "1000000h",
+            "18446744073709551615ms",
             "18446744073709551616ms",
+            "18446744073709551615s",
             "18446744073709551616s",
             "307445734561825861m",
             "5124095576030432h",
             "99999999999999999999999999999999h",
         ];
-        for text in overflow {
+        for text in too_long {
             assert_eq!(
                 parse_duration(text),
-                Err(ParseErrorKind::DurationOverflow(s(text))),
+                Err(ParseErrorKind::DurationTooLong(s(text))),
                 "{text}"
             );
         }
@@ -1818,7 +1711,7 @@ mod tests {
             (
                 "run 99999999999999999999h",
                 5,
-                K::DurationOverflow(s("99999999999999999999h")),
+                K::DurationTooLong(s("99999999999999999999h")),
             ),
             ("set seed -1", 5, K::BadNumber(s("-1"))),
             ("set seed +1", 5, K::BadNumber(s("+1"))),
@@ -1935,6 +1828,91 @@ mod tests {
             let error = err(&format!("{HEADER}{text}"));
             assert_eq!(error, ParseError { line, kind }, "{text}");
         }
+    }
+
+    /// Each place a duration goes refuses one beyond the bound, with a typed error on its line;
+    /// the bound itself is accepted everywhere.
+    #[test]
+    fn durations_beyond_the_bound_are_refused_everywhere() {
+        let keys = [
+            "reconcile-period",
+            "sync-period",
+            "max-wait-for-unmount",
+            "cache-lag",
+            "status-cache-lag",
+            "attach-latency",
+            "detach-latency",
+            "status-latency",
+        ];
+        let mut lines: Vec<String> = keys.iter().map(|k| format!("set {k} {{}}")).collect();
+        lines.push("at {} restart controller".into());
+        lines.push("run {}".into());
+        for line in &lines {
+            for huge in ["18446744073709551615s", "1000000h", "876001h"] {
+                let text = format!("{HEADER}{}", line.replace("{}", huge));
+                assert_eq!(
+                    err(&text),
+                    ParseError {
+                        line: 5,
+                        kind: ParseErrorKind::DurationTooLong(s(huge))
+                    },
+                    "{text}"
+                );
+            }
+            let at_bound = ok(&format!("{HEADER}{}", line.replace("{}", "876000h")));
+            assert_eq!(at_bound.validate(), Ok(()), "{line}");
+        }
+        // With a seed the backend stretches latencies by up to half again: still accepted.
+        let seeded = ok("set seed 1\nset attach-latency 876000h\nset detach-latency 876000h");
+        assert_eq!(seeded.settings.attach_latency, MAX_DURATION);
+    }
+
+    #[test]
+    fn messages_state_the_bound() {
+        assert_eq!(
+            err("run 1000000h").to_string(),
+            "line 1: duration `1000000h` is too long: a scenario's durations are at most \
+             876000h (100 years)"
+        );
+        assert_eq!(
+            err("node a\nat 18446744073709551615s node a crash").to_string(),
+            "line 2: duration `18446744073709551615s` is too long: a scenario's durations are \
+             at most 876000h (100 years)"
+        );
+    }
+
+    /// A scenario built in code gets the same bound from `validate`.
+    #[test]
+    fn validate_applies_the_bound_to_built_scenarios() {
+        let too_long = MAX_DURATION + ms(1);
+        let mut scenario = ok(HEADER);
+        assert_eq!(scenario.validate(), Ok(()));
+        scenario.settings.status_cache_lag = too_long;
+        assert_eq!(
+            scenario.validate(),
+            Err(ScenarioError::TooLong {
+                what: s("`set status-cache-lag`"),
+                value: too_long
+            })
+        );
+        scenario.settings = Settings::default();
+        scenario.steps.push(Step {
+            at: Duration::MAX,
+            line: 9,
+            action: Action::RestartController,
+        });
+        let error = scenario.validate().unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "the time of step 1 (line 9) is 18446744073709551615999ms, longer than 876000h \
+             (100 years), the longest a scenario may use"
+        );
+        scenario.steps.clear();
+        scenario.run = Some(too_long);
+        assert!(matches!(
+            scenario.validate(),
+            Err(ScenarioError::TooLong { what, .. }) if what == "`run`"
+        ));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::SimIds;
+use super::panics::guarded;
 use super::world::World;
 use crate::store::{NodeStatus, NodeStatusStore, ReportedVolume, Revision, StoreError};
 
@@ -19,13 +20,18 @@ pub(crate) struct SimStore {
     pub(crate) latency: Duration,
     /// Trace writes (the real store), not reads of a lagging view.
     pub(crate) traced: bool,
+    /// For the runner's own tests: every write panics, to show the run fails.
+    pub(crate) sabotaged: bool,
 }
 
 #[async_trait]
 impl NodeStatusStore<SimIds> for SimStore {
     async fn read(&self, node: &String) -> Result<NodeStatus<SimIds>, StoreError> {
-        tokio::time::sleep(self.latency).await;
-        self.inner.read(node).await
+        guarded(&self.world, self.epoch, "store read", async {
+            tokio::time::sleep(self.latency).await;
+            self.inner.read(node).await
+        })
+        .await
     }
 
     async fn write(
@@ -34,25 +40,36 @@ impl NodeStatusStore<SimIds> for SimStore {
         attached: &[ReportedVolume<SimIds>],
         expected: Revision,
     ) -> Result<Revision, StoreError> {
-        tokio::time::sleep(self.latency).await;
-        let result = self.inner.write(node, attached, expected).await;
-        if self.traced {
-            let names: Vec<&str> = attached.iter().map(|r| r.volume.as_str()).collect();
+        guarded(&self.world, self.epoch, "store write", async {
+            tokio::time::sleep(self.latency).await;
+            assert!(!self.sabotaged, "sabotaged store write of {node}");
+            let result = self.inner.write(node, attached, expected).await;
             let mut w = self.world.lock();
             w.now = self.epoch.elapsed();
-            match &result {
-                Ok(_) => {
-                    w.log(format!("store: {node} reports [{}]", names.join(",")));
-                    w.changed();
-                }
-                Err(e) => w.log(format!("store: write of {node} failed: {e}")),
+            if result.is_ok() {
+                // The node's agent reads its list: it must look again.
+                w.stored_changed(node);
             }
-        }
-        result
+            if self.traced {
+                let names: Vec<&str> = attached.iter().map(|r| r.volume.as_str()).collect();
+                match &result {
+                    Ok(_) => {
+                        w.log(format!("store: {node} reports [{}]", names.join(",")));
+                        w.changed();
+                    }
+                    Err(e) => w.log(format!("store: write of {node} failed: {e}")),
+                }
+            }
+            result
+        })
+        .await
     }
 
     async fn list(&self) -> Result<Vec<(String, NodeStatus<SimIds>)>, StoreError> {
-        tokio::time::sleep(self.latency).await;
-        self.inner.list().await
+        guarded(&self.world, self.epoch, "store list", async {
+            tokio::time::sleep(self.latency).await;
+            self.inner.list().await
+        })
+        .await
     }
 }

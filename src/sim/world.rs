@@ -3,7 +3,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::Notify;
 
 use super::scenario::CallOp;
 use crate::volume::Access;
@@ -55,6 +58,15 @@ pub(crate) struct Fault {
     pub(crate) uncertain: bool,
 }
 
+/// What an agent pass did that the controller must hear of.
+#[derive(Debug, Default)]
+pub(crate) struct AgentPass {
+    /// The new in-use list, when it changed.
+    pub(crate) report: Option<Vec<String>>,
+    /// Pods that finished terminating, in name order: gone from the API now.
+    pub(crate) gone: Vec<String>,
+}
+
 /// An invariant or expectation that did not hold.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
@@ -73,6 +85,17 @@ pub(crate) struct World {
     pub(crate) nodes: BTreeMap<String, SimNode>,
     pub(crate) volumes: BTreeMap<String, Access>,
     pub(crate) pods: BTreeMap<String, SimPod>,
+    /// Node -> the pods placed there that are not gone: what its agent looks at, so that a pass
+    /// costs that node's pods, not every pod.
+    pub(crate) pods_on: BTreeMap<String, BTreeSet<String>>,
+    /// Nodes whose agent must look again: something it reads changed since its last pass (its
+    /// pods, its power, its attachments, its status in the store). An agent pass over anything
+    /// else would change nothing, so the runner skips it, and sleeps while this is empty.
+    pub(crate) dirty: BTreeSet<String>,
+    /// Nodes whose list in the store changed since [`listed`](World::listed) was refreshed.
+    pub(crate) stale_listed: BTreeSet<String>,
+    /// Wakes the runner when a node turns dirty while it sleeps.
+    pub(crate) wake: Arc<Notify>,
     /// The truth: volume -> nodes it is attached to.
     pub(crate) attached: BTreeMap<String, BTreeSet<String>>,
     pub(crate) faults: Vec<Fault>,
@@ -110,12 +133,53 @@ impl World {
         self.rng ^= self.rng << 25;
         self.rng ^= self.rng >> 27;
         let r = self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11;
-        let permille = 500 + r % 1001;
-        base * u32::try_from(permille).unwrap_or(1000) / 1000
+        let permille = u32::try_from(500 + r % 1001).unwrap_or(1000);
+        // Scenarios keep latencies far below where this could overflow; saturate all the same.
+        base.checked_mul(permille)
+            .map_or(Duration::MAX, |stretched| stretched / 1000)
     }
 
     pub(crate) fn changed(&mut self) {
         self.last_change = self.now;
+    }
+
+    /// `node`'s agent must look again at its next pass.
+    pub(crate) fn mark(&mut self, node: &str) {
+        if !self.dirty.contains(node) {
+            self.dirty.insert(node.to_string());
+        }
+        self.wake.notify_one();
+    }
+
+    /// `node`'s list in the store changed: refresh it, and let its agent look.
+    pub(crate) fn stored_changed(&mut self, node: &str) {
+        if !self.stale_listed.contains(node) {
+            self.stale_listed.insert(node.to_string());
+        }
+        self.mark(node);
+    }
+
+    /// `pod` is placed on `node` now (or moved there), not gone.
+    pub(crate) fn place(&mut self, pod: &str, node: &str) {
+        if let Some(old) = self.pods.get(pod).map(|p| p.node.clone()) {
+            self.unplace(pod, &old);
+        }
+        self.pods_on
+            .entry(node.to_string())
+            .or_default()
+            .insert(pod.to_string());
+        self.mark(node);
+    }
+
+    /// `pod` left `node` (moved or gone).
+    pub(crate) fn unplace(&mut self, pod: &str, node: &str) {
+        if let Some(pods) = self.pods_on.get_mut(node) {
+            pods.remove(pod);
+            if pods.is_empty() {
+                self.pods_on.remove(node);
+            }
+        }
+        self.mark(node);
     }
 
     pub(crate) fn violation(&mut self, message: String) {
@@ -139,7 +203,8 @@ impl World {
             .position(|f| f.op == op && f.volume == volume && f.node == node)?;
         let fault = &mut self.faults[i];
         let uncertain = fault.uncertain;
-        fault.times -= 1;
+        // A fault built in code with `times: 0` counts as one, like the parser's minimum.
+        fault.times = fault.times.saturating_sub(1);
         if fault.times == 0 {
             self.faults.remove(i);
         }
@@ -171,6 +236,7 @@ impl World {
         {
             self.log(format!("backend: {volume} attached to {node}"));
             self.changed();
+            self.mark(node);
         }
     }
 
@@ -206,6 +272,7 @@ impl World {
             self.log(format!("backend: {volume} detached from {node}"));
             self.changed();
         }
+        self.mark(node);
     }
 
     pub(crate) fn count_call(&mut self, op: CallOp, volume: &str, node: &str) {
@@ -223,53 +290,63 @@ impl World {
             .sum()
     }
 
-    /// Volumes the pods placed on `node` need (pending or running).
-    pub(crate) fn needs(&self, node: &str) -> BTreeSet<String> {
-        self.pods
-            .values()
-            .filter(|p| p.node == node && matches!(p.phase, Phase::Pending | Phase::Running))
-            .flat_map(|p| p.volumes.iter().cloned())
-            .collect()
-    }
-
-    /// One pass of `node`'s agent. Returns the new in-use list when it changed.
-    pub(crate) fn agent(&mut self, node: &str) -> Option<Vec<String>> {
-        let n = self.nodes.get(node)?;
+    /// One pass of `node`'s agent, as kubelet's volume manager makes every 100 ms: unmount what
+    /// no pod here needs, report in use what the pods need (before mounting, as kubelet does),
+    /// mount what is both listed in the node's status and really attached, start the pods whose
+    /// volumes are all mounted, and let terminating pods go.
+    ///
+    /// It costs this node's pods and volumes, and a second pass with nothing changed in between
+    /// changes nothing, which is what lets the runner pass over nodes that are not
+    /// [`dirty`](World::dirty).
+    pub(crate) fn agent(&mut self, node: &str) -> AgentPass {
+        let mut pass = AgentPass::default();
+        let Some(n) = self.nodes.get_mut(node) else {
+            return pass;
+        };
         if n.power != Power::Up {
-            return None;
+            return pass;
         }
-        let needs = self.needs(node);
-        let listed = self.listed.get(node).cloned().unwrap_or_default();
+        let no_pods = BTreeSet::new();
+        let here = self.pods_on.get(node).unwrap_or(&no_pods);
+        let needs: BTreeSet<&str> = here
+            .iter()
+            .filter_map(|pod| self.pods.get(pod))
+            .filter(|pod| matches!(pod.phase, Phase::Pending | Phase::Running))
+            .flat_map(|pod| pod.volumes.iter().map(String::as_str))
+            .collect();
         let mut log = Vec::new();
-        let n = self.nodes.get_mut(node)?;
-        let stale: Vec<String> = n.mounted.difference(&needs).cloned().collect();
-        for v in stale {
-            n.mounted.remove(&v);
-            log.push(format!("{node}: unmounted {v}"));
-        }
-        // Report in use before mounting, as kubelet does.
-        let in_use: BTreeSet<String> = needs.union(&n.mounted).cloned().collect();
-        let report = (in_use != n.in_use).then(|| in_use.iter().cloned().collect());
-        n.in_use = in_use;
-        let mut mounts = Vec::new();
-        for v in &needs {
-            if !n.mounted.contains(v) && listed.contains(v) {
-                mounts.push(v.clone());
+        n.mounted.retain(|v| {
+            let keep = needs.contains(v.as_str());
+            if !keep {
+                log.push(format!("{node}: unmounted {v}"));
             }
+            keep
+        });
+        // What is still mounted is needed, so in use is exactly what the pods need.
+        if !n
+            .in_use
+            .iter()
+            .map(String::as_str)
+            .eq(needs.iter().copied())
+        {
+            n.in_use = needs.iter().map(|v| (*v).to_string()).collect();
+            pass.report = Some(n.in_use.iter().cloned().collect());
         }
-        for v in mounts {
-            if self.is_attached(&v, node) {
-                self.nodes.get_mut(node)?.mounted.insert(v.clone());
+        let no_volumes = BTreeSet::new();
+        let listed = self.listed.get(node).unwrap_or(&no_volumes);
+        for v in needs {
+            let attached = self.attached.get(v).is_some_and(|on| on.contains(node));
+            if attached && listed.contains(v) && !n.mounted.contains(v) {
+                n.mounted.insert(v.to_string());
                 log.push(format!("{node}: mounted {v}"));
             }
         }
-        let mounted = self.nodes.get(node)?.mounted.clone();
-        for (name, pod) in self.pods.iter_mut() {
-            if pod.node != node {
+        for name in here {
+            let Some(pod) = self.pods.get_mut(name) else {
                 continue;
-            }
+            };
             match pod.phase {
-                Phase::Pending if pod.volumes.iter().all(|v| mounted.contains(v)) => {
+                Phase::Pending if pod.volumes.iter().all(|v| n.mounted.contains(v)) => {
                     pod.phase = Phase::Running;
                     log.push(format!("pod {name} running on {node}"));
                 }
@@ -277,8 +354,14 @@ impl World {
                 Phase::Terminating => {
                     pod.phase = Phase::Gone;
                     log.push(format!("pod {name} gone"));
+                    pass.gone.push(name.clone());
                 }
                 _ => {}
+            }
+        }
+        for pod in &pass.gone {
+            if let Some(pods) = self.pods_on.get_mut(node) {
+                pods.remove(pod);
             }
         }
         if !log.is_empty() {
@@ -287,7 +370,7 @@ impl World {
         for line in log {
             self.log(line);
         }
-        report
+        pass
     }
 
     /// I3 at the end of a run: reports match reality on live nodes, every pod on a live node
@@ -298,34 +381,41 @@ impl World {
         let mut problems = Vec::new();
         // Single-node volumes another node rightly keeps: a pod there still uses it, or the
         // node crashed unfenced and may still be writing (seed 004's safe outcome).
+        // (node, volume) for each volume a pod there that is not gone uses.
+        let used: BTreeSet<(&str, &str)> = self
+            .pods_on
+            .iter()
+            .flat_map(|(node, pods)| pods.iter().map(move |pod| (node.as_str(), pod)))
+            .filter_map(|(node, pod)| self.pods.get(pod).map(|pod| (node, pod)))
+            .flat_map(|(node, pod)| pod.volumes.iter().map(move |v| (node, v.as_str())))
+            .collect();
+        let used_on = |node: &str, volume: &str| used.contains(&(node, volume));
         let rightly_held = |volume: &str, waiting_on: &str| {
             self.volumes.get(volume) != Some(&Access::MultiNode)
                 && self.attached.get(volume).into_iter().flatten().any(|n| {
                     n != waiting_on
                         && (self.nodes.get(n).is_some_and(|n| n.power == Power::Crashed)
-                            || self.pods.values().any(|p| {
-                                p.node == *n
-                                    && p.phase != Phase::Gone
-                                    && p.volumes.iter().any(|v| v == volume)
-                            }))
+                            || used_on(n, volume))
                 })
         };
+        let mut real: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+        for (volume, nodes) in &self.attached {
+            for node in nodes {
+                real.entry(node).or_default().insert(volume.clone());
+            }
+        }
+        let nothing = BTreeSet::new();
         for (name, node) in &self.nodes {
             if node.power != Power::Up {
                 continue;
             }
-            let real: BTreeSet<String> = self
-                .attached
-                .iter()
-                .filter(|(_, nodes)| nodes.contains(name))
-                .map(|(v, _)| v.clone())
-                .collect();
-            let listed = self.listed.get(name).cloned().unwrap_or_default();
+            let real = real.get(name.as_str()).unwrap_or(&nothing);
+            let listed = self.listed.get(name).unwrap_or(&nothing);
             if real != listed {
                 problems.push(format!(
                     "I3: {name} reports [{}] but has [{}] attached",
-                    join(&listed),
-                    join(&real)
+                    join(listed),
+                    join(real)
                 ));
             }
         }
@@ -358,10 +448,7 @@ impl World {
                 if power == Some(Power::Crashed) {
                     continue;
                 }
-                let needed = self.pods.values().any(|p| {
-                    p.node == *node && p.phase != Phase::Gone && p.volumes.contains(volume)
-                });
-                if !needed {
+                if !used_on(node, volume) {
                     problems.push(format!(
                         "I3: {volume} left attached to {node}, nothing needs it"
                     ));
