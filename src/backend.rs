@@ -123,6 +123,12 @@ pub trait AttachBackend<D: Domain>: Send + Sync {
     ) -> Result<AttachInfo, BackendError<D::Node>>;
 
     /// Detaches `volume` from `node`.
+    ///
+    /// While an attach of the same volume to the same node is still under way (for instance
+    /// one started by a controller that restarted since), it must not report success without
+    /// detaching: refuse with [`BackendError::Transient`] (CSI: `ABORTED`), or wait for the
+    /// attach to end and then detach. Otherwise the attach lands after a "successful" detach
+    /// and leaves an attachment nobody knows of.
     async fn detach(
         &self,
         volume: &D::Volume,
@@ -130,15 +136,20 @@ pub trait AttachBackend<D: Domain>: Send + Sync {
         payload: &D::Payload,
     ) -> Result<(), BackendError<D::Node>>;
 
-    /// Returns the subset of `volumes` that are still attached to `node`, so the controller can
-    /// notice attachments that vanished behind its back.
+    /// Returns the subset of `volumes` that are still attached to `node`, or are being
+    /// attached, so the controller can notice attachments that vanished behind its back. Its
+    /// answer settles an Uncertain attachment both ways, so a volume whose attach is still under
+    /// way must count as attached.
     async fn verify(
         &self,
         node: &D::Node,
         volumes: &[(D::Volume, D::Payload)],
     ) -> Result<Vec<D::Volume>, BackendError<D::Node>>;
 
-    /// Every attachment the backend knows, for recovery after a controller restart.
+    /// Every attachment the backend knows, including attaches still under way, for recovery
+    /// after a controller restart and for the periodic listing (`Config::resync_period`). An
+    /// attach a previous controller started and lost must show up here, or it would land
+    /// unknown to the new one.
     async fn list(&self) -> Result<Vec<BackendAttachment<D>>, BackendError<D::Node>>;
 }
 

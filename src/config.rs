@@ -13,6 +13,15 @@ pub struct Config {
     pub reconcile_period: Duration,
     /// How often attachments are verified with the backend.
     pub sync_period: Duration,
+    /// How often every attachment the backend knows is listed, to find those the core does
+    /// not know of; `None` never lists after recovery.
+    ///
+    /// A call that a previous controller started and lost in a restart can land after the new
+    /// controller recovered: neither the store nor the backend listed it then, and nothing the
+    /// core knows would ever look at it again, so a single-node volume would stay attached to
+    /// a node that does not need it and block every other node. Upstream has no such sweep.
+    /// Attachments found are taken in as Uncertain and reconciled like any other.
+    pub resync_period: Option<Duration>,
     /// How long a detach waits for the node to unmount before a forced detach may be considered.
     pub max_wait_for_unmount: Duration,
     /// Allow detaching a still-mounted volume from an unhealthy, unfenced node after
@@ -40,6 +49,7 @@ impl Default for Config {
         Config {
             reconcile_period: Duration::from_millis(100),
             sync_period: Duration::from_secs(60),
+            resync_period: Some(Duration::from_secs(5 * 60)),
             max_wait_for_unmount: Duration::from_secs(6 * 60),
             force_detach_on_timeout: false,
             deleted_node_is_fenced: false,

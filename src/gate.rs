@@ -37,6 +37,8 @@ pub enum OpKind {
     Verify,
     /// Write a node's reported attached volumes.
     WriteStatus,
+    /// List every attachment the backend knows, to find those the core does not.
+    List,
 }
 
 #[derive(Clone, Copy, Debug)]

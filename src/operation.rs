@@ -84,6 +84,14 @@ pub enum Operation<D: Domain> {
         /// The volumes believed attached there, with payloads.
         volumes: Vec<(D::Volume, D::Payload)>,
     },
+    /// List every attachment the backend knows ([`AttachBackend::list`](crate::AttachBackend::list));
+    /// report back with `list_finished`. Planned every `Config::resync_period`, it finds
+    /// attachments the core does not know of, such as one made by a call that a previous
+    /// controller started and lost in a restart, which lands after the new one recovered.
+    ListAttachments {
+        /// Result id.
+        id: OpId,
+    },
     /// Make the store's record of `node` list exactly `attached`; report back with
     /// `status_finished`.
     WriteStatus {
@@ -103,7 +111,8 @@ impl<D: Domain> Operation<D> {
             Operation::Attach { id, .. }
             | Operation::Detach { id, .. }
             | Operation::Verify { id, .. }
-            | Operation::WriteStatus { id, .. } => *id,
+            | Operation::WriteStatus { id, .. }
+            | Operation::ListAttachments { id } => *id,
         }
     }
 
@@ -114,16 +123,18 @@ impl<D: Domain> Operation<D> {
             Operation::Detach { .. } => OpKind::Detach,
             Operation::Verify { .. } => OpKind::Verify,
             Operation::WriteStatus { .. } => OpKind::WriteStatus,
+            Operation::ListAttachments { .. } => OpKind::List,
         }
     }
 
-    /// The node the operation is about.
-    pub fn node(&self) -> &D::Node {
+    /// The node the operation is about; `None` for a listing of every attachment.
+    pub fn node(&self) -> Option<&D::Node> {
         match self {
             Operation::Attach { node, .. }
             | Operation::Detach { node, .. }
             | Operation::Verify { node, .. }
-            | Operation::WriteStatus { node, .. } => node,
+            | Operation::WriteStatus { node, .. } => Some(node),
+            Operation::ListAttachments { .. } => None,
         }
     }
 }
@@ -148,6 +159,7 @@ pub(crate) enum InFlight<D: Domain> {
     WriteStatus {
         node: D::Node,
     },
+    List,
 }
 
 impl<D: Domain> InFlight<D> {
@@ -155,7 +167,7 @@ impl<D: Domain> InFlight<D> {
     pub(crate) fn volume(&self) -> Option<&D::Volume> {
         match self {
             InFlight::Attach { volume, .. } | InFlight::Detach { volume, .. } => Some(volume),
-            InFlight::Verify { .. } | InFlight::WriteStatus { .. } => None,
+            InFlight::Verify { .. } | InFlight::WriteStatus { .. } | InFlight::List => None,
         }
     }
 
@@ -165,6 +177,7 @@ impl<D: Domain> InFlight<D> {
             InFlight::Detach { .. } => OpKind::Detach,
             InFlight::Verify { .. } => OpKind::Verify,
             InFlight::WriteStatus { .. } => OpKind::WriteStatus,
+            InFlight::List => OpKind::List,
         }
     }
 }

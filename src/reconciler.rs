@@ -11,7 +11,7 @@ use thiserror::Error;
 use tracing::{debug, warn};
 
 use crate::actual::{ActualState, AttachState, NodeFacts};
-use crate::backend::{AttachInfo, BackendError};
+use crate::backend::{AttachInfo, BackendAttachment, BackendError};
 use crate::config::Config;
 use crate::desired::{DesiredError, DesiredState};
 use crate::domain::Domain;
@@ -67,6 +67,8 @@ enum GateKey<D: Domain> {
     Status(D::Node),
     /// A verify of a node.
     Verify(D::Node),
+    /// The listing of every attachment.
+    List,
 }
 
 fn gate_key<D: Domain>(access: Access, volume: &D::Volume, node: &D::Node) -> GateKey<D> {
@@ -107,6 +109,10 @@ pub struct Reconciler<D: Domain> {
     next_id: u64,
     last_pass: Option<Duration>,
     next_sync: Option<Duration>,
+    next_resync: Option<Duration>,
+    /// While a listing runs: the attachments whose state an operation's result changed since
+    /// it started, whose listed state is older than the core's.
+    changed_while_listing: Option<BTreeSet<(D::Volume, D::Node)>>,
 }
 
 impl<D: Domain> Reconciler<D> {
@@ -129,6 +135,8 @@ impl<D: Domain> Reconciler<D> {
             next_id: 0,
             last_pass: None,
             next_sync: None,
+            next_resync: None,
+            changed_while_listing: None,
         }
     }
 
@@ -368,6 +376,7 @@ impl<D: Domain> Reconciler<D> {
         let InFlight::Attach { volume, node } = self.take_op(id, OpKind::Attach)? else {
             unreachable!("kind checked by take_op");
         };
+        self.changed(&volume, &node);
         let key = gate_key::<D>(self.access(&volume), &volume, &node);
         match result {
             Ok(info) => {
@@ -389,6 +398,7 @@ impl<D: Domain> Reconciler<D> {
                     }
                     BackendError::AttachedElsewhere { node: other, .. } => {
                         if self.actual.state(&volume, other) == AttachState::Detached {
+                            self.changed(&volume, other);
                             self.actual.set_uncertain(volume.clone(), other.clone());
                         }
                     }
@@ -419,6 +429,7 @@ impl<D: Domain> Reconciler<D> {
         else {
             unreachable!("kind checked by take_op");
         };
+        self.changed(&volume, &node);
         let key = gate_key::<D>(self.access(&volume), &volume, &node);
         match result {
             Ok(()) => {
@@ -486,6 +497,7 @@ impl<D: Domain> Reconciler<D> {
             match (a.state, still) {
                 (AttachState::Attached, false) => {
                     debug!(volume = ?volume, node = ?node, "backend says detached");
+                    self.changed(&volume, &node);
                     self.actual.set_detached(&volume, &node);
                     self.dirty.insert(volume);
                 }
@@ -494,6 +506,7 @@ impl<D: Domain> Reconciler<D> {
                 // backend now says (issue 9, bug 3).
                 (AttachState::Uncertain, false) => {
                     debug!(volume = ?volume, node = ?node, "backend says an uncertain attachment is gone");
+                    self.changed(&volume, &node);
                     self.actual.set_detached(&volume, &node);
                     self.dirty.insert(volume);
                 }
@@ -505,6 +518,55 @@ impl<D: Domain> Reconciler<D> {
                 }
                 _ => {}
             }
+        }
+        Ok(())
+    }
+
+    /// The listing planned as `id` finished: `listed` is every attachment the backend knows.
+    ///
+    /// An attachment the core does not know of (and that no operation touched while the listing
+    /// ran) is taken in as Uncertain, as at recovery: it is detached if nothing needs it, or
+    /// confirmed by an attach if a workload there does. Attachments the core knows and the
+    /// listing lacks are left to the per-node verify.
+    pub fn list_finished(
+        &mut self,
+        _now: Duration,
+        id: OpId,
+        listed: Result<Vec<BackendAttachment<D>>, BackendError<D::Node>>,
+    ) -> Result<(), ReconcilerError<D>> {
+        let InFlight::List = self.take_op(id, OpKind::List)? else {
+            unreachable!("kind checked by take_op");
+        };
+        self.gate.succeeded(GateKey::List, OpKind::List);
+        let changed = self.changed_while_listing.take().unwrap_or_default();
+        let listed = match listed {
+            Ok(listed) => listed,
+            Err(error) => {
+                warn!(%error, "listing the backend's attachments failed; trying again next resync");
+                return Ok(());
+            }
+        };
+        for BackendAttachment { volume, node, spec } in listed {
+            if changed.contains(&(volume.clone(), node.clone()))
+                || self.actual.state(&volume, &node) != AttachState::Detached
+            {
+                continue;
+            }
+            let access = self.desired.spec(&volume).map_or(spec.access, |s| s.access);
+            if self.gate.is_running(&gate_key::<D>(access, &volume, &node))
+                || self
+                    .in_flight
+                    .values()
+                    .any(|op| op.volume() == Some(&volume))
+            {
+                continue;
+            }
+            warn!(volume = ?volume, node = ?node, "the backend lists an attachment the controller did not know of");
+            if self.desired.spec(&volume).is_none() {
+                self.desired.set_volume(volume.clone(), spec);
+            }
+            self.actual.set_uncertain(volume.clone(), node);
+            self.dirty.insert(volume);
         }
         Ok(())
     }
@@ -558,6 +620,7 @@ impl<D: Domain> Reconciler<D> {
             self.volume_timers.peek().map(|Reverse((t, _))| *t),
             self.node_timers.peek().map(|Reverse((t, _))| *t),
             self.next_sync.filter(|_| !self.actual.is_empty()),
+            self.next_resync.filter(|_| self.desired.node_count() > 0),
         ];
         for t in timers.into_iter().flatten() {
             earliest = Some(earliest.map_or(t, |e: Duration| e.min(t)));
@@ -599,6 +662,16 @@ impl<D: Domain> Reconciler<D> {
                 self.next_sync = Some(now.saturating_add(self.config.sync_period));
             }
             Some(_) => {}
+        }
+        if let Some(period) = self.config.resync_period {
+            match self.next_resync {
+                None => self.next_resync = Some(now.saturating_add(period)),
+                Some(at) if at <= now && self.desired.node_count() > 0 => {
+                    self.plan_list(&mut ops);
+                    self.next_resync = Some(now.saturating_add(period));
+                }
+                Some(_) => {}
+            }
         }
         let dirty = std::mem::take(&mut self.dirty);
         for volume in &dirty {
@@ -675,7 +748,7 @@ impl<D: Domain> Reconciler<D> {
             self.desired.forget_volume(volume);
             self.gate.forget_where(|key| match key {
                 GateKey::Volume(v) | GateKey::Attachment(v, _) => v == volume,
-                GateKey::Status(_) | GateKey::Verify(_) => false,
+                GateKey::Status(_) | GateKey::Verify(_) | GateKey::List => false,
             });
         }
     }
@@ -945,6 +1018,25 @@ impl<D: Domain> Reconciler<D> {
                 },
             );
             ops.push(Operation::Verify { id, node, volumes });
+        }
+    }
+
+    fn plan_list(&mut self, ops: &mut Vec<Operation<D>>) {
+        if self.gate.is_running(&GateKey::List) {
+            return;
+        }
+        self.gate.start(GateKey::List);
+        let id = self.next_op_id();
+        self.in_flight.insert(id, InFlight::List);
+        self.changed_while_listing = Some(BTreeSet::new());
+        ops.push(Operation::ListAttachments { id });
+    }
+
+    /// An operation's result changed what is attached at (`volume`, `node`): a listing running
+    /// now may have seen it before the change.
+    fn changed(&mut self, volume: &D::Volume, node: &D::Node) {
+        if let Some(changed) = &mut self.changed_while_listing {
+            changed.insert((volume.clone(), node.clone()));
         }
     }
 

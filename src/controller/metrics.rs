@@ -23,7 +23,7 @@ impl Outcome {
     }
 }
 
-const KINDS: usize = 4;
+const KINDS: usize = 5;
 const OUTCOMES: usize = 3;
 
 fn kind_index(kind: OpKind) -> usize {
@@ -32,6 +32,7 @@ fn kind_index(kind: OpKind) -> usize {
         OpKind::Detach => 1,
         OpKind::Verify => 2,
         OpKind::WriteStatus => 3,
+        OpKind::List => 4,
     }
 }
 
@@ -124,6 +125,7 @@ impl Metrics {
             detach: counts(OpKind::Detach),
             verify: counts(OpKind::Verify),
             write_status: counts(OpKind::WriteStatus),
+            list: counts(OpKind::List),
             in_flight: load(&self.in_flight),
             reconcile_passes: load(&self.reconcile_passes),
             store_writes: load(&self.store_writes),
@@ -172,6 +174,8 @@ pub struct MetricsSnapshot {
     pub verify: OutcomeCounts,
     /// Status write operations (each may take several store calls).
     pub write_status: OutcomeCounts,
+    /// Listings of every attachment the backend knows (`Config::resync_period`).
+    pub list: OutcomeCounts,
     /// Operations running now.
     pub in_flight: u64,
     /// Reconcile passes run: stays flat while the controller is idle.
@@ -201,6 +205,7 @@ impl MetricsSnapshot {
             OpKind::Detach => self.detach,
             OpKind::Verify => self.verify,
             OpKind::WriteStatus => self.write_status,
+            OpKind::List => self.list,
         }
     }
 

@@ -8,7 +8,7 @@ use tracing::{Instrument, Span, debug, field, info_span, warn};
 
 use super::metrics::Outcome;
 use super::status_writer::{StatusWriter, WriteOutcome};
-use crate::backend::{AttachBackend, AttachInfo, BackendError};
+use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 use crate::domain::Domain;
 use crate::gate::OpKind;
 use crate::operation::{OpId, Operation};
@@ -21,6 +21,7 @@ pub(crate) enum OpResult<D: Domain> {
     Detach(Result<(), BackendError<D::Node>>),
     Verify(Result<Vec<D::Volume>, BackendError<D::Node>>),
     WriteStatus(Result<WriteOutcome, StoreError>),
+    List(Result<Vec<BackendAttachment<D>>, BackendError<D::Node>>),
 }
 
 fn backend_label<N>(e: &BackendError<N>) -> &'static str {
@@ -49,15 +50,17 @@ impl<D: Domain> OpResult<D> {
             OpKind::Detach => OpResult::Detach(Err(BackendError::Uncertain { message })),
             OpKind::Verify => OpResult::Verify(Err(BackendError::Transient { message })),
             OpKind::WriteStatus => OpResult::WriteStatus(Err(StoreError::Transient { message })),
+            OpKind::List => OpResult::List(Err(BackendError::Transient { message })),
         }
     }
 
     /// A short label for logs and spans: `ok`, `skipped-stale`, or the error's kind.
     fn label(&self) -> &'static str {
         match self {
-            OpResult::Attach(Err(e)) | OpResult::Detach(Err(e)) | OpResult::Verify(Err(e)) => {
-                backend_label(e)
-            }
+            OpResult::Attach(Err(e))
+            | OpResult::Detach(Err(e))
+            | OpResult::Verify(Err(e))
+            | OpResult::List(Err(e)) => backend_label(e),
             OpResult::WriteStatus(Err(e)) => store_label(e),
             OpResult::WriteStatus(Ok(WriteOutcome::SkippedStale)) => "skipped-stale",
             OpResult::WriteStatus(Ok(WriteOutcome::AlreadyCurrent { .. })) => "already-current",
@@ -67,9 +70,10 @@ impl<D: Domain> OpResult<D> {
 
     fn error(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            OpResult::Attach(Err(e)) | OpResult::Detach(Err(e)) | OpResult::Verify(Err(e)) => {
-                Some(e)
-            }
+            OpResult::Attach(Err(e))
+            | OpResult::Detach(Err(e))
+            | OpResult::Verify(Err(e))
+            | OpResult::List(Err(e)) => Some(e),
             OpResult::WriteStatus(Err(e)) => Some(e),
             _ => None,
         }
@@ -94,6 +98,7 @@ impl<D: Domain> OpResult<D> {
             OpResult::Detach(r) => core.detach_finished(now, id, r),
             OpResult::Verify(r) => core.verify_finished(now, id, r),
             OpResult::WriteStatus(r) => core.status_finished(now, id, r.map(|_| ())),
+            OpResult::List(r) => core.list_finished(now, id, r),
         }
     }
 }
@@ -105,15 +110,19 @@ fn span_for<D: Domain>(op: &Operation<D>) -> Span {
         OpKind::Detach => "detach",
         OpKind::Verify => "verify",
         OpKind::WriteStatus => "write_status",
+        OpKind::List => "list",
     };
     let span = info_span!(
         "operation",
         op = kind,
         id = op.id().0,
         volume = field::Empty,
-        node = ?op.node(),
+        node = field::Empty,
         outcome = field::Empty,
     );
+    if let Some(node) = op.node() {
+        span.record("node", field::debug(node));
+    }
     match op {
         Operation::Attach { volume, .. } | Operation::Detach { volume, .. } => {
             span.record("volume", field::debug(volume));
@@ -124,6 +133,7 @@ fn span_for<D: Domain>(op: &Operation<D>) -> Span {
         Operation::WriteStatus { attached, .. } => {
             span.record("volume", field::debug(&attached.len()));
         }
+        Operation::ListAttachments { .. } => {}
     }
     span
 }
@@ -165,6 +175,7 @@ pub(crate) async fn execute<D: Domain>(
             Operation::WriteStatus { node, attached, .. } => {
                 OpResult::WriteStatus(writer.write(&node, &attached).await)
             }
+            Operation::ListAttachments { .. } => OpResult::List(backend.list().await),
         };
         let label = result.label();
         this.record("outcome", label);

@@ -14,8 +14,8 @@ pub struct OperationSummary<D: Domain> {
     pub kind: OpKind,
     /// The volume, for an attach or a detach (a verify or a status write is about a whole node).
     pub volume: Option<D::Volume>,
-    /// The node.
-    pub node: D::Node,
+    /// The node; `None` for a listing of every attachment.
+    pub node: Option<D::Node>,
     /// How it ended.
     pub outcome: Outcome,
 }
@@ -27,13 +27,15 @@ impl<D: Domain> OperationSummary<D> {
             Operation::Attach { volume, .. } | Operation::Detach { volume, .. } => {
                 Some(volume.clone())
             }
-            Operation::Verify { .. } | Operation::WriteStatus { .. } => None,
+            Operation::Verify { .. }
+            | Operation::WriteStatus { .. }
+            | Operation::ListAttachments { .. } => None,
         };
         OperationSummary {
             id: op.id(),
             kind: op.kind(),
             volume,
-            node: op.node().clone(),
+            node: op.node().cloned(),
             outcome: Outcome::Abandoned,
         }
     }

@@ -902,7 +902,7 @@ async fn shutdown_lets_calls_finish_within_the_grace_and_abandons_the_rest() {
             id: report.finished[0].id,
             kind: OpKind::Attach,
             volume: Some(V1),
-            node: A,
+            node: Some(A),
             outcome: Outcome::Succeeded,
         }]
     );
@@ -910,7 +910,7 @@ async fn shutdown_lets_calls_finish_within_the_grace_and_abandons_the_rest() {
     let abandoned = &report.abandoned[0];
     assert_eq!(
         (abandoned.kind, abandoned.volume, abandoned.node),
-        (OpKind::Attach, Some(V2), B)
+        (OpKind::Attach, Some(V2), Some(B))
     );
     assert_eq!(abandoned.outcome, Outcome::Abandoned);
     // It stopped planning: the attach of vol-1 was not followed by a status write.
@@ -971,10 +971,30 @@ async fn an_idle_controller_sleeps_instead_of_polling() {
     h.finish().await;
 }
 
+/// An idle controller wakes only to list the backend every resync period (and with the
+/// listing turned off, not at all).
 #[tokio::test(start_paused = true)]
-async fn an_empty_controller_makes_no_pass_after_the_first() {
+async fn an_empty_controller_only_wakes_to_list_the_backend() {
     let h = Harness::start(
         Config::default(),
+        backend(),
+        store(&[A]),
+        World::new().node(A, facts(&[])),
+    );
+    sleep(secs(3600)).await;
+    let m = h.handle.metrics();
+    assert_eq!(
+        m.list.succeeded, 11,
+        "one listing every 5 minutes, at 5 to 55"
+    );
+    assert!(m.reconcile_passes <= 12, "{}", m.reconcile_passes);
+    h.finish().await;
+
+    let h = Harness::start(
+        Config {
+            resync_period: None,
+            ..Config::default()
+        },
         backend(),
         store(&[A]),
         World::new().node(A, facts(&[])),

@@ -2,6 +2,7 @@
 //! judge it. Effects run in their own task, so a controller that restarts mid-call loses the
 //! answer but not the effect, as with a real cloud API.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,6 +55,19 @@ impl SimBackend {
         let (fault, latency) = {
             let mut w = self.lock();
             w.count_call(op, volume, node);
+            if op == CallOp::Detach
+                && w.may_be_attached(volume, node)
+                && !w.is_attached(volume, node)
+            {
+                // As a cloud or CSI driver answers a detach that races an attach still under
+                // way (say, one a restarted controller lost): refused, do it again later.
+                w.log(format!(
+                    "call: {op} {volume} {node} (refused: attach under way)"
+                ));
+                return Err(BackendError::Transient {
+                    message: format!("an attach of {volume} to {node} is under way"),
+                });
+            }
             let fault = w.take_fault(op, volume, node);
             w.log(format!(
                 "call: {op} {volume} {node}{}",
@@ -63,6 +77,9 @@ impl SimBackend {
                     None => "",
                 }
             ));
+            if op == CallOp::Attach {
+                w.attaching(volume, node, true);
+            }
             (fault, w.jitter(base))
         };
         let (tx, rx) = oneshot::channel();
@@ -71,6 +88,9 @@ impl SimBackend {
         self.tasks.spawn(async move {
             tokio::time::sleep(latency).await;
             assert!(!this.sabotaged, "sabotaged {op} effect of {v} on {n}");
+            if op == CallOp::Attach {
+                this.lock().attaching(&v, &n, false);
+            }
             if fault != Some(false) {
                 match op {
                     CallOp::Attach => this.lock().attach_effect(&v, &n),
@@ -141,7 +161,7 @@ impl AttachBackend<SimIds> for SimBackend {
             let w = self.lock();
             Ok(volumes
                 .iter()
-                .filter(|(v, _)| w.is_attached(v, node))
+                .filter(|(v, _)| w.may_be_attached(v, node))
                 .map(|(v, _)| v.clone())
                 .collect())
         })
@@ -151,18 +171,21 @@ impl AttachBackend<SimIds> for SimBackend {
     async fn list(&self) -> Result<Vec<BackendAttachment<SimIds>>, BackendError<String>> {
         guarded(&self.world, self.epoch, "backend list", async {
             let w = self.lock();
-            Ok(w.attached
+            let mut pairs: BTreeSet<(&String, &String)> = w
+                .attached
                 .iter()
-                .flat_map(|(v, nodes)| {
-                    let access = w.volumes.get(v).copied().unwrap_or(Access::SingleNode);
-                    nodes.iter().map(move |n| BackendAttachment {
-                        volume: v.clone(),
-                        node: n.clone(),
-                        spec: VolumeSpec {
-                            access,
-                            payload: (),
-                        },
-                    })
+                .flat_map(|(v, nodes)| nodes.iter().map(move |n| (v, n)))
+                .collect();
+            pairs.extend(w.attaching.keys().map(|(v, n)| (v, n)));
+            Ok(pairs
+                .into_iter()
+                .map(|(v, n)| BackendAttachment {
+                    volume: v.clone(),
+                    node: n.clone(),
+                    spec: VolumeSpec {
+                        access: w.volumes.get(v).copied().unwrap_or(Access::SingleNode),
+                        payload: (),
+                    },
                 })
                 .collect())
         })

@@ -8,6 +8,12 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/attach-lands-after-workload-left.scn"),
     ),
     (
+        "attach-of-a-lost-controller-lands-after-recovery",
+        include_str!(
+            "../../examples/scenarios/attach-of-a-lost-controller-lands-after-recovery.scn"
+        ),
+    ),
+    (
         "attach-then-detach",
         include_str!("../../examples/scenarios/attach-then-detach.scn"),
     ),

@@ -9,8 +9,8 @@ use std::time::Duration;
 use arbitrary::Arbitrary;
 
 use crate::{
-    ActualState, AttachInfo, AttachState, BackendError, Config, DesiredState, Ids, NodeFacts, OpId,
-    Operation, Reconciler, ReportedVolume, StoreError, VolumeSpec,
+    ActualState, AttachInfo, AttachState, BackendAttachment, BackendError, Config, DesiredState,
+    Ids, NodeFacts, OpId, Operation, Reconciler, ReportedVolume, StoreError, VolumeSpec,
 };
 
 type T = Ids<u8, u8, u8, ()>;
@@ -355,8 +355,10 @@ fn start(config: &Config, placements: &[(u8, u8, Vec<u8>)]) -> Result<Reconciler
 /// the volume for a live node (C5). Volumes 0..3 are single-node, 3..6 multi-node.
 ///
 /// Then no more faults and no more inputs: every node recovers, every operation succeeds, and
-/// within 15 virtual minutes nothing may be left attached that no workload needs (no wait
-/// without a certain end: a leaked attachment is a violation).
+/// within 15 virtual minutes nothing may be left attached that no workload needs, and every
+/// workload must have its volumes (no wait without a certain end: a leaked attachment or a
+/// stuck workload is a violation). A restart loses the running operations, whose calls still
+/// land in the backend after the new core recovered.
 pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
     let mut core = start(&config, &[])?;
     let mut now = Duration::ZERO;
@@ -406,7 +408,7 @@ pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
                     .map_err(|e| format!("step {i}: {e}"))?;
             }
             PlanStep::Restart => {
-                running.clear();
+                let lost = std::mem::take(&mut running);
                 let placements: Vec<(u8, u8, Vec<u8>)> = (0..8u8)
                     .filter_map(|w| {
                         core.desired()
@@ -425,8 +427,28 @@ pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
                         .collect();
                     core.recover_status(*n, list);
                 }
-                for (v, n) in &truth.attached {
-                    core.recover_attachment(*v, *n, spec_of(*v));
+                // The backend lists what is attached and what is still attaching (the contract
+                // of `AttachBackend::list`): the calls the old controller lost are under way.
+                let attaching = lost.iter().filter_map(|op| match op {
+                    Operation::Attach { volume, node, .. } => Some((*volume, *node)),
+                    _ => None,
+                });
+                let listed: BTreeSet<(u8, u8)> =
+                    truth.attached.iter().copied().chain(attaching).collect();
+                for (v, n) in listed {
+                    core.recover_attachment(v, n, spec_of(v));
+                }
+                // Then they land in the backend, after the new controller recovered.
+                for op in lost {
+                    match op {
+                        Operation::Attach { volume, node, .. } => {
+                            truth.attached.insert((volume, node));
+                        }
+                        Operation::Detach { volume, node, .. } => {
+                            truth.attached.remove(&(volume, node));
+                        }
+                        _ => {}
+                    }
                 }
             }
         }
@@ -543,7 +565,9 @@ fn check_plan(
                 ));
             }
         }
-        Operation::Verify { .. } | Operation::WriteStatus { .. } => {}
+        Operation::Verify { .. }
+        | Operation::WriteStatus { .. }
+        | Operation::ListAttachments { .. } => {}
     }
     Ok(())
 }
@@ -565,6 +589,21 @@ fn finish(
     };
     let id: OpId = op.id();
     let result = match op {
+        Operation::ListAttachments { .. } => {
+            let result = match outcome {
+                Outcome::Ok => Ok(truth
+                    .attached
+                    .iter()
+                    .map(|(v, n)| BackendAttachment {
+                        volume: *v,
+                        node: *n,
+                        spec: spec_of(*v),
+                    })
+                    .collect()),
+                o => Err(backend_error(o)),
+            };
+            core.list_finished(now, id, result)
+        }
         Operation::Attach { volume, node, .. } => {
             if matches!(outcome, Outcome::Ok | Outcome::Uncertain) {
                 truth.attached.insert((volume, node));

@@ -68,6 +68,10 @@ pub fn config_of(scenario: &Scenario) -> Config {
     Config {
         reconcile_period: s.reconcile_period,
         sync_period: s.sync_period,
+        // The simulated backend changes only through the controller's own calls, and its
+        // listing includes calls under way, so a periodic listing would find nothing the
+        // recovery listing did not; off, an idle stretch stays a single clock jump.
+        resync_period: None,
         max_wait_for_unmount: s.max_wait_for_unmount,
         force_detach_on_timeout: s.force_detach_on_timeout,
         upstream_bugs: UpstreamBugs {

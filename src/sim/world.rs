@@ -98,6 +98,10 @@ pub(crate) struct World {
     pub(crate) wake: Arc<Notify>,
     /// The truth: volume -> nodes it is attached to.
     pub(crate) attached: BTreeMap<String, BTreeSet<String>>,
+    /// Attach calls the backend has started and not finished, per (volume, node): a cloud
+    /// lists a volume that is still attaching, and so does this backend (see
+    /// [`AttachBackend::list`](crate::AttachBackend::list)).
+    pub(crate) attaching: BTreeMap<(String, String), u32>,
     pub(crate) faults: Vec<Fault>,
     pub(crate) calls: BTreeMap<(CallOp, String, String), u64>,
     pub(crate) violations: Vec<Violation>,
@@ -193,6 +197,27 @@ impl World {
 
     pub(crate) fn is_attached(&self, volume: &str, node: &str) -> bool {
         self.attached.get(volume).is_some_and(|n| n.contains(node))
+    }
+
+    /// Attached, or an attach call is under way: what the backend's verify and list report.
+    pub(crate) fn may_be_attached(&self, volume: &str, node: &str) -> bool {
+        self.is_attached(volume, node)
+            || self
+                .attaching
+                .contains_key(&(volume.to_string(), node.to_string()))
+    }
+
+    /// An attach call of `volume` to `node` started (`true`) or finished (`false`).
+    pub(crate) fn attaching(&mut self, volume: &str, node: &str, started: bool) {
+        let key = (volume.to_string(), node.to_string());
+        if started {
+            *self.attaching.entry(key).or_default() += 1;
+        } else if let Some(count) = self.attaching.get_mut(&key) {
+            *count -= 1;
+            if *count == 0 {
+                self.attaching.remove(&key);
+            }
+        }
     }
 
     /// Takes the fault matching this call, if any: `Some(uncertain)`.
