@@ -1,4 +1,5 @@
-//! Tunables of the core, with upstream's defaults except where upstream is unsafe.
+//! Tunables of the core, with upstream's defaults except where upstream is unsafe, and the
+//! checks that keep them usable.
 
 use std::time::Duration;
 
@@ -7,6 +8,8 @@ use std::time::Duration;
 /// Defaults follow Kubernetes (100 ms loop, 60 s sync, 6 min unmount wait, 500 ms .. 2 min 2 s
 /// backoff) except `force_detach_on_timeout`, which is off: a volume is only detached from a node
 /// that still mounts it when the node is fenced (see seed 004).
+///
+/// Check one with [`validate`](Config::validate) before use.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// Minimum time between two reconcile passes; changes that arrive in between are batched.
@@ -35,6 +38,97 @@ impl Default for Config {
             upstream_bugs: UpstreamBugs::default(),
         }
     }
+}
+
+impl Config {
+    /// The longest duration any setting may have: 100 years (of 365 days).
+    ///
+    /// A period that long already means "never". The bound exists because the core adds
+    /// settings to its clock (time since the controller started) and the driver adds that clock
+    /// to the instant it started: with every setting at most a century, each such sum stays far
+    /// inside what [`Duration`] and every platform's `Instant` can represent, while
+    /// [`Duration::MAX`] overflows the first addition.
+    pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+    /// Checks that this configuration can run, and returns the first problem found.
+    ///
+    /// Refused, checked in this order: any duration longer than
+    /// [`MAX_DURATION`](Self::MAX_DURATION) (settings in declaration order); a zero
+    /// `reconcile_period` together with a zero `backoff.initial` (a failing call would be
+    /// retried in a busy loop, hundreds of thousands of calls a second); `backoff.initial`
+    /// longer than `backoff.max`; a zero `sync_period` (every pass would verify every
+    /// attachment).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use attach_detach::{BackoffConfig, Config, ConfigError};
+    /// assert_eq!(Config::default().validate(), Ok(()));
+    /// let busy = Config {
+    ///     reconcile_period: Duration::ZERO,
+    ///     backoff: BackoffConfig { initial: Duration::ZERO, ..BackoffConfig::default() },
+    ///     ..Config::default()
+    /// };
+    /// assert_eq!(busy.validate(), Err(ConfigError::BusyRetry));
+    /// ```
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let durations = [
+            ("reconcile_period", self.reconcile_period),
+            ("sync_period", self.sync_period),
+            ("max_wait_for_unmount", self.max_wait_for_unmount),
+            ("backoff.initial", self.backoff.initial),
+            ("backoff.max", self.backoff.max),
+        ];
+        for (field, value) in durations {
+            if value > Self::MAX_DURATION {
+                return Err(ConfigError::TooLarge { field, value });
+            }
+        }
+        if self.reconcile_period.is_zero() && self.backoff.initial.is_zero() {
+            return Err(ConfigError::BusyRetry);
+        }
+        if self.backoff.initial > self.backoff.max {
+            return Err(ConfigError::BackoffInitialAboveMax {
+                initial: self.backoff.initial,
+                max: self.backoff.max,
+            });
+        }
+        if self.sync_period.is_zero() {
+            return Err(ConfigError::ZeroSyncPeriod);
+        }
+        Ok(())
+    }
+}
+
+/// Why [`Config::validate`] refused a configuration. Fields are named as in Rust source
+/// (`backoff.initial`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A duration is longer than [`Config::MAX_DURATION`].
+    #[error("{field} is {value:?}, longer than the longest supported duration (100 years)")]
+    TooLarge {
+        /// The setting.
+        field: &'static str,
+        /// Its value.
+        value: Duration,
+    },
+    /// `reconcile_period` and `backoff.initial` are both zero: nothing would pace the retries
+    /// of a failing call.
+    #[error(
+        "reconcile_period and backoff.initial are both zero: a failing call would be retried in a busy loop"
+    )]
+    BusyRetry,
+    /// The first retry would wait longer than the longest wait.
+    #[error("backoff.initial ({initial:?}) is longer than backoff.max ({max:?})")]
+    BackoffInitialAboveMax {
+        /// `backoff.initial`.
+        initial: Duration,
+        /// `backoff.max`.
+        max: Duration,
+    },
+    /// `sync_period` is zero: every reconcile pass would verify every attachment.
+    #[error("sync_period is zero: every reconcile pass would verify every attachment")]
+    ZeroSyncPeriod,
 }
 
 /// Exponential backoff: the first retry waits `initial`, each further failure doubles the wait up
@@ -80,4 +174,134 @@ pub struct UpstreamBugs {
     /// C6 (122413): the status writer diffs against a possibly stale read and skips the write
     /// when that read already matches. Used by the driver, not the core.
     pub c6_diff_against_stale_read: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    #[test]
+    fn the_defaults_are_valid() {
+        assert_eq!(Config::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn every_duration_is_bounded() {
+        let max = Config::MAX_DURATION;
+        let over = max + Duration::from_nanos(1);
+        // At the bound is fine (the benches push the sync period out by exactly that much).
+        let at_bound = Config {
+            reconcile_period: max,
+            sync_period: max,
+            max_wait_for_unmount: max,
+            backoff: BackoffConfig { initial: max, max },
+            ..Config::default()
+        };
+        assert_eq!(at_bound.validate(), Ok(()));
+        type Set = fn(&mut Config, Duration);
+        let setters: [(&str, Set); 5] = [
+            ("reconcile_period", |c, d| c.reconcile_period = d),
+            ("sync_period", |c, d| c.sync_period = d),
+            ("max_wait_for_unmount", |c, d| c.max_wait_for_unmount = d),
+            ("backoff.initial", |c, d| c.backoff.initial = d),
+            ("backoff.max", |c, d| c.backoff.max = d),
+        ];
+        for (field, set) in setters {
+            for value in [over, Duration::MAX] {
+                let mut config = at_bound.clone();
+                set(&mut config, value);
+                assert_eq!(
+                    config.validate(),
+                    Err(ConfigError::TooLarge { field, value }),
+                    "{field}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_busy_retry_loop_is_refused() {
+        let busy = Config {
+            reconcile_period: Duration::ZERO,
+            backoff: BackoffConfig {
+                initial: Duration::ZERO,
+                max: secs(1),
+            },
+            ..Config::default()
+        };
+        assert_eq!(busy.validate(), Err(ConfigError::BusyRetry));
+        // Either one alone still paces retries.
+        let paced_by_backoff = Config {
+            reconcile_period: Duration::ZERO,
+            ..Config::default()
+        };
+        assert_eq!(paced_by_backoff.validate(), Ok(()));
+        let paced_by_passes = Config {
+            backoff: busy.backoff,
+            ..Config::default()
+        };
+        assert_eq!(paced_by_passes.validate(), Ok(()));
+    }
+
+    #[test]
+    fn backoff_must_start_below_its_cap() {
+        let inverted = Config {
+            backoff: BackoffConfig {
+                initial: secs(10),
+                max: secs(5),
+            },
+            ..Config::default()
+        };
+        assert_eq!(
+            inverted.validate(),
+            Err(ConfigError::BackoffInitialAboveMax {
+                initial: secs(10),
+                max: secs(5)
+            })
+        );
+        let flat = Config {
+            backoff: BackoffConfig {
+                initial: secs(5),
+                max: secs(5),
+            },
+            ..Config::default()
+        };
+        assert_eq!(flat.validate(), Ok(()));
+    }
+
+    #[test]
+    fn a_zero_sync_period_is_refused() {
+        let config = Config {
+            sync_period: Duration::ZERO,
+            ..Config::default()
+        };
+        assert_eq!(config.validate(), Err(ConfigError::ZeroSyncPeriod));
+    }
+
+    #[test]
+    fn errors_name_the_setting() {
+        assert_eq!(
+            ConfigError::TooLarge {
+                field: "sync_period",
+                value: Duration::MAX
+            }
+            .to_string(),
+            format!(
+                "sync_period is {:?}, longer than the longest supported duration (100 years)",
+                Duration::MAX
+            )
+        );
+        assert_eq!(
+            ConfigError::BackoffInitialAboveMax {
+                initial: secs(2),
+                max: secs(1)
+            }
+            .to_string(),
+            "backoff.initial (2s) is longer than backoff.max (1s)"
+        );
+    }
 }

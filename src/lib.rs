@@ -127,7 +127,7 @@ pub struct ReadmeDoctests;
 
 pub use actual::{ActualState, AttachState, Attachment, NodeFacts};
 pub use backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
-pub use config::{BackoffConfig, Config, UpstreamBugs};
+pub use config::{BackoffConfig, Config, ConfigError, UpstreamBugs};
 pub use controller::{
     Controller, ControllerError, ControllerHandle, EventRecorder, Input, MemoryRecorder, Metrics,
     MetricsSnapshot, OperationSummary, Outcome, OutcomeCounts, ShutdownReport, StatusWriter, World,
