@@ -1,11 +1,14 @@
 //! The incident simulator: `cargo run --release --example simulate --features sim [--trace] [FILE...]`
 //!
 //! With no files it runs the bundled incident library. Exit status: 0 when every expectation and
-//! invariant holds, 1 with each violation listed, 2 for a file that cannot be read or parsed.
+//! invariant holds, 1 with each violation listed, 2 for a file that cannot be read or parsed or
+//! whose settings the controller refuses (`Config::validate`).
 
 use std::process::ExitCode;
 
-use attach_detach::sim::{library::LIBRARY, run, scenario, summary_header, summary_line};
+use attach_detach::sim::{
+    config_of, library::LIBRARY, run, scenario, summary_header, summary_line,
+};
 
 fn main() -> ExitCode {
     let mut trace = false;
@@ -36,7 +39,13 @@ fn main() -> ExitCode {
     let mut parsed = Vec::new();
     for (name, text) in &inputs {
         match scenario::parse(text) {
-            Ok(s) => parsed.push((name, s)),
+            Ok(s) => {
+                if let Err(e) = config_of(&s).validate() {
+                    eprintln!("{name}: the controller refuses these settings: {e}");
+                    return ExitCode::from(2);
+                }
+                parsed.push((name, s));
+            }
             Err(e) => {
                 eprintln!("{}", e.with_file(name));
                 return ExitCode::from(2);

@@ -9,7 +9,9 @@ use std::time::Duration;
 /// backoff) except `force_detach_on_timeout`, which is off: a volume is only detached from a node
 /// that still mounts it when the node is fenced (see seed 004).
 ///
-/// Check one with [`validate`](Config::validate) before use.
+/// [`Controller::new`](crate::Controller::new) refuses a configuration that
+/// [`validate`](Config::validate) refuses; a user driving the [`Reconciler`](crate::Reconciler)
+/// by hand should call it too.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// Minimum time between two reconcile passes; changes that arrive in between are batched.

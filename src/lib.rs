@@ -129,9 +129,9 @@ pub use actual::{ActualState, AttachState, Attachment, NodeFacts};
 pub use backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 pub use config::{BackoffConfig, Config, ConfigError, UpstreamBugs};
 pub use controller::{
-    Controller, ControllerError, ControllerHandle, EventRecorder, Input, MemoryRecorder, Metrics,
-    MetricsSnapshot, OperationSummary, Outcome, OutcomeCounts, ShutdownReport, StatusWriter, World,
-    WriteOutcome,
+    BuildError, Controller, ControllerError, ControllerHandle, EventRecorder, Input,
+    MemoryRecorder, Metrics, MetricsSnapshot, OperationSummary, Outcome, OutcomeCounts,
+    ShutdownReport, StatusWriter, World, WriteOutcome,
 };
 pub use desired::{DesiredError, DesiredState};
 pub use domain::{Domain, Id, Ids};

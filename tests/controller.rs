@@ -1,5 +1,6 @@
 //! The controller against the in-memory backend and store: the seed-002 timeline (upstream
-//! 122413) and restarts at every point of the attach and detach sequences (C7).
+//! 122413), restarts at every point of the attach and detach sequences (C7), and a bad
+//! configuration.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -11,10 +12,10 @@ use parking_lot::Mutex;
 use tokio::time::sleep;
 
 use attach_detach::{
-    AttachBackend, AttachInfo, BackendAttachment, BackendError, BackendOp, Config, Controller,
-    ControllerHandle, Ids, MemoryBackend, MemoryRecorder, MemoryStore, NodeFacts, NodeStatus,
-    NodeStatusStore, ReportedVolume, Revision, ShutdownReport, StoreError, UpstreamBugs,
-    VolumeSpec, World,
+    AttachBackend, AttachInfo, BackendAttachment, BackendError, BackendOp, BackoffConfig,
+    BuildError, Config, ConfigError, Controller, ControllerHandle, Ids, MemoryBackend,
+    MemoryRecorder, MemoryStore, NodeFacts, NodeStatus, NodeStatusStore, ReportedVolume, Revision,
+    ShutdownReport, StoreError, UpstreamBugs, VolumeSpec, World,
 };
 
 type D = Ids<&'static str, &'static str, &'static str, ()>;
@@ -544,4 +545,65 @@ async fn restart_while_a_removed_workloads_volume_is_still_mounted() {
     cluster.assert_converged();
     b.shutdown(secs(1)).await.unwrap();
     task.await.unwrap();
+}
+
+// ---- misuse -------------------------------------------------------------------------------------
+
+fn one_pod_world() -> World<D> {
+    World::new()
+        .volume(V1, VolumeSpec::single_node(()))
+        .node(A, in_use(&[]))
+        .workload("pod-1", A, [V1])
+}
+
+fn build(config: Config) -> Result<Controller<D>, BuildError<D>> {
+    let store = MemoryStore::<D>::new();
+    store.add_node(A);
+    Controller::new(
+        config,
+        Arc::new(MemoryBackend::new()),
+        Arc::new(store),
+        one_pod_world(),
+    )
+}
+
+/// Durations the core cannot add to its clock come back as a typed error, not a panic later.
+#[tokio::test(start_paused = true)]
+async fn a_configuration_of_endless_periods_is_refused_by_name() {
+    let endless = Config {
+        reconcile_period: Duration::MAX,
+        sync_period: Duration::MAX,
+        max_wait_for_unmount: Duration::MAX,
+        ..Config::default()
+    };
+    let refused = build(endless).err();
+    assert_eq!(
+        refused,
+        Some(BuildError::Config(ConfigError::TooLarge {
+            field: "reconcile_period",
+            value: Duration::MAX
+        }))
+    );
+    assert!(
+        refused
+            .unwrap()
+            .to_string()
+            .starts_with("invalid configuration: reconcile_period is ")
+    );
+}
+
+#[test]
+fn a_busy_retry_loop_is_refused() {
+    let busy = Config {
+        reconcile_period: Duration::ZERO,
+        backoff: BackoffConfig {
+            initial: Duration::ZERO,
+            ..BackoffConfig::default()
+        },
+        ..Config::default()
+    };
+    assert_eq!(
+        build(busy).err(),
+        Some(BuildError::Config(ConfigError::BusyRetry))
+    );
 }

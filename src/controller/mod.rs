@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{self, JoinError, JoinHandle, JoinSet};
 use tokio::time::{Instant, sleep_until};
@@ -34,7 +35,7 @@ use recovery::{Listed, Recovery, Source};
 use runner::OpResult;
 
 use crate::backend::AttachBackend;
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::domain::Domain;
 use crate::operation::Operation;
 use crate::reconciler::{Reconciler, ReconcilerError};
@@ -42,6 +43,36 @@ use crate::store::NodeStatusStore;
 
 /// Inputs that may wait for the controller's loop before senders are made to wait.
 const INPUT_QUEUE: usize = 1024;
+
+/// Why [`Controller::new`] refused to build a controller.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use attach_detach::{BuildError, Config, ConfigError, Controller, Ids, MemoryBackend, MemoryStore, World};
+/// type D = Ids<&'static str, &'static str, &'static str, ()>;
+/// let never = Config { sync_period: Duration::MAX, ..Config::default() };
+/// let refused = Controller::new(
+///     never,
+///     Arc::new(MemoryBackend::<D>::new()),
+///     Arc::new(MemoryStore::<D>::new()),
+///     World::new(),
+/// );
+/// assert!(matches!(
+///     refused,
+///     Err(BuildError::Config(ConfigError::TooLarge { field: "sync_period", .. }))
+/// ));
+/// ```
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BuildError<D: Domain> {
+    /// [`Config::validate`] refused the configuration.
+    #[error("invalid configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// The core refused an entry of the initial [`World`] (e.g. a workload on an unknown node).
+    #[error("invalid initial world: {0}")]
+    World(#[from] ReconcilerError<D>),
+}
 
 /// The attach/detach controller: a [`Reconciler`] driven on tokio.
 ///
@@ -109,13 +140,16 @@ impl<D: Domain> Controller<D> {
     /// A controller that will start from `world` (the orchestrator's current volumes, nodes and
     /// placements); the actual state is recovered from `store` and `backend` when it runs.
     ///
-    /// Fails if the core refuses an entry of `world` (e.g. a workload on an unknown node).
+    /// Fails with [`BuildError::Config`] if [`Config::validate`] refuses `config`, and with
+    /// [`BuildError::World`] if the core refuses an entry of `world` (e.g. a workload on an
+    /// unknown node).
     pub fn new(
         config: Config,
         backend: Arc<dyn AttachBackend<D>>,
         store: Arc<dyn NodeStatusStore<D>>,
         world: World<D>,
-    ) -> Result<Self, ReconcilerError<D>> {
+    ) -> Result<Self, BuildError<D>> {
+        config.validate()?;
         let mut core = Reconciler::new(config);
         world.apply_to(&mut core)?;
         let (tx, rx) = mpsc::channel(INPUT_QUEUE);

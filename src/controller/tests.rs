@@ -793,7 +793,9 @@ fn a_world_the_core_refuses_is_refused_at_construction() {
     );
     assert_eq!(
         refused.err(),
-        Some(DesiredError::UnknownNode { node: A }.into())
+        Some(BuildError::World(
+            DesiredError::UnknownNode { node: A }.into()
+        ))
     );
 }
 

@@ -79,6 +79,9 @@ pub fn config_of(scenario: &Scenario) -> Config {
 
 /// Runs `scenario` to the end on a fresh single-threaded runtime with a paused clock. The same
 /// scenario gives the same report, byte for byte.
+///
+/// Panics if the controller refuses the scenario's settings: check
+/// [`config_of`]`(scenario).validate()` first.
 pub fn run(scenario: &Scenario) -> Report {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -257,7 +260,7 @@ impl Sim {
             store,
             self.snapshot(),
         )
-        .expect("the simulated world only names declared nodes and volumes")
+        .expect("valid settings (see `run`), and a world naming only declared nodes and volumes")
         .with_recorder(recorder)
         .with_status_diff_source(diff_source);
         let (handle, task) = controller.spawn();
