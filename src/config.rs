@@ -1,13 +1,16 @@
-//! Tunables of the core, with upstream's defaults except where upstream is unsafe, and the
-//! checks that keep them usable.
+//! Tunables of the core and the driver, with upstream's defaults except where upstream is
+//! unsafe, and the checks that keep them usable.
 
+use std::fmt;
 use std::time::Duration;
 
-/// How the core paces itself and how far it may go to free a volume.
+/// How the core paces itself and how far it may go to free a volume, and how long the driver
+/// waits for each call to the outside.
 ///
 /// Defaults follow Kubernetes (100 ms loop, 60 s sync, 6 min unmount wait, 500 ms .. 2 min 2 s
 /// backoff) except `force_detach_on_timeout`, which is off: a volume is only detached from a node
-/// that still mounts it when the node is fenced (see seed 004).
+/// that still mounts it when the node is fenced (see seed 004). [`CallTimeouts`] explains its
+/// own defaults.
 ///
 /// [`Controller::new`](crate::Controller::new) refuses a configuration that
 /// [`validate`](Config::validate) refuses; a user driving the [`Reconciler`](crate::Reconciler)
@@ -25,6 +28,9 @@ pub struct Config {
     pub force_detach_on_timeout: bool,
     /// Retry pacing of failed operations.
     pub backoff: BackoffConfig,
+    /// How long the driver waits for each kind of call to the backend or the store before it
+    /// gives up on it. Not used by the core.
+    pub call_timeouts: CallTimeouts,
     /// Re-enable upstream Kubernetes bugs. For regression tests and demonstrations only.
     pub upstream_bugs: UpstreamBugs,
 }
@@ -37,6 +43,7 @@ impl Default for Config {
             max_wait_for_unmount: Duration::from_secs(6 * 60),
             force_detach_on_timeout: false,
             backoff: BackoffConfig::default(),
+            call_timeouts: CallTimeouts::default(),
             upstream_bugs: UpstreamBugs::default(),
         }
     }
@@ -59,7 +66,7 @@ impl Config {
     /// `reconcile_period` together with a zero `backoff.initial` (a failing call would be
     /// retried in a busy loop, hundreds of thousands of calls a second); `backoff.initial`
     /// longer than `backoff.max`; a zero `sync_period` (every pass would verify every
-    /// attachment).
+    /// attachment); a zero call timeout (every such call would fail at once).
     ///
     /// ```
     /// use std::time::Duration;
@@ -79,7 +86,9 @@ impl Config {
             ("max_wait_for_unmount", self.max_wait_for_unmount),
             ("backoff.initial", self.backoff.initial),
             ("backoff.max", self.backoff.max),
-        ];
+        ]
+        .into_iter()
+        .chain(self.call_timeouts.fields());
         for (field, value) in durations {
             if value > Self::MAX_DURATION {
                 return Err(ConfigError::TooLarge { field, value });
@@ -97,12 +106,15 @@ impl Config {
         if self.sync_period.is_zero() {
             return Err(ConfigError::ZeroSyncPeriod);
         }
+        if let Some((field, _)) = self.call_timeouts.fields().find(|(_, t)| t.is_zero()) {
+            return Err(ConfigError::ZeroCallTimeout { field });
+        }
         Ok(())
     }
 }
 
 /// Why [`Config::validate`] refused a configuration. Fields are named as in Rust source
-/// (`backoff.initial`).
+/// (`backoff.initial`, `call_timeouts.attach`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
@@ -131,6 +143,152 @@ pub enum ConfigError {
     /// `sync_period` is zero: every reconcile pass would verify every attachment.
     #[error("sync_period is zero: every reconcile pass would verify every attachment")]
     ZeroSyncPeriod,
+    /// A call timeout is zero: every such call would time out before it started.
+    #[error("{field} is zero: every such call would time out at once")]
+    ZeroCallTimeout {
+        /// The setting.
+        field: &'static str,
+    },
+}
+
+/// The kinds of call the driver makes to the outside, each with its own deadline in
+/// [`CallTimeouts`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum CallKind {
+    /// [`AttachBackend::attach`](crate::AttachBackend::attach).
+    Attach,
+    /// [`AttachBackend::detach`](crate::AttachBackend::detach).
+    Detach,
+    /// [`AttachBackend::verify`](crate::AttachBackend::verify).
+    Verify,
+    /// [`NodeStatusStore::read`](crate::NodeStatusStore::read): the fresh read before a status
+    /// write or before a detach.
+    StatusRead,
+    /// [`NodeStatusStore::write`](crate::NodeStatusStore::write).
+    StatusWrite,
+    /// [`NodeStatusStore::list`](crate::NodeStatusStore::list), at recovery.
+    StoreList,
+    /// [`AttachBackend::list`](crate::AttachBackend::list), at recovery.
+    BackendList,
+}
+
+impl CallKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [CallKind; 7] = [
+        CallKind::Attach,
+        CallKind::Detach,
+        CallKind::Verify,
+        CallKind::StatusRead,
+        CallKind::StatusWrite,
+        CallKind::StoreList,
+        CallKind::BackendList,
+    ];
+
+    /// A short lowercase name: `attach`, `status write`, `backend list`, ...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallKind::Attach => "attach",
+            CallKind::Detach => "detach",
+            CallKind::Verify => "verify",
+            CallKind::StatusRead => "status read",
+            CallKind::StatusWrite => "status write",
+            CallKind::StoreList => "store list",
+            CallKind::BackendList => "backend list",
+        }
+    }
+
+    /// Whether a call of this kind that timed out may nevertheless have changed something:
+    /// only an attach or a detach may (the driver then reports it as
+    /// [`BackendError::Uncertain`](crate::BackendError::Uncertain)).
+    pub fn may_take_effect(self) -> bool {
+        matches!(self, CallKind::Attach | CallKind::Detach)
+    }
+}
+
+impl fmt::Display for CallKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How long the driver waits for one call to the outside before it gives up on it.
+///
+/// A call that gets no answer in time is treated as failed: a timed-out attach or detach as
+/// [`BackendError::Uncertain`](crate::BackendError::Uncertain) (it may still take effect), a
+/// timed-out verify or store call as transient (it changed nothing the driver relies on), and a
+/// timed-out recovery listing is retried with the backoff. Each timeout raises an
+/// [`Event::CallTimedOut`](crate::Event::CallTimedOut) and is counted in the metrics. Without a
+/// deadline a single hung call pins its volume, or at start-up the whole controller, forever.
+///
+/// The defaults:
+///
+/// - `attach`, `detach`: 2 minutes. Kubernetes' CSI attacher in the controller manager waits up
+///   to 2 minutes (`csiTimeout`) for a volume to be attached or detached, and cloud attaches
+///   commonly take tens of seconds. (The CSI external-attacher's 15 s per RPC is shorter because
+///   it re-issues the same idempotent call; here the core's backoff does that.)
+/// - `verify`: 1 minute: one call per node, for all its volumes.
+/// - `status_read`, `status_write`: 30 seconds. One node object read or compare-and-set write
+///   normally takes milliseconds; 30 s is half the Kubernetes API server's own 60 s request
+///   timeout, so the driver gives up on a hung connection before the server would.
+/// - `list`: 2 minutes. A recovery listing reads every node or every attachment, so it may take
+///   much longer than one call; while it hangs nothing is planned at all, so it must still end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallTimeouts {
+    /// [`AttachBackend::attach`](crate::AttachBackend::attach).
+    pub attach: Duration,
+    /// [`AttachBackend::detach`](crate::AttachBackend::detach).
+    pub detach: Duration,
+    /// [`AttachBackend::verify`](crate::AttachBackend::verify).
+    pub verify: Duration,
+    /// [`NodeStatusStore::write`](crate::NodeStatusStore::write), each compare-and-set call.
+    pub status_write: Duration,
+    /// [`NodeStatusStore::read`](crate::NodeStatusStore::read), each call (before a write, after
+    /// a conflict, before a detach).
+    pub status_read: Duration,
+    /// [`NodeStatusStore::list`](crate::NodeStatusStore::list) and
+    /// [`AttachBackend::list`](crate::AttachBackend::list) at recovery.
+    pub list: Duration,
+}
+
+impl Default for CallTimeouts {
+    fn default() -> Self {
+        CallTimeouts {
+            attach: Duration::from_secs(2 * 60),
+            detach: Duration::from_secs(2 * 60),
+            verify: Duration::from_secs(60),
+            status_write: Duration::from_secs(30),
+            status_read: Duration::from_secs(30),
+            list: Duration::from_secs(2 * 60),
+        }
+    }
+}
+
+impl CallTimeouts {
+    /// The deadline of a call of `kind`.
+    pub fn of(&self, kind: CallKind) -> Duration {
+        match kind {
+            CallKind::Attach => self.attach,
+            CallKind::Detach => self.detach,
+            CallKind::Verify => self.verify,
+            CallKind::StatusRead => self.status_read,
+            CallKind::StatusWrite => self.status_write,
+            CallKind::StoreList | CallKind::BackendList => self.list,
+        }
+    }
+
+    /// Each setting with its name as [`ConfigError`] spells it.
+    fn fields(&self) -> impl Iterator<Item = (&'static str, Duration)> {
+        [
+            ("call_timeouts.attach", self.attach),
+            ("call_timeouts.detach", self.detach),
+            ("call_timeouts.verify", self.verify),
+            ("call_timeouts.status_write", self.status_write),
+            ("call_timeouts.status_read", self.status_read),
+            ("call_timeouts.list", self.list),
+        ]
+        .into_iter()
+    }
 }
 
 /// Exponential backoff: the first retry waits `initial`, each further failure doubles the wait up
@@ -201,16 +359,34 @@ mod tests {
             sync_period: max,
             max_wait_for_unmount: max,
             backoff: BackoffConfig { initial: max, max },
+            call_timeouts: CallTimeouts {
+                attach: max,
+                detach: max,
+                verify: max,
+                status_write: max,
+                status_read: max,
+                list: max,
+            },
             ..Config::default()
         };
         assert_eq!(at_bound.validate(), Ok(()));
         type Set = fn(&mut Config, Duration);
-        let setters: [(&str, Set); 5] = [
+        let setters: [(&str, Set); 11] = [
             ("reconcile_period", |c, d| c.reconcile_period = d),
             ("sync_period", |c, d| c.sync_period = d),
             ("max_wait_for_unmount", |c, d| c.max_wait_for_unmount = d),
             ("backoff.initial", |c, d| c.backoff.initial = d),
             ("backoff.max", |c, d| c.backoff.max = d),
+            ("call_timeouts.attach", |c, d| c.call_timeouts.attach = d),
+            ("call_timeouts.detach", |c, d| c.call_timeouts.detach = d),
+            ("call_timeouts.verify", |c, d| c.call_timeouts.verify = d),
+            ("call_timeouts.status_write", |c, d| {
+                c.call_timeouts.status_write = d
+            }),
+            ("call_timeouts.status_read", |c, d| {
+                c.call_timeouts.status_read = d
+            }),
+            ("call_timeouts.list", |c, d| c.call_timeouts.list = d),
         ];
         for (field, set) in setters {
             for value in [over, Duration::MAX] {
@@ -285,6 +461,65 @@ mod tests {
     }
 
     #[test]
+    fn zero_call_timeouts_are_refused_by_name() {
+        let zero = Duration::ZERO;
+        let cases = [
+            (
+                CallTimeouts {
+                    attach: zero,
+                    ..CallTimeouts::default()
+                },
+                "call_timeouts.attach",
+            ),
+            (
+                CallTimeouts {
+                    detach: zero,
+                    ..CallTimeouts::default()
+                },
+                "call_timeouts.detach",
+            ),
+            (
+                CallTimeouts {
+                    verify: zero,
+                    ..CallTimeouts::default()
+                },
+                "call_timeouts.verify",
+            ),
+            (
+                CallTimeouts {
+                    status_write: zero,
+                    ..CallTimeouts::default()
+                },
+                "call_timeouts.status_write",
+            ),
+            (
+                CallTimeouts {
+                    status_read: zero,
+                    ..CallTimeouts::default()
+                },
+                "call_timeouts.status_read",
+            ),
+            (
+                CallTimeouts {
+                    list: zero,
+                    ..CallTimeouts::default()
+                },
+                "call_timeouts.list",
+            ),
+        ];
+        for (call_timeouts, field) in cases {
+            let config = Config {
+                call_timeouts,
+                ..Config::default()
+            };
+            assert_eq!(
+                config.validate(),
+                Err(ConfigError::ZeroCallTimeout { field })
+            );
+        }
+    }
+
+    #[test]
     fn errors_name_the_setting() {
         assert_eq!(
             ConfigError::TooLarge {
@@ -298,12 +533,31 @@ mod tests {
             )
         );
         assert_eq!(
-            ConfigError::BackoffInitialAboveMax {
-                initial: secs(2),
-                max: secs(1)
+            ConfigError::ZeroCallTimeout {
+                field: "call_timeouts.list"
             }
             .to_string(),
-            "backoff.initial (2s) is longer than backoff.max (1s)"
+            "call_timeouts.list is zero: every such call would time out at once"
         );
+    }
+
+    #[test]
+    fn each_call_kind_has_its_deadline() {
+        let t = CallTimeouts {
+            attach: secs(1),
+            detach: secs(2),
+            verify: secs(3),
+            status_write: secs(4),
+            status_read: secs(5),
+            list: secs(6),
+        };
+        let of: Vec<_> = CallKind::ALL.iter().map(|k| t.of(*k).as_secs()).collect();
+        assert_eq!(of, vec![1, 2, 3, 5, 4, 6, 6]);
+        let may: Vec<_> = CallKind::ALL
+            .iter()
+            .filter(|k| k.may_take_effect())
+            .collect();
+        assert_eq!(may, vec![&CallKind::Attach, &CallKind::Detach]);
+        assert_eq!(CallKind::BackendList.to_string(), "backend list");
     }
 }

@@ -2,6 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::config::CallKind;
 use crate::gate::OpKind;
 use crate::operation::ForceReason;
 
@@ -35,6 +36,20 @@ fn kind_index(kind: OpKind) -> usize {
     }
 }
 
+const CALL_KINDS: usize = CallKind::ALL.len();
+
+fn call_index(kind: CallKind) -> usize {
+    match kind {
+        CallKind::Attach => 0,
+        CallKind::Detach => 1,
+        CallKind::Verify => 2,
+        CallKind::StatusRead => 3,
+        CallKind::StatusWrite => 4,
+        CallKind::StoreList => 5,
+        CallKind::BackendList => 6,
+    }
+}
+
 fn reason_index(reason: ForceReason) -> usize {
     match reason {
         ForceReason::OutOfService => 0,
@@ -64,6 +79,7 @@ pub struct Metrics {
     status_writes_unneeded: AtomicU64,
     status_writes_skipped_stale: AtomicU64,
     forced_detaches: [AtomicU64; 2],
+    timeouts: [AtomicU64; CALL_KINDS],
 }
 
 impl Metrics {
@@ -107,6 +123,11 @@ impl Metrics {
             .fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A call of `kind` got no answer within its deadline and was given up.
+    pub fn call_timed_out(&self, kind: CallKind) {
+        self.timeouts[call_index(kind)].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The counters as they are now. Each counter is read atomically, the set as a whole is not.
     pub fn snapshot(&self) -> MetricsSnapshot {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -135,6 +156,15 @@ impl Metrics {
             forced_detaches_timeout: load(
                 &self.forced_detaches[reason_index(ForceReason::Timeout)],
             ),
+            timeouts: TimeoutCounts {
+                attach: load(&self.timeouts[call_index(CallKind::Attach)]),
+                detach: load(&self.timeouts[call_index(CallKind::Detach)]),
+                verify: load(&self.timeouts[call_index(CallKind::Verify)]),
+                status_read: load(&self.timeouts[call_index(CallKind::StatusRead)]),
+                status_write: load(&self.timeouts[call_index(CallKind::StatusWrite)]),
+                store_list: load(&self.timeouts[call_index(CallKind::StoreList)]),
+                backend_list: load(&self.timeouts[call_index(CallKind::BackendList)]),
+            },
         }
     }
 }
@@ -154,6 +184,45 @@ impl OutcomeCounts {
     /// Ended in any way.
     pub fn total(&self) -> u64 {
         self.succeeded + self.failed + self.abandoned
+    }
+}
+
+/// How many calls of each kind timed out (see [`CallTimeouts`](crate::CallTimeouts)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimeoutCounts {
+    /// Attach calls, each then handled as an uncertain failure.
+    pub attach: u64,
+    /// Detach calls, each then handled as an uncertain failure.
+    pub detach: u64,
+    /// Verify calls.
+    pub verify: u64,
+    /// Fresh reads of a node's status (before a write, after a conflict, before a detach).
+    pub status_read: u64,
+    /// Compare-and-set writes of a node's status.
+    pub status_write: u64,
+    /// Recovery listings of the store.
+    pub store_list: u64,
+    /// Recovery listings of the backend.
+    pub backend_list: u64,
+}
+
+impl TimeoutCounts {
+    /// Timeouts of calls of `kind`.
+    pub fn of(&self, kind: CallKind) -> u64 {
+        match kind {
+            CallKind::Attach => self.attach,
+            CallKind::Detach => self.detach,
+            CallKind::Verify => self.verify,
+            CallKind::StatusRead => self.status_read,
+            CallKind::StatusWrite => self.status_write,
+            CallKind::StoreList => self.store_list,
+            CallKind::BackendList => self.backend_list,
+        }
+    }
+
+    /// Timeouts of every kind.
+    pub fn total(&self) -> u64 {
+        CallKind::ALL.iter().map(|k| self.of(*k)).sum()
     }
 }
 
@@ -185,6 +254,8 @@ pub struct MetricsSnapshot {
     pub forced_detaches_out_of_service: u64,
     /// Forced detaches started because the unmount wait expired.
     pub forced_detaches_timeout: u64,
+    /// Calls to the backend or the store given up at their deadline, by kind.
+    pub timeouts: TimeoutCounts,
 }
 
 impl MetricsSnapshot {

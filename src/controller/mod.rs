@@ -1,6 +1,7 @@
 //! The tokio driver: runs the core's operations through the backend and the store, feeds their
 //! results back, and sleeps until the core's next deadline. It makes no decision of its own.
 
+mod deadline;
 mod handle;
 mod metrics;
 mod recorder;
@@ -24,22 +25,24 @@ use tokio::time::{Instant, sleep_until};
 use tracing::{error, info, warn};
 
 pub use handle::{ControllerError, ControllerHandle, Input};
-pub use metrics::{Metrics, MetricsSnapshot, Outcome, OutcomeCounts};
+pub use metrics::{Metrics, MetricsSnapshot, Outcome, OutcomeCounts, TimeoutCounts};
 pub use recorder::{EventRecorder, MemoryRecorder};
 pub use shutdown::{OperationSummary, ShutdownReport};
 pub use status_writer::{StatusWriter, WriteOutcome};
 pub use world::World;
 
+use deadline::{Deadlines, no_answer};
 use handle::Command;
 use recovery::{Listed, Recovery, Source};
 use runner::OpResult;
 
-use crate::backend::AttachBackend;
-use crate::config::{Config, ConfigError};
+use crate::backend::{AttachBackend, BackendError};
+use crate::config::{CallKind, Config, ConfigError};
 use crate::domain::Domain;
+use crate::event::Event;
 use crate::operation::Operation;
 use crate::reconciler::{Reconciler, ReconcilerError};
-use crate::store::NodeStatusStore;
+use crate::store::{NodeStatusStore, StoreError};
 
 /// Inputs that may wait for the controller's loop before senders are made to wait.
 const INPUT_QUEUE: usize = 1024;
@@ -165,7 +168,8 @@ impl<D: Domain> Controller<D> {
         })
     }
 
-    /// Sends every core event to `recorder` as well as to the log.
+    /// Sends every event (the core's, and the driver's [`Event::CallTimedOut`]) to `recorder` as
+    /// well as to the log.
     pub fn with_recorder(mut self, recorder: Arc<dyn EventRecorder<D>>) -> Self {
         self.recorder = Some(recorder);
         self
@@ -207,7 +211,14 @@ impl<D: Domain> Controller<D> {
         } = self;
         // Only outside handles keep the controller alive.
         drop(tx);
-        let mut writer = StatusWriter::new(Arc::clone(&store)).with_metrics(Arc::clone(&metrics));
+        let (timed_out, timeouts) = mpsc::unbounded_channel();
+        let mut deadlines = Deadlines::new(core.config().call_timeouts);
+        deadlines.set_metrics(Arc::clone(&metrics));
+        deadlines.set_events(timed_out.clone());
+        let mut writer = StatusWriter::new(Arc::clone(&store))
+            .with_metrics(Arc::clone(&metrics))
+            .with_timeouts(core.config().call_timeouts)
+            .report_timeouts_to(timed_out);
         if core.config().upstream_bugs.c6_diff_against_stale_read {
             writer = writer.diff_against(diff_source.unwrap_or_else(|| Arc::clone(&store)));
         }
@@ -218,6 +229,8 @@ impl<D: Domain> Controller<D> {
             backend,
             store,
             writer: Arc::new(writer),
+            deadlines: Arc::new(deadlines),
+            timeouts,
             recorder,
             metrics,
             epoch,
@@ -252,6 +265,10 @@ struct Driver<D: Domain> {
     backend: Arc<dyn AttachBackend<D>>,
     store: Arc<dyn NodeStatusStore<D>>,
     writer: Arc<StatusWriter<D>>,
+    /// The deadline of every call the tasks make.
+    deadlines: Arc<Deadlines<D>>,
+    /// The calls that missed their deadline, as events, sent by the tasks.
+    timeouts: mpsc::UnboundedReceiver<Event<D>>,
     recorder: Option<Arc<dyn EventRecorder<D>>>,
     metrics: Arc<Metrics>,
     /// Time zero of the core.
@@ -357,16 +374,37 @@ impl<D: Domain> Driver<D> {
     }
 
     fn start_list(&mut self, source: Source) {
+        let deadlines = Arc::clone(&self.deadlines);
         let call = match source {
             Source::Store => {
                 let store = Arc::clone(&self.store);
-                self.tasks
-                    .spawn(async move { Done::Listed(Listed::Store(store.list().await)) })
+                self.tasks.spawn(async move {
+                    let list = store.list();
+                    let listed = deadlines
+                        .run(CallKind::StoreList, None, None, list)
+                        .await
+                        .unwrap_or_else(|after| {
+                            Err(StoreError::Transient {
+                                message: no_answer(after),
+                            })
+                        });
+                    Done::Listed(Listed::Store(listed))
+                })
             }
             Source::Backend => {
                 let backend = Arc::clone(&self.backend);
-                self.tasks
-                    .spawn(async move { Done::Listed(Listed::Backend(backend.list().await)) })
+                self.tasks.spawn(async move {
+                    let list = backend.list();
+                    let listed = deadlines
+                        .run(CallKind::BackendList, None, None, list)
+                        .await
+                        .unwrap_or_else(|after| {
+                            Err(BackendError::Transient {
+                                message: no_answer(after),
+                            })
+                        });
+                    Done::Listed(Listed::Backend(listed))
+                })
             }
         };
         self.running.insert(call.id(), Task::List(source));
@@ -384,7 +422,12 @@ impl<D: Domain> Driver<D> {
             self.metrics.forced_detach(*reason);
         }
         let summary = OperationSummary::of(&op);
-        let run = runner::execute(op, Arc::clone(&self.backend), Arc::clone(&self.writer));
+        let run = runner::execute(
+            op,
+            Arc::clone(&self.backend),
+            Arc::clone(&self.writer),
+            Arc::clone(&self.deadlines),
+        );
         let call = self.tasks.spawn(async move { Done::Op(run.await) });
         self.running.insert(call.id(), Task::Op(summary));
         self.metrics.operation_started();
@@ -410,6 +453,7 @@ impl<D: Domain> Driver<D> {
                     _ => Listed::panicked(source),
                 };
                 self.listed(listed);
+                self.flush_events();
                 None
             }
             Task::Op(mut summary) => {
@@ -449,16 +493,25 @@ impl<D: Domain> Driver<D> {
         }
     }
 
+    /// Logs and records the calls that timed out, then the core's events (which may be the
+    /// failures those timeouts caused).
     fn flush_events(&mut self) {
+        while let Ok(event) = self.timeouts.try_recv() {
+            self.emit(&event);
+        }
         for event in self.core.take_events() {
-            if event.is_warning() {
-                warn!(reason = event.reason(), "{event}");
-            } else {
-                info!(reason = event.reason(), "{event}");
-            }
-            if let Some(recorder) = &self.recorder {
-                recorder.record(&event);
-            }
+            self.emit(&event);
+        }
+    }
+
+    fn emit(&self, event: &Event<D>) {
+        if event.is_warning() {
+            warn!(reason = event.reason(), "{event}");
+        } else {
+            info!(reason = event.reason(), "{event}");
+        }
+        if let Some(recorder) = &self.recorder {
+            recorder.record(event);
         }
     }
 
