@@ -1,6 +1,10 @@
 //! Counters the controller keeps so an operator can see what it does without reading logs.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
 
 use crate::config::CallKind;
 use crate::gate::OpKind;
@@ -80,6 +84,8 @@ pub struct Metrics {
     status_writes_skipped_stale: AtomicU64,
     forced_detaches: [AtomicU64; 2],
     timeouts: [AtomicU64; CALL_KINDS],
+    /// When the oldest call the driver still waits for started.
+    oldest_start: Mutex<Option<Instant>>,
 }
 
 impl Metrics {
@@ -128,6 +134,11 @@ impl Metrics {
         self.timeouts[call_index(kind)].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The driver publishes when the oldest call it waits for started (`None`: no call runs).
+    pub(crate) fn set_oldest_start(&self, start: Option<Instant>) {
+        *self.oldest_start.lock() = start;
+    }
+
     /// The counters as they are now. Each counter is read atomically, the set as a whole is not.
     pub fn snapshot(&self) -> MetricsSnapshot {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -165,6 +176,10 @@ impl Metrics {
                 store_list: load(&self.timeouts[call_index(CallKind::StoreList)]),
                 backend_list: load(&self.timeouts[call_index(CallKind::BackendList)]),
             },
+            oldest_running: self
+                .oldest_start
+                .lock()
+                .map(|start| Instant::now().saturating_duration_since(start)),
         }
     }
 }
@@ -256,6 +271,11 @@ pub struct MetricsSnapshot {
     pub forced_detaches_timeout: u64,
     /// Calls to the backend or the store given up at their deadline, by kind.
     pub timeouts: TimeoutCounts,
+    /// How long the oldest call the controller still waits for (an operation or a recovery
+    /// listing) has been running, when the snapshot was taken; `None` when none runs. Every call
+    /// has a deadline ([`CallTimeouts`](crate::CallTimeouts)), so this stays bounded; an age
+    /// near those deadlines means the backend or the store is hanging.
+    pub oldest_running: Option<Duration>,
 }
 
 impl MetricsSnapshot {

@@ -14,7 +14,7 @@ mod world;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -236,8 +236,44 @@ impl<D: Domain> Controller<D> {
             epoch,
             tasks: JoinSet::new(),
             running: HashMap::new(),
+            starts: StartTimes::default(),
+            published: None,
         };
         driver.run(rx).await
+    }
+}
+
+/// When the calls the driver waits for started, oldest first: each instant with the number of
+/// calls started then. A pass starts all its operations at one instant, so this stays short.
+#[derive(Default)]
+struct StartTimes(VecDeque<(Instant, usize)>);
+
+impl StartTimes {
+    fn add(&mut self, at: Instant) {
+        match self.0.back_mut() {
+            Some((last, count)) if *last == at => *count += 1,
+            Some((last, _)) if *last > at => {
+                // Not with a monotonic clock; kept in order all the same.
+                match self.0.binary_search_by_key(&at, |(t, _)| *t) {
+                    Ok(i) => self.0[i].1 += 1,
+                    Err(i) => self.0.insert(i, (at, 1)),
+                }
+            }
+            _ => self.0.push_back((at, 1)),
+        }
+    }
+
+    fn remove(&mut self, at: Instant) {
+        if let Ok(i) = self.0.binary_search_by_key(&at, |(t, _)| *t) {
+            self.0[i].1 = self.0[i].1.saturating_sub(1);
+        }
+        while self.0.front().is_some_and(|(_, count)| *count == 0) {
+            self.0.pop_front();
+        }
+    }
+
+    fn oldest(&self) -> Option<Instant> {
+        self.0.front().map(|(at, _)| *at)
     }
 }
 
@@ -274,8 +310,13 @@ struct Driver<D: Domain> {
     /// Time zero of the core.
     epoch: Instant,
     tasks: JoinSet<Done<D>>,
-    /// Only looked up, never iterated, so its order cannot leak into behaviour.
-    running: HashMap<task::Id, Task<D>>,
+    /// Each running task, with when it started. Only looked up, never iterated, so its order
+    /// cannot leak into behaviour.
+    running: HashMap<task::Id, (Task<D>, Instant)>,
+    /// The start instants in `running`, oldest first.
+    starts: StartTimes,
+    /// The oldest start last published to the metrics.
+    published: Option<Instant>,
     /// `Some` until both recovery lists are loaded and applied.
     recovery: Option<Recovery<D>>,
 }
@@ -293,6 +334,7 @@ impl<D: Domain> Driver<D> {
         let mut armed: Option<Instant> = None;
         loop {
             self.start_due(Instant::now());
+            self.publish_oldest();
             let wake = match &self.recovery {
                 Some(recovery) => recovery.wake_at(),
                 None => self.core.next_deadline().map(|at| self.epoch + at),
@@ -359,21 +401,36 @@ impl<D: Domain> Driver<D> {
         if let Some(recovery) = &self.recovery {
             let due: Vec<Source> = recovery.due(now).collect();
             for source in due {
-                self.start_list(source);
+                self.start_list(source, now);
             }
             return;
         }
-        let now = self.core_time(now);
-        if self.core.next_deadline().is_some_and(|due| due <= now) {
+        let core_now = self.core_time(now);
+        if self.core.next_deadline().is_some_and(|due| due <= core_now) {
             self.metrics.reconcile_pass();
-            for op in self.core.poll(now) {
-                self.start_op(op);
+            for op in self.core.poll(core_now) {
+                self.start_op(op, now);
             }
             self.flush_events();
         }
     }
 
-    fn start_list(&mut self, source: Source) {
+    /// Publishes when the oldest running call started, if that changed.
+    fn publish_oldest(&mut self) {
+        let oldest = self.starts.oldest();
+        if oldest != self.published {
+            self.published = oldest;
+            self.metrics.set_oldest_start(oldest);
+        }
+    }
+
+    /// Remembers that `task` started at `now`.
+    fn track(&mut self, id: task::Id, task: Task<D>, now: Instant) {
+        self.starts.add(now);
+        self.running.insert(id, (task, now));
+    }
+
+    fn start_list(&mut self, source: Source, now: Instant) {
         let deadlines = Arc::clone(&self.deadlines);
         let call = match source {
             Source::Store => {
@@ -407,13 +464,13 @@ impl<D: Domain> Driver<D> {
                 })
             }
         };
-        self.running.insert(call.id(), Task::List(source));
+        self.track(call.id(), Task::List(source), now);
         if let Some(recovery) = &mut self.recovery {
             recovery.listing(source, call);
         }
     }
 
-    fn start_op(&mut self, op: Operation<D>) {
+    fn start_op(&mut self, op: Operation<D>, now: Instant) {
         if let Operation::Detach {
             force: Some(reason),
             ..
@@ -429,7 +486,7 @@ impl<D: Domain> Driver<D> {
             Arc::clone(&self.deadlines),
         );
         let call = self.tasks.spawn(async move { Done::Op(run.await) });
-        self.running.insert(call.id(), Task::Op(summary));
+        self.track(call.id(), Task::Op(summary), now);
         self.metrics.operation_started();
     }
 
@@ -446,7 +503,9 @@ impl<D: Domain> Driver<D> {
                 (e.id(), Joined::Panicked)
             }
         };
-        match self.running.remove(&id)? {
+        let (task, started) = self.running.remove(&id)?;
+        self.starts.remove(started);
+        match task {
             Task::List(source) => {
                 let listed = match how {
                     Joined::Done(Done::Listed(listed)) => listed,
@@ -554,6 +613,7 @@ impl<D: Domain> Driver<D> {
             }
         }
         report.abandoned.sort_by_key(|s| s.id);
+        self.publish_oldest();
         for reply in waiting {
             let _ = reply.send(report.clone());
         }

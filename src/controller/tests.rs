@@ -1279,6 +1279,11 @@ async fn a_hung_attach_becomes_uncertain_at_its_deadline_and_is_retried() {
     assert!(attaches.items().is_empty(), "still hanging");
     let m = h.handle.metrics();
     assert_eq!(m.in_flight, 1);
+    assert_eq!(
+        m.oldest_running,
+        Some(secs(119)),
+        "the age of the hung attach"
+    );
     assert_eq!(m.timeouts.total(), 0);
 
     // Given up at 2 minutes, retried after the 500 ms backoff.
@@ -1310,6 +1315,7 @@ async fn a_hung_attach_becomes_uncertain_at_its_deadline_and_is_retried() {
     assert_eq!(m.timeouts.attach, 1);
     assert_eq!(m.timeouts.total(), 1);
     assert_eq!((m.attach.failed, m.attach.succeeded), (1, 1));
+    assert_eq!(m.oldest_running, None);
     h.finish().await;
 }
 
@@ -1364,6 +1370,7 @@ async fn hung_recovery_listings_are_retried_and_the_controller_then_plans() {
         m.reconcile_passes, 0,
         "nothing planned before both lists load"
     );
+    assert_eq!(m.oldest_running, Some(secs(119)));
     assert!(attaches.items().is_empty());
 
     // Both lists are given up at 2 minutes and retried after the recovery backoff.
@@ -1472,4 +1479,29 @@ async fn call_timeouts_come_from_the_config() {
         timed_out(CallKind::Attach, Some(A), Some(V1), secs(5))
     );
     h.finish().await;
+}
+
+#[test]
+fn start_times_know_the_oldest_running_call() {
+    let t0 = Instant::now();
+    let mut starts = StartTimes::default();
+    starts.add(t0);
+    starts.add(t0);
+    starts.add(t0 + secs(1));
+    starts.add(t0 + secs(2));
+    starts.remove(t0 + secs(1));
+    assert_eq!(starts.oldest(), Some(t0));
+    starts.remove(t0);
+    assert_eq!(
+        starts.oldest(),
+        Some(t0),
+        "one call started then still runs"
+    );
+    starts.remove(t0);
+    assert_eq!(starts.oldest(), Some(t0 + secs(2)));
+    starts.add(t0 + secs(1));
+    assert_eq!(starts.oldest(), Some(t0 + secs(1)), "kept in order");
+    starts.remove(t0 + secs(1));
+    starts.remove(t0 + secs(2));
+    assert_eq!(starts.oldest(), None);
 }
