@@ -1,6 +1,6 @@
 //! The controller against the in-memory backend and store: the seed-002 timeline (upstream
-//! 122413), restarts at every point of the attach and detach sequences (C7), and a bad
-//! configuration.
+//! 122413), restarts at every point of the attach and detach sequences (C7), and what a user
+//! can get wrong (a bad configuration, a panicking recorder).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -13,9 +13,9 @@ use tokio::time::sleep;
 
 use attach_detach::{
     AttachBackend, AttachInfo, BackendAttachment, BackendError, BackendOp, BackoffConfig,
-    BuildError, Config, ConfigError, Controller, ControllerHandle, Ids, MemoryBackend,
-    MemoryRecorder, MemoryStore, NodeFacts, NodeStatus, NodeStatusStore, ReportedVolume, Revision,
-    ShutdownReport, StoreError, UpstreamBugs, VolumeSpec, World,
+    BuildError, Config, ConfigError, Controller, ControllerHandle, Event, EventRecorder, Ids,
+    MemoryBackend, MemoryRecorder, MemoryStore, NodeFacts, NodeStatus, NodeStatusStore,
+    ReportedVolume, Revision, ShutdownReport, StoreError, UpstreamBugs, VolumeSpec, World,
 };
 
 type D = Ids<&'static str, &'static str, &'static str, ()>;
@@ -606,4 +606,42 @@ fn a_busy_retry_loop_is_refused() {
         build(busy).err(),
         Some(BuildError::Config(ConfigError::BusyRetry))
     );
+}
+
+/// A recorder with a bug: it panics on every event.
+struct PanickingRecorder;
+
+impl EventRecorder<D> for PanickingRecorder {
+    fn record(&self, event: &Event<D>) {
+        panic!("recorder bug on {}", event.reason());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_recorder_does_not_stop_the_controller() {
+    let backend = MemoryBackend::<D>::new();
+    let store = MemoryStore::<D>::new();
+    store.add_node(A);
+    let (handle, task) = Controller::new(
+        Config::default(),
+        Arc::new(backend.clone()),
+        Arc::new(store.clone()),
+        one_pod_world(),
+    )
+    .unwrap()
+    .with_recorder(Arc::new(PanickingRecorder))
+    .spawn();
+
+    sleep(secs(1)).await;
+    assert_eq!(backend.attachments(), vec![(V1, A)]);
+    assert_eq!(listed(&store, A), vec![V1]);
+    assert_eq!(handle.metrics().recorder_panics, 1);
+
+    handle.workload_removed("pod-1").await.unwrap();
+    sleep(secs(1)).await;
+    assert_eq!(backend.attachments(), vec![]);
+    assert!(listed(&store, A).is_empty());
+    assert_eq!(handle.metrics().recorder_panics, 2, "attached, detached");
+    handle.shutdown(secs(1)).await.expect("still running");
+    task.await.unwrap();
 }

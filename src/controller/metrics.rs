@@ -84,6 +84,7 @@ pub struct Metrics {
     status_writes_skipped_stale: AtomicU64,
     forced_detaches: [AtomicU64; 2],
     timeouts: [AtomicU64; CALL_KINDS],
+    recorder_panics: AtomicU64,
     /// When the oldest call the driver still waits for started.
     oldest_start: Mutex<Option<Instant>>,
 }
@@ -134,6 +135,10 @@ impl Metrics {
         self.timeouts[call_index(kind)].fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn recorder_panicked(&self) {
+        self.recorder_panics.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The driver publishes when the oldest call it waits for started (`None`: no call runs).
     pub(crate) fn set_oldest_start(&self, start: Option<Instant>) {
         *self.oldest_start.lock() = start;
@@ -176,6 +181,7 @@ impl Metrics {
                 store_list: load(&self.timeouts[call_index(CallKind::StoreList)]),
                 backend_list: load(&self.timeouts[call_index(CallKind::BackendList)]),
             },
+            recorder_panics: load(&self.recorder_panics),
             oldest_running: self
                 .oldest_start
                 .lock()
@@ -271,6 +277,9 @@ pub struct MetricsSnapshot {
     pub forced_detaches_timeout: u64,
     /// Calls to the backend or the store given up at their deadline, by kind.
     pub timeouts: TimeoutCounts,
+    /// Times the [`EventRecorder`](crate::EventRecorder) panicked; the controller logs each and
+    /// carries on.
+    pub recorder_panics: u64,
     /// How long the oldest call the controller still waits for (an operation or a recovery
     /// listing) has been running, when the snapshot was taken; `None` when none runs. Every call
     /// has a deadline ([`CallTimeouts`](crate::CallTimeouts)), so this stays bounded; an age

@@ -14,7 +14,9 @@ mod world;
 #[cfg(test)]
 mod tests;
 
+use std::any::Any;
 use std::collections::{HashMap, VecDeque};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -169,7 +171,8 @@ impl<D: Domain> Controller<D> {
     }
 
     /// Sends every event (the core's, and the driver's [`Event::CallTimedOut`]) to `recorder` as
-    /// well as to the log.
+    /// well as to the log. A recorder that panics loses that event and nothing else: the panic
+    /// is logged and counted ([`MetricsSnapshot::recorder_panics`]), the controller carries on.
     pub fn with_recorder(mut self, recorder: Arc<dyn EventRecorder<D>>) -> Self {
         self.recorder = Some(recorder);
         self
@@ -240,6 +243,17 @@ impl<D: Domain> Controller<D> {
             published: None,
         };
         driver.run(rx).await
+    }
+}
+
+/// The message a panic carried, as `panic!` formatted it.
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(message) = payload.downcast_ref::<&'static str>() {
+        (*message).to_string()
+    } else if let Some(message) = payload.downcast_ref::<String>() {
+        message.clone()
+    } else {
+        "a panic without a message".to_string()
     }
 }
 
@@ -570,7 +584,15 @@ impl<D: Domain> Driver<D> {
             info!(reason = event.reason(), "{event}");
         }
         if let Some(recorder) = &self.recorder {
-            recorder.record(event);
+            // The recorder is the user's code: its panic costs this event, not the controller.
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| recorder.record(event))) {
+                self.metrics.recorder_panicked();
+                error!(
+                    reason = event.reason(),
+                    panic = %panic_message(&*payload),
+                    "the event recorder panicked; the event is lost, the controller carries on"
+                );
+            }
         }
     }
 
