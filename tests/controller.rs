@@ -1,6 +1,6 @@
 //! The controller against the in-memory backend and store: the seed-002 timeline (upstream
 //! 122413), restarts at every point of the attach and detach sequences (C7), and what a user
-//! can get wrong (a bad configuration, a panicking recorder).
+//! can get wrong (a bad configuration, a panicking recorder, identifier types that panic).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -13,9 +13,10 @@ use tokio::time::sleep;
 
 use attach_detach::{
     AttachBackend, AttachInfo, BackendAttachment, BackendError, BackendOp, BackoffConfig,
-    BuildError, Config, ConfigError, Controller, ControllerHandle, Event, EventRecorder, Ids,
-    MemoryBackend, MemoryRecorder, MemoryStore, NodeFacts, NodeStatus, NodeStatusStore,
-    ReportedVolume, Revision, ShutdownReport, StoreError, UpstreamBugs, VolumeSpec, World,
+    BuildError, Config, ConfigError, Controller, ControllerError, ControllerHandle, Event,
+    EventRecorder, Ids, MemoryBackend, MemoryRecorder, MemoryStore, NodeFacts, NodeStatus,
+    NodeStatusStore, ReportedVolume, Revision, ShutdownReport, StoreError, UpstreamBugs,
+    VolumeSpec, World,
 };
 
 type D = Ids<&'static str, &'static str, &'static str, ()>;
@@ -644,4 +645,67 @@ async fn a_panicking_recorder_does_not_stop_the_controller() {
     assert_eq!(handle.metrics().recorder_panics, 2, "attached, detached");
     handle.shutdown(secs(1)).await.expect("still running");
     task.await.unwrap();
+}
+
+/// A volume id whose `Hash` panics for one value: a user type with a bug, which the core hashes
+/// inside the controller's loop.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Brittle(&'static str);
+
+impl std::hash::Hash for Brittle {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        assert_ne!(self.0, "boom", "volume ids named boom explode when hashed");
+        self.0.hash(state);
+    }
+}
+
+type Fragile = Ids<&'static str, Brittle, &'static str, ()>;
+
+#[tokio::test(start_paused = true)]
+async fn a_controller_that_died_says_of_what() {
+    let store = MemoryStore::<Fragile>::new();
+    store.add_node(A);
+    let world = World::new().node(
+        A,
+        NodeFacts {
+            in_use: Some(vec![]),
+            ..NodeFacts::default()
+        },
+    );
+    let (handle, task) = Controller::new(
+        Config::default(),
+        Arc::new(MemoryBackend::new()),
+        Arc::new(store),
+        world,
+    )
+    .unwrap()
+    .spawn();
+    sleep(secs(1)).await;
+    handle
+        .set_volume(Brittle("fine"), VolumeSpec::single_node(()))
+        .await
+        .unwrap();
+
+    let died = handle
+        .set_volume(Brittle("boom"), VolumeSpec::single_node(()))
+        .await;
+    let Err(ControllerError::Died { message }) = &died else {
+        panic!("expected the controller to have died, got {died:?}");
+    };
+    assert!(
+        message.contains("volume ids named boom explode when hashed"),
+        "{message}"
+    );
+    assert!(
+        died.unwrap_err()
+            .to_string()
+            .starts_with("the controller died: ")
+    );
+    // Every later call says the same, and the task ended with the panic.
+    assert!(matches!(
+        handle.shutdown(secs(1)).await,
+        Err(ControllerError::Died { .. })
+    ));
+    assert!(handle.is_stopped());
+    assert!(task.await.unwrap_err().is_panic());
 }

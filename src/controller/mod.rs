@@ -16,8 +16,11 @@ mod tests;
 
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use thiserror::Error;
@@ -34,7 +37,7 @@ pub use status_writer::{StatusWriter, WriteOutcome};
 pub use world::World;
 
 use deadline::{Deadlines, no_answer};
-use handle::Command;
+use handle::{Command, DeathNote};
 use recovery::{Listed, Recovery, Source};
 use runner::OpResult;
 
@@ -129,6 +132,7 @@ pub struct Controller<D: Domain> {
     diff_source: Option<Arc<dyn NodeStatusStore<D>>>,
     recorder: Option<Arc<dyn EventRecorder<D>>>,
     metrics: Arc<Metrics>,
+    death: DeathNote,
     tx: mpsc::Sender<Command<D>>,
     rx: mpsc::Receiver<Command<D>>,
 }
@@ -165,6 +169,7 @@ impl<D: Domain> Controller<D> {
             diff_source: None,
             recorder: None,
             metrics: Arc::default(),
+            death: DeathNote::default(),
             tx,
             rx,
         })
@@ -188,7 +193,11 @@ impl<D: Domain> Controller<D> {
 
     /// A handle to feed the controller once it runs. Inputs sent before it runs wait in a queue.
     pub fn handle(&self) -> ControllerHandle<D> {
-        ControllerHandle::new(self.tx.clone(), Arc::clone(&self.metrics))
+        ControllerHandle::new(
+            self.tx.clone(),
+            Arc::clone(&self.metrics),
+            Arc::clone(&self.death),
+        )
     }
 
     /// Runs the controller in a new tokio task; the task ends with the shutdown report.
@@ -201,6 +210,10 @@ impl<D: Domain> Controller<D> {
     ///
     /// Dropping this future (or aborting its task) stops everything at once, like a crash:
     /// running calls are cancelled wherever they are, and the next controller recovers.
+    ///
+    /// Should the loop itself panic (a bug, or a panicking `Hash`, `Ord` or `Clone` of an
+    /// identifier type), the panic goes on as before, ending the task, but first its message is
+    /// left for the handles: their calls then fail with [`ControllerError::Died`].
     pub async fn run(self) -> ShutdownReport<D> {
         let Controller {
             core,
@@ -209,6 +222,7 @@ impl<D: Domain> Controller<D> {
             diff_source,
             recorder,
             metrics,
+            death,
             tx,
             rx,
         } = self;
@@ -242,7 +256,11 @@ impl<D: Domain> Controller<D> {
             starts: StartTimes::default(),
             published: None,
         };
-        driver.run(rx).await
+        NotePanic {
+            inner: Box::pin(driver.run(rx)),
+            note: death,
+        }
+        .await
     }
 }
 
@@ -254,6 +272,32 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
         message.clone()
     } else {
         "a panic without a message".to_string()
+    }
+}
+
+/// Polls `inner`; if that panics, writes the panic's message to `note` and lets the panic go on.
+///
+/// The note is written before the panic leaves the poll, so before the loop's future (and with
+/// it the input channel) is dropped: a handle that sees the channel closed finds the note.
+struct NotePanic<F> {
+    inner: Pin<Box<F>>,
+    note: DeathNote,
+}
+
+impl<F: Future> Future for NotePanic<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.get_mut();
+        match catch_unwind(AssertUnwindSafe(|| this.inner.as_mut().poll(cx))) {
+            Ok(poll) => poll,
+            Err(payload) => {
+                let message = panic_message(&*payload);
+                error!(panic = %message, "the controller's loop panicked; the controller is gone");
+                *this.note.lock() = Some(message);
+                resume_unwind(payload)
+            }
+        }
     }
 }
 
