@@ -609,6 +609,15 @@ fn a_busy_retry_loop_is_refused() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn shutdown_with_the_longest_grace_returns_the_report() {
+    let (handle, task) = build(Config::default()).unwrap().spawn();
+    sleep(secs(1)).await;
+    let report = handle.shutdown(Duration::MAX).await.expect("running");
+    assert_eq!(report, ShutdownReport::default());
+    assert_eq!(task.await.unwrap(), report);
+}
+
 /// A recorder with a bug: it panics on every event.
 struct PanickingRecorder;
 

@@ -229,8 +229,10 @@ impl<D: Domain> ControllerHandle<D> {
     /// the rest, and reports which did what.
     ///
     /// Abandoned calls may still take effect in the backend; the next controller's recovery
-    /// finds them. Fails with [`ControllerError::Stopped`] if the controller already stopped,
-    /// [`ControllerError::Died`] if it died.
+    /// finds them. A `grace` too long to represent as a deadline ([`Duration::MAX`]) waits for
+    /// every running call, each of which ends by its deadline. Fails with
+    /// [`ControllerError::Stopped`] if the controller already stopped, [`ControllerError::Died`]
+    /// if it died.
     pub async fn shutdown(&self, grace: Duration) -> Result<ShutdownReport<D>, ControllerError<D>> {
         let (reply, answer) = oneshot::channel();
         self.tx

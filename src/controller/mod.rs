@@ -159,6 +159,17 @@ impl<D: Domain> Controller<D> {
         world: World<D>,
     ) -> Result<Self, BuildError<D>> {
         config.validate()?;
+        Ok(Self::unvalidated(config, backend, store, world)?)
+    }
+
+    /// [`new`](Self::new) without the configuration check: the tests push what `validate`
+    /// refuses through the driver with it, to show the driver survives it anyway.
+    fn unvalidated(
+        config: Config,
+        backend: Arc<dyn AttachBackend<D>>,
+        store: Arc<dyn NodeStatusStore<D>>,
+        world: World<D>,
+    ) -> Result<Self, ReconcilerError<D>> {
         let mut core = Reconciler::new(config);
         world.apply_to(&mut core)?;
         let (tx, rx) = mpsc::channel(INPUT_QUEUE);
@@ -335,6 +346,14 @@ impl StartTimes {
     }
 }
 
+/// Waits until `deadline`, or forever when there is none.
+async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// What a task hands back.
 enum Done<D: Domain> {
     Op(OpResult<D>),
@@ -395,7 +414,12 @@ impl<D: Domain> Driver<D> {
             self.publish_oldest();
             let wake = match &self.recovery {
                 Some(recovery) => recovery.wake_at(),
-                None => self.core.next_deadline().map(|at| self.epoch + at),
+                // A deadline too far away to add to the epoch is never. Only a configuration
+                // that `Config::validate` refuses gets there.
+                None => self
+                    .core
+                    .next_deadline()
+                    .and_then(|at| self.epoch.checked_add(at)),
             };
             if let Some(at) = wake {
                 if armed != Some(at) {
@@ -658,7 +682,8 @@ impl<D: Domain> Driver<D> {
             recovery.abort();
         }
         info!(running = self.tasks.len(), ?grace, "shutting down");
-        let deadline = Instant::now() + grace;
+        // A grace too long to represent waits for every call; each ends by its own deadline.
+        let deadline = Instant::now().checked_add(grace);
         let mut report = ShutdownReport::default();
         while !self.tasks.is_empty() {
             tokio::select! {
@@ -666,7 +691,7 @@ impl<D: Domain> Driver<D> {
                 Some(joined) = self.tasks.join_next_with_id() => {
                     report.finished.extend(self.joined(joined));
                 }
-                () = sleep_until(deadline) => break,
+                () = until(deadline) => break,
             }
         }
         self.tasks.abort_all();

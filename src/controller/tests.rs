@@ -15,7 +15,7 @@ use tokio::time::{Instant, sleep};
 use super::*;
 use crate::actual::NodeFacts;
 use crate::backend::{AttachInfo, BackendAttachment, BackendError, MockAttachBackend};
-use crate::config::{CallKind, CallTimeouts};
+use crate::config::{BackoffConfig, CallKind, CallTimeouts};
 use crate::desired::DesiredError;
 use crate::domain::Ids;
 use crate::event::Event;
@@ -1504,4 +1504,101 @@ fn start_times_know_the_oldest_running_call() {
     starts.remove(t0 + secs(1));
     starts.remove(t0 + secs(2));
     assert_eq!(starts.oldest(), None);
+}
+
+// ---- durations too large to add -----------------------------------------------------------------
+
+/// The core's deadlines at [`Duration::MAX`] (every period at `Duration::MAX`, which
+/// [`Config::validate`] refuses, pushed through the driver anyway): the first pass attaches at
+/// time zero, after which the core's next deadline is `Duration::MAX` from the start. The driver
+/// takes that as "never" instead of overflowing `epoch + deadline`.
+#[tokio::test(start_paused = true)]
+async fn core_deadlines_too_far_to_represent_mean_never_not_a_panic() {
+    let epoch = Instant::now();
+    let mut backend = backend();
+    let attaches = accept_attaches(&mut backend, epoch);
+    let mut store = store(&[A, B]);
+    let writes = accept_writes(&mut store, epoch);
+    let config = Config {
+        reconcile_period: Duration::MAX,
+        sync_period: Duration::MAX,
+        max_wait_for_unmount: Duration::MAX,
+        ..Config::default()
+    };
+    assert!(config.validate().is_err());
+    let (handle, task) =
+        Controller::unvalidated(config, Arc::new(backend), Arc::new(store), world())
+            .expect("valid world")
+            .spawn();
+
+    sleep(secs(3600)).await;
+    assert_eq!(attaches.items(), vec![(V1, A)]);
+    assert!(writes.items().is_empty(), "the next pass is never due");
+    assert_eq!(handle.metrics().reconcile_passes, 1);
+    // Inputs still go in; nothing becomes due.
+    handle.workload_removed("w1").await.unwrap();
+    sleep(secs(3600)).await;
+    assert_eq!(handle.metrics().reconcile_passes, 1);
+    let report = handle.shutdown(secs(1)).await.expect("still running");
+    assert_eq!(task.await.unwrap(), report);
+}
+
+/// A recovery backoff too long to add to the clock: the failed listing is never retried (as the
+/// configuration asks), rather than panicking the driver.
+#[tokio::test(start_paused = true)]
+async fn a_recovery_backoff_too_far_to_represent_means_never_not_a_panic() {
+    let mut backend = MockAttachBackend::<D>::new();
+    backend
+        .expect_list()
+        .times(1)
+        .returning(|| Err(transient()));
+    backend.expect_attach().never();
+    let config = Config {
+        backoff: BackoffConfig {
+            initial: Duration::MAX,
+            max: Duration::MAX,
+        },
+        ..Config::default()
+    };
+    let (handle, task) =
+        Controller::unvalidated(config, Arc::new(backend), Arc::new(store(&[A, B])), world())
+            .expect("valid world")
+            .spawn();
+    sleep(secs(3600)).await;
+    assert_eq!(handle.metrics().reconcile_passes, 0);
+    assert_eq!(
+        handle.shutdown(secs(1)).await,
+        Ok(ShutdownReport::default())
+    );
+    task.await.expect("the mocks' expectations");
+}
+
+/// `shutdown(Duration::MAX)` is "wait for every running call": the hung attach ends at its own
+/// deadline, and the report lists it as finished (failed).
+#[tokio::test(start_paused = true)]
+async fn shutdown_with_an_unbounded_grace_waits_for_every_call_to_end() {
+    let epoch = Instant::now();
+    let mut inner = backend();
+    accept_attaches(&mut inner, epoch);
+    let backend = HangingBackend::new(inner, &[CallKind::Attach]);
+    let h = Harness::start(Config::default(), backend, store(&[A, B]), world());
+
+    sleep(secs(20)).await;
+    let report = tokio::time::timeout(secs(3600), h.handle.shutdown(Duration::MAX))
+        .await
+        .expect("the hung attach ends at its deadline")
+        .expect("running");
+    assert_eq!(Instant::now() - epoch, secs(120), "the attach's deadline");
+    assert_eq!(report.abandoned, vec![]);
+    assert_eq!(
+        report.finished,
+        vec![OperationSummary {
+            id: report.finished[0].id,
+            kind: OpKind::Attach,
+            volume: Some(V1),
+            node: A,
+            outcome: Outcome::Failed,
+        }]
+    );
+    assert_eq!(h.task.await.unwrap(), report);
 }
