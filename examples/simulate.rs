@@ -2,12 +2,13 @@
 //!
 //! With no files it runs the bundled incident library. Exit status: 0 when every expectation and
 //! invariant holds, 1 with each violation listed (a panic in the controller or the simulator is
-//! one), 2 for a file that cannot be read or parsed.
+//! one), 2 for a file that cannot be read or parsed or whose settings the controller refuses
+//! (`Config::validate`).
 
 use std::process::ExitCode;
 
 use attach_detach::sim::{
-    library::LIBRARY, run, scenario, summary_header, summary_line, violation_line,
+    config_of, library::LIBRARY, run, scenario, summary_header, summary_line, violation_line,
 };
 
 fn main() -> ExitCode {
@@ -39,7 +40,13 @@ fn main() -> ExitCode {
     let mut parsed = Vec::new();
     for (name, text) in &inputs {
         match scenario::parse(text) {
-            Ok(s) => parsed.push((name, s)),
+            Ok(s) => {
+                if let Err(e) = config_of(&s).validate() {
+                    eprintln!("{name}: the controller refuses these settings: {e}");
+                    return ExitCode::from(2);
+                }
+                parsed.push((name, s));
+            }
             Err(e) => {
                 eprintln!("{}", e.with_file(name));
                 return ExitCode::from(2);

@@ -1,12 +1,20 @@
-//! Tunables of the core, with upstream's defaults except where upstream is unsafe.
+//! Tunables of the core and the driver, with upstream's defaults except where upstream is
+//! unsafe, and the checks that keep them usable.
 
+use std::fmt;
 use std::time::Duration;
 
-/// How the core paces itself and how far it may go to free a volume.
+/// How the core paces itself and how far it may go to free a volume, and how long the driver
+/// waits for each call to the outside.
 ///
 /// Defaults follow Kubernetes (100 ms loop, 60 s sync, 6 min unmount wait, 500 ms .. 2 min 2 s
 /// backoff) except `force_detach_on_timeout`, which is off: a volume is only detached from a node
-/// that still mounts it when the node is fenced (see seed 004).
+/// that still mounts it when the node is fenced (see seed 004). [`CallTimeouts`] explains its
+/// own defaults.
+///
+/// [`Controller::new`](crate::Controller::new) refuses a configuration that
+/// [`validate`](Config::validate) refuses; a user driving the [`Reconciler`](crate::Reconciler)
+/// by hand should call it too.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// Minimum time between two reconcile passes; changes that arrive in between are batched.
@@ -40,6 +48,9 @@ pub struct Config {
     pub deleted_node_is_fenced: bool,
     /// Retry pacing of failed operations.
     pub backoff: BackoffConfig,
+    /// How long the driver waits for each kind of call to the backend or the store before it
+    /// gives up on it. Not used by the core.
+    pub call_timeouts: CallTimeouts,
     /// Re-enable upstream Kubernetes bugs. For regression tests and demonstrations only.
     pub upstream_bugs: UpstreamBugs,
 }
@@ -54,8 +65,251 @@ impl Default for Config {
             force_detach_on_timeout: false,
             deleted_node_is_fenced: false,
             backoff: BackoffConfig::default(),
+            call_timeouts: CallTimeouts::default(),
             upstream_bugs: UpstreamBugs::default(),
         }
+    }
+}
+
+impl Config {
+    /// The longest duration any setting may have: 100 years (of 365 days).
+    ///
+    /// A period that long already means "never". The bound exists because the core adds
+    /// settings to its clock (time since the controller started) and the driver adds that clock
+    /// to the instant it started: with every setting at most a century, each such sum stays far
+    /// inside what [`Duration`] and every platform's `Instant` can represent, while
+    /// [`Duration::MAX`] overflows the first addition.
+    pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+    /// Checks that this configuration can run, and returns the first problem found.
+    ///
+    /// Refused, checked in this order: any duration longer than
+    /// [`MAX_DURATION`](Self::MAX_DURATION) (settings in declaration order); a zero
+    /// `reconcile_period` together with a zero `backoff.initial` (a failing call would be
+    /// retried in a busy loop, hundreds of thousands of calls a second); `backoff.initial`
+    /// longer than `backoff.max`; a zero `sync_period` (every pass would verify every
+    /// attachment); a zero call timeout (every such call would fail at once).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use attach_detach::{BackoffConfig, Config, ConfigError};
+    /// assert_eq!(Config::default().validate(), Ok(()));
+    /// let busy = Config {
+    ///     reconcile_period: Duration::ZERO,
+    ///     backoff: BackoffConfig { initial: Duration::ZERO, ..BackoffConfig::default() },
+    ///     ..Config::default()
+    /// };
+    /// assert_eq!(busy.validate(), Err(ConfigError::BusyRetry));
+    /// ```
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let durations = [
+            ("reconcile_period", self.reconcile_period),
+            ("sync_period", self.sync_period),
+            ("max_wait_for_unmount", self.max_wait_for_unmount),
+            ("backoff.initial", self.backoff.initial),
+            ("backoff.max", self.backoff.max),
+        ]
+        .into_iter()
+        .chain(self.call_timeouts.fields());
+        for (field, value) in durations {
+            if value > Self::MAX_DURATION {
+                return Err(ConfigError::TooLarge { field, value });
+            }
+        }
+        if self.reconcile_period.is_zero() && self.backoff.initial.is_zero() {
+            return Err(ConfigError::BusyRetry);
+        }
+        if self.backoff.initial > self.backoff.max {
+            return Err(ConfigError::BackoffInitialAboveMax {
+                initial: self.backoff.initial,
+                max: self.backoff.max,
+            });
+        }
+        if self.sync_period.is_zero() {
+            return Err(ConfigError::ZeroSyncPeriod);
+        }
+        if let Some((field, _)) = self.call_timeouts.fields().find(|(_, t)| t.is_zero()) {
+            return Err(ConfigError::ZeroCallTimeout { field });
+        }
+        Ok(())
+    }
+}
+
+/// Why [`Config::validate`] refused a configuration. Fields are named as in Rust source
+/// (`backoff.initial`, `call_timeouts.attach`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A duration is longer than [`Config::MAX_DURATION`].
+    #[error("{field} is {value:?}, longer than the longest supported duration (100 years)")]
+    TooLarge {
+        /// The setting.
+        field: &'static str,
+        /// Its value.
+        value: Duration,
+    },
+    /// `reconcile_period` and `backoff.initial` are both zero: nothing would pace the retries
+    /// of a failing call.
+    #[error(
+        "reconcile_period and backoff.initial are both zero: a failing call would be retried in a busy loop"
+    )]
+    BusyRetry,
+    /// The first retry would wait longer than the longest wait.
+    #[error("backoff.initial ({initial:?}) is longer than backoff.max ({max:?})")]
+    BackoffInitialAboveMax {
+        /// `backoff.initial`.
+        initial: Duration,
+        /// `backoff.max`.
+        max: Duration,
+    },
+    /// `sync_period` is zero: every reconcile pass would verify every attachment.
+    #[error("sync_period is zero: every reconcile pass would verify every attachment")]
+    ZeroSyncPeriod,
+    /// A call timeout is zero: every such call would time out before it started.
+    #[error("{field} is zero: every such call would time out at once")]
+    ZeroCallTimeout {
+        /// The setting.
+        field: &'static str,
+    },
+}
+
+/// The kinds of call the driver makes to the outside, each with its own deadline in
+/// [`CallTimeouts`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum CallKind {
+    /// [`AttachBackend::attach`](crate::AttachBackend::attach).
+    Attach,
+    /// [`AttachBackend::detach`](crate::AttachBackend::detach).
+    Detach,
+    /// [`AttachBackend::verify`](crate::AttachBackend::verify).
+    Verify,
+    /// [`NodeStatusStore::read`](crate::NodeStatusStore::read): the fresh read before a status
+    /// write or before a detach.
+    StatusRead,
+    /// [`NodeStatusStore::write`](crate::NodeStatusStore::write).
+    StatusWrite,
+    /// [`NodeStatusStore::list`](crate::NodeStatusStore::list), at recovery.
+    StoreList,
+    /// [`AttachBackend::list`](crate::AttachBackend::list), at recovery.
+    BackendList,
+}
+
+impl CallKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [CallKind; 7] = [
+        CallKind::Attach,
+        CallKind::Detach,
+        CallKind::Verify,
+        CallKind::StatusRead,
+        CallKind::StatusWrite,
+        CallKind::StoreList,
+        CallKind::BackendList,
+    ];
+
+    /// A short lowercase name: `attach`, `status write`, `backend list`, ...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallKind::Attach => "attach",
+            CallKind::Detach => "detach",
+            CallKind::Verify => "verify",
+            CallKind::StatusRead => "status read",
+            CallKind::StatusWrite => "status write",
+            CallKind::StoreList => "store list",
+            CallKind::BackendList => "backend list",
+        }
+    }
+
+    /// Whether a call of this kind that timed out may nevertheless have changed something:
+    /// only an attach or a detach may (the driver then reports it as
+    /// [`BackendError::Uncertain`](crate::BackendError::Uncertain)).
+    pub fn may_take_effect(self) -> bool {
+        matches!(self, CallKind::Attach | CallKind::Detach)
+    }
+}
+
+impl fmt::Display for CallKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How long the driver waits for one call to the outside before it gives up on it.
+///
+/// A call that gets no answer in time is treated as failed: a timed-out attach or detach as
+/// [`BackendError::Uncertain`](crate::BackendError::Uncertain) (it may still take effect), a
+/// timed-out verify or store call as transient (it changed nothing the driver relies on), and a
+/// timed-out recovery listing is retried with the backoff. Each timeout raises an
+/// [`Event::CallTimedOut`](crate::Event::CallTimedOut) and is counted in the metrics. Without a
+/// deadline a single hung call pins its volume, or at start-up the whole controller, forever.
+///
+/// The defaults:
+///
+/// - `attach`, `detach`: 2 minutes. Kubernetes' CSI attacher in the controller manager waits up
+///   to 2 minutes (`csiTimeout`) for a volume to be attached or detached, and cloud attaches
+///   commonly take tens of seconds. (The CSI external-attacher's 15 s per RPC is shorter because
+///   it re-issues the same idempotent call; here the core's backoff does that.)
+/// - `verify`: 1 minute: one call per node, for all its volumes.
+/// - `status_read`, `status_write`: 30 seconds. One node object read or compare-and-set write
+///   normally takes milliseconds; 30 s is half the Kubernetes API server's own 60 s request
+///   timeout, so the driver gives up on a hung connection before the server would.
+/// - `list`: 2 minutes. A recovery listing reads every node or every attachment, so it may take
+///   much longer than one call; while it hangs nothing is planned at all, so it must still end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallTimeouts {
+    /// [`AttachBackend::attach`](crate::AttachBackend::attach).
+    pub attach: Duration,
+    /// [`AttachBackend::detach`](crate::AttachBackend::detach).
+    pub detach: Duration,
+    /// [`AttachBackend::verify`](crate::AttachBackend::verify).
+    pub verify: Duration,
+    /// [`NodeStatusStore::write`](crate::NodeStatusStore::write), each compare-and-set call.
+    pub status_write: Duration,
+    /// [`NodeStatusStore::read`](crate::NodeStatusStore::read), each call (before a write, after
+    /// a conflict, before a detach).
+    pub status_read: Duration,
+    /// [`NodeStatusStore::list`](crate::NodeStatusStore::list) and
+    /// [`AttachBackend::list`](crate::AttachBackend::list) at recovery.
+    pub list: Duration,
+}
+
+impl Default for CallTimeouts {
+    fn default() -> Self {
+        CallTimeouts {
+            attach: Duration::from_secs(2 * 60),
+            detach: Duration::from_secs(2 * 60),
+            verify: Duration::from_secs(60),
+            status_write: Duration::from_secs(30),
+            status_read: Duration::from_secs(30),
+            list: Duration::from_secs(2 * 60),
+        }
+    }
+}
+
+impl CallTimeouts {
+    /// The deadline of a call of `kind`.
+    pub fn of(&self, kind: CallKind) -> Duration {
+        match kind {
+            CallKind::Attach => self.attach,
+            CallKind::Detach => self.detach,
+            CallKind::Verify => self.verify,
+            CallKind::StatusRead => self.status_read,
+            CallKind::StatusWrite => self.status_write,
+            CallKind::StoreList | CallKind::BackendList => self.list,
+        }
+    }
+
+    /// Each setting with its name as [`ConfigError`] spells it.
+    fn fields(&self) -> impl Iterator<Item = (&'static str, Duration)> {
+        [
+            ("call_timeouts.attach", self.attach),
+            ("call_timeouts.detach", self.detach),
+            ("call_timeouts.verify", self.verify),
+            ("call_timeouts.status_write", self.status_write),
+            ("call_timeouts.status_read", self.status_read),
+            ("call_timeouts.list", self.list),
+        ]
+        .into_iter()
     }
 }
 
@@ -102,4 +356,230 @@ pub struct UpstreamBugs {
     /// C6 (122413): the status writer diffs against a possibly stale read and skips the write
     /// when that read already matches. Used by the driver, not the core.
     pub c6_diff_against_stale_read: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    #[test]
+    fn the_defaults_are_valid() {
+        assert_eq!(Config::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn every_duration_is_bounded() {
+        let max = Config::MAX_DURATION;
+        let over = max + Duration::from_nanos(1);
+        // At the bound is fine (the benches push the sync period out by exactly that much).
+        let at_bound = Config {
+            reconcile_period: max,
+            sync_period: max,
+            max_wait_for_unmount: max,
+            backoff: BackoffConfig { initial: max, max },
+            call_timeouts: CallTimeouts {
+                attach: max,
+                detach: max,
+                verify: max,
+                status_write: max,
+                status_read: max,
+                list: max,
+            },
+            ..Config::default()
+        };
+        assert_eq!(at_bound.validate(), Ok(()));
+        type Set = fn(&mut Config, Duration);
+        let setters: [(&str, Set); 11] = [
+            ("reconcile_period", |c, d| c.reconcile_period = d),
+            ("sync_period", |c, d| c.sync_period = d),
+            ("max_wait_for_unmount", |c, d| c.max_wait_for_unmount = d),
+            ("backoff.initial", |c, d| c.backoff.initial = d),
+            ("backoff.max", |c, d| c.backoff.max = d),
+            ("call_timeouts.attach", |c, d| c.call_timeouts.attach = d),
+            ("call_timeouts.detach", |c, d| c.call_timeouts.detach = d),
+            ("call_timeouts.verify", |c, d| c.call_timeouts.verify = d),
+            ("call_timeouts.status_write", |c, d| {
+                c.call_timeouts.status_write = d
+            }),
+            ("call_timeouts.status_read", |c, d| {
+                c.call_timeouts.status_read = d
+            }),
+            ("call_timeouts.list", |c, d| c.call_timeouts.list = d),
+        ];
+        for (field, set) in setters {
+            for value in [over, Duration::MAX] {
+                let mut config = at_bound.clone();
+                set(&mut config, value);
+                assert_eq!(
+                    config.validate(),
+                    Err(ConfigError::TooLarge { field, value }),
+                    "{field}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_busy_retry_loop_is_refused() {
+        let busy = Config {
+            reconcile_period: Duration::ZERO,
+            backoff: BackoffConfig {
+                initial: Duration::ZERO,
+                max: secs(1),
+            },
+            ..Config::default()
+        };
+        assert_eq!(busy.validate(), Err(ConfigError::BusyRetry));
+        // Either one alone still paces retries.
+        let paced_by_backoff = Config {
+            reconcile_period: Duration::ZERO,
+            ..Config::default()
+        };
+        assert_eq!(paced_by_backoff.validate(), Ok(()));
+        let paced_by_passes = Config {
+            backoff: busy.backoff,
+            ..Config::default()
+        };
+        assert_eq!(paced_by_passes.validate(), Ok(()));
+    }
+
+    #[test]
+    fn backoff_must_start_below_its_cap() {
+        let inverted = Config {
+            backoff: BackoffConfig {
+                initial: secs(10),
+                max: secs(5),
+            },
+            ..Config::default()
+        };
+        assert_eq!(
+            inverted.validate(),
+            Err(ConfigError::BackoffInitialAboveMax {
+                initial: secs(10),
+                max: secs(5)
+            })
+        );
+        let flat = Config {
+            backoff: BackoffConfig {
+                initial: secs(5),
+                max: secs(5),
+            },
+            ..Config::default()
+        };
+        assert_eq!(flat.validate(), Ok(()));
+    }
+
+    #[test]
+    fn a_zero_sync_period_is_refused() {
+        let config = Config {
+            sync_period: Duration::ZERO,
+            ..Config::default()
+        };
+        assert_eq!(config.validate(), Err(ConfigError::ZeroSyncPeriod));
+    }
+
+    #[test]
+    fn zero_call_timeouts_are_refused_by_name() {
+        let zero = Duration::ZERO;
+        let cases = [
+            (
+                CallTimeouts {
+                    attach: zero,
+                    ..CallTimeouts::default()
+                },
+                "call_timeouts.attach",
+            ),
+            (
+                CallTimeouts {
+                    detach: zero,
+                    ..CallTimeouts::default()
+                },
+                "call_timeouts.detach",
+            ),
+            (
+                CallTimeouts {
+                    verify: zero,
+                    ..CallTimeouts::default()
+                },
+                "call_timeouts.verify",
+            ),
+            (
+                CallTimeouts {
+                    status_write: zero,
+                    ..CallTimeouts::default()
+                },
+                "call_timeouts.status_write",
+            ),
+            (
+                CallTimeouts {
+                    status_read: zero,
+                    ..CallTimeouts::default()
+                },
+                "call_timeouts.status_read",
+            ),
+            (
+                CallTimeouts {
+                    list: zero,
+                    ..CallTimeouts::default()
+                },
+                "call_timeouts.list",
+            ),
+        ];
+        for (call_timeouts, field) in cases {
+            let config = Config {
+                call_timeouts,
+                ..Config::default()
+            };
+            assert_eq!(
+                config.validate(),
+                Err(ConfigError::ZeroCallTimeout { field })
+            );
+        }
+    }
+
+    #[test]
+    fn errors_name_the_setting() {
+        assert_eq!(
+            ConfigError::TooLarge {
+                field: "sync_period",
+                value: Duration::MAX
+            }
+            .to_string(),
+            format!(
+                "sync_period is {:?}, longer than the longest supported duration (100 years)",
+                Duration::MAX
+            )
+        );
+        assert_eq!(
+            ConfigError::ZeroCallTimeout {
+                field: "call_timeouts.list"
+            }
+            .to_string(),
+            "call_timeouts.list is zero: every such call would time out at once"
+        );
+    }
+
+    #[test]
+    fn each_call_kind_has_its_deadline() {
+        let t = CallTimeouts {
+            attach: secs(1),
+            detach: secs(2),
+            verify: secs(3),
+            status_write: secs(4),
+            status_read: secs(5),
+            list: secs(6),
+        };
+        let of: Vec<_> = CallKind::ALL.iter().map(|k| t.of(*k).as_secs()).collect();
+        assert_eq!(of, vec![1, 2, 3, 5, 4, 6, 6]);
+        let may: Vec<_> = CallKind::ALL
+            .iter()
+            .filter(|k| k.may_take_effect())
+            .collect();
+        assert_eq!(may, vec![&CallKind::Attach, &CallKind::Detach]);
+        assert_eq!(CallKind::BackendList.to_string(), "backend list");
+    }
 }

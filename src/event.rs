@@ -1,7 +1,9 @@
 //! Events worth telling a human about, in upstream's vocabulary.
 
 use std::fmt;
+use std::time::Duration;
 
+use crate::config::CallKind;
 use crate::domain::Domain;
 use crate::operation::ForceReason;
 
@@ -74,6 +76,20 @@ pub enum Event<D: Domain> {
         /// The backend's message.
         message: String,
     },
+    /// A call to the backend or the store got no answer within its deadline
+    /// ([`CallTimeouts`](crate::CallTimeouts)) and was given up. Raised by the driver, never by
+    /// the core; a timed-out attach or detach is then handled as an uncertain failure (it may
+    /// still take effect), any other call as a transient one, a recovery listing is retried.
+    CallTimedOut {
+        /// What was called.
+        call: CallKind,
+        /// The node the call was about (`None` for a recovery listing).
+        node: Option<D::Node>,
+        /// The volume, for an attach or a detach.
+        volume: Option<D::Volume>,
+        /// How long the driver waited.
+        after: Duration,
+    },
 }
 
 impl<D: Domain> Event<D> {
@@ -87,6 +103,7 @@ impl<D: Domain> Event<D> {
             Event::DetachSucceeded { force: Some(_), .. } => "ForcedDetachVolume",
             Event::DetachFailed { .. } => "FailedDetachVolume",
             Event::DetachBlocked { .. } => "DetachBlocked",
+            Event::CallTimedOut { .. } => "CallTimedOut",
         }
     }
 
@@ -164,6 +181,25 @@ impl<D: Domain> fmt::Display for Event<D> {
                 f,
                 "DetachVolume.Detach failed for volume {volume:?} on node {node:?}: {message}"
             ),
+            Event::CallTimedOut {
+                call,
+                node,
+                volume,
+                after,
+            } => {
+                write!(f, "The {call} call")?;
+                if let Some(volume) = volume {
+                    write!(f, " for volume {volume:?}")?;
+                }
+                if let Some(node) = node {
+                    write!(f, " on node {node:?}")?;
+                }
+                write!(f, " got no answer within {after:?} and was given up")?;
+                if call.may_take_effect() {
+                    write!(f, "; it may still take effect")?;
+                }
+                Ok(())
+            }
         }
     }
 }

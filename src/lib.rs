@@ -73,7 +73,9 @@
 //! Errors from the backend say whether the call certainly did nothing, may have taken effect
 //! (the attachment becomes [`AttachState::Uncertain`]), or found the volume attached elsewhere.
 //! Failed operations back off per kind (500 ms doubling to 2 min 2 s). Human-readable
-//! [`Event`]s (Multi-Attach, attach and detach results) come from [`Reconciler::take_events`].
+//! [`Event`]s (Multi-Attach, attach and detach results) come from [`Reconciler::take_events`];
+//! the tokio driver adds [`Event::CallTimedOut`] for each call it gives up at its deadline
+//! ([`CallTimeouts`]).
 //!
 //! # What is corrected
 //!
@@ -129,11 +131,11 @@ pub struct ReadmeDoctests;
 
 pub use actual::{ActualState, AttachState, Attachment, NodeFacts};
 pub use backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
-pub use config::{BackoffConfig, Config, UpstreamBugs};
+pub use config::{BackoffConfig, CallKind, CallTimeouts, Config, ConfigError, UpstreamBugs};
 pub use controller::{
-    Controller, ControllerError, ControllerHandle, EventRecorder, Input, MemoryRecorder, Metrics,
-    MetricsSnapshot, OperationSummary, Outcome, OutcomeCounts, ShutdownReport, StatusWriter, World,
-    WriteOutcome,
+    BuildError, Controller, ControllerError, ControllerHandle, EventRecorder, Input,
+    MemoryRecorder, Metrics, MetricsSnapshot, OperationSummary, Outcome, OutcomeCounts,
+    ShutdownReport, StatusWriter, TimeoutCounts, World, WriteOutcome,
 };
 pub use desired::{DesiredError, DesiredState};
 pub use domain::{Domain, Id, Ids};

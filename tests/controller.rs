@@ -1,5 +1,6 @@
 //! The controller against the in-memory backend and store: the seed-002 timeline (upstream
-//! 122413) and restarts at every point of the attach and detach sequences (C7).
+//! 122413), restarts at every point of the attach and detach sequences (C7), and what a user
+//! can get wrong (a bad configuration, a panicking recorder, identifier types that panic).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -11,8 +12,9 @@ use parking_lot::Mutex;
 use tokio::time::sleep;
 
 use attach_detach::{
-    AttachBackend, AttachInfo, BackendAttachment, BackendError, BackendOp, Config, Controller,
-    ControllerHandle, Ids, MemoryBackend, MemoryRecorder, MemoryStore, NodeFacts, NodeStatus,
+    AttachBackend, AttachInfo, BackendAttachment, BackendError, BackendOp, BackoffConfig,
+    BuildError, Config, ConfigError, Controller, ControllerError, ControllerHandle, Event,
+    EventRecorder, Ids, MemoryBackend, MemoryRecorder, MemoryStore, NodeFacts, NodeStatus,
     NodeStatusStore, ReportedVolume, Revision, ShutdownReport, StoreError, UpstreamBugs,
     VolumeSpec, World,
 };
@@ -544,4 +546,175 @@ async fn restart_while_a_removed_workloads_volume_is_still_mounted() {
     cluster.assert_converged();
     b.shutdown(secs(1)).await.unwrap();
     task.await.unwrap();
+}
+
+// ---- misuse -------------------------------------------------------------------------------------
+
+fn one_pod_world() -> World<D> {
+    World::new()
+        .volume(V1, VolumeSpec::single_node(()))
+        .node(A, in_use(&[]))
+        .workload("pod-1", A, [V1])
+}
+
+fn build(config: Config) -> Result<Controller<D>, BuildError<D>> {
+    let store = MemoryStore::<D>::new();
+    store.add_node(A);
+    Controller::new(
+        config,
+        Arc::new(MemoryBackend::new()),
+        Arc::new(store),
+        one_pod_world(),
+    )
+}
+
+/// Durations the core cannot add to its clock come back as a typed error, not a panic later.
+#[tokio::test(start_paused = true)]
+async fn a_configuration_of_endless_periods_is_refused_by_name() {
+    let endless = Config {
+        reconcile_period: Duration::MAX,
+        sync_period: Duration::MAX,
+        max_wait_for_unmount: Duration::MAX,
+        ..Config::default()
+    };
+    let refused = build(endless).err();
+    assert_eq!(
+        refused,
+        Some(BuildError::Config(ConfigError::TooLarge {
+            field: "reconcile_period",
+            value: Duration::MAX
+        }))
+    );
+    assert!(
+        refused
+            .unwrap()
+            .to_string()
+            .starts_with("invalid configuration: reconcile_period is ")
+    );
+}
+
+#[test]
+fn a_busy_retry_loop_is_refused() {
+    let busy = Config {
+        reconcile_period: Duration::ZERO,
+        backoff: BackoffConfig {
+            initial: Duration::ZERO,
+            ..BackoffConfig::default()
+        },
+        ..Config::default()
+    };
+    assert_eq!(
+        build(busy).err(),
+        Some(BuildError::Config(ConfigError::BusyRetry))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_with_the_longest_grace_returns_the_report() {
+    let (handle, task) = build(Config::default()).unwrap().spawn();
+    sleep(secs(1)).await;
+    let report = handle.shutdown(Duration::MAX).await.expect("running");
+    assert_eq!(report, ShutdownReport::default());
+    assert_eq!(task.await.unwrap(), report);
+}
+
+/// A recorder with a bug: it panics on every event.
+struct PanickingRecorder;
+
+impl EventRecorder<D> for PanickingRecorder {
+    fn record(&self, event: &Event<D>) {
+        panic!("recorder bug on {}", event.reason());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_recorder_does_not_stop_the_controller() {
+    let backend = MemoryBackend::<D>::new();
+    let store = MemoryStore::<D>::new();
+    store.add_node(A);
+    let (handle, task) = Controller::new(
+        Config::default(),
+        Arc::new(backend.clone()),
+        Arc::new(store.clone()),
+        one_pod_world(),
+    )
+    .unwrap()
+    .with_recorder(Arc::new(PanickingRecorder))
+    .spawn();
+
+    sleep(secs(1)).await;
+    assert_eq!(backend.attachments(), vec![(V1, A)]);
+    assert_eq!(listed(&store, A), vec![V1]);
+    assert_eq!(handle.metrics().recorder_panics, 1);
+
+    handle.workload_removed("pod-1").await.unwrap();
+    sleep(secs(1)).await;
+    assert_eq!(backend.attachments(), vec![]);
+    assert!(listed(&store, A).is_empty());
+    assert_eq!(handle.metrics().recorder_panics, 2, "attached, detached");
+    handle.shutdown(secs(1)).await.expect("still running");
+    task.await.unwrap();
+}
+
+/// A volume id whose `Hash` panics for one value: a user type with a bug, which the core hashes
+/// inside the controller's loop.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Brittle(&'static str);
+
+impl std::hash::Hash for Brittle {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        assert_ne!(self.0, "boom", "volume ids named boom explode when hashed");
+        self.0.hash(state);
+    }
+}
+
+type Fragile = Ids<&'static str, Brittle, &'static str, ()>;
+
+#[tokio::test(start_paused = true)]
+async fn a_controller_that_died_says_of_what() {
+    let store = MemoryStore::<Fragile>::new();
+    store.add_node(A);
+    let world = World::new().node(
+        A,
+        NodeFacts {
+            in_use: Some(vec![]),
+            ..NodeFacts::default()
+        },
+    );
+    let (handle, task) = Controller::new(
+        Config::default(),
+        Arc::new(MemoryBackend::new()),
+        Arc::new(store),
+        world,
+    )
+    .unwrap()
+    .spawn();
+    sleep(secs(1)).await;
+    handle
+        .set_volume(Brittle("fine"), VolumeSpec::single_node(()))
+        .await
+        .unwrap();
+
+    let died = handle
+        .set_volume(Brittle("boom"), VolumeSpec::single_node(()))
+        .await;
+    let Err(ControllerError::Died { message }) = &died else {
+        panic!("expected the controller to have died, got {died:?}");
+    };
+    assert!(
+        message.contains("volume ids named boom explode when hashed"),
+        "{message}"
+    );
+    assert!(
+        died.unwrap_err()
+            .to_string()
+            .starts_with("the controller died: ")
+    );
+    // Every later call says the same, and the task ended with the panic.
+    assert!(matches!(
+        handle.shutdown(secs(1)).await,
+        Err(ControllerError::Died { .. })
+    ));
+    assert!(handle.is_stopped());
+    assert!(task.await.unwrap_err().is_panic());
 }

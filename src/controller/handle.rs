@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
 
@@ -103,7 +104,19 @@ pub enum ControllerError<D: Domain> {
     /// The controller is shutting down or has stopped; the input was not applied.
     #[error("the controller has stopped")]
     Stopped,
+    /// The controller's task panicked and is gone; the input was not applied (or, if the panic
+    /// came while applying it, went nowhere). Start a new controller: it recovers from the
+    /// store and the backend.
+    #[error("the controller died: {message}")]
+    Died {
+        /// The panic's message.
+        message: String,
+    },
 }
+
+/// Where the controller's loop leaves the message of the panic that killed it, for every
+/// handle to read.
+pub(crate) type DeathNote = Arc<Mutex<Option<String>>>;
 
 /// What the controller's task receives.
 pub(crate) enum Command<D: Domain> {
@@ -120,6 +133,7 @@ pub(crate) enum Command<D: Domain> {
 pub struct ControllerHandle<D: Domain> {
     tx: mpsc::Sender<Command<D>>,
     metrics: Arc<Metrics>,
+    death: DeathNote,
 }
 
 impl<D: Domain> Clone for ControllerHandle<D> {
@@ -127,6 +141,7 @@ impl<D: Domain> Clone for ControllerHandle<D> {
         ControllerHandle {
             tx: self.tx.clone(),
             metrics: Arc::clone(&self.metrics),
+            death: Arc::clone(&self.death),
         }
     }
 }
@@ -140,18 +155,34 @@ impl<D: Domain> std::fmt::Debug for ControllerHandle<D> {
 }
 
 impl<D: Domain> ControllerHandle<D> {
-    pub(crate) fn new(tx: mpsc::Sender<Command<D>>, metrics: Arc<Metrics>) -> Self {
-        ControllerHandle { tx, metrics }
+    pub(crate) fn new(
+        tx: mpsc::Sender<Command<D>>,
+        metrics: Arc<Metrics>,
+        death: DeathNote,
+    ) -> Self {
+        ControllerHandle { tx, metrics, death }
+    }
+
+    /// Why the controller no longer answers: it died of a panic, or it stopped.
+    fn gone(&self) -> ControllerError<D> {
+        match self.death.lock().clone() {
+            Some(message) => ControllerError::Died { message },
+            None => ControllerError::Stopped,
+        }
     }
 
     /// Sends one input and waits until the core applied or refused it.
+    ///
+    /// Fails with [`ControllerError::Rejected`] when the core refuses it,
+    /// [`ControllerError::Stopped`] when the controller has stopped, and
+    /// [`ControllerError::Died`] when its task panicked.
     pub async fn send(&self, input: Input<D>) -> Result<(), ControllerError<D>> {
         let (reply, answer) = oneshot::channel();
         self.tx
             .send(Command::Input(input, reply))
             .await
-            .map_err(|_| ControllerError::Stopped)?;
-        answer.await.map_err(|_| ControllerError::Stopped)??;
+            .map_err(|_| self.gone())?;
+        answer.await.map_err(|_| self.gone())??;
         Ok(())
     }
 
@@ -207,14 +238,17 @@ impl<D: Domain> ControllerHandle<D> {
     /// the rest, and reports which did what.
     ///
     /// Abandoned calls may still take effect in the backend; the next controller's recovery
-    /// finds them. Fails with [`ControllerError::Stopped`] if the controller already stopped.
+    /// finds them. A `grace` too long to represent as a deadline ([`Duration::MAX`]) waits for
+    /// every running call, each of which ends by its deadline. Fails with
+    /// [`ControllerError::Stopped`] if the controller already stopped, [`ControllerError::Died`]
+    /// if it died.
     pub async fn shutdown(&self, grace: Duration) -> Result<ShutdownReport<D>, ControllerError<D>> {
         let (reply, answer) = oneshot::channel();
         self.tx
             .send(Command::Shutdown(grace, reply))
             .await
-            .map_err(|_| ControllerError::Stopped)?;
-        answer.await.map_err(|_| ControllerError::Stopped)
+            .map_err(|_| self.gone())?;
+        answer.await.map_err(|_| self.gone())
     }
 
     /// The controller's counters now. Works after the controller stopped, too.

@@ -1,7 +1,12 @@
 //! Counters the controller keeps so an operator can see what it does without reading logs.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use crate::config::CallKind;
 use crate::gate::OpKind;
 use crate::operation::ForceReason;
 
@@ -36,6 +41,20 @@ fn kind_index(kind: OpKind) -> usize {
     }
 }
 
+const CALL_KINDS: usize = CallKind::ALL.len();
+
+fn call_index(kind: CallKind) -> usize {
+    match kind {
+        CallKind::Attach => 0,
+        CallKind::Detach => 1,
+        CallKind::Verify => 2,
+        CallKind::StatusRead => 3,
+        CallKind::StatusWrite => 4,
+        CallKind::StoreList => 5,
+        CallKind::BackendList => 6,
+    }
+}
+
 fn reason_index(reason: ForceReason) -> usize {
     match reason {
         ForceReason::OutOfService => 0,
@@ -66,6 +85,10 @@ pub struct Metrics {
     status_writes_unneeded: AtomicU64,
     status_writes_skipped_stale: AtomicU64,
     forced_detaches: [AtomicU64; 3],
+    timeouts: [AtomicU64; CALL_KINDS],
+    recorder_panics: AtomicU64,
+    /// When the oldest call the driver still waits for started.
+    oldest_start: Mutex<Option<Instant>>,
 }
 
 impl Metrics {
@@ -109,6 +132,20 @@ impl Metrics {
             .fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A call of `kind` got no answer within its deadline and was given up.
+    pub fn call_timed_out(&self, kind: CallKind) {
+        self.timeouts[call_index(kind)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn recorder_panicked(&self) {
+        self.recorder_panics.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The driver publishes when the oldest call it waits for started (`None`: no call runs).
+    pub(crate) fn set_oldest_start(&self, start: Option<Instant>) {
+        *self.oldest_start.lock() = start;
+    }
+
     /// The counters as they are now. Each counter is read atomically, the set as a whole is not.
     pub fn snapshot(&self) -> MetricsSnapshot {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -141,6 +178,20 @@ impl Metrics {
             forced_detaches_node_deleted: load(
                 &self.forced_detaches[reason_index(ForceReason::NodeDeleted)],
             ),
+            timeouts: TimeoutCounts {
+                attach: load(&self.timeouts[call_index(CallKind::Attach)]),
+                detach: load(&self.timeouts[call_index(CallKind::Detach)]),
+                verify: load(&self.timeouts[call_index(CallKind::Verify)]),
+                status_read: load(&self.timeouts[call_index(CallKind::StatusRead)]),
+                status_write: load(&self.timeouts[call_index(CallKind::StatusWrite)]),
+                store_list: load(&self.timeouts[call_index(CallKind::StoreList)]),
+                backend_list: load(&self.timeouts[call_index(CallKind::BackendList)]),
+            },
+            recorder_panics: load(&self.recorder_panics),
+            oldest_running: self
+                .oldest_start
+                .lock()
+                .map(|start| Instant::now().saturating_duration_since(start)),
         }
     }
 }
@@ -160,6 +211,45 @@ impl OutcomeCounts {
     /// Ended in any way.
     pub fn total(&self) -> u64 {
         self.succeeded + self.failed + self.abandoned
+    }
+}
+
+/// How many calls of each kind timed out (see [`CallTimeouts`](crate::CallTimeouts)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimeoutCounts {
+    /// Attach calls, each then handled as an uncertain failure.
+    pub attach: u64,
+    /// Detach calls, each then handled as an uncertain failure.
+    pub detach: u64,
+    /// Verify calls.
+    pub verify: u64,
+    /// Fresh reads of a node's status (before a write, after a conflict, before a detach).
+    pub status_read: u64,
+    /// Compare-and-set writes of a node's status.
+    pub status_write: u64,
+    /// Recovery listings of the store.
+    pub store_list: u64,
+    /// Recovery listings of the backend.
+    pub backend_list: u64,
+}
+
+impl TimeoutCounts {
+    /// Timeouts of calls of `kind`.
+    pub fn of(&self, kind: CallKind) -> u64 {
+        match kind {
+            CallKind::Attach => self.attach,
+            CallKind::Detach => self.detach,
+            CallKind::Verify => self.verify,
+            CallKind::StatusRead => self.status_read,
+            CallKind::StatusWrite => self.status_write,
+            CallKind::StoreList => self.store_list,
+            CallKind::BackendList => self.backend_list,
+        }
+    }
+
+    /// Timeouts of every kind.
+    pub fn total(&self) -> u64 {
+        CallKind::ALL.iter().map(|k| self.of(*k)).sum()
     }
 }
 
@@ -195,6 +285,16 @@ pub struct MetricsSnapshot {
     pub forced_detaches_timeout: u64,
     /// Forced detaches started because the node was deleted (`deleted_node_is_fenced`).
     pub forced_detaches_node_deleted: u64,
+    /// Calls to the backend or the store given up at their deadline, by kind.
+    pub timeouts: TimeoutCounts,
+    /// Times the [`EventRecorder`](crate::EventRecorder) panicked; the controller logs each and
+    /// carries on.
+    pub recorder_panics: u64,
+    /// How long the oldest call the controller still waits for (an operation or a recovery
+    /// listing) has been running, when the snapshot was taken; `None` when none runs. Every call
+    /// has a deadline ([`CallTimeouts`](crate::CallTimeouts)), so this stays bounded; an age
+    /// near those deadlines means the backend or the store is hanging.
+    pub oldest_running: Option<Duration>,
 }
 
 impl MetricsSnapshot {

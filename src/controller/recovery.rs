@@ -46,6 +46,9 @@ impl<D: Domain> Listed<D> {
 enum State<T> {
     /// A call should start at this time.
     Due(Instant),
+    /// The next retry is too far away to represent (only with a backoff that
+    /// [`Config::validate`](crate::Config::validate) refuses): never.
+    Never,
     /// A call is running.
     Listing(AbortHandle),
     Loaded(T),
@@ -79,7 +82,10 @@ impl<T> Pending<T> {
             Ok(list) => self.state = State::Loaded(list),
             Err(error) => {
                 warn!(?source, %error, retry_in = ?self.delay, "recovery list failed");
-                self.state = State::Due(now + self.delay);
+                self.state = match now.checked_add(self.delay) {
+                    Some(at) => State::Due(at),
+                    None => State::Never,
+                };
                 self.delay = self.delay.saturating_mul(2).min(self.max);
             }
         }

@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use tracing::{Instrument, Span, debug, field, info_span, warn};
 
+use super::deadline::{Deadlines, no_answer};
 use super::metrics::Outcome;
 use super::status_writer::{StatusWriter, WriteOutcome};
 use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
+use crate::config::CallKind;
 use crate::domain::Domain;
 use crate::gate::OpKind;
 use crate::operation::{OpId, Operation};
@@ -138,11 +140,23 @@ fn span_for<D: Domain>(op: &Operation<D>) -> Span {
     span
 }
 
-/// Runs `op` to completion.
+/// A backend call that got no answer in time: an attach or a detach may still take effect, so
+/// it is uncertain; a verify only reads, so it is transient.
+fn backend_timeout<N>(kind: CallKind, after: Duration) -> BackendError<N> {
+    let message = no_answer(after);
+    if kind.may_take_effect() {
+        BackendError::Uncertain { message }
+    } else {
+        BackendError::Transient { message }
+    }
+}
+
+/// Runs `op` to completion, each call within its deadline.
 pub(crate) async fn execute<D: Domain>(
     op: Operation<D>,
     backend: Arc<dyn AttachBackend<D>>,
     writer: Arc<StatusWriter<D>>,
+    deadlines: Arc<Deadlines<D>>,
 ) -> OpResult<D> {
     let span = span_for(&op);
     let this = span.clone();
@@ -153,7 +167,15 @@ pub(crate) async fn execute<D: Domain>(
                 node,
                 payload,
                 ..
-            } => OpResult::Attach(backend.attach(&volume, &node, &payload).await),
+            } => {
+                let call = backend.attach(&volume, &node, &payload);
+                let answer = deadlines
+                    .run(CallKind::Attach, Some(&node), Some(&volume), call)
+                    .await;
+                OpResult::Attach(
+                    answer.unwrap_or_else(|after| Err(backend_timeout(CallKind::Attach, after))),
+                )
+            }
             Operation::Detach {
                 volume,
                 node,
@@ -165,12 +187,24 @@ pub(crate) async fn execute<D: Domain>(
                 // justify it (in use, fenced, healthy).
                 let safe = writer.verify_safe_to_detach(&node, &volume, force).await;
                 OpResult::Detach(match safe {
-                    Ok(()) => backend.detach(&volume, &node, &payload).await,
+                    Ok(()) => {
+                        let call = backend.detach(&volume, &node, &payload);
+                        deadlines
+                            .run(CallKind::Detach, Some(&node), Some(&volume), call)
+                            .await
+                            .unwrap_or_else(|after| Err(backend_timeout(CallKind::Detach, after)))
+                    }
                     Err(message) => Err(BackendError::Transient { message }),
                 })
             }
             Operation::Verify { node, volumes, .. } => {
-                OpResult::Verify(backend.verify(&node, &volumes).await)
+                let call = backend.verify(&node, &volumes);
+                let answer = deadlines
+                    .run(CallKind::Verify, Some(&node), None, call)
+                    .await;
+                OpResult::Verify(
+                    answer.unwrap_or_else(|after| Err(backend_timeout(CallKind::Verify, after))),
+                )
             }
             Operation::WriteStatus { node, attached, .. } => {
                 OpResult::WriteStatus(writer.write(&node, &attached).await)

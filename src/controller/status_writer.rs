@@ -5,12 +5,16 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
+use tokio::sync::mpsc;
 use tracing::debug;
 
+use super::deadline::{Deadlines, no_answer};
 use super::metrics::Metrics;
+use crate::config::{CallKind, CallTimeouts};
 use crate::domain::Domain;
+use crate::event::Event;
 use crate::operation::ForceReason;
-use crate::store::{NodeStatusStore, ReportedVolume, Revision, StoreError};
+use crate::store::{NodeStatus, NodeStatusStore, ReportedVolume, Revision, StoreError};
 
 /// How a [`StatusWriter::write`] succeeded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,6 +68,13 @@ fn same_list<D: Domain>(a: &[ReportedVolume<D>], b: &[ReportedVolume<D>]) -> boo
 /// The core already serialises writes per node and only asks for a write when the list changed
 /// or is unknown, so the writer is shared by every write task and needs no queue of its own.
 ///
+/// Every store call has a deadline ([`CallTimeouts::status_read`] and
+/// [`CallTimeouts::status_write`], the defaults unless [`with_timeouts`](Self::with_timeouts)
+/// says otherwise); a call without an answer by then fails as [`StoreError::Transient`]. A
+/// timed-out write may still land: the writer keeps the revision it wrote against, so its next
+/// write conflicts, reads fresh and finds out. The deadlines need a tokio runtime with its time
+/// driver enabled.
+///
 /// ```
 /// use std::sync::Arc;
 /// use attach_detach::{Ids, MemoryStore, ReportedVolume, StatusWriter, WriteOutcome};
@@ -86,6 +97,7 @@ pub struct StatusWriter<D: Domain> {
     diff_source: Option<Arc<dyn NodeStatusStore<D>>>,
     revisions: Mutex<FxHashMap<D::Node, Revision>>,
     metrics: Option<Arc<Metrics>>,
+    deadlines: Deadlines<D>,
 }
 
 impl<D: Domain> std::fmt::Debug for StatusWriter<D> {
@@ -93,6 +105,7 @@ impl<D: Domain> std::fmt::Debug for StatusWriter<D> {
         f.debug_struct("StatusWriter")
             .field("revisions", &*self.revisions.lock())
             .field("diff_source", &self.diff_source.is_some())
+            .field("timeouts", &self.deadlines.limits())
             .finish_non_exhaustive()
     }
 }
@@ -109,6 +122,7 @@ impl<D: Domain> StatusWriter<D> {
             diff_source: None,
             revisions: Mutex::new(FxHashMap::default()),
             metrics: None,
+            deadlines: Deadlines::new(CallTimeouts::default()),
         }
     }
 
@@ -120,9 +134,23 @@ impl<D: Domain> StatusWriter<D> {
         self
     }
 
-    /// Counts store calls and skips in `metrics`.
+    /// Counts store calls, skips and timeouts in `metrics`.
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.deadlines.set_metrics(Arc::clone(&metrics));
         self.metrics = Some(metrics);
+        self
+    }
+
+    /// Gives each store read and write the deadline `timeouts` sets for it (`status_read`,
+    /// `status_write`; the other settings are not used here).
+    pub fn with_timeouts(mut self, timeouts: CallTimeouts) -> Self {
+        self.deadlines.set_limits(timeouts);
+        self
+    }
+
+    /// Sends an [`Event::CallTimedOut`] to `events` for each store call that misses its deadline.
+    pub(crate) fn report_timeouts_to(mut self, events: mpsc::UnboundedSender<Event<D>>) -> Self {
+        self.deadlines.set_events(events);
         self
     }
 
@@ -170,7 +198,7 @@ impl<D: Domain> StatusWriter<D> {
         volume: &D::Volume,
         force: Option<ForceReason>,
     ) -> Result<(), String> {
-        let status = match self.store.read(node).await {
+        let status = match self.read(node).await {
             Ok(status) => status,
             Err(StoreError::NotFound) => return Ok(()),
             Err(error) => {
@@ -208,8 +236,9 @@ impl<D: Domain> StatusWriter<D> {
     /// Errors: [`StoreError::NotFound`] when the node is gone (its revision is forgotten, so a
     /// node recreated under the same name is read afresh: upstream 50721);
     /// [`StoreError::Conflict`] when [`MAX_ATTEMPTS`](Self::MAX_ATTEMPTS) writes all lost a race;
-    /// [`StoreError::Transient`] as the store returned it. After any error the caller must treat
-    /// what the store holds as unknown.
+    /// [`StoreError::Transient`] as the store returned it, or when a read or write got no answer
+    /// within its deadline. After any error the caller must treat what the store holds as
+    /// unknown.
     pub async fn write(
         &self,
         node: &D::Node,
@@ -217,7 +246,7 @@ impl<D: Domain> StatusWriter<D> {
     ) -> Result<WriteOutcome, StoreError> {
         if let Some(source) = &self.diff_source {
             // C6, upstream's bug: trust a read of unknown age.
-            if let Ok(seen) = source.read(node).await {
+            if let Ok(seen) = self.read_from(source.as_ref(), node).await {
                 if same_list(&seen.attached, attached) {
                     self.count(Metrics::status_write_skipped_stale);
                     return Ok(WriteOutcome::SkippedStale);
@@ -235,7 +264,7 @@ impl<D: Domain> StatusWriter<D> {
         loop {
             attempts += 1;
             self.count(Metrics::store_write);
-            match self.store.write(node, attached, expected).await {
+            match self.write_once(node, attached, expected).await {
                 Ok(revision) => {
                     self.seed(node.clone(), revision);
                     return Ok(WriteOutcome::Written { revision, attempts });
@@ -258,10 +287,51 @@ impl<D: Domain> StatusWriter<D> {
                         Fresh::Differs(revision) => expected = revision,
                     }
                 }
-                // Did nothing: the revision we hold is still the store's, as far as we know.
+                // Did nothing, or (a timeout) may have landed: keep the revision either way. If it
+                // landed, the next write conflicts on it and reads fresh.
                 Err(e @ StoreError::Transient { .. }) => return Err(e),
             }
         }
+    }
+
+    /// One read of `node` from the store itself, within its deadline.
+    async fn read(&self, node: &D::Node) -> Result<NodeStatus<D>, StoreError> {
+        self.read_from(self.store.as_ref(), node).await
+    }
+
+    /// One read of `node` from `store`, within its deadline.
+    async fn read_from(
+        &self,
+        store: &dyn NodeStatusStore<D>,
+        node: &D::Node,
+    ) -> Result<NodeStatus<D>, StoreError> {
+        let read = store.read(node);
+        self.deadlines
+            .run(CallKind::StatusRead, Some(node), None, read)
+            .await
+            .unwrap_or_else(|after| {
+                Err(StoreError::Transient {
+                    message: no_answer(after),
+                })
+            })
+    }
+
+    /// One compare-and-set write of `node`, within its deadline.
+    async fn write_once(
+        &self,
+        node: &D::Node,
+        attached: &[ReportedVolume<D>],
+        expected: Revision,
+    ) -> Result<Revision, StoreError> {
+        let write = self.store.write(node, attached, expected);
+        self.deadlines
+            .run(CallKind::StatusWrite, Some(node), None, write)
+            .await
+            .unwrap_or_else(|after| {
+                Err(StoreError::Transient {
+                    message: no_answer(after),
+                })
+            })
     }
 
     /// Reads `node` from the store itself and remembers the revision read.
@@ -270,7 +340,7 @@ impl<D: Domain> StatusWriter<D> {
         node: &D::Node,
         attached: &[ReportedVolume<D>],
     ) -> Result<Fresh, StoreError> {
-        let status = match self.store.read(node).await {
+        let status = match self.read(node).await {
             Ok(status) => status,
             Err(e) => {
                 if e == StoreError::NotFound {
@@ -508,6 +578,97 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(1)).await; // detach, workload back, attach
         writer.write(&"node-a", &[rv("v")]).await.unwrap();
         store.status(&"node-a").unwrap().attached
+    }
+
+    /// A store that never answers.
+    struct Silent;
+
+    #[async_trait::async_trait]
+    impl NodeStatusStore<D> for Silent {
+        async fn read(&self, _: &&'static str) -> Result<NodeStatus<D>, StoreError> {
+            std::future::pending().await
+        }
+        async fn write(
+            &self,
+            _: &&'static str,
+            _: &[ReportedVolume<D>],
+            _: Revision,
+        ) -> Result<Revision, StoreError> {
+            std::future::pending().await
+        }
+        async fn list(&self) -> Result<Vec<(&'static str, NodeStatus<D>)>, StoreError> {
+            std::future::pending().await
+        }
+    }
+
+    /// Awaits `call`, failing the test if it takes an hour: without deadlines, it never ends.
+    async fn within_an_hour<T>(call: impl std::future::Future<Output = T>) -> T {
+        tokio::time::timeout(Duration::from_secs(3600), call)
+            .await
+            .expect("the writer gave up on the hung store by its deadline")
+    }
+
+    fn no_answer_within(secs: u64) -> StoreError {
+        StoreError::Transient {
+            message: format!("no answer within {secs}s"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn hung_reads_and_writes_fail_as_transient_at_their_deadlines() {
+        let metrics = Arc::new(Metrics::default());
+        let writer = StatusWriter::<D>::new(Arc::new(Silent))
+            .with_metrics(Arc::clone(&metrics))
+            .with_timeouts(CallTimeouts {
+                status_read: Duration::from_secs(7),
+                ..CallTimeouts::default()
+            });
+        // No revision known: the fresh read hangs.
+        let start = tokio::time::Instant::now();
+        assert_eq!(
+            within_an_hour(writer.write(&"node-a", &[rv("v")])).await,
+            Err(no_answer_within(7))
+        );
+        assert_eq!(start.elapsed(), Duration::from_secs(7));
+        assert_eq!(writer.revision(&"node-a"), None);
+        // A revision known: the write hangs, and the revision is kept (if the write landed
+        // after all, the next one conflicts on it and reads fresh).
+        writer.seed("node-a", Revision(3));
+        let start = tokio::time::Instant::now();
+        assert_eq!(
+            within_an_hour(writer.write(&"node-a", &[rv("v")])).await,
+            Err(no_answer_within(30))
+        );
+        assert_eq!(start.elapsed(), Duration::from_secs(30), "the default");
+        assert_eq!(writer.revision(&"node-a"), Some(Revision(3)));
+        let m = metrics.snapshot();
+        assert_eq!((m.timeouts.status_read, m.timeouts.status_write), (1, 1));
+        assert_eq!(m.store_writes, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_read_is_not_safe_to_detach() {
+        let writer = StatusWriter::<D>::new(Arc::new(Silent));
+        let refused = within_an_hour(writer.verify_safe_to_detach(&"node-a", &"v", None)).await;
+        assert!(
+            refused.as_ref().is_err_and(
+                |m| m.contains("cannot read node") && m.contains("no answer within 30s")
+            ),
+            "{refused:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_diff_source_does_not_stop_the_write() {
+        let store = MemoryStore::<D>::new();
+        store.add_node("node-a");
+        let writer = StatusWriter::new(Arc::new(store.clone())).diff_against(Arc::new(Silent));
+        let outcome = within_an_hour(writer.write(&"node-a", &[rv("v")])).await;
+        assert!(
+            matches!(outcome, Ok(WriteOutcome::Written { .. })),
+            "{outcome:?}"
+        );
+        assert_eq!(store.status(&"node-a").unwrap().attached, vec![rv("v")]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -15,6 +15,7 @@ use tokio::time::{Instant, sleep};
 use super::*;
 use crate::actual::NodeFacts;
 use crate::backend::{AttachInfo, BackendAttachment, BackendError, MockAttachBackend};
+use crate::config::{BackoffConfig, CallKind, CallTimeouts};
 use crate::desired::DesiredError;
 use crate::domain::Ids;
 use crate::event::Event;
@@ -798,7 +799,9 @@ fn a_world_the_core_refuses_is_refused_at_construction() {
     );
     assert_eq!(
         refused.err(),
-        Some(DesiredError::UnknownNode { node: A }.into())
+        Some(BuildError::World(
+            DesiredError::UnknownNode { node: A }.into()
+        ))
     );
 }
 
@@ -1159,6 +1162,481 @@ async fn a_fresh_in_use_report_stops_a_detach() {
         "reported again after the refusal"
     );
     h.finish().await;
+}
+
+// ---- deadlines ----------------------------------------------------------------------------------
+
+/// Which calls hang: each entry makes one call of its kind never answer (it never reaches the
+/// mock behind), in order. Every other call goes to the mock.
+struct Hangs(Mutex<Vec<CallKind>>);
+
+impl Hangs {
+    fn new(hangs: &[CallKind]) -> Self {
+        Hangs(Mutex::new(hangs.to_vec()))
+    }
+
+    /// Whether this call of kind `call` must hang (the entry is used up).
+    fn hangs(&self, call: CallKind) -> bool {
+        let mut hangs = self.0.lock();
+        let at = hangs.iter().position(|h| *h == call);
+        at.map(|i| hangs.remove(i)).is_some()
+    }
+}
+
+/// A backend whose calls hang as [`Hangs`] says.
+struct HangingBackend {
+    inner: MockAttachBackend<D>,
+    hangs: Hangs,
+}
+
+impl HangingBackend {
+    fn new(inner: MockAttachBackend<D>, hangs: &[CallKind]) -> Self {
+        HangingBackend {
+            inner,
+            hangs: Hangs::new(hangs),
+        }
+    }
+}
+
+/// A store whose calls hang as [`Hangs`] says.
+struct HangingStore {
+    inner: MockNodeStatusStore<D>,
+    hangs: Hangs,
+}
+
+impl HangingStore {
+    fn new(inner: MockNodeStatusStore<D>, hangs: &[CallKind]) -> Self {
+        HangingStore {
+            inner,
+            hangs: Hangs::new(hangs),
+        }
+    }
+}
+
+#[async_trait]
+impl AttachBackend<D> for HangingBackend {
+    async fn attach(
+        &self,
+        volume: &&'static str,
+        node: &&'static str,
+        payload: &u32,
+    ) -> Result<AttachInfo, BackendError<&'static str>> {
+        if self.hangs.hangs(CallKind::Attach) {
+            std::future::pending::<()>().await;
+        }
+        self.inner.attach(volume, node, payload).await
+    }
+
+    async fn detach(
+        &self,
+        volume: &&'static str,
+        node: &&'static str,
+        payload: &u32,
+    ) -> Result<(), BackendError<&'static str>> {
+        if self.hangs.hangs(CallKind::Detach) {
+            std::future::pending::<()>().await;
+        }
+        self.inner.detach(volume, node, payload).await
+    }
+
+    async fn verify(
+        &self,
+        node: &&'static str,
+        volumes: &[(&'static str, u32)],
+    ) -> Result<Vec<&'static str>, BackendError<&'static str>> {
+        if self.hangs.hangs(CallKind::Verify) {
+            std::future::pending::<()>().await;
+        }
+        self.inner.verify(node, volumes).await
+    }
+
+    async fn list(&self) -> Result<Vec<BackendAttachment<D>>, BackendError<&'static str>> {
+        if self.hangs.hangs(CallKind::BackendList) {
+            std::future::pending::<()>().await;
+        }
+        self.inner.list().await
+    }
+}
+
+#[async_trait]
+impl NodeStatusStore<D> for HangingStore {
+    async fn read(&self, node: &&'static str) -> Result<NodeStatus<D>, StoreError> {
+        if self.hangs.hangs(CallKind::StatusRead) {
+            std::future::pending::<()>().await;
+        }
+        self.inner.read(node).await
+    }
+
+    async fn write(
+        &self,
+        node: &&'static str,
+        attached: &[ReportedVolume<D>],
+        expected: Revision,
+    ) -> Result<Revision, StoreError> {
+        if self.hangs.hangs(CallKind::StatusWrite) {
+            std::future::pending::<()>().await;
+        }
+        self.inner.write(node, attached, expected).await
+    }
+
+    async fn list(&self) -> Result<Vec<(&'static str, NodeStatus<D>)>, StoreError> {
+        if self.hangs.hangs(CallKind::StoreList) {
+            std::future::pending::<()>().await;
+        }
+        self.inner.list().await
+    }
+}
+
+fn timed_out(
+    call: CallKind,
+    node: Option<&'static str>,
+    volume: Option<&'static str>,
+    after: Duration,
+) -> Event<D> {
+    Event::CallTimedOut {
+        call,
+        node,
+        volume,
+        after,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_attach_becomes_uncertain_at_its_deadline_and_is_retried() {
+    let epoch = Instant::now();
+    let mut inner = backend();
+    let attaches = accept_attaches(&mut inner, epoch);
+    let backend = HangingBackend::new(inner, &[CallKind::Attach]);
+    let mut store = store(&[A, B]);
+    let writes = accept_writes(&mut store, epoch);
+    let h = Harness::start(Config::default(), backend, store, world());
+
+    sleep(secs(119)).await;
+    assert!(attaches.items().is_empty(), "still hanging");
+    let m = h.handle.metrics();
+    assert_eq!(m.in_flight, 1);
+    assert_eq!(
+        m.oldest_running,
+        Some(secs(119)),
+        "the age of the hung attach"
+    );
+    assert_eq!(m.timeouts.total(), 0);
+
+    // Given up at 2 minutes, retried after the 500 ms backoff.
+    sleep(secs(2)).await;
+    assert_eq!(attaches.items(), vec![(V1, A)]);
+    assert_eq!(attaches.times(), vec![secs(120) + ms(500)]);
+    // Maybe attached is not reported; attached is, once.
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(1))]);
+    let events = h.events.events();
+    assert_eq!(
+        events[0],
+        timed_out(CallKind::Attach, Some(A), Some(V1), secs(120))
+    );
+    assert!(
+        matches!(&events[1], Event::AttachFailed { message, .. }
+            if message == "backend call may have taken effect: no answer within 120s"),
+        "{events:?}"
+    );
+    assert_eq!(
+        h.events.reasons(),
+        vec![
+            "CallTimedOut",
+            "FailedAttachVolume",
+            "SuccessfulAttachVolume"
+        ]
+    );
+    assert!(events[0].is_warning());
+    let m = h.handle.metrics();
+    assert_eq!(m.timeouts.attach, 1);
+    assert_eq!(m.timeouts.total(), 1);
+    assert_eq!((m.attach.failed, m.attach.succeeded), (1, 1));
+    assert_eq!(m.oldest_running, None);
+    h.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_detach_becomes_uncertain_at_its_deadline_and_is_retried() {
+    let epoch = Instant::now();
+    let mut inner = backend();
+    accept_attaches(&mut inner, epoch);
+    let detaches = accept_detaches(&mut inner, epoch);
+    let backend = HangingBackend::new(inner, &[CallKind::Detach]);
+    let mut store = store(&[A, B]);
+    let writes = accept_writes(&mut store, epoch);
+    nothing_in_use(&mut store);
+    let h = Harness::start(Config::default(), backend, store, world());
+
+    sleep(secs(1)).await;
+    h.handle.workload_removed("w1").await.unwrap();
+    sleep(secs(119)).await;
+    assert!(detaches.items().is_empty(), "still hanging");
+    sleep(secs(2)).await;
+    assert_eq!(detaches.items(), vec![(V1, A)]);
+    // Maybe detached: never reported again (an agent must not mount it), detached again.
+    let lists: Vec<_> = writes.items().into_iter().map(|(_, l, _)| l).collect();
+    assert_eq!(lists, vec![vec![V1], vec![]]);
+    let events = h.events.events();
+    assert_eq!(
+        events[1],
+        timed_out(CallKind::Detach, Some(A), Some(V1), secs(120))
+    );
+    assert!(
+        matches!(&events[2], Event::DetachFailed { message, .. } if message.contains("may have taken effect")),
+        "{events:?}"
+    );
+    assert_eq!(h.handle.metrics().timeouts.detach, 1);
+    h.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn hung_recovery_listings_are_retried_and_the_controller_then_plans() {
+    let epoch = Instant::now();
+    let mut backend = backend();
+    let attaches = accept_attaches(&mut backend, epoch);
+    let backend = HangingBackend::new(backend, &[CallKind::BackendList]);
+    let mut store = store(&[A, B]);
+    accept_writes(&mut store, epoch);
+    let store = HangingStore::new(store, &[CallKind::StoreList]);
+    let h = Harness::start(Config::default(), backend, store, world());
+
+    sleep(secs(119)).await;
+    let m = h.handle.metrics();
+    assert_eq!(
+        m.reconcile_passes, 0,
+        "nothing planned before both lists load"
+    );
+    assert_eq!(m.oldest_running, Some(secs(119)));
+    assert!(attaches.items().is_empty());
+
+    // Both lists are given up at 2 minutes and retried after the recovery backoff.
+    sleep(secs(2)).await;
+    assert_eq!(attaches.items(), vec![(V1, A)]);
+    assert_eq!(attaches.times(), vec![secs(120) + ms(500)]);
+    let m = h.handle.metrics();
+    assert!(m.reconcile_passes >= 1);
+    assert_eq!((m.timeouts.store_list, m.timeouts.backend_list), (1, 1));
+    let events = h.events.events();
+    for call in [CallKind::StoreList, CallKind::BackendList] {
+        assert!(
+            events[..2].contains(&timed_out(call, None, None, secs(120))),
+            "{events:?}"
+        );
+    }
+    h.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_status_write_times_out_and_is_retried_on_the_same_revision() {
+    let epoch = Instant::now();
+    let mut backend = backend();
+    accept_attaches(&mut backend, epoch);
+    let mut store = store(&[A, B]);
+    store.expect_read().never();
+    let writes = accept_writes(&mut store, epoch);
+    let store = HangingStore::new(store, &[CallKind::StatusWrite]);
+    let h = Harness::start(Config::default(), backend, store, world());
+
+    sleep(secs(29)).await;
+    assert!(writes.items().is_empty(), "still hanging");
+    assert_eq!(h.handle.metrics().write_status.total(), 0);
+    sleep(secs(2)).await;
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(1))]);
+    let retried = writes.times()[0];
+    assert!(
+        retried >= secs(30) + ms(500) && retried < secs(31),
+        "retried at {retried:?}"
+    );
+    assert_eq!(
+        h.events.events()[1],
+        timed_out(CallKind::StatusWrite, Some(A), None, secs(30))
+    );
+    let m = h.handle.metrics();
+    assert_eq!(m.timeouts.status_write, 1);
+    assert_eq!((m.write_status.failed, m.write_status.succeeded), (1, 1));
+    h.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_read_before_a_detach_times_out_and_the_detach_is_retried() {
+    let epoch = Instant::now();
+    let mut backend = backend();
+    accept_attaches(&mut backend, epoch);
+    let detaches = accept_detaches(&mut backend, epoch);
+    let mut store = store(&[A, B]);
+    let writes = accept_writes(&mut store, epoch);
+    nothing_in_use(&mut store);
+    let store = HangingStore::new(store, &[CallKind::StatusRead]);
+    let h = Harness::start(Config::default(), backend, store, world());
+
+    sleep(secs(1)).await;
+    h.handle.workload_removed("w1").await.unwrap();
+    sleep(secs(29)).await;
+    assert!(detaches.items().is_empty(), "not detached unchecked");
+    sleep(secs(5)).await;
+    assert_eq!(detaches.items(), vec![(V1, A)]);
+    // The check failed and did nothing: reported again in between (C1), as for any transient
+    // detach failure.
+    let lists: Vec<_> = writes.items().into_iter().map(|(_, l, _)| l).collect();
+    assert_eq!(lists, vec![vec![V1], vec![], vec![V1], vec![]]);
+    let events = h.events.events();
+    assert_eq!(
+        events[1],
+        timed_out(CallKind::StatusRead, Some(A), None, secs(30))
+    );
+    assert!(
+        matches!(&events[2], Event::DetachFailed { message, .. } if message.contains("no answer within 30s")),
+        "{events:?}"
+    );
+    assert_eq!(h.handle.metrics().timeouts.status_read, 1);
+    h.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn call_timeouts_come_from_the_config() {
+    let epoch = Instant::now();
+    let mut inner = backend();
+    let attaches = accept_attaches(&mut inner, epoch);
+    let backend = HangingBackend::new(inner, &[CallKind::Attach]);
+    let mut store = store(&[A, B]);
+    accept_writes(&mut store, epoch);
+    let config = Config {
+        call_timeouts: CallTimeouts {
+            attach: secs(5),
+            ..Default::default()
+        },
+        ..Config::default()
+    };
+    let h = Harness::start(config, backend, store, world());
+    sleep(secs(6)).await;
+    assert_eq!(attaches.times(), vec![secs(5) + ms(500)]);
+    assert_eq!(
+        h.events.events()[0],
+        timed_out(CallKind::Attach, Some(A), Some(V1), secs(5))
+    );
+    h.finish().await;
+}
+
+#[test]
+fn start_times_know_the_oldest_running_call() {
+    let t0 = Instant::now();
+    let mut starts = StartTimes::default();
+    starts.add(t0);
+    starts.add(t0);
+    starts.add(t0 + secs(1));
+    starts.add(t0 + secs(2));
+    starts.remove(t0 + secs(1));
+    assert_eq!(starts.oldest(), Some(t0));
+    starts.remove(t0);
+    assert_eq!(
+        starts.oldest(),
+        Some(t0),
+        "one call started then still runs"
+    );
+    starts.remove(t0);
+    assert_eq!(starts.oldest(), Some(t0 + secs(2)));
+    starts.add(t0 + secs(1));
+    assert_eq!(starts.oldest(), Some(t0 + secs(1)), "kept in order");
+    starts.remove(t0 + secs(1));
+    starts.remove(t0 + secs(2));
+    assert_eq!(starts.oldest(), None);
+}
+
+// ---- durations too large to add -----------------------------------------------------------------
+
+/// The core's deadlines at [`Duration::MAX`] (every period at `Duration::MAX`, which
+/// [`Config::validate`] refuses, pushed through the driver anyway): the first pass attaches at
+/// time zero, after which the core's next deadline is `Duration::MAX` from the start. The driver
+/// takes that as "never" instead of overflowing `epoch + deadline`.
+#[tokio::test(start_paused = true)]
+async fn core_deadlines_too_far_to_represent_mean_never_not_a_panic() {
+    let epoch = Instant::now();
+    let mut backend = backend();
+    let attaches = accept_attaches(&mut backend, epoch);
+    let mut store = store(&[A, B]);
+    let writes = accept_writes(&mut store, epoch);
+    let config = Config {
+        reconcile_period: Duration::MAX,
+        sync_period: Duration::MAX,
+        max_wait_for_unmount: Duration::MAX,
+        ..Config::default()
+    };
+    assert!(config.validate().is_err());
+    let (handle, task) =
+        Controller::unvalidated(config, Arc::new(backend), Arc::new(store), world())
+            .expect("valid world")
+            .spawn();
+
+    sleep(secs(3600)).await;
+    assert_eq!(attaches.items(), vec![(V1, A)]);
+    assert!(writes.items().is_empty(), "the next pass is never due");
+    assert_eq!(handle.metrics().reconcile_passes, 1);
+    // Inputs still go in; nothing becomes due.
+    handle.workload_removed("w1").await.unwrap();
+    sleep(secs(3600)).await;
+    assert_eq!(handle.metrics().reconcile_passes, 1);
+    let report = handle.shutdown(secs(1)).await.expect("still running");
+    assert_eq!(task.await.unwrap(), report);
+}
+
+/// A recovery backoff too long to add to the clock: the failed listing is never retried (as the
+/// configuration asks), rather than panicking the driver.
+#[tokio::test(start_paused = true)]
+async fn a_recovery_backoff_too_far_to_represent_means_never_not_a_panic() {
+    let mut backend = MockAttachBackend::<D>::new();
+    backend
+        .expect_list()
+        .times(1)
+        .returning(|| Err(transient()));
+    backend.expect_attach().never();
+    let config = Config {
+        backoff: BackoffConfig {
+            initial: Duration::MAX,
+            max: Duration::MAX,
+        },
+        ..Config::default()
+    };
+    let (handle, task) =
+        Controller::unvalidated(config, Arc::new(backend), Arc::new(store(&[A, B])), world())
+            .expect("valid world")
+            .spawn();
+    sleep(secs(3600)).await;
+    assert_eq!(handle.metrics().reconcile_passes, 0);
+    assert_eq!(
+        handle.shutdown(secs(1)).await,
+        Ok(ShutdownReport::default())
+    );
+    task.await.expect("the mocks' expectations");
+}
+
+/// `shutdown(Duration::MAX)` is "wait for every running call": the hung attach ends at its own
+/// deadline, and the report lists it as finished (failed).
+#[tokio::test(start_paused = true)]
+async fn shutdown_with_an_unbounded_grace_waits_for_every_call_to_end() {
+    let epoch = Instant::now();
+    let mut inner = backend();
+    accept_attaches(&mut inner, epoch);
+    let backend = HangingBackend::new(inner, &[CallKind::Attach]);
+    let h = Harness::start(Config::default(), backend, store(&[A, B]), world());
+
+    sleep(secs(20)).await;
+    let report = tokio::time::timeout(secs(3600), h.handle.shutdown(Duration::MAX))
+        .await
+        .expect("the hung attach ends at its deadline")
+        .expect("running");
+    assert_eq!(Instant::now() - epoch, secs(120), "the attach's deadline");
+    assert_eq!(report.abandoned, vec![]);
+    assert_eq!(
+        report.finished,
+        vec![OperationSummary {
+            id: report.finished[0].id,
+            kind: OpKind::Attach,
+            volume: Some(V1),
+            node: Some(A),
+            outcome: Outcome::Failed,
+        }]
+    );
+    assert_eq!(h.task.await.unwrap(), report);
 }
 
 /// Issue 9, bug 2: the core saw the node fenced, but the fence was lifted since and the node
