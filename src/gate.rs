@@ -131,6 +131,15 @@ impl<K: Clone + Eq + Hash> OperationGate<K> {
         self.running.remove(key);
     }
 
+    /// Forgets every backoff that ran out at least one longest wait before `now`: a failure
+    /// that long ago no longer paces anything, and keys whose operation never runs again (a
+    /// volume no longer wanted, a node gone) would otherwise keep their entry for ever.
+    pub(crate) fn forget_stale(&mut self, now: Duration) {
+        let max = self.config.max;
+        self.retries
+            .retain(|_, retry| retry.until.saturating_add(max) > now);
+    }
+
     /// Forgets the backoff of every key `matches` picks (their subject is gone for good).
     pub(crate) fn forget_where(&mut self, matches: impl Fn(&K) -> bool) {
         self.retries.retain(|(key, _), _| !matches(key));

@@ -5,6 +5,7 @@ use std::fmt;
 use crate::domain::Domain;
 use crate::gate::OpKind;
 use crate::store::ReportedVolume;
+use crate::volume::Access;
 
 /// Names one planned operation; its result is fed back under the same id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -142,13 +143,17 @@ impl<D: Domain> Operation<D> {
 /// What the core remembers about a running operation, to apply its result.
 #[derive(Clone, Debug)]
 pub(crate) enum InFlight<D: Domain> {
+    /// `access` is the volume's access mode when planned: the gate key the operation holds
+    /// depends on it, and the mode may change while the operation runs.
     Attach {
         volume: D::Volume,
         node: D::Node,
+        access: Access,
     },
     Detach {
         volume: D::Volume,
         node: D::Node,
+        access: Access,
         force: Option<ForceReason>,
     },
     Verify {

@@ -36,7 +36,7 @@ pub enum ReconcilerError<D: Domain> {
     },
     /// The volume cannot become single-node while it is attached to several nodes.
     #[error(
-        "volume {volume:?} cannot become single-node while it is attached (or maybe attached) to {nodes:?}; move its workloads to one node first"
+        "volume {volume:?} cannot become single-node while it is attached, maybe attached, or being attached or detached on {nodes:?}; move its workloads to one node and let its operations finish first"
     )]
     AccessConflict {
         /// The volume.
@@ -96,6 +96,8 @@ pub struct Reconciler<D: Domain> {
     gate: OperationGate<GateKey<D>>,
     in_flight: FxHashMap<OpId, InFlight<D>>,
     volume_timers: BinaryHeap<Reverse<(Duration, D::Volume)>>,
+    /// The earliest pending wake of each volume in `volume_timers`.
+    wakes: FxHashMap<D::Volume, Duration>,
     node_timers: BinaryHeap<Reverse<(Duration, D::Node)>>,
     dirty: BTreeSet<D::Volume>,
     /// Per node, the volumes whose detach waits for the node's next acknowledged status write;
@@ -126,6 +128,7 @@ impl<D: Domain> Reconciler<D> {
             status: StatusBook::default(),
             in_flight: FxHashMap::default(),
             volume_timers: BinaryHeap::new(),
+            wakes: FxHashMap::default(),
             node_timers: BinaryHeap::new(),
             dirty: BTreeSet::new(),
             awaiting_ack: FxHashMap::default(),
@@ -206,13 +209,33 @@ impl<D: Domain> Reconciler<D> {
         spec: VolumeSpec<D::Payload>,
     ) -> Result<(), ReconcilerError<D>> {
         if spec.access == Access::SingleNode && self.access(&volume) == Access::MultiNode {
-            let nodes: Vec<D::Node> = self
+            // Narrowing is refused while the volume is on several nodes, or while any attach
+            // or detach of it runs (its gate key is per node, and would no longer keep a
+            // second attach elsewhere from starting).
+            let mut nodes: Vec<D::Node> = self
                 .actual
                 .attachments(&volume)
                 .iter()
                 .map(|a| a.node.clone())
                 .collect();
-            if nodes.len() > 1 {
+            let mut running = false;
+            for op in self.in_flight.values() {
+                if let InFlight::Attach {
+                    volume: v, node, ..
+                }
+                | InFlight::Detach {
+                    volume: v, node, ..
+                } = op
+                {
+                    if *v == volume {
+                        running = true;
+                        nodes.push(node.clone());
+                    }
+                }
+            }
+            nodes.sort();
+            nodes.dedup();
+            if nodes.len() > 1 || running {
                 return Err(ReconcilerError::AccessConflict { volume, nodes });
             }
         }
@@ -283,6 +306,12 @@ impl<D: Domain> Reconciler<D> {
         self.status.node_gone(node);
         // Its volumes are looked at again anyway; no write will be acknowledged for it.
         self.awaiting_ack.remove(node);
+        // Nor is any retry of its status write or verify due: a node of the same name later
+        // is a new object.
+        self.gate.forget_where(|key| match key {
+            GateKey::Status(n) | GateKey::Verify(n) => n == node,
+            GateKey::Volume(_) | GateKey::Attachment(..) | GateKey::List => false,
+        });
         Ok(())
     }
 
@@ -331,13 +360,21 @@ impl<D: Domain> Reconciler<D> {
         node: D::Node,
         spec: VolumeSpec<D::Payload>,
     ) {
-        if self.desired.spec(&volume).is_none() {
-            self.desired.set_volume(volume.clone(), spec);
-        }
+        self.adopt_spec(&volume, spec);
         if self.actual.state(&volume, &node) == AttachState::Detached {
             self.actual.set_uncertain(volume.clone(), node);
         }
         self.dirty.insert(volume);
+    }
+
+    /// Takes the backend's spec for a volume the orchestrator has not registered, so that the
+    /// core can detach it; as a removed volume, it is forgotten once detached, unless the
+    /// orchestrator registers it meanwhile.
+    fn adopt_spec(&mut self, volume: &D::Volume, spec: VolumeSpec<D::Payload>) {
+        if self.desired.spec(volume).is_none() {
+            self.desired.set_volume(volume.clone(), spec);
+            self.retiring.insert(volume.clone());
+        }
     }
 
     // ---- results ------------------------------------------------------------------------------
@@ -362,8 +399,34 @@ impl<D: Domain> Reconciler<D> {
             .map_or(Access::SingleNode, |s| s.access)
     }
 
+    /// Marks `volume` again at `at`. One pending wake per volume, the earliest: a volume made
+    /// dirty over and over while it waits would otherwise stack a timer each time.
     fn wake_volume_at(&mut self, at: Duration, volume: D::Volume) {
-        self.volume_timers.push(Reverse((at, volume)));
+        match self.wakes.get(&volume) {
+            Some(earlier) if *earlier <= at => {}
+            _ => {
+                self.wakes.insert(volume.clone(), at);
+                self.volume_timers.push(Reverse((at, volume)));
+            }
+        }
+    }
+
+    /// Whether an attach or detach of `volume` that concerns `node` is running, whichever
+    /// access mode it was planned under.
+    fn busy(&self, volume: &D::Volume, node: &D::Node) -> bool {
+        self.gate.is_running(&GateKey::Volume(volume.clone()))
+            || self
+                .gate
+                .is_running(&GateKey::Attachment(volume.clone(), node.clone()))
+    }
+
+    /// The record of (`volume`, `node`) is gone: nothing is attached there any more.
+    fn detached(&mut self, volume: &D::Volume, node: &D::Node) {
+        self.changed(volume, node);
+        self.actual.set_detached(volume, node);
+        if !self.blocked.is_empty() {
+            self.blocked.remove(&(node.clone(), volume.clone()));
+        }
     }
 
     /// The attach planned as `id` finished.
@@ -373,11 +436,17 @@ impl<D: Domain> Reconciler<D> {
         id: OpId,
         result: Result<AttachInfo, BackendError<D::Node>>,
     ) -> Result<(), ReconcilerError<D>> {
-        let InFlight::Attach { volume, node } = self.take_op(id, OpKind::Attach)? else {
+        let InFlight::Attach {
+            volume,
+            node,
+            access,
+        } = self.take_op(id, OpKind::Attach)?
+        else {
             unreachable!("kind checked by take_op");
         };
         self.changed(&volume, &node);
-        let key = gate_key::<D>(self.access(&volume), &volume, &node);
+        // The key the attach holds, from the access mode it was planned under.
+        let key = gate_key::<D>(access, &volume, &node);
         match result {
             Ok(info) => {
                 self.gate.succeeded(key, OpKind::Attach);
@@ -424,17 +493,18 @@ impl<D: Domain> Reconciler<D> {
         let InFlight::Detach {
             volume,
             node,
+            access,
             force,
         } = self.take_op(id, OpKind::Detach)?
         else {
             unreachable!("kind checked by take_op");
         };
         self.changed(&volume, &node);
-        let key = gate_key::<D>(self.access(&volume), &volume, &node);
+        let key = gate_key::<D>(access, &volume, &node);
         match result {
             Ok(()) => {
                 self.gate.succeeded(key, OpKind::Detach);
-                self.actual.set_detached(&volume, &node);
+                self.detached(&volume, &node);
                 self.events.push(Event::DetachSucceeded {
                     volume: volume.clone(),
                     node,
@@ -485,20 +555,19 @@ impl<D: Domain> Reconciler<D> {
             }
         };
         for (volume, generation) in checked {
-            let key = gate_key::<D>(self.access(&volume), &volume, &node);
+            let busy = self.busy(&volume, &node);
             let Some(a) = self.actual.get(&volume, &node) else {
                 continue;
             };
             // Ignore answers about attachments that changed or are being changed since.
-            if a.generation != generation || self.gate.is_running(&key) {
+            if a.generation != generation || busy {
                 continue;
             }
             let still = attached.binary_search(&volume).is_ok();
             match (a.state, still) {
                 (AttachState::Attached, false) => {
                     debug!(volume = ?volume, node = ?node, "backend says detached");
-                    self.changed(&volume, &node);
-                    self.actual.set_detached(&volume, &node);
+                    self.detached(&volume, &node);
                     self.dirty.insert(volume);
                 }
                 // Uncertain settles both ways, as upstream's periodic verify does: an attach or
@@ -506,8 +575,7 @@ impl<D: Domain> Reconciler<D> {
                 // backend now says (issue 9, bug 3).
                 (AttachState::Uncertain, false) => {
                     debug!(volume = ?volume, node = ?node, "backend says an uncertain attachment is gone");
-                    self.changed(&volume, &node);
-                    self.actual.set_detached(&volume, &node);
+                    self.detached(&volume, &node);
                     self.dirty.insert(volume);
                 }
                 (AttachState::Uncertain, true) => {
@@ -552,19 +620,11 @@ impl<D: Domain> Reconciler<D> {
             {
                 continue;
             }
-            let access = self.desired.spec(&volume).map_or(spec.access, |s| s.access);
-            if self.gate.is_running(&gate_key::<D>(access, &volume, &node))
-                || self
-                    .in_flight
-                    .values()
-                    .any(|op| op.volume() == Some(&volume))
-            {
+            if self.busy(&volume, &node) {
                 continue;
             }
             warn!(volume = ?volume, node = ?node, "the backend lists an attachment the controller did not know of");
-            if self.desired.spec(&volume).is_none() {
-                self.desired.set_volume(volume.clone(), spec);
-            }
+            self.adopt_spec(&volume, spec);
             self.actual.set_uncertain(volume.clone(), node);
             self.dirty.insert(volume);
         }
@@ -599,6 +659,10 @@ impl<D: Domain> Reconciler<D> {
                 // detach waiting for it goes ahead until a later write is acknowledged (C5).
                 self.status.write_failed(&node);
             }
+        }
+        if !self.actual.node_present(&node) {
+            // Removed while the write ran: nothing more is written for it.
+            self.status.forget_idle(&node);
         }
         // Detaches waiting for the acknowledgement may go now; the node may need another write.
         if let Some(waiting) = self.awaiting_ack.remove(&node) {
@@ -645,7 +709,10 @@ impl<D: Domain> Reconciler<D> {
             if *at > now {
                 break;
             }
-            let Reverse((_, volume)) = self.volume_timers.pop().expect("peeked");
+            let Reverse((at, volume)) = self.volume_timers.pop().expect("peeked");
+            if self.wakes.get(&volume) == Some(&at) {
+                self.wakes.remove(&volume);
+            }
             self.dirty.insert(volume);
         }
         while let Some(Reverse((at, _))) = self.node_timers.peek() {
@@ -658,6 +725,7 @@ impl<D: Domain> Reconciler<D> {
         match self.next_sync {
             None => self.next_sync = Some(now.saturating_add(self.config.sync_period)),
             Some(at) if at <= now => {
+                self.gate.forget_stale(now);
                 self.plan_verify(&mut ops);
                 self.next_sync = Some(now.saturating_add(self.config.sync_period));
             }
@@ -710,8 +778,22 @@ impl<D: Domain> Reconciler<D> {
 
     fn reconcile_volume(&mut self, now: Duration, volume: &D::Volume, ops: &mut Vec<Operation<D>>) {
         let Some(spec) = self.desired.spec(volume).cloned() else {
-            if !self.actual.attachments(volume).is_empty() {
-                warn!(volume = ?volume, "attached volume has no spec; register it with set_volume");
+            // Only the store reported it (at recovery), and neither the orchestrator nor the
+            // backend knows it: without its payload the core cannot detach it.
+            let nodes: SmallVec<[D::Node; 2]> = self
+                .actual
+                .attachments(volume)
+                .iter()
+                .map(|a| a.node.clone())
+                .collect();
+            for node in &nodes {
+                warn!(volume = ?volume, node = ?node, "attached volume has no spec; register it with set_volume");
+                self.report_blocked(
+                    volume,
+                    node,
+                    "the volume is not registered, so the controller has no payload to detach \
+                     it with; register it with set_volume",
+                );
             }
             return;
         };
@@ -812,16 +894,35 @@ impl<D: Domain> Reconciler<D> {
             let mounted = reported_in_use
                 .map(|in_use| in_use || (bugs.c4_sticky_assumed_mount && assumed_mounted));
             match mounted {
+                Some(false) => None,
+                // Mounted, or maybe (not heard from), on an unhealthy node past the unmount
+                // wait, with forcing allowed.
+                _ if timed_out => Some(ForceReason::Timeout),
                 // Not heard from yet means mounted, so the core cannot clear the detach itself;
                 // but waiting for a first report that may never come would leak the volume.
-                // The driver's fresh read of the node's in-use list decides instead.
-                None | Some(false) => None,
-                // Mounted: the node's next in-use report, a health change or a fence marks the
-                // volume again; a timer ends the unmount wait where a forced detach is allowed.
-                Some(true) if timed_out => Some(ForceReason::Timeout),
-                Some(true) => {
+                // The driver's fresh read of the node's in-use list decides instead, and where
+                // forcing is allowed a timer escalates it.
+                None => {
                     if force_allowed && !healthy {
                         self.wake_volume_at(deadline, volume.clone());
+                    }
+                    None
+                }
+                // Mounted: the node's next in-use report, a health change or a fence marks the
+                // volume again; a timer ends the unmount wait where a forced detach is allowed.
+                Some(true) => {
+                    if !healthy {
+                        if force_allowed {
+                            self.wake_volume_at(deadline, volume.clone());
+                        } else {
+                            self.report_blocked(
+                                volume,
+                                node,
+                                "the node is unhealthy and still reports the volume in use; \
+                                 fence it (out-of-service) once its machine is off, and the \
+                                 volume moves",
+                            );
+                        }
                     }
                     return;
                 }
@@ -860,6 +961,7 @@ impl<D: Domain> Reconciler<D> {
             InFlight::Detach {
                 volume: volume.clone(),
                 node: node.clone(),
+                access: spec.access,
                 force,
             },
         );
@@ -902,12 +1004,13 @@ impl<D: Domain> Reconciler<D> {
         let key = gate_key::<D>(spec.access, volume, node);
         let bugs = self.config.upstream_bugs;
         if let Some(a) = self.actual.get(volume, node) {
-            if a.state == AttachState::Attached {
-                let withheld = a.withheld;
-                self.actual.cancel_detach_request(volume, node);
-                if !self.blocked.is_empty() {
-                    self.blocked.remove(&(node.clone(), volume.clone()));
-                }
+            let (state, withheld) = (a.state, a.withheld);
+            // Needed again: a later detach starts a new unmount wait, and a new episode.
+            self.actual.cancel_detach_request(volume, node);
+            if !self.blocked.is_empty() {
+                self.blocked.remove(&(node.clone(), volume.clone()));
+            }
+            if state == AttachState::Attached {
                 // C1: a volume the workload needs again is reported again at once, unless a
                 // detach is already running (its result decides).
                 if withheld && !bugs.c1_lose_report_on_failed_detach && !self.gate.is_running(&key)
@@ -948,6 +1051,7 @@ impl<D: Domain> Reconciler<D> {
             InFlight::Attach {
                 volume: volume.clone(),
                 node: node.clone(),
+                access: spec.access,
             },
         );
         ops.push(Operation::Attach {

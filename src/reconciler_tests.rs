@@ -1173,3 +1173,220 @@ fn huge_durations_do_not_overflow() {
     let _ = h.r.poll(Duration::MAX);
     let _ = h.r.next_deadline();
 }
+
+// ---- review findings (issue 9): each asserted the broken behaviour before its fix ---------------
+
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+/// An access change while an attach runs: the attach releases the gate key it took, not one
+/// computed from the new mode; before, `Volume(v1)` stayed "running" and v1 never moved again.
+#[test]
+fn an_access_change_during_an_attach_leaks_no_gate_key() {
+    let mut h = H::new(Config::default());
+    h.node("n1", &[]);
+    h.node("n2", &[]);
+    h.rwo("v1");
+    h.pod("p1", "n1", &["v1"]);
+    let attach = h.tick_taking(OpKind::Attach);
+    h.r.set_volume("v1", VolumeSpec::multi_node(())).unwrap();
+    h.ok(attach);
+    h.run_ok(secs(1));
+    h.r.set_volume("v1", VolumeSpec::single_node(())).unwrap();
+    h.unpod("p1");
+    h.pod("p2", "n2", &["v1"]);
+    h.log.clear();
+    h.run_ok(secs(60));
+    assert_eq!(h.count("detach v1 n1"), 1, "{:?}", h.log);
+    assert_eq!(h.count("attach v1 n2"), 1, "{:?}", h.log);
+}
+
+/// Narrowing is refused while attaches run; before, both finished and the single-node volume
+/// was attached to two nodes.
+#[test]
+fn narrowing_is_refused_while_attaches_run() {
+    let mut h = H::new(Config::default());
+    h.node("n1", &[]);
+    h.node("n2", &[]);
+    h.rwx("v1");
+    h.pod("p1", "n1", &["v1"]);
+    h.pod("p2", "n2", &["v1"]);
+    let attaches: Vec<_> = h
+        .tick()
+        .into_iter()
+        .filter(|op| op.kind() == OpKind::Attach)
+        .collect();
+    assert_eq!(attaches.len(), 2);
+    assert!(matches!(
+        h.r.set_volume("v1", VolumeSpec::single_node(())),
+        Err(ReconcilerError::AccessConflict { .. })
+    ));
+    h.unpod("p2");
+    let first = attaches
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| unreachable!());
+    assert!(
+        matches!(
+            h.r.set_volume("v1", VolumeSpec::single_node(())),
+            Err(ReconcilerError::AccessConflict { .. })
+        ),
+        "one attach still runs"
+    );
+    h.ok(first);
+}
+
+/// With `force_detach_on_timeout`, a node that crashed before it ever reported is escalated
+/// to a forced detach after the unmount wait, as before the not-heard-from change; in between,
+/// the unforced detaches are refused by the fresh read.
+#[test]
+fn a_node_never_heard_from_is_still_force_detached_on_timeout() {
+    let mut h = H::new(Config {
+        force_detach_on_timeout: true,
+        ..Config::default()
+    });
+    h.facts("n1", true, false, None);
+    h.node("n2", &[]);
+    h.rwo("v1");
+    h.pod("p1", "n1", &["v1"]);
+    h.run_ok(secs(1));
+    h.facts("n1", false, false, None);
+    h.unpod("p1");
+    h.pod("p2", "n2", &["v1"]);
+    h.log.clear();
+    let end = h.now + secs(1800);
+    while h.now < end {
+        for op in h.tick() {
+            match &op {
+                Operation::Detach { force: None, .. } => h.fail(op, transient()),
+                _ => h.ok(op),
+            }
+        }
+    }
+    assert_eq!(h.count("detach v1 n1 forced:timeout"), 1, "{:?}", h.log);
+    assert_eq!(h.count("attach v1 n2"), 1);
+}
+
+/// Node churn does not grow the status book or the gate: a removed node's record and its
+/// status backoff go with it.
+#[test]
+fn node_churn_leaves_no_status_record_or_backoff_behind() {
+    let mut h = H::new(Config::default());
+    for i in 0..100 {
+        let n = leak(format!("n{i}"));
+        h.node(n, &[]);
+        let write = h.tick_taking(OpKind::WriteStatus);
+        h.fail_status(
+            write,
+            StoreError::Transient {
+                message: "x".into(),
+            },
+        );
+        h.r.node_removed(&n).unwrap();
+        h.run_ok(secs(1));
+        h.node(leak(format!("m{i}")), &[]);
+        h.run_ok(secs(1));
+        h.r.node_removed(&leak(format!("m{i}"))).unwrap();
+    }
+    h.run_ok(secs(1));
+    assert_eq!(h.r.status().len(), 0);
+    assert_eq!(h.r.gate.len(), 0);
+}
+
+/// A deleted node's blocked episode ends when the verify settles the attachment.
+#[test]
+fn a_blocked_pair_is_forgotten_with_its_attachment() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.unpod("p1");
+    h.r.node_removed(&"n1").unwrap();
+    h.run_ok(secs(1));
+    assert_eq!(h.r.blocked.len(), 1);
+    let end = h.now + secs(120);
+    while h.now < end {
+        for op in h.tick() {
+            if let Operation::Verify { id, .. } = op {
+                let now = h.now;
+                h.r.verify_finished(now, id, Ok(vec![])).unwrap();
+            } else {
+                h.ok(op);
+            }
+        }
+    }
+    assert!(h.r.actual().is_empty());
+    assert!(h.r.blocked.is_empty());
+}
+
+/// A volume only the store lists at recovery, with no spec anywhere, cannot be detached; a
+/// human is told once why instead of nothing at all.
+#[test]
+fn a_recovered_volume_without_a_spec_is_reported_blocked() {
+    let mut h = H::new(Config::default());
+    h.node("n1", &[]);
+    h.r.recover_status(
+        "n1",
+        vec![ReportedVolume {
+            volume: "gone",
+            device: None,
+        }],
+    );
+    h.run_ok(secs(600));
+    let blocked: Vec<_> =
+        h.r.take_events()
+            .into_iter()
+            .filter(|e| e.reason() == "DetachBlocked")
+            .collect();
+    assert_eq!(blocked.len(), 1, "{blocked:?}");
+}
+
+/// A volume only the backend knows at recovery is adopted to be detached, then forgotten.
+#[test]
+fn a_volume_only_the_backend_knows_is_detached_then_forgotten() {
+    let mut h = H::new(Config::default());
+    h.node("n1", &[]);
+    h.r.recover_attachment("stray", "n1", VolumeSpec::single_node(()));
+    h.run_ok(secs(5));
+    assert_eq!(h.count("detach stray n1"), 1, "{:?}", h.log);
+    assert!(
+        h.r.desired().spec(&"stray").is_none(),
+        "forgotten once detached"
+    );
+}
+
+/// A volume made dirty over and over while it waits keeps one timer, not one per dirtying.
+#[test]
+fn a_waiting_volume_keeps_one_timer() {
+    let mut h = H::new(Config {
+        force_detach_on_timeout: true,
+        ..Config::default()
+    });
+    h.node("n1", &[]);
+    h.node("n2", &[]);
+    h.rwo("v1");
+    h.pod("p1", "n1", &["v1"]);
+    h.run_ok(secs(1));
+    h.facts("n1", false, false, Some(&["v1"]));
+    h.unpod("p1");
+    // A pod on n2 comes and goes: each time v1 is looked at again, its unmount wait on n1
+    // asks for the same wake.
+    for _ in 0..100 {
+        h.pod("p2", "n2", &["v1"]);
+        h.tick();
+        h.unpod("p2");
+        h.tick();
+    }
+    assert!(h.r.volume_timers.len() <= 2, "{}", h.r.volume_timers.len());
+}
+
+/// An unhealthy node that still reports the volume in use, with forcing off, says why the
+/// volume does not move (seed 004's wait for a fence).
+#[test]
+fn an_unhealthy_unfenced_node_says_why_its_volume_stays() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.facts("n1", false, false, Some(&["v1"]));
+    h.unpod("p1");
+    h.r.take_events();
+    h.run_ok(secs(60));
+    let reasons: Vec<_> = h.r.take_events().iter().map(|e| e.reason()).collect();
+    assert_eq!(reasons, vec!["DetachBlocked"]);
+}

@@ -231,10 +231,23 @@ impl<D: Domain> StatusBook<D> {
     }
 
     /// The node object is gone; a node of the same name will be a new object.
+    /// Its record goes (so node churn does not grow the book), unless a write is in flight,
+    /// whose answer drops it (see [`forget_idle`](Self::forget_idle)).
     pub(crate) fn node_gone(&mut self, node: &D::Node) {
         if let Some(r) = self.nodes.get_mut(node) {
-            r.stored = None;
-            r.missing = true;
+            if r.writing.is_none() {
+                self.nodes.remove(node);
+            } else {
+                r.stored = None;
+                r.missing = true;
+            }
+        }
+    }
+
+    /// Drops `node`'s record if no write is in flight: the node is gone.
+    pub(crate) fn forget_idle(&mut self, node: &D::Node) {
+        if self.nodes.get(node).is_some_and(|r| r.writing.is_none()) {
+            self.nodes.remove(node);
         }
     }
 
