@@ -294,6 +294,9 @@ impl<D: Domain> DesiredState<D> {
                 Some(on) => {
                     if let Err(at) = on.workloads.binary_search(&workload) {
                         on.workloads.insert(at, workload.clone());
+                        // A workload joining a node that waits behind Multi-Attach is told
+                        // too: the episode's event is raised again, naming every waiting one.
+                        on.multi_attach_reported = false;
                     }
                 }
                 None => {

@@ -34,6 +34,10 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/force-detach-on-timeout-opt-in.scn"),
     ),
     (
+        "multi-attach-names-a-pod-that-joins-the-wait",
+        include_str!("../../examples/scenarios/multi-attach-names-a-pod-that-joins-the-wait.scn"),
+    ),
+    (
         "no-detach-without-taint",
         include_str!("../../examples/scenarios/no-detach-without-taint.scn"),
     ),
