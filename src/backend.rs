@@ -115,6 +115,11 @@ impl<N> BackendError<N> {
 #[async_trait]
 pub trait AttachBackend<D: Domain>: Send + Sync {
     /// Attaches `volume` to `node`, returning what the node needs to find it.
+    ///
+    /// While a detach of the same volume from the same node is still under way (one a
+    /// restarted controller lost, say), it must not report success: refuse with
+    /// [`BackendError::Transient`] (CSI: `ABORTED`), or wait for the detach to end and attach
+    /// again. Otherwise the detach lands after a "successful" attach, under a new mount.
     async fn attach(
         &self,
         volume: &D::Volume,

@@ -55,17 +55,24 @@ impl SimBackend {
         let (fault, latency) = {
             let mut w = self.lock();
             w.count_call(op, volume, node);
-            if op == CallOp::Detach
-                && w.may_be_attached(volume, node)
-                && !w.is_attached(volume, node)
-            {
-                // As a cloud or CSI driver answers a detach that races an attach still under
-                // way (say, one a restarted controller lost): refused, do it again later.
+            // As a cloud or CSI driver answers a call that races the opposite call still under
+            // way on the same pair (say, one a restarted controller lost): refused, do it again
+            // later. Otherwise the older call lands after the newer one "succeeded".
+            let other = match op {
+                CallOp::Detach
+                    if w.may_be_attached(volume, node) && !w.is_attached(volume, node) =>
+                {
+                    Some("attach")
+                }
+                CallOp::Attach if w.detaching(volume, node) => Some("detach"),
+                _ => None,
+            };
+            if let Some(other) = other {
                 w.log(format!(
-                    "call: {op} {volume} {node} (refused: attach under way)"
+                    "call: {op} {volume} {node} (refused: {other} under way)"
                 ));
                 return Err(BackendError::Transient {
-                    message: format!("an attach of {volume} to {node} is under way"),
+                    message: format!("a {other} of {volume} on {node} is under way"),
                 });
             }
             let fault = w.take_fault(op, volume, node);
@@ -77,9 +84,7 @@ impl SimBackend {
                     None => "",
                 }
             ));
-            if op == CallOp::Attach {
-                w.attaching(volume, node, true);
-            }
+            w.under_way(op, volume, node, true);
             (fault, w.jitter(base))
         };
         let (tx, rx) = oneshot::channel();
@@ -88,9 +93,7 @@ impl SimBackend {
         self.tasks.spawn(async move {
             tokio::time::sleep(latency).await;
             assert!(!this.sabotaged, "sabotaged {op} effect of {v} on {n}");
-            if op == CallOp::Attach {
-                this.lock().attaching(&v, &n, false);
-            }
+            this.lock().under_way(op, &v, &n, false);
             if fault != Some(false) {
                 match op {
                     CallOp::Attach => this.lock().attach_effect(&v, &n),

@@ -22,6 +22,12 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/attach-timeout-retries.scn"),
     ),
     (
+        "detach-of-a-lost-controller-lands-after-recovery",
+        include_str!(
+            "../../examples/scenarios/detach-of-a-lost-controller-lands-after-recovery.scn"
+        ),
+    ),
+    (
         "detach-waits-for-status-ack",
         include_str!("../../examples/scenarios/detach-waits-for-status-ack.scn"),
     ),
@@ -56,6 +62,10 @@ pub const LIBRARY: &[(&str, &str)] = &[
     (
         "restart-during-attach",
         include_str!("../../examples/scenarios/restart-during-attach.scn"),
+    ),
+    (
+        "restart-while-a-status-write-lands",
+        include_str!("../../examples/scenarios/restart-while-a-status-write-lands.scn"),
     ),
     (
         "rwo-two-nodes-multi-attach",

@@ -547,6 +547,9 @@ impl Sim {
             // A step on the grid turns nodes dirty that the agents see in this same pass.
             let due = is_tick(next) && last_tick.is_none_or(|last| next > last);
             if due && !self.world.lock().dirty.is_empty() {
+                // A step may have let a write land (a restart awaits the old controller), so
+                // the lists agents read are refreshed again right before they look.
+                self.refresh_listed();
                 self.agents();
                 last_tick = Some(next);
             }

@@ -102,6 +102,8 @@ pub(crate) struct World {
     /// lists a volume that is still attaching, and so does this backend (see
     /// [`AttachBackend::list`](crate::AttachBackend::list)).
     pub(crate) attaching: BTreeMap<(String, String), u32>,
+    /// Detach calls under way, likewise: an attach of the same pair is refused meanwhile.
+    pub(crate) detaching: BTreeMap<(String, String), u32>,
     pub(crate) faults: Vec<Fault>,
     pub(crate) calls: BTreeMap<(CallOp, String, String), u64>,
     pub(crate) violations: Vec<Violation>,
@@ -207,17 +209,27 @@ impl World {
                 .contains_key(&(volume.to_string(), node.to_string()))
     }
 
-    /// An attach call of `volume` to `node` started (`true`) or finished (`false`).
-    pub(crate) fn attaching(&mut self, volume: &str, node: &str, started: bool) {
+    /// A call of `op` on `volume` and `node` started (`true`) or finished (`false`).
+    pub(crate) fn under_way(&mut self, op: CallOp, volume: &str, node: &str, started: bool) {
+        let calls = match op {
+            CallOp::Attach => &mut self.attaching,
+            CallOp::Detach => &mut self.detaching,
+        };
         let key = (volume.to_string(), node.to_string());
         if started {
-            *self.attaching.entry(key).or_default() += 1;
-        } else if let Some(count) = self.attaching.get_mut(&key) {
+            *calls.entry(key).or_default() += 1;
+        } else if let Some(count) = calls.get_mut(&key) {
             *count -= 1;
             if *count == 0 {
-                self.attaching.remove(&key);
+                calls.remove(&key);
             }
         }
+    }
+
+    /// Whether a detach of `volume` from `node` is under way.
+    pub(crate) fn detaching(&self, volume: &str, node: &str) -> bool {
+        self.detaching
+            .contains_key(&(volume.to_string(), node.to_string()))
     }
 
     /// Takes the fault matching this call, if any: `Some(uncertain)`.
