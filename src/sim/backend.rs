@@ -59,11 +59,7 @@ impl SimBackend {
             // way on the same pair (say, one a restarted controller lost): refused, do it again
             // later. Otherwise the older call lands after the newer one "succeeded".
             let other = match op {
-                CallOp::Detach
-                    if w.may_be_attached(volume, node) && !w.is_attached(volume, node) =>
-                {
-                    Some("attach")
-                }
+                CallOp::Detach if w.attaching(volume, node) => Some("attach"),
                 CallOp::Attach if w.detaching(volume, node) => Some("detach"),
                 _ => None,
             };

@@ -36,6 +36,10 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/fence-lifted-before-the-controller-sees-it.scn"),
     ),
     (
+        "fence-while-two-attaches-are-under-way",
+        include_str!("../../examples/scenarios/fence-while-two-attaches-are-under-way.scn"),
+    ),
+    (
         "force-detach-on-timeout-opt-in",
         include_str!("../../examples/scenarios/force-detach-on-timeout-opt-in.scn"),
     ),

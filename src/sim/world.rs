@@ -203,10 +203,7 @@ impl World {
 
     /// Attached, or an attach call is under way: what the backend's verify and list report.
     pub(crate) fn may_be_attached(&self, volume: &str, node: &str) -> bool {
-        self.is_attached(volume, node)
-            || self
-                .attaching
-                .contains_key(&(volume.to_string(), node.to_string()))
+        self.is_attached(volume, node) || self.attaching(volume, node)
     }
 
     /// A call of `op` on `volume` and `node` started (`true`) or finished (`false`).
@@ -224,6 +221,12 @@ impl World {
                 calls.remove(&key);
             }
         }
+    }
+
+    /// Whether an attach of `volume` to `node` is under way.
+    pub(crate) fn attaching(&self, volume: &str, node: &str) -> bool {
+        self.attaching
+            .contains_key(&(volume.to_string(), node.to_string()))
     }
 
     /// Whether a detach of `volume` from `node` is under way.
