@@ -40,6 +40,10 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/fence-while-two-attaches-are-under-way.scn"),
     ),
     (
+        "fenced-node-crashes-then-recovers",
+        include_str!("../../examples/scenarios/fenced-node-crashes-then-recovers.scn"),
+    ),
+    (
         "force-detach-on-timeout-opt-in",
         include_str!("../../examples/scenarios/force-detach-on-timeout-opt-in.scn"),
     ),

@@ -701,7 +701,7 @@ impl Sim {
     }
 
     fn power(&self, node: &str, power: Power) {
-        let (facts, booted) = {
+        let (facts, report) = {
             let mut w = self.world.lock();
             let Some(n) = w.nodes.get_mut(node) else {
                 return;
@@ -709,25 +709,26 @@ impl Sim {
             if n.power == power {
                 return;
             }
-            let booted = n.power == Power::Fenced && power == Power::Up;
-            if power == Power::Fenced || booted {
-                // Fenced means powered off; it comes back from a clean boot.
+            if power == Power::Fenced || n.power == Power::Fenced {
+                // Fenced means powered off; whatever comes next starts from a clean boot.
                 n.mounted.clear();
                 n.in_use.clear();
             }
+            // An agent that starts (again) reports what it has in use: nothing after a clean
+            // boot, its mounts after a crash. (A stopped agent's last report stays in the
+            // store: no agent runs to change it.)
+            let report = (power == Power::Up).then(|| n.in_use.iter().cloned().collect());
             n.power = power;
             let facts = facts_of(n);
             w.changed();
             w.mark(node);
-            (facts, booted)
+            (facts, report)
         };
         // The store holds the node's fence and health as they are now (a taint, a Ready
         // condition); the controller hears of them through the watch, late.
         let name = node.to_string();
-        if booted {
-            // The agent's first report after a clean boot: nothing in use. (A powered-off
-            // node's last report stays in the store: no agent runs to change it.)
-            self.store.set_in_use(&name, Vec::new());
+        if let Some(in_use) = report {
+            self.store.set_in_use(&name, in_use);
         }
         self.store.set_fenced(&name, facts.fenced);
         self.store.set_healthy(&name, facts.healthy);
