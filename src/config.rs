@@ -110,6 +110,7 @@ impl Config {
             ("backoff.max", self.backoff.max),
         ]
         .into_iter()
+        .chain(self.resync_period.map(|period| ("resync_period", period)))
         .chain(self.call_timeouts.fields());
         for (field, value) in durations {
             if value > Self::MAX_DURATION {
@@ -127,6 +128,9 @@ impl Config {
         }
         if self.sync_period.is_zero() {
             return Err(ConfigError::ZeroSyncPeriod);
+        }
+        if self.resync_period.is_some_and(|period| period.is_zero()) {
+            return Err(ConfigError::ZeroResyncPeriod);
         }
         if let Some((field, _)) = self.call_timeouts.fields().find(|(_, t)| t.is_zero()) {
             return Err(ConfigError::ZeroCallTimeout { field });
@@ -165,6 +169,11 @@ pub enum ConfigError {
     /// `sync_period` is zero: every reconcile pass would verify every attachment.
     #[error("sync_period is zero: every reconcile pass would verify every attachment")]
     ZeroSyncPeriod,
+    /// `resync_period` is `Some(0)`.
+    #[error(
+        "resync_period is zero: every reconcile pass would list every attachment (use None to turn the listing off)"
+    )]
+    ZeroResyncPeriod,
     /// A call timeout is zero: every such call would time out before it started.
     #[error("{field} is zero: every such call would time out at once")]
     ZeroCallTimeout {
@@ -480,6 +489,31 @@ mod tests {
             ..Config::default()
         };
         assert_eq!(config.validate(), Err(ConfigError::ZeroSyncPeriod));
+    }
+
+    #[test]
+    fn a_zero_resync_period_is_refused_and_none_is_fine() {
+        let zero = Config {
+            resync_period: Some(Duration::ZERO),
+            ..Config::default()
+        };
+        assert_eq!(zero.validate(), Err(ConfigError::ZeroResyncPeriod));
+        let huge = Config {
+            resync_period: Some(Duration::MAX),
+            ..Config::default()
+        };
+        assert!(matches!(
+            huge.validate(),
+            Err(ConfigError::TooLarge {
+                field: "resync_period",
+                ..
+            })
+        ));
+        let off = Config {
+            resync_period: None,
+            ..Config::default()
+        };
+        assert_eq!(off.validate(), Ok(()));
     }
 
     #[test]
