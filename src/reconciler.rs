@@ -758,6 +758,7 @@ impl<D: Domain> Reconciler<D> {
     fn trim(&mut self) {
         trim_map(&mut self.in_flight);
         trim_map(&mut self.awaiting_ack);
+        trim_map(&mut self.wakes);
         self.gate.trim();
         if self.volume_timers.capacity() > 64
             && self.volume_timers.len() * 4 <= self.volume_timers.capacity()
