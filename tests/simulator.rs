@@ -3,7 +3,7 @@
 #![cfg(feature = "sim")]
 
 use attach_detach::sim::library::LIBRARY;
-use attach_detach::sim::scenario::{UpstreamBug, parse};
+use attach_detach::sim::scenario::{Settings, UpstreamBug, parse};
 use attach_detach::sim::{Report, run};
 
 fn scenario_text(name: &str) -> &'static str {
@@ -228,16 +228,7 @@ fn a_century_of_idle_time_is_one_jump() {
 /// driver or the core (a panic anywhere would be a violation that says "panicked").
 #[test]
 fn the_longest_durations_run_without_a_panic() {
-    let keys = [
-        "reconcile-period",
-        "sync-period",
-        "max-wait-for-unmount",
-        "cache-lag",
-        "status-cache-lag",
-        "attach-latency",
-        "detach-latency",
-        "status-latency",
-    ];
+    let keys = Settings::duration_keys();
     let body = "node a\nnode b\nvolume v single-node\n\
         at 0s pod p on a uses v\nat 10s delete pod p\nat 11s pod q on b uses v\n";
     let mut texts: Vec<String> = Vec::new();

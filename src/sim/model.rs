@@ -332,6 +332,17 @@ fn spec_of(v: u8) -> VolumeSpec<()> {
     }
 }
 
+/// Every workload's placement in `core`: (workload, node, volumes).
+fn placements(core: &Reconciler<T>) -> Vec<(u8, u8, Vec<u8>)> {
+    (0..8u8)
+        .filter_map(|w| {
+            core.desired()
+                .placement(&w)
+                .map(|(n, vs)| (w, *n, vs.to_vec()))
+        })
+        .collect()
+}
+
 /// A core as a controller starts it: every volume, every node (not heard from yet), and the
 /// workloads in `placements`.
 fn start(config: &Config, placements: &[(u8, u8, Vec<u8>)]) -> Result<Reconciler<T>, String> {
@@ -409,14 +420,7 @@ pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
             }
             PlanStep::Restart => {
                 let lost = std::mem::take(&mut running);
-                let placements: Vec<(u8, u8, Vec<u8>)> = (0..8u8)
-                    .filter_map(|w| {
-                        core.desired()
-                            .placement(&w)
-                            .map(|(n, vs)| (w, *n, vs.to_vec()))
-                    })
-                    .collect();
-                core = start(&config, &placements)?;
+                core = start(&config, &placements(&core))?;
                 for (n, list) in &truth.stored {
                     let list = list
                         .iter()
@@ -491,13 +495,7 @@ fn settle(
         .collect();
     // Every workload gets its volumes attached and listed in its node's status, unless another
     // node's workload holds the same single-node volume (Multi-Attach: one of them waits).
-    let placements: Vec<(u8, u8, Vec<u8>)> = (0..8u8)
-        .filter_map(|w| {
-            core.desired()
-                .placement(&w)
-                .map(|(n, vs)| (w, *n, vs.to_vec()))
-        })
-        .collect();
+    let placements = placements(core);
     for (w, n, vs) in &placements {
         for v in vs {
             let contended = *v < 3

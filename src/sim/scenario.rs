@@ -180,6 +180,11 @@ impl Default for Settings {
 }
 
 impl Settings {
+    /// The keys of the duration-valued settings, in file order (for tests that try each).
+    pub fn duration_keys() -> [&'static str; 8] {
+        Settings::default().durations_mut().map(|(key, _)| key)
+    }
+
     /// The duration-valued settings with their keys: one table for parsing and printing.
     fn durations_mut(&mut self) -> [(&'static str, &mut Duration); 8] {
         [
@@ -1834,16 +1839,7 @@ mod tests {
     /// the bound itself is accepted everywhere.
     #[test]
     fn durations_beyond_the_bound_are_refused_everywhere() {
-        let keys = [
-            "reconcile-period",
-            "sync-period",
-            "max-wait-for-unmount",
-            "cache-lag",
-            "status-cache-lag",
-            "attach-latency",
-            "detach-latency",
-            "status-latency",
-        ];
+        let keys = Settings::duration_keys();
         let mut lines: Vec<String> = keys.iter().map(|k| format!("set {k} {{}}")).collect();
         lines.push("at {} restart controller".into());
         lines.push("run {}".into());
