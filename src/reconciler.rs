@@ -947,7 +947,9 @@ impl<D: Domain> Reconciler<D> {
             self.status.mark(node.clone());
             return self.await_ack(volume, node);
         }
-        self.blocked.remove(&(node.clone(), volume.clone()));
+        if !self.blocked.is_empty() {
+            self.blocked.remove(&(node.clone(), volume.clone()));
+        }
         if let Some(waiting) = self.awaiting_ack.get_mut(node) {
             waiting.retain(|v| v != volume);
             if waiting.is_empty() {
