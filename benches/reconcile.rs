@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use attach_detach::{
-    Access, AttachInfo, AttachState, Config, Ids, NodeFacts, OpKind, Operation, Reconciler,
-    VolumeSpec,
+    Access, AttachInfo, AttachState, Config, Ids, NodeFacts, NodeStatus, OpKind, Operation,
+    Reconciler, Revision, VolumeSpec,
 };
 use criterion::{BenchmarkId, Criterion};
 
@@ -136,10 +136,22 @@ fn complete(r: &mut Reconciler<T>, now: Duration, ops: Vec<Operation<T>>) -> [us
                 counts[1] += 1;
                 r.detach_finished(now, id, Ok(()))
             }
-            Operation::WriteStatus { id, .. } => {
+            Operation::WriteStatus { id, expected, .. } => {
                 counts[2] += 1;
-                r.status_finished(now, id, Ok(()))
+                r.status_written(now, id, Ok(Revision(expected.0 + 1)))
             }
+            // Every write here lands, so the store holds what the core last wrote.
+            Operation::ReadStatus { id, node, .. } => {
+                let status = NodeStatus {
+                    attached: r.status().stored(&node).unwrap_or_default(),
+                    in_use: Some(Vec::new()),
+                    fenced: Some(false),
+                    healthy: Some(true),
+                    revision: r.status().revision(&node).copied().unwrap_or(Revision(0)),
+                };
+                r.status_read(now, id, Ok(status))
+            }
+            Operation::ListStatuses { id } => r.statuses_listed(now, id, Ok(Vec::new())),
             Operation::Verify { id, volumes, .. } => {
                 counts[3] += 1;
                 let all = volumes.into_iter().map(|(v, ())| v).collect();

@@ -32,6 +32,11 @@ pub struct Config {
     pub resync_period: Option<Duration>,
     /// How long a detach waits for the node to unmount before a forced detach may be considered.
     pub max_wait_for_unmount: Duration,
+    /// How soon a detach that a fresh read of the node held back (the node's agent still
+    /// reports the volume in use, although the core's view of the node said otherwise) is
+    /// looked at again, if the node sends no new report first. A held-back detach is not a
+    /// failure: it costs no backoff, no failure event and no status write, only this re-read.
+    pub unmount_recheck: Duration,
     /// Allow detaching a still-mounted volume from an unhealthy, unfenced node after
     /// `max_wait_for_unmount`. Risky: the node may still be writing. Never applies to a healthy node.
     pub force_detach_on_timeout: bool,
@@ -62,6 +67,7 @@ impl Default for Config {
             sync_period: Duration::from_secs(60),
             resync_period: Some(Duration::from_secs(5 * 60)),
             max_wait_for_unmount: Duration::from_secs(6 * 60),
+            unmount_recheck: Duration::from_secs(5),
             force_detach_on_timeout: false,
             deleted_node_is_fenced: false,
             backoff: BackoffConfig::default(),
@@ -106,6 +112,7 @@ impl Config {
             ("reconcile_period", self.reconcile_period),
             ("sync_period", self.sync_period),
             ("max_wait_for_unmount", self.max_wait_for_unmount),
+            ("unmount_recheck", self.unmount_recheck),
             ("backoff.initial", self.backoff.initial),
             ("backoff.max", self.backoff.max),
         ]
@@ -131,6 +138,9 @@ impl Config {
         }
         if self.resync_period.is_some_and(|period| period.is_zero()) {
             return Err(ConfigError::ZeroResyncPeriod);
+        }
+        if self.unmount_recheck.is_zero() {
+            return Err(ConfigError::ZeroUnmountRecheck);
         }
         if let Some((field, _)) = self.call_timeouts.fields().find(|(_, t)| t.is_zero()) {
             return Err(ConfigError::ZeroCallTimeout { field });
@@ -169,6 +179,11 @@ pub enum ConfigError {
     /// `sync_period` is zero: every reconcile pass would verify every attachment.
     #[error("sync_period is zero: every reconcile pass would verify every attachment")]
     ZeroSyncPeriod,
+    /// `unmount_recheck` is zero: a held-back detach would re-read its node on every pass.
+    #[error(
+        "unmount_recheck is zero: a detach held back by a node still using its volume would re-read the node on every pass"
+    )]
+    ZeroUnmountRecheck,
     /// `resync_period` is `Some(0)`.
     #[error(
         "resync_period is zero: every reconcile pass would list every attachment (use None to turn the listing off)"
@@ -389,6 +404,7 @@ mod tests {
             reconcile_period: max,
             sync_period: max,
             max_wait_for_unmount: max,
+            unmount_recheck: max,
             backoff: BackoffConfig { initial: max, max },
             call_timeouts: CallTimeouts {
                 attach: max,
@@ -402,8 +418,9 @@ mod tests {
         };
         assert_eq!(at_bound.validate(), Ok(()));
         type Set = fn(&mut Config, Duration);
-        let setters: [(&str, Set); 11] = [
+        let setters: [(&str, Set); 12] = [
             ("reconcile_period", |c, d| c.reconcile_period = d),
+            ("unmount_recheck", |c, d| c.unmount_recheck = d),
             ("sync_period", |c, d| c.sync_period = d),
             ("max_wait_for_unmount", |c, d| c.max_wait_for_unmount = d),
             ("backoff.initial", |c, d| c.backoff.initial = d),

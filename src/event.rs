@@ -67,6 +67,18 @@ pub enum Event<D: Domain> {
         /// What would unblock it.
         reason: String,
     },
+    /// A detach was held back because a fresh read of the node did not justify it (its agent
+    /// reports the volume in use, its fence was lifted, it is healthy again): no call was
+    /// made, nothing failed. The detach is looked at again on the node's next report or after
+    /// [`Config::unmount_recheck`](crate::Config::unmount_recheck). Emitted once per episode.
+    WaitingForUnmount {
+        /// The volume.
+        volume: D::Volume,
+        /// The node that still uses it.
+        node: D::Node,
+        /// What the fresh read showed.
+        reason: String,
+    },
     /// The backend failed to detach the volume.
     DetachFailed {
         /// The volume.
@@ -103,6 +115,7 @@ impl<D: Domain> Event<D> {
             Event::DetachSucceeded { force: Some(_), .. } => "ForcedDetachVolume",
             Event::DetachFailed { .. } => "FailedDetachVolume",
             Event::DetachBlocked { .. } => "DetachBlocked",
+            Event::WaitingForUnmount { .. } => "WaitingForUnmount",
             Event::CallTimedOut { .. } => "CallTimedOut",
         }
     }
@@ -111,7 +124,9 @@ impl<D: Domain> Event<D> {
     pub fn is_warning(&self) -> bool {
         !matches!(
             self,
-            Event::AttachSucceeded { .. } | Event::DetachSucceeded { force: None, .. }
+            Event::AttachSucceeded { .. }
+                | Event::DetachSucceeded { force: None, .. }
+                | Event::WaitingForUnmount { .. }
         )
     }
 }
@@ -172,6 +187,14 @@ impl<D: Domain> fmt::Display for Event<D> {
             } => write!(
                 f,
                 "DetachVolume.Detach blocked for volume {volume:?} on node {node:?}: {reason}"
+            ),
+            Event::WaitingForUnmount {
+                volume,
+                node,
+                reason,
+            } => write!(
+                f,
+                "DetachVolume.Detach waits for volume {volume:?} on node {node:?}: {reason}"
             ),
             Event::DetachFailed {
                 volume,

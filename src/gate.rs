@@ -37,7 +37,12 @@ pub enum OpKind {
     Verify,
     /// Write a node's reported attached volumes.
     WriteStatus,
-    /// List every attachment the backend knows, to find those the core does not.
+    /// Read a node's status fresh.
+    ReadStatus,
+    /// List every node's status (restart recovery).
+    ListStatuses,
+    /// List every attachment the backend knows (restart recovery, and the periodic resync
+    /// that finds attachments the core does not know of).
     List,
 }
 

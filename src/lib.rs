@@ -10,64 +10,104 @@
 //!
 //! # Driving the core by hand
 //!
-//! The core never sleeps, spawns or reads a clock: time is an argument. You feed it what the
-//! orchestrator knows, ask it what to do, do it, and tell it how that went, much like raft-rs's
-//! `RawNode`.
+//! The core never sleeps, spawns or reads a clock: time is an argument. It plans every step
+//! of the protocol as an [`Operation`] (the recovery listings, the fresh read before a detach,
+//! the compare-and-set status writes) and decides everything from the results you hand back,
+//! much like raft-rs's `RawNode`. A driver of your own only makes the calls; every correction
+//! below holds without the crate's tokio driver.
 //!
 //! ```
 //! use std::time::Duration;
 //! use attach_detach::{
-//!     AttachInfo, Config, Ids, NodeFacts, Operation, Reconciler, VolumeSpec,
+//!     AttachInfo, Config, Event, Ids, NodeFacts, NodeStatus, Operation, Reconciler,
+//!     ReportedVolume, Revision, StoreError, VolumeSpec,
 //! };
 //!
 //! // Kubernetes-style names; the payload would be a CSI handle, here nothing.
 //! type K8s = Ids<String, String, String, ()>;
-//! let mut core: Reconciler<K8s> = Reconciler::new(Config::default());
 //! let s = |x: &str| x.to_string();
+//! let status = |attached: Vec<ReportedVolume<K8s>>, in_use: Vec<String>, revision| NodeStatus {
+//!     attached, in_use: Some(in_use), fenced: Some(false), healthy: Some(true),
+//!     revision: Revision(revision),
+//! };
+//! let mut core: Reconciler<K8s> = Reconciler::new(Config::default());
+//! let mut now = Duration::ZERO;
 //!
-//! // 1. What the orchestrator knows: a node (its agent has nothing in use yet), a single-node
-//! //    volume, and a pod that needs it there.
+//! // 1. Recovery (C7): a new core plans the store's and the backend's listings, and nothing
+//! //    else until both are handed back. The store knows node-a, listing nothing, at rev 1.
+//! for op in core.poll(now) {
+//!     match op {
+//!         Operation::ListStatuses { id } => core
+//!             .statuses_listed(now, id, Ok(vec![(s("node-a"), status(vec![], vec![], 1))]))
+//!             .unwrap(),
+//!         Operation::ListAttachments { id } => core.list_finished(now, id, Ok(vec![])).unwrap(),
+//!         other => unreachable!("{other:?} while recovering"),
+//!     }
+//! }
+//! assert!(!core.is_recovering());
+//!
+//! // 2. What the orchestrator's watches show: the node (its agent mounts nothing yet), a
+//! //    single-node volume, a pod that needs it there. The first pass plans the attach.
 //! core.node_updated(s("node-a"), NodeFacts { in_use: Some(vec![]), ..NodeFacts::default() });
 //! core.set_volume(s("pvc-1"), VolumeSpec::single_node(())).unwrap();
 //! core.add_workload(s("pod-1"), s("node-a"), &[s("pvc-1")]).unwrap();
-//!
-//! // 2. Ask for work when it is due. The first pass plans the attach (and writes the new
-//! //    node's empty status).
-//! let mut now = core.next_deadline().unwrap();
-//! let ops = core.poll(now);
-//! let attach = ops.iter().find(|op| matches!(op, Operation::Attach { .. })).unwrap();
-//!
-//! // 3. Run it (here: pretend the cloud said yes) and hand the result back. The status
-//! //    write is acknowledged too.
-//! core.attach_finished(now, attach.id(), Ok(AttachInfo { device: Some(s("/dev/sdb")) })).unwrap();
-//! for op in &ops {
-//!     if let Operation::WriteStatus { id, .. } = op {
-//!         core.status_finished(now, *id, Ok(())).unwrap();
-//!     }
-//! }
-//!
-//! // 4. The next pass makes the node report the volume, so its agent can mount it.
 //! now = core.next_deadline().unwrap();
 //! let ops = core.poll(now);
-//! let Operation::WriteStatus { id, node, attached } = &ops[0] else { panic!() };
-//! assert_eq!((node.as_str(), attached[0].volume.as_str()), ("node-a", "pvc-1"));
-//! core.status_finished(now, *id, Ok(())).unwrap();
+//! let [Operation::Attach { id, .. }] = &ops[..] else { panic!("{ops:?}") };
+//! core.attach_finished(now, *id, Ok(AttachInfo { device: Some(s("/dev/sdb")) })).unwrap();
 //!
-//! // 5. The pod goes. The volume leaves the node's report first; only when the store has
-//! //    acknowledged that is the detach planned (so the agent never mounts a leaving volume).
+//! // 3. The node is told, with a compare-and-set on the revision the store listed (C6: the
+//! //    core compares with what the store is known to hold, never with a cache).
+//! now = core.next_deadline().unwrap();
+//! let ops = core.poll(now);
+//! let [Operation::WriteStatus { id, attached, expected, .. }] = &ops[..] else { panic!() };
+//! assert_eq!((attached[0].volume.as_str(), *expected), ("pvc-1", Revision(1)));
+//! core.status_written(now, *id, Ok(Revision(2))).unwrap();
+//!
+//! // 4. The pod goes. The volume leaves the node's report first (C5); then, before the
+//! //    detach, the core reads the node fresh: its watch may lag behind a new mount.
 //! core.remove_workload(&s("pod-1")).unwrap();
 //! now = core.next_deadline().unwrap();
 //! let ops = core.poll(now);
-//! assert!(matches!(&ops[..], [Operation::WriteStatus { attached, .. }] if attached.is_empty()));
-//! core.status_finished(now, ops[0].id(), Ok(())).unwrap();
+//! let [Operation::WriteStatus { id, attached, .. }] = &ops[..] else { panic!() };
+//! assert!(attached.is_empty());
+//! core.status_written(now, *id, Ok(Revision(3))).unwrap();
 //! now = core.next_deadline().unwrap();
 //! let ops = core.poll(now);
-//! assert!(matches!(&ops[..], [Operation::Detach { force: None, .. }]));
-//! core.detach_finished(now, ops[0].id(), Ok(())).unwrap();
-//! assert!(core.actual().is_empty());
+//! let [Operation::ReadStatus { id, .. }] = &ops[..] else { panic!("{ops:?}") };
 //!
-//! // 6. Nothing left to do: no deadline, a driver sleeps until the next input.
-//! assert_eq!(core.poll(now + Duration::from_secs(1)), vec![]);
+//! // 5. A pod that returns within the cache lag: the watch still says nothing is in use, but
+//! //    the agent already reports pvc-1 in use again. The fresh read holds the detach back:
+//! //    no call, no failure, one event saying why, and a re-check later.
+//! core.status_read(now, *id, Ok(status(vec![], vec![s("pvc-1")], 3))).unwrap();
+//! assert!(matches!(&core.take_events()[..], [.., Event::WaitingForUnmount { .. }]));
+//! now = core.next_deadline().unwrap();
+//! assert!(core.poll(now).is_empty());
+//!
+//! // 6. The pod is back on the node: the volume is reported again at once (C1), against the
+//! //    revision of the core's own acknowledged write, whatever a stale cache shows (seed
+//! //    002). Another writer got there first: the conflict makes the core read before
+//! //    writing again.
+//! core.add_workload(s("pod-1"), s("node-a"), &[s("pvc-1")]).unwrap();
+//! now = core.next_deadline().unwrap();
+//! let ops = core.poll(now);
+//! let [Operation::WriteStatus { id, expected, .. }] = &ops[..] else { panic!("{ops:?}") };
+//! assert_eq!(*expected, Revision(3));
+//! core.status_written(now, *id, Err(StoreError::Conflict { current: Revision(4) })).unwrap();
+//! now = core.next_deadline().unwrap();
+//! let ops = core.poll(now);
+//! let [Operation::ReadStatus { id, .. }] = &ops[..] else { panic!("{ops:?}") };
+//! core.status_read(now, *id, Ok(status(vec![], vec![s("pvc-1")], 4))).unwrap();
+//! now = core.next_deadline().unwrap();
+//! let ops = core.poll(now);
+//! let [Operation::WriteStatus { id, attached, expected, .. }] = &ops[..] else { panic!() };
+//! assert_eq!((attached[0].volume.as_str(), *expected), ("pvc-1", Revision(4)));
+//! core.status_written(now, *id, Ok(Revision(5))).unwrap();
+//!
+//! // 7. Settled: nothing more is planned until the periodic verify, a minute on.
+//! while let Some(due) = core.next_deadline().filter(|d| *d < now + Duration::from_secs(59)) {
+//!     assert_eq!(core.poll(due), vec![]);
+//! }
 //! ```
 //!
 //! Errors from the backend say whether the call certainly did nothing, may have taken effect
@@ -95,15 +135,16 @@
 //!   node's report.
 //! - **C6** (122413, open upstream): status writes are compared with what the store is known to
 //!   hold (our acknowledged write or a fresh read), never with a cache of unknown age.
-//! - **C7** (44858, 92145, 130516, 96617): on start the driver rebuilds the actual state from the
-//!   store and the backend (what only the backend knows becomes Uncertain) and plans nothing
-//!   before both are loaded, so a restart at any point leaks no attachment.
+//! - **C7** (44858, 92145, 130516, 96617): a new core first rebuilds the actual state from the
+//!   store's and the backend's listings (what only the backend knows becomes Uncertain) and
+//!   plans nothing else before both are in, so a restart at any point leaks no attachment.
 //!
-//! And right before every detach, forced or not, the driver reads the node fresh
-//! ([`StatusWriter::verify_safe_to_detach`]) and goes ahead only if the node is fenced or its
-//! agent reports the volume not in use: the core's own view of the node may be older than a
-//! mount that began before the volume left the node's status, or than a lifted fence. A driver
-//! of your own must do the same for every [`Operation::Detach`].
+//! And right before every detach, forced or not, the core reads the node fresh
+//! ([`Operation::ReadStatus`]) and plans the detach only if the node is fenced or its agent
+//! reports the volume not in use (or, for the opt-in timeout, the node is not healthy): its own
+//! view of the node may be older than a mount that began before the volume left the node's
+//! status, or than a lifted fence. A read that does not justify the detach holds it back,
+//! which is no failure ([`Event::WaitingForUnmount`]).
 #![deny(missing_docs)]
 
 mod actual;
@@ -113,10 +154,12 @@ mod controller;
 mod desired;
 mod domain;
 mod event;
+mod fresh_read;
 mod gate;
 mod memory;
 mod operation;
 mod reconciler;
+mod recovery;
 mod status;
 mod store;
 mod volume;
@@ -135,7 +178,7 @@ pub use config::{BackoffConfig, CallKind, CallTimeouts, Config, ConfigError, Ups
 pub use controller::{
     BuildError, Controller, ControllerError, ControllerHandle, EventRecorder, Input,
     MemoryRecorder, Metrics, MetricsSnapshot, OperationSummary, Outcome, OutcomeCounts,
-    ShutdownReport, StatusWriter, TimeoutCounts, World, WriteOutcome,
+    ShutdownReport, TimeoutCounts, World,
 };
 pub use desired::{DesiredError, DesiredState};
 pub use domain::{Domain, Id, Ids};

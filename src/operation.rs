@@ -4,7 +4,7 @@ use std::fmt;
 
 use crate::domain::Domain;
 use crate::gate::OpKind;
-use crate::store::ReportedVolume;
+use crate::store::{ReportedVolume, Revision};
 use crate::volume::Access;
 
 /// Names one planned operation; its result is fed back under the same id.
@@ -66,15 +66,26 @@ pub enum Operation<D: Domain> {
         node: D::Node,
         /// The volume's payload for the backend.
         payload: D::Payload,
-        /// Set when the detach may go ahead although the node may report the volume in use
-        /// (it is fenced, its unmount wait expired with force-detach-on-timeout on, or it was
+        /// Set when the detach goes ahead although the node may report the volume in use (it
+        /// is fenced, its unmount wait expired with force-detach-on-timeout on, or it was
         /// deleted), and the backend must not refuse for that reason.
         ///
-        /// Whatever it says, a driver reads the node fresh right before the call and goes
-        /// ahead only if that read justifies it (see
-        /// [`StatusWriter::verify_safe_to_detach`](crate::StatusWriter::verify_safe_to_detach)):
-        /// the core's view of the node may be older than a new mount or a lifted fence.
+        /// Either way the core planned it only after a fresh read of the node
+        /// ([`Operation::ReadStatus`]) justified it, so a driver just makes the call.
         force: Option<ForceReason>,
+    },
+    /// Read `node`'s status fresh from the store ([`NodeStatusStore::read`](crate::NodeStatusStore::read),
+    /// never a cache); report back with `status_read`. Planned before a write whose revision
+    /// is unknown, and right before every detach, whose justification (the node's in-use
+    /// list, its fence, its health) must not come from a view of unknown age.
+    ReadStatus {
+        /// Result id.
+        id: OpId,
+        /// The node.
+        node: D::Node,
+        /// Upstream's bug C6 (122413) only: read the orchestrator's cached copy of the node
+        /// instead (a driver without one reads the store). Never set otherwise.
+        from_cache: bool,
     },
     /// Ask which of `volumes` are still attached to `node`; report back with `verify_finished`.
     Verify {
@@ -93,8 +104,17 @@ pub enum Operation<D: Domain> {
         /// Result id.
         id: OpId,
     },
-    /// Make the store's record of `node` list exactly `attached`; report back with
-    /// `status_finished`.
+    /// List every node's status ([`NodeStatusStore::list`](crate::NodeStatusStore::list));
+    /// report back with `statuses_listed`. Planned once, by a new core, together with
+    /// [`Operation::ListAttachments`]: nothing else is planned until both are handed back
+    /// (restart recovery).
+    ListStatuses {
+        /// Result id.
+        id: OpId,
+    },
+    /// Make the store's record of `node` list exactly `attached`, if the record is still at
+    /// revision `expected` ([`NodeStatusStore::write`](crate::NodeStatusStore::write), a
+    /// compare-and-set); report back with `status_written`.
     WriteStatus {
         /// Result id.
         id: OpId,
@@ -102,6 +122,9 @@ pub enum Operation<D: Domain> {
         node: D::Node,
         /// The complete list the node must report.
         attached: Vec<ReportedVolume<D>>,
+        /// The revision the write is conditional on: the core's own acknowledged write, or a
+        /// fresh read.
+        expected: Revision,
     },
 }
 
@@ -113,6 +136,8 @@ impl<D: Domain> Operation<D> {
             | Operation::Detach { id, .. }
             | Operation::Verify { id, .. }
             | Operation::WriteStatus { id, .. }
+            | Operation::ReadStatus { id, .. }
+            | Operation::ListStatuses { id }
             | Operation::ListAttachments { id } => *id,
         }
     }
@@ -124,6 +149,8 @@ impl<D: Domain> Operation<D> {
             Operation::Detach { .. } => OpKind::Detach,
             Operation::Verify { .. } => OpKind::Verify,
             Operation::WriteStatus { .. } => OpKind::WriteStatus,
+            Operation::ReadStatus { .. } => OpKind::ReadStatus,
+            Operation::ListStatuses { .. } => OpKind::ListStatuses,
             Operation::ListAttachments { .. } => OpKind::List,
         }
     }
@@ -134,8 +161,9 @@ impl<D: Domain> Operation<D> {
             Operation::Attach { node, .. }
             | Operation::Detach { node, .. }
             | Operation::Verify { node, .. }
-            | Operation::WriteStatus { node, .. } => Some(node),
-            Operation::ListAttachments { .. } => None,
+            | Operation::WriteStatus { node, .. }
+            | Operation::ReadStatus { node, .. } => Some(node),
+            Operation::ListAttachments { .. } | Operation::ListStatuses { .. } => None,
         }
     }
 }
@@ -164,6 +192,15 @@ pub(crate) enum InFlight<D: Domain> {
     WriteStatus {
         node: D::Node,
     },
+    ReadStatus {
+        node: D::Node,
+        /// The detaches of the node waiting for this read, each with the reason it would be
+        /// forced for.
+        checks: Vec<(D::Volume, Option<ForceReason>)>,
+        /// Upstream's bug C6: a read of a cache, to decide whether to skip a write.
+        from_cache: bool,
+    },
+    ListStatuses,
     List,
 }
 
@@ -172,7 +209,11 @@ impl<D: Domain> InFlight<D> {
     pub(crate) fn volume(&self) -> Option<&D::Volume> {
         match self {
             InFlight::Attach { volume, .. } | InFlight::Detach { volume, .. } => Some(volume),
-            InFlight::Verify { .. } | InFlight::WriteStatus { .. } | InFlight::List => None,
+            InFlight::Verify { .. }
+            | InFlight::WriteStatus { .. }
+            | InFlight::ReadStatus { .. }
+            | InFlight::ListStatuses
+            | InFlight::List => None,
         }
     }
 
@@ -182,6 +223,8 @@ impl<D: Domain> InFlight<D> {
             InFlight::Detach { .. } => OpKind::Detach,
             InFlight::Verify { .. } => OpKind::Verify,
             InFlight::WriteStatus { .. } => OpKind::WriteStatus,
+            InFlight::ReadStatus { .. } => OpKind::ReadStatus,
+            InFlight::ListStatuses => OpKind::ListStatuses,
             InFlight::List => OpKind::List,
         }
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 use thiserror::Error;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::actual::{ActualState, AttachState, NodeFacts};
 use crate::backend::{AttachInfo, BackendAttachment, BackendError};
@@ -16,10 +16,12 @@ use crate::config::Config;
 use crate::desired::{DesiredError, DesiredState};
 use crate::domain::Domain;
 use crate::event::{Event, Holder};
+use crate::fresh_read::judge_detach;
 use crate::gate::{OpKind, OperationGate, trim_map};
 use crate::operation::{ForceReason, InFlight, OpId, Operation};
+use crate::recovery::{Load, Recovery, Statuses};
 use crate::status::StatusBook;
-use crate::store::{ReportedVolume, StoreError};
+use crate::store::{NodeStatus, ReportedVolume, Revision, StoreError};
 use crate::volume::{Access, VolumeSpec};
 
 /// Misuse of the reconciler's API. State is unchanged when one is returned.
@@ -69,6 +71,8 @@ enum GateKey<D: Domain> {
     Verify(D::Node),
     /// The listing of every attachment.
     List,
+    /// The listing of every node's status, at recovery.
+    StoreList,
 }
 
 fn gate_key<D: Domain>(access: Access, volume: &D::Volume, node: &D::Node) -> GateKey<D> {
@@ -77,6 +81,22 @@ fn gate_key<D: Domain>(access: Access, volume: &D::Volume, node: &D::Node) -> Ga
         Access::MultiNode => GateKey::Attachment(volume.clone(), node.clone()),
     }
 }
+
+/// A detach waiting for a fresh read of its node: the volume, and the reason the detach would
+/// be forced for.
+type Check<D> = (<D as Domain>::Volume, Option<ForceReason>);
+
+/// A fresh read's word that a detach may go: the force reason it was checked for, and when.
+type Clearance = (Option<ForceReason>, Duration);
+
+/// How long a fresh read's clearance of a detach stays good: it is meant for the very next
+/// pass, which a driver runs as soon as it has handed the read back. A clearance older than
+/// this (a driver that polls late) is discarded and the node read again.
+const CLEARANCE_TTL: Duration = Duration::from_secs(1);
+
+/// Status writes in a row that may lose a compare-and-set race before the node's writes back
+/// off: conflicts are normally another writer's one-off, answered by a fresh read at once.
+const CONFLICTS_BEFORE_BACKOFF: u8 = 3;
 
 /// The attach/detach state machine, free of IO and clocks.
 ///
@@ -115,12 +135,32 @@ pub struct Reconciler<D: Domain> {
     /// While a listing runs: the attachments whose state an operation's result changed since
     /// it started, whose listed state is older than the core's.
     changed_while_listing: Option<BTreeSet<(D::Volume, D::Node)>>,
+    /// `Some` until both recovery listings are handed back: nothing else is planned before.
+    recovery: Option<Recovery<D>>,
+    /// Per node, the detaches waiting for a fresh read of the node, with the reason each
+    /// would be forced for.
+    checks: FxHashMap<D::Node, SmallVec<[Check<D>; 2]>>,
+    /// Detaches a fresh read justified, with the force reason checked and the read's time;
+    /// taken by the next pass.
+    cleared: FxHashMap<(D::Volume, D::Node), Clearance>,
+    /// (node, volume) pairs whose held-back detach was reported; cleared with the episode.
+    waiting_unmount: BTreeSet<(D::Node, D::Volume)>,
+    /// Upstream's bug C6 only: nodes whose cached copy was read for the write now due.
+    cache_consulted: BTreeSet<D::Node>,
 }
 
 impl<D: Domain> Reconciler<D> {
-    /// An empty reconciler.
+    /// A reconciler that starts by recovering: its first pass plans the store's and the
+    /// backend's listings ([`Operation::ListStatuses`], [`Operation::ListAttachments`]) and
+    /// nothing else is planned until both are handed back (correction C7). Inputs are taken
+    /// meanwhile. A brand-new cluster recovers from two empty lists.
     pub fn new(config: Config) -> Self {
         Reconciler {
+            recovery: Some(Recovery::default()),
+            checks: FxHashMap::default(),
+            cleared: FxHashMap::default(),
+            waiting_unmount: BTreeSet::new(),
+            cache_consulted: BTreeSet::new(),
             gate: OperationGate::new(config.backoff),
             config,
             desired: DesiredState::default(),
@@ -163,6 +203,11 @@ impl<D: Domain> Reconciler<D> {
         &self.status
     }
 
+    /// Whether the core still waits for its recovery listings.
+    pub fn is_recovering(&self) -> bool {
+        self.recovery.is_some()
+    }
+
     /// Number of operations planned and not yet finished.
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
@@ -195,11 +240,22 @@ impl<D: Domain> Reconciler<D> {
     /// takes it back.
     ///
     /// ```
-    /// use attach_detach::{Config, Ids, Reconciler, ReconcilerError, VolumeSpec};
+    /// use std::time::Duration;
+    /// use attach_detach::{BackendAttachment, Config, Ids, Operation, Reconciler, ReconcilerError, VolumeSpec};
     /// let mut core: Reconciler<Ids<&str, &str, &str, ()>> = Reconciler::new(Config::default());
     /// core.set_volume("shared", VolumeSpec::multi_node(())).unwrap();
-    /// core.recover_attachment("shared", "n1", VolumeSpec::multi_node(()));
-    /// core.recover_attachment("shared", "n2", VolumeSpec::multi_node(()));
+    /// // Recovery: the backend lists the volume attached to two nodes.
+    /// let on = |node| BackendAttachment { volume: "shared", node, spec: VolumeSpec::multi_node(()) };
+    /// for op in core.poll(Duration::ZERO) {
+    ///     match op {
+    ///         Operation::ListStatuses { id } => core.statuses_listed(Duration::ZERO, id, Ok(vec![])),
+    ///         Operation::ListAttachments { id } => {
+    ///             core.list_finished(Duration::ZERO, id, Ok(vec![on("n1"), on("n2")]))
+    ///         }
+    ///         other => panic!("{other:?} planned while recovering"),
+    ///     }
+    ///     .unwrap();
+    /// }
     /// let err = core.set_volume("shared", VolumeSpec::single_node(())).unwrap_err();
     /// assert!(matches!(err, ReconcilerError::AccessConflict { .. }));
     /// ```
@@ -257,6 +313,13 @@ impl<D: Domain> Reconciler<D> {
     /// ```
     /// use attach_detach::{Config, DesiredError, Ids, Reconciler, ReconcilerError, VolumeSpec};
     /// let mut core: Reconciler<Ids<&str, &str, &str, ()>> = Reconciler::new(Config::default());
+    /// # use attach_detach::Operation;
+    /// # for op in core.poll(std::time::Duration::ZERO) {
+    /// #     match op {
+    /// #         Operation::ListStatuses { id } => core.statuses_listed(Default::default(), id, Ok(vec![])),
+    /// #         op => core.list_finished(Default::default(), op.id(), Ok(vec![])),
+    /// #     }.unwrap();
+    /// # }
     /// core.set_volume("pvc-1", VolumeSpec::single_node(())).unwrap();
     /// core.remove_volume(&"pvc-1").unwrap();
     /// // Forgotten by the next pass, since nothing is attached or running for it.
@@ -304,13 +367,17 @@ impl<D: Domain> Reconciler<D> {
         let affected = self.actual.remove_node(node);
         self.dirty.extend(affected);
         self.status.node_gone(node);
-        // Its volumes are looked at again anyway; no write will be acknowledged for it.
+        // Its volumes are looked at again anyway; no write will be acknowledged for it, and
+        // their detaches ask for a read of their own.
         self.awaiting_ack.remove(node);
+        self.checks.remove(node);
         // Nor is any retry of its status write or verify due: a node of the same name later
         // is a new object.
         self.gate.forget_where(|key| match key {
             GateKey::Status(n) | GateKey::Verify(n) => n == node,
-            GateKey::Volume(_) | GateKey::Attachment(..) | GateKey::List => false,
+            GateKey::Volume(_) | GateKey::Attachment(..) | GateKey::List | GateKey::StoreList => {
+                false
+            }
         });
         Ok(())
     }
@@ -340,21 +407,26 @@ impl<D: Domain> Reconciler<D> {
         Ok(())
     }
 
-    /// Restart recovery: the store, read fresh, lists `attached` for `node`. Those volumes are
-    /// Attached, and the list is what the store is known to hold.
-    pub fn recover_status(&mut self, node: D::Node, attached: Vec<ReportedVolume<D>>) {
+    /// Restart recovery: the store, read fresh, lists `attached` for `node` at `revision`.
+    /// Those volumes are Attached, and the list is what the store is known to hold.
+    fn recover_status(
+        &mut self,
+        node: D::Node,
+        attached: Vec<ReportedVolume<D>>,
+        revision: Revision,
+    ) {
         for r in &attached {
             self.actual
                 .set_attached(r.volume.clone(), node.clone(), r.device.clone());
             self.dirty.insert(r.volume.clone());
         }
-        self.status.set_stored(node.clone(), attached);
+        self.status.read(node.clone(), attached, revision);
         self.status.mark(node);
     }
 
     /// Restart recovery: the backend knows of this attachment. Unless the store already reported
     /// it, it becomes Uncertain (upstream 96617), so it is neither lost nor trusted.
-    pub fn recover_attachment(
+    pub(crate) fn recover_attachment(
         &mut self,
         volume: D::Volume,
         node: D::Node,
@@ -592,19 +664,36 @@ impl<D: Domain> Reconciler<D> {
 
     /// The listing planned as `id` finished: `listed` is every attachment the backend knows.
     ///
+    /// While the core recovers, this is its recovery listing: retried with backoff when it
+    /// failed, taken in once the store's listing is in too.
+    ///
     /// An attachment the core does not know of (and that no operation touched while the listing
     /// ran) is taken in as Uncertain, as at recovery: it is detached if nothing needs it, or
     /// confirmed by an attach if a workload there does. Attachments the core knows and the
     /// listing lacks are left to the per-node verify.
     pub fn list_finished(
         &mut self,
-        _now: Duration,
+        now: Duration,
         id: OpId,
         listed: Result<Vec<BackendAttachment<D>>, BackendError<D::Node>>,
     ) -> Result<(), ReconcilerError<D>> {
         let InFlight::List = self.take_op(id, OpKind::List)? else {
             unreachable!("kind checked by take_op");
         };
+        if let Some(recovery) = &mut self.recovery {
+            recovery.attachments = match listed {
+                Ok(list) => {
+                    self.gate.succeeded(GateKey::List, OpKind::List);
+                    Load::Loaded(list)
+                }
+                Err(error) => {
+                    warn!(%error, "listing the backend's attachments for recovery failed; retrying");
+                    Load::Due(self.gate.failed(GateKey::List, OpKind::List, now))
+                }
+            };
+            self.finish_recovery();
+            return Ok(());
+        }
         self.gate.succeeded(GateKey::List, OpKind::List);
         let changed = self.changed_while_listing.take().unwrap_or_default();
         let listed = match listed {
@@ -631,45 +720,209 @@ impl<D: Domain> Reconciler<D> {
         Ok(())
     }
 
-    /// The status write planned as `id` finished.
-    pub fn status_finished(
+    /// The status write planned as `id` finished: `Ok` with the node's new revision.
+    ///
+    /// A [`StoreError::Conflict`] (someone else wrote since the revision the write expected)
+    /// makes the next write start with a fresh read, at once; only repeated conflicts back off.
+    /// Any other error leaves what the store holds unknown (the write may have landed), so no
+    /// detach waiting for it goes ahead until a later write or read settles it (C5).
+    pub fn status_written(
         &mut self,
         now: Duration,
         id: OpId,
-        result: Result<(), StoreError>,
+        result: Result<Revision, StoreError>,
     ) -> Result<(), ReconcilerError<D>> {
         let InFlight::WriteStatus { node } = self.take_op(id, OpKind::WriteStatus)? else {
             unreachable!("kind checked by take_op");
         };
         let key = GateKey::Status(node.clone());
         match result {
-            Ok(()) => {
+            Ok(revision) => {
                 self.gate.succeeded(key, OpKind::WriteStatus);
-                self.status.write_acked(&node);
+                self.status.write_acked(&node, revision);
             }
             Err(StoreError::NotFound) => {
                 self.gate.succeeded(key, OpKind::WriteStatus);
-                self.status.write_not_found(&node);
+                self.status.not_found(&node);
+            }
+            Err(StoreError::Conflict { .. }) => {
+                debug!(node = ?node, "status write conflicted; reading the node fresh");
+                if self.status.write_conflicted(&node) >= CONFLICTS_BEFORE_BACKOFF {
+                    let retry = self.gate.failed(key, OpKind::WriteStatus, now);
+                    self.node_timers.push(Reverse((retry, node.clone())));
+                } else {
+                    self.gate.succeeded(key, OpKind::WriteStatus);
+                }
             }
             Err(error) => {
                 warn!(node = ?node, %error, "writing node status failed");
                 let retry = self.gate.failed(key, OpKind::WriteStatus, now);
                 self.node_timers.push(Reverse((retry, node.clone())));
-                // The write may or may not have landed: the stored list is unknown, so no
-                // detach waiting for it goes ahead until a later write is acknowledged (C5).
                 self.status.write_failed(&node);
             }
         }
-        if !self.actual.node_present(&node) {
-            // Removed while the write ran: nothing more is written for it.
-            self.status.forget_idle(&node);
+        self.status_settled(&node);
+        Ok(())
+    }
+
+    /// The fresh read of a node's status planned as `id` finished.
+    ///
+    /// What it shows becomes what the store is known to hold (list and revision), and it
+    /// decides each detach that waited for it ([`judge_detach`]): a justified one is planned
+    /// by the next pass; one held back (say, the node's agent still reports the volume in use)
+    /// is no failure: it costs no backoff, no failure event and no status write, and is looked
+    /// at again on the node's next report or after [`Config::unmount_recheck`], with one
+    /// [`Event::WaitingForUnmount`] per episode. A read that failed decides nothing: the node
+    /// is read again after a backoff.
+    pub fn status_read(
+        &mut self,
+        now: Duration,
+        id: OpId,
+        result: Result<NodeStatus<D>, StoreError>,
+    ) -> Result<(), ReconcilerError<D>> {
+        let InFlight::ReadStatus {
+            node,
+            checks,
+            from_cache,
+        } = self.take_op(id, OpKind::ReadStatus)?
+        else {
+            unreachable!("kind checked by take_op");
+        };
+        let key = GateKey::Status(node.clone());
+        if from_cache {
+            self.gate.succeeded(key, OpKind::ReadStatus);
+            if let Ok(cached) = result {
+                let mut report = self.actual.report(&node);
+                let mut seen = cached.attached;
+                report.sort_by(|a, b| a.volume.cmp(&b.volume));
+                seen.sort_by(|a, b| a.volume.cmp(&b.volume));
+                if seen == report {
+                    // The copy matches: upstream clears its "update needed" flag and writes
+                    // nothing, whatever the store really holds (122413).
+                    debug!(node = ?node, "C6: status write skipped on a cached copy");
+                    self.cache_consulted.remove(&node);
+                    self.status.read(node.clone(), report, cached.revision);
+                }
+            }
+            self.status_settled(&node);
+            return Ok(());
         }
-        // Detaches waiting for the acknowledgement may go now; the node may need another write.
-        if let Some(waiting) = self.awaiting_ack.remove(&node) {
+        let status = match result {
+            Ok(status) => {
+                self.gate.succeeded(key, OpKind::ReadStatus);
+                self.status
+                    .read(node.clone(), status.attached.clone(), status.revision);
+                Some(status)
+            }
+            Err(StoreError::NotFound) => {
+                self.gate.succeeded(key, OpKind::ReadStatus);
+                self.status.not_found(&node);
+                None
+            }
+            Err(error) => {
+                warn!(node = ?node, %error, "reading node status failed");
+                let retry = self.gate.failed(key, OpKind::ReadStatus, now);
+                self.node_timers.push(Reverse((retry, node.clone())));
+                // The detaches keep waiting for the next read, planned when the retry is due.
+                let waiting = self.checks.entry(node.clone()).or_default();
+                for check in checks {
+                    if !waiting.iter().any(|(v, _)| *v == check.0) {
+                        waiting.push(check);
+                    }
+                }
+                self.status_settled(&node);
+                return Ok(());
+            }
+        };
+        for (volume, force) in checks {
+            match judge_detach(status.as_ref(), &volume, force) {
+                Ok(()) => {
+                    self.cleared
+                        .insert((volume.clone(), node.clone()), (force, now));
+                    self.dirty.insert(volume);
+                }
+                Err(reason) => {
+                    debug!(volume = ?volume, node = ?node, %reason, "detach held back by a fresh read");
+                    if self.waiting_unmount.insert((node.clone(), volume.clone())) {
+                        self.events.push(Event::WaitingForUnmount {
+                            volume: volume.clone(),
+                            node: node.clone(),
+                            reason,
+                        });
+                    }
+                    self.wake_volume_at(now.saturating_add(self.config.unmount_recheck), volume);
+                }
+            }
+        }
+        self.status_settled(&node);
+        Ok(())
+    }
+
+    /// A status write or read of `node` ended: detaches waiting for the store to settle may
+    /// go now, the node may need another write, and a node removed meanwhile is forgotten.
+    fn status_settled(&mut self, node: &D::Node) {
+        if !self.actual.node_present(node) {
+            // Removed while the call ran: nothing more is written for it.
+            self.status.forget_idle(node);
+        }
+        if let Some(waiting) = self.awaiting_ack.remove(node) {
             self.dirty.extend(waiting);
         }
-        self.status.mark(node);
+        self.status.mark(node.clone());
+    }
+
+    /// The recovery listing of every node's status planned as `id` finished. Retried with
+    /// backoff when it failed; once the backend's listing is in too, the core recovers.
+    pub fn statuses_listed(
+        &mut self,
+        now: Duration,
+        id: OpId,
+        result: Result<Statuses<D>, StoreError>,
+    ) -> Result<(), ReconcilerError<D>> {
+        let InFlight::ListStatuses = self.take_op(id, OpKind::ListStatuses)? else {
+            unreachable!("kind checked by take_op");
+        };
+        let load = match result {
+            Ok(list) => {
+                self.gate
+                    .succeeded(GateKey::StoreList, OpKind::ListStatuses);
+                Load::Loaded(list)
+            }
+            Err(error) => {
+                warn!(%error, "listing node statuses for recovery failed; retrying");
+                Load::Due(
+                    self.gate
+                        .failed(GateKey::StoreList, OpKind::ListStatuses, now),
+                )
+            }
+        };
+        if let Some(recovery) = &mut self.recovery {
+            recovery.statuses = load;
+        }
+        self.finish_recovery();
         Ok(())
+    }
+
+    /// Takes in both recovery listings once both are loaded: the store's first, so that what
+    /// a node was told it has counts as Attached, then the backend's.
+    fn finish_recovery(&mut self) {
+        let Some((statuses, attachments)) = self.recovery.as_mut().and_then(|r| r.take_loaded())
+        else {
+            return;
+        };
+        self.recovery = None;
+        info!(
+            nodes = statuses.len(),
+            attachments = attachments.len(),
+            "recovered the actual state"
+        );
+        for (node, status) in statuses {
+            self.recover_status(node, status.attached, status.revision);
+        }
+        for a in attachments {
+            self.recover_attachment(a.volume, a.node, a.spec);
+        }
+        // Inputs taken while recovering left their volumes dirty: the next pass sees them.
     }
 
     // ---- planning -----------------------------------------------------------------------------
@@ -677,6 +930,10 @@ impl<D: Domain> Reconciler<D> {
     /// When [`poll`](Self::poll) next has work, or `None` when nothing can happen until an input
     /// arrives. A driver sleeps until then.
     pub fn next_deadline(&self) -> Option<Duration> {
+        if let Some(recovery) = &self.recovery {
+            // Only the recovery listings, and their retries, until both are in.
+            return recovery.wake_at();
+        }
         let has_work =
             !self.dirty.is_empty() || self.status.has_dirty() || self.actual.has_report_changes();
         let mut earliest = if has_work { Some(Duration::ZERO) } else { None };
@@ -703,8 +960,12 @@ impl<D: Domain> Reconciler<D> {
             Some(due) if due <= now => {}
             _ => return ops,
         }
+        if self.recovery.is_some() {
+            self.plan_recovery(now, &mut ops);
+            return ops;
+        }
         self.last_pass = Some(now);
-        self.trim();
+        self.trim(now);
         while let Some(Reverse((at, _))) = self.volume_timers.peek() {
             if *at > now {
                 break;
@@ -755,7 +1016,14 @@ impl<D: Domain> Reconciler<D> {
     /// Gives back what a past burst left allocated: the tables of running operations and the
     /// timer heaps keep their peak capacity otherwise (at 150,000 attachments, a start-up burst
     /// of attaches left about 95 bytes per attachment behind).
-    fn trim(&mut self) {
+    fn trim(&mut self, now: Duration) {
+        if !self.cleared.is_empty() {
+            // Clearances nobody took (the detach was no longer wanted when the read came back).
+            self.cleared
+                .retain(|_, (_, at)| now <= at.saturating_add(CLEARANCE_TTL));
+            trim_map(&mut self.cleared);
+        }
+        trim_map(&mut self.checks);
         trim_map(&mut self.in_flight);
         trim_map(&mut self.awaiting_ack);
         trim_map(&mut self.wakes);
@@ -831,7 +1099,9 @@ impl<D: Domain> Reconciler<D> {
             self.desired.forget_volume(volume);
             self.gate.forget_where(|key| match key {
                 GateKey::Volume(v) | GateKey::Attachment(v, _) => v == volume,
-                GateKey::Status(_) | GateKey::Verify(_) | GateKey::List => false,
+                GateKey::Status(_) | GateKey::Verify(_) | GateKey::List | GateKey::StoreList => {
+                    false
+                }
             });
         }
     }
@@ -956,6 +1226,23 @@ impl<D: Domain> Reconciler<D> {
                 self.awaiting_ack.remove(node);
             }
         }
+        // The last word is a fresh read of the node: nothing irreversible on a view of
+        // unknown age. A clearance the read gave is good for this pass, under the same force.
+        let pair = (volume.clone(), node.clone());
+        match self.cleared.remove(&pair) {
+            Some((checked, at)) if checked == force && now <= at.saturating_add(CLEARANCE_TTL) => {}
+            _ => {
+                let waiting = self.checks.entry(pair.1).or_default();
+                match waiting.iter_mut().find(|(v, _)| *v == pair.0) {
+                    Some(check) => check.1 = force,
+                    None => waiting.push((pair.0, force)),
+                }
+                // The node's next status pass plans the read (this pass, if nothing runs).
+                self.status.mark(node.clone());
+                return;
+            }
+        }
+        self.waiting_unmount.remove(&(node.clone(), volume.clone()));
         self.gate.start(key);
         let id = self.next_op_id();
         debug!(%id, volume = ?volume, node = ?node, ?force, "planning detach");
@@ -985,6 +1272,24 @@ impl<D: Domain> Reconciler<D> {
         }
     }
 
+    /// Drops what a planned detach of (`volume`, `node`) waited on: a pending fresh read, a
+    /// clearance, a reported hold-back. A read already running for it decides nothing then,
+    /// since its clearance is only used by a detach that still stands.
+    fn forget_detach_checks(&mut self, volume: &D::Volume, node: &D::Node) {
+        if let Some(waiting) = self.checks.get_mut(node) {
+            waiting.retain(|(v, _)| v != volume);
+            if waiting.is_empty() {
+                self.checks.remove(node);
+            }
+        }
+        if !self.cleared.is_empty() {
+            self.cleared.remove(&(volume.clone(), node.clone()));
+        }
+        if !self.waiting_unmount.is_empty() {
+            self.waiting_unmount.remove(&(node.clone(), volume.clone()));
+        }
+    }
+
     /// Tells a human, once per episode, that a detach waits for something only they can do.
     fn report_blocked(&mut self, volume: &D::Volume, node: &D::Node, reason: &str) {
         if self.blocked.insert((node.clone(), volume.clone())) {
@@ -1010,6 +1315,7 @@ impl<D: Domain> Reconciler<D> {
             let (state, withheld) = (a.state, a.withheld);
             // Needed again: a later detach starts a new unmount wait, and a new episode.
             self.actual.cancel_detach_request(volume, node);
+            self.forget_detach_checks(volume, node);
             if !self.blocked.is_empty() {
                 self.blocked.remove(&(node.clone(), volume.clone()));
             }
@@ -1128,6 +1434,33 @@ impl<D: Domain> Reconciler<D> {
         }
     }
 
+    /// Plans the recovery listings that are due.
+    fn plan_recovery(&mut self, now: Duration, ops: &mut Vec<Operation<D>>) {
+        let Some(recovery) = &mut self.recovery else {
+            return;
+        };
+        let statuses = recovery.statuses.is_due(now);
+        let attachments = recovery.attachments.is_due(now);
+        if statuses {
+            recovery.statuses = Load::Listing;
+        }
+        if attachments {
+            recovery.attachments = Load::Listing;
+        }
+        if statuses {
+            self.gate.start(GateKey::StoreList);
+            let id = self.next_op_id();
+            self.in_flight.insert(id, InFlight::ListStatuses);
+            ops.push(Operation::ListStatuses { id });
+        }
+        if attachments {
+            self.gate.start(GateKey::List);
+            let id = self.next_op_id();
+            self.in_flight.insert(id, InFlight::List);
+            ops.push(Operation::ListAttachments { id });
+        }
+    }
+
     fn plan_list(&mut self, ops: &mut Vec<Operation<D>>) {
         if self.gate.is_running(&GateKey::List) {
             return;
@@ -1147,14 +1480,30 @@ impl<D: Domain> Reconciler<D> {
         }
     }
 
+    /// Plans, for each node whose report may differ from the store or whose detaches wait for
+    /// a fresh read, the node's next store call: a read when detaches wait for one or the
+    /// revision to write against is unknown, else a compare-and-set write. One call per node at
+    /// a time: a running one marks the node when it ends, a backoff timer when it expires.
     fn plan_status(&mut self, now: Duration, ops: &mut Vec<Operation<D>>) {
         for node in self.status.take_dirty() {
-            if !self.actual.node_present(&node) {
+            let checks = self.checks.get(&node).is_some_and(|c| !c.is_empty());
+            if !checks && !self.actual.node_present(&node) {
                 // Nothing to write to; it is rewritten when it appears (50721).
                 continue;
             }
             let key = GateKey::Status(node.clone());
-            // A running write marks the node when it ends; a backoff timer when it expires.
+            if self.gate.is_running(&key) {
+                continue;
+            }
+            if checks {
+                if let Err(Some(retry)) = self.gate.may_start(&key, OpKind::ReadStatus, now) {
+                    self.node_timers.push(Reverse((retry, node)));
+                    continue;
+                }
+                let checks = self.checks.remove(&node).unwrap_or_default().into_vec();
+                self.plan_read(node, checks, false, ops);
+                continue;
+            }
             if self.gate.may_start(&key, OpKind::WriteStatus, now).is_err() {
                 continue;
             }
@@ -1167,6 +1516,19 @@ impl<D: Domain> Reconciler<D> {
             ) {
                 continue;
             }
+            if self.config.upstream_bugs.c6_diff_against_stale_read
+                && self.cache_consulted.insert(node.clone())
+            {
+                // C6, upstream's bug: diff against a cached copy of unknown age first.
+                self.plan_read(node, Vec::new(), true, ops);
+                continue;
+            }
+            let Some(expected) = self.status.revision(&node).cloned() else {
+                // No revision to write against (a new node, or someone else wrote): read first.
+                self.plan_read(node, Vec::new(), false, ops);
+                continue;
+            };
+            self.cache_consulted.remove(&node);
             let report = self.actual.report(&node);
             self.gate.start(key);
             let id = self.next_op_id();
@@ -1177,8 +1539,33 @@ impl<D: Domain> Reconciler<D> {
                 id,
                 node,
                 attached: report,
+                expected,
             });
         }
+    }
+
+    fn plan_read(
+        &mut self,
+        node: D::Node,
+        checks: Vec<(D::Volume, Option<ForceReason>)>,
+        from_cache: bool,
+        ops: &mut Vec<Operation<D>>,
+    ) {
+        self.gate.start(GateKey::Status(node.clone()));
+        let id = self.next_op_id();
+        self.in_flight.insert(
+            id,
+            InFlight::ReadStatus {
+                node: node.clone(),
+                checks,
+                from_cache,
+            },
+        );
+        ops.push(Operation::ReadStatus {
+            id,
+            node,
+            from_cache,
+        });
     }
 
     /// Events since the last call, oldest first.

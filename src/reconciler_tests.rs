@@ -2,6 +2,7 @@
 //! correction's scenario runs twice, once with the upstream bug switched back in, to show that
 //! the test bites.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::*;
@@ -16,12 +17,19 @@ fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
 
-/// A reconciler on virtual time, with helpers to finish operations.
+/// A node in the test store: its agent's facts, its list, its revision.
+type Stored = (NodeFacts<&'static str>, Vec<ReportedVolume<T>>, u64);
+
+/// A reconciler on virtual time, with helpers to finish operations, and a store whose reads
+/// answer with what the tests told the core about each node (its in-use list, fence, health)
+/// and what the core wrote.
 struct H {
     r: Reconciler<T>,
     now: Duration,
     /// Every operation planned so far, rendered.
     log: Vec<String>,
+    /// The store: each node's facts as its agent last reported them, list and revision.
+    store: BTreeMap<&'static str, Stored>,
 }
 
 fn render(op: &Operation<T>) -> String {
@@ -47,7 +55,9 @@ fn render(op: &Operation<T>) -> String {
             let names: Vec<_> = attached.iter().map(|r| r.volume).collect();
             format!("write {node} [{}]", names.join(","))
         }
+        Operation::ReadStatus { node, .. } => format!("read {node}"),
         Operation::ListAttachments { .. } => "list".to_string(),
+        Operation::ListStatuses { .. } => "list-statuses".to_string(),
     }
 }
 
@@ -73,12 +83,36 @@ impl H {
         })
     }
 
+    /// A core that has recovered from an empty store and backend.
     fn with_resync(config: Config) -> Self {
+        let mut h = H::recovering(config);
+        for op in h.r.poll(Duration::ZERO) {
+            h.ok(op);
+        }
+        assert!(!h.r.is_recovering());
+        h
+    }
+
+    /// A new core, still to recover.
+    fn recovering(config: Config) -> Self {
         H {
             r: Reconciler::new(config),
             now: Duration::ZERO,
             log: Vec::new(),
+            store: BTreeMap::new(),
         }
+    }
+
+    /// What a fresh read of `node` finds.
+    fn read(&self, node: &'static str) -> Result<NodeStatus<T>, StoreError> {
+        let (facts, attached, revision) = self.store.get(node).ok_or(StoreError::NotFound)?;
+        Ok(NodeStatus {
+            attached: attached.clone(),
+            in_use: facts.in_use.clone(),
+            fenced: Some(facts.fenced),
+            healthy: Some(facts.healthy),
+            revision: Revision(*revision),
+        })
     }
 
     fn with_bugs(bugs: UpstreamBugs) -> Self {
@@ -99,14 +133,16 @@ impl H {
         fenced: bool,
         in_use: Option<&[&'static str]>,
     ) {
-        self.r.node_updated(
-            node,
-            NodeFacts {
-                healthy,
-                fenced,
-                in_use: in_use.map(<[_]>::to_vec),
-            },
-        );
+        let facts = NodeFacts {
+            healthy,
+            fenced,
+            in_use: in_use.map(<[_]>::to_vec),
+        };
+        self.store
+            .entry(node)
+            .or_insert((facts.clone(), Vec::new(), 1))
+            .0 = facts.clone();
+        self.r.node_updated(node, facts);
     }
 
     fn rwo(&mut self, volume: &'static str) {
@@ -129,12 +165,33 @@ impl H {
         self.r.remove_workload(&pod).unwrap();
     }
 
-    /// One reconcile period later, a pass.
-    fn tick(&mut self) -> Vec<Operation<T>> {
+    /// One reconcile period later, a pass, with every operation it plans.
+    fn tick_raw(&mut self) -> Vec<Operation<T>> {
         self.now += TICK;
         let ops = self.r.poll(self.now);
         self.log.extend(ops.iter().map(render));
         ops
+    }
+
+    /// One reconcile period later, a pass; the fresh reads it plans are answered from the
+    /// store at once (and logged), and while they were, another pass follows a period later.
+    /// Returns the other operations.
+    fn tick(&mut self) -> Vec<Operation<T>> {
+        let mut planned = Vec::new();
+        loop {
+            let mut read = false;
+            for op in self.tick_raw() {
+                if op.kind() == OpKind::ReadStatus {
+                    read = true;
+                    self.ok(op);
+                } else {
+                    planned.push(op);
+                }
+            }
+            if !read {
+                return planned;
+            }
+        }
     }
 
     fn tick_names(&mut self) -> Vec<String> {
@@ -142,13 +199,14 @@ impl H {
     }
 
     /// Advances `d` tick by tick, finishing every operation with success. Returns what was
-    /// planned, less the periodic verifies (they confirm every attachment here).
+    /// planned, less the periodic verifies (they confirm every attachment here) and the fresh
+    /// reads (answered from the store).
     fn run_ok(&mut self, d: Duration) -> Vec<String> {
         let end = self.now + d;
         let mut seen = Vec::new();
         while self.now < end {
             for op in self.tick() {
-                if op.kind() != OpKind::Verify {
+                if !matches!(op.kind(), OpKind::Verify | OpKind::ReadStatus) {
                     seen.push(render(&op));
                 }
                 self.ok(op);
@@ -171,6 +229,7 @@ impl H {
     }
 
     /// Passes whose operations all succeed until one plans `kind`; that one is returned.
+    /// Fresh reads are answered on the way.
     fn run_until_taking(&mut self, kind: OpKind) -> Operation<T> {
         for _ in 0..100 {
             let mut taken = None;
@@ -206,9 +265,27 @@ impl H {
                 .r
                 .verify_finished(now, id, Ok(volumes.into_iter().map(|(v, _)| v).collect()))
                 .unwrap(),
-            Operation::WriteStatus { id, .. } => self.r.status_finished(now, id, Ok(())).unwrap(),
+            Operation::WriteStatus {
+                id, node, attached, ..
+            } => {
+                let entry = self
+                    .store
+                    .entry(node)
+                    .or_insert((NodeFacts::default(), Vec::new(), 1));
+                entry.1 = attached;
+                entry.2 += 1;
+                let revision = Revision(entry.2);
+                self.r.status_written(now, id, Ok(revision)).unwrap()
+            }
+            Operation::ReadStatus { id, node, .. } => {
+                let status = self.read(node);
+                self.r.status_read(now, id, status).unwrap()
+            }
             Operation::ListAttachments { id } => {
                 self.r.list_finished(now, id, Ok(Vec::new())).unwrap()
+            }
+            Operation::ListStatuses { id } => {
+                self.r.statuses_listed(now, id, Ok(Vec::new())).unwrap()
             }
         }
     }
@@ -220,15 +297,20 @@ impl H {
             Operation::Detach { id, .. } => self.r.detach_finished(now, id, Err(error)).unwrap(),
             Operation::Verify { id, .. } => self.r.verify_finished(now, id, Err(error)).unwrap(),
             Operation::ListAttachments { id } => self.r.list_finished(now, id, Err(error)).unwrap(),
-            Operation::WriteStatus { .. } => panic!("use fail_status"),
+            other => panic!("use fail_status for {}", render(&other)),
         }
     }
 
     fn fail_status(&mut self, op: Operation<T>, error: StoreError) {
-        let Operation::WriteStatus { id, .. } = op else {
-            panic!("not a status write: {}", render(&op));
-        };
-        self.r.status_finished(self.now, id, Err(error)).unwrap();
+        match op {
+            Operation::WriteStatus { id, .. } => {
+                self.r.status_written(self.now, id, Err(error)).unwrap()
+            }
+            Operation::ReadStatus { id, .. } => {
+                self.r.status_read(self.now, id, Err(error)).unwrap()
+            }
+            other => panic!("not a store call: {}", render(&other)),
+        }
     }
 
     fn stored(&self, node: &'static str) -> Option<Vec<&'static str>> {
@@ -264,8 +346,10 @@ fn nothing_desired_plans_nothing_and_sleeps() {
     assert_eq!(h.r.next_deadline(), None);
     assert!(h.tick().is_empty());
     h.node("n1", &[]);
-    // The new node's (empty) status is written once, then nothing is left to do.
-    assert_eq!(h.run_ok(secs(1)), vec!["write n1 []"]);
+    // The new node's status is read once (its revision is unknown); it already holds the
+    // empty list, so nothing is written, and nothing is left to do.
+    assert!(h.run_ok(secs(1)).is_empty());
+    assert_eq!(h.log, vec!["read n1"]);
     assert_eq!(
         h.r.next_deadline(),
         None,
@@ -279,10 +363,11 @@ fn one_desired_volume_attaches_then_is_reported() {
     h.node("n1", &[]);
     h.rwo("v1");
     h.pod("p1", "n1", &["v1"]);
-    let ops = h.tick();
+    let ops = h.tick_raw();
     assert_eq!(
         ops.iter().map(render).collect::<Vec<_>>(),
-        vec!["attach v1 n1", "write n1 []"]
+        vec!["attach v1 n1", "read n1"],
+        "a node whose revision is unknown is read before it is written"
     );
     for op in ops {
         h.ok(op);
@@ -592,12 +677,15 @@ fn a_burst_on_one_node_is_one_write() {
             &[v],
         );
     }
-    let ops = h.tick();
-    let writes_first = ops
+    let ops = h.tick_raw();
+    let reads_first = ops
         .iter()
-        .filter(|o| o.kind() == OpKind::WriteStatus)
+        .filter(|o| o.kind() == OpKind::ReadStatus)
         .count();
-    assert_eq!(writes_first, 1);
+    assert_eq!(
+        reads_first, 1,
+        "one store call per node, however many volumes"
+    );
     for op in ops {
         h.ok(op);
     }
@@ -660,6 +748,7 @@ fn recovery_trusts_the_store_and_marks_unknown_attachments_uncertain() {
             volume: "v1",
             device: Some("/dev/v1".into()),
         }],
+        Revision(1),
     );
     h.r.recover_attachment("v1", "n1", VolumeSpec::single_node(()));
     h.r.recover_attachment("v2", "n1", VolumeSpec::single_node(()));
@@ -679,6 +768,7 @@ fn removed_node_is_rewritten_when_it_comes_back() {
     // The node object is deleted and recreated under the same name, with an empty status
     // (upstream 50721): what it must report is written afresh.
     h.r.node_removed(&"n1").unwrap();
+    h.store.remove("n1");
     assert!(
         h.run_ok(secs(1)).is_empty(),
         "nothing to write to, nothing unmounted"
@@ -839,6 +929,7 @@ fn c4_scenario(bugs: UpstreamBugs) -> H {
             volume: "v1",
             device: None,
         }],
+        Revision(1),
     );
     h.facts("n1", true, false, None);
     h.pod("p1", "n1", &["v1"]);
@@ -853,7 +944,7 @@ fn c4_scenario(bugs: UpstreamBugs) -> H {
 #[test]
 fn c4_first_in_use_report_is_followed() {
     let h = c4_scenario(UpstreamBugs::default());
-    assert_eq!(h.log, vec!["write n1 []", "detach v1 n1"]);
+    assert_eq!(h.log, vec!["write n1 []", "read n1", "detach v1 n1"]);
 }
 
 #[test]
@@ -882,16 +973,26 @@ fn not_heard_from_leaves_the_detach_to_a_fresh_read() {
     h.run_ok(secs(1));
     h.unpod("p1");
     h.run_ok(secs(1));
+    // The core never heard from the node, but the store holds its agent's report, which the
+    // fresh read before the detach finds: nothing in use.
     assert_eq!(
         h.log,
         vec![
             "attach v1 n1",
-            "write n1 []",
+            "read n1",
             "write n1 [v1]",
             "write n1 []",
-            "detach v1 n1"
-        ]
+            "read n1"
+        ],
+        "no in-use report in the store either: held back"
     );
+    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Attached);
+    h.store.get_mut("n1").unwrap().0.in_use = Some(vec![]);
+    h.log.clear();
+    // Without a new report to the core, the re-check timer reads the node again.
+    h.run_ok(h.r.config().unmount_recheck);
+    assert_eq!(h.log, vec!["read n1", "detach v1 n1"]);
+    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
 }
 
 fn c5_scenario(bugs: UpstreamBugs) -> Vec<String> {
@@ -977,7 +1078,11 @@ fn an_attach_landing_after_its_workload_left_is_detached_at_once() {
     h.ok(attach);
     h.log.clear();
     h.run_ok(secs(1));
-    assert_eq!(h.log, vec!["detach v1 n1"], "no write needed, none awaited");
+    assert_eq!(
+        h.log,
+        vec!["read n1", "detach v1 n1"],
+        "no write needed, none awaited: only the fresh read before the detach"
+    );
     assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
     assert_eq!(h.r.next_deadline(), None, "nothing left waiting");
 }
@@ -1276,9 +1381,9 @@ fn node_churn_leaves_no_status_record_or_backoff_behind() {
     for i in 0..100 {
         let n = leak(format!("n{i}"));
         h.node(n, &[]);
-        let write = h.tick_taking(OpKind::WriteStatus);
+        let read = h.tick_raw().pop().expect("the new node is read");
         h.fail_status(
-            write,
+            read,
             StoreError::Transient {
                 message: "x".into(),
             },
@@ -1329,6 +1434,7 @@ fn a_recovered_volume_without_a_spec_is_reported_blocked() {
             volume: "gone",
             device: None,
         }],
+        Revision(1),
     );
     h.run_ok(secs(600));
     let blocked: Vec<_> =

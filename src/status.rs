@@ -12,7 +12,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::domain::Domain;
-use crate::store::ReportedVolume;
+use crate::store::{ReportedVolume, Revision};
 
 /// A node's list, sorted by volume and packed: the volumes, and their device paths only when
 /// one of them has one, all in one string. Every node keeps one, so it should cost little more
@@ -95,6 +95,11 @@ struct NodeRecord<D: Domain> {
     writing: Option<Box<Packed<D>>>,
     /// The store said the node does not exist; nothing is written until it reappears.
     missing: bool,
+    /// The revision the store held the node at when we last learned it (our acknowledged
+    /// write, or a fresh read): the next write is conditional on it. `None`: read first.
+    revision: Option<Revision>,
+    /// Writes that lost a compare-and-set race in a row; the third backs off.
+    conflicts: u8,
 }
 
 impl<D: Domain> Default for NodeRecord<D> {
@@ -103,6 +108,8 @@ impl<D: Domain> Default for NodeRecord<D> {
             stored: None,
             writing: None,
             missing: false,
+            revision: None,
+            conflicts: 0,
         }
     }
 }
@@ -138,12 +145,25 @@ impl<D: Domain> StatusBook<D> {
         std::mem::take(&mut self.dirty)
     }
 
-    /// The store is known to hold `list` for `node` (a fresh read, e.g. at recovery).
-    pub fn set_stored(&mut self, node: D::Node, mut list: Vec<ReportedVolume<D>>) {
+    /// A fresh read (or the store's listing at recovery) found `list` for `node`, at
+    /// `revision`: both are now known.
+    pub(crate) fn read(
+        &mut self,
+        node: D::Node,
+        mut list: Vec<ReportedVolume<D>>,
+        revision: Revision,
+    ) {
         list.sort_by(|a, b| a.volume.cmp(&b.volume));
         let record = self.nodes.entry(node).or_default();
         record.stored = Some(Packed::pack(&list));
         record.missing = false;
+        record.revision = Some(revision);
+    }
+
+    /// The revision the next write of `node` is conditional on; `None` when a fresh read must
+    /// come first.
+    pub fn revision(&self, node: &D::Node) -> Option<&Revision> {
+        self.nodes.get(node)?.revision.as_ref()
     }
 
     /// What the store holds for `node`, if known, sorted by volume.
@@ -196,14 +216,31 @@ impl<D: Domain> StatusBook<D> {
         self.nodes.entry(node).or_default().writing = Some(Box::new(Packed::pack(list)));
     }
 
-    /// The store acknowledged the write in flight.
-    pub(crate) fn write_acked(&mut self, node: &D::Node) {
+    /// The store acknowledged the write in flight, which it now holds at `revision`.
+    pub(crate) fn write_acked(&mut self, node: &D::Node, revision: Revision) {
         if let Some(r) = self.nodes.get_mut(node) {
             r.stored = r.writing.take().map(|w| *w);
+            r.revision = Some(revision);
+            r.conflicts = 0;
         }
     }
 
+    /// The write lost a compare-and-set race: someone else wrote, so both the list and the
+    /// revision are unknown and the next write starts with a fresh read. Returns the number of
+    /// conflicts in a row.
+    pub(crate) fn write_conflicted(&mut self, node: &D::Node) -> u8 {
+        let Some(r) = self.nodes.get_mut(node) else {
+            return 0;
+        };
+        r.writing = None;
+        r.stored = None;
+        r.revision = None;
+        r.conflicts = r.conflicts.saturating_add(1);
+        r.conflicts
+    }
+
     /// The write failed: it may or may not have landed, so what the store holds is unknown.
+    /// The revision is kept: had the write landed, the next one conflicts on it and reads.
     pub(crate) fn write_failed(&mut self, node: &D::Node) {
         if let Some(r) = self.nodes.get_mut(node) {
             r.writing = None;
@@ -212,10 +249,11 @@ impl<D: Domain> StatusBook<D> {
     }
 
     /// The store has no such node.
-    pub(crate) fn write_not_found(&mut self, node: &D::Node) {
+    pub(crate) fn not_found(&mut self, node: &D::Node) {
         if let Some(r) = self.nodes.get_mut(node) {
             r.writing = None;
             r.stored = None;
+            r.revision = None;
             r.missing = true;
         }
     }
@@ -226,6 +264,7 @@ impl<D: Domain> StatusBook<D> {
         if record.missing {
             record.missing = false;
             record.stored = None;
+            record.revision = None;
         }
         self.dirty.insert(node);
     }
@@ -291,7 +330,7 @@ mod tests {
             "one write in flight per node"
         );
         assert!(!book.confirmed_absent(&"n", &"a"));
-        book.write_acked(&"n");
+        book.write_acked(&"n", Revision(2));
         assert_eq!(book.stored(&"n"), Some(vec![rv("a")]));
         assert!(!needs(&book, "n", &[rv("a")]), "no change, no write");
         assert!(book.confirmed_absent(&"n", &"b"));
@@ -311,7 +350,7 @@ mod tests {
             device: Some(d.into()),
         };
         let list = vec![rv("a"), with("b", "/dev/b")];
-        book.set_stored("n", vec![list[1].clone(), list[0].clone()]);
+        book.read("n", vec![list[1].clone(), list[0].clone()], Revision(1));
         assert_eq!(book.stored(&"n"), Some(list.clone()), "sorted by volume");
         assert!(!needs(&book, "n", &list));
         assert!(
@@ -328,7 +367,7 @@ mod tests {
             with("c", ""),
             with("d", "/dev/d"),
         ];
-        book.set_stored("n", mixed.clone());
+        book.read("n", mixed.clone(), Revision(2));
         assert_eq!(
             book.stored(&"n"),
             Some(mixed.clone()),
@@ -349,9 +388,9 @@ mod tests {
     #[test]
     fn a_missing_node_is_rewritten_when_it_reappears() {
         let mut book: StatusBook<T> = StatusBook::default();
-        book.set_stored("n", vec![rv("a")]);
+        book.read("n", vec![rv("a")], Revision(1));
         book.start_write("n", &[]);
-        book.write_not_found(&"n");
+        book.not_found(&"n");
         assert!(!needs(&book, "n", &[rv("a")]));
         assert!(
             book.confirmed_absent(&"n", &"a"),

@@ -117,19 +117,17 @@ async fn seed_002(stale_diff: bool) -> (Vec<&'static str>, MemoryBackend<D>, Con
 
 #[tokio::test(start_paused = true)]
 async fn seed_002_the_volume_is_reported_again_after_reattach() {
-    let (listed, backend, handle) = seed_002(false).await;
+    let (listed, backend, _handle) = seed_002(false).await;
     assert_eq!(listed, vec![V1], "the node can mount it");
     assert_eq!(backend.attachments(), vec![(V1, A)]);
-    assert_eq!(handle.metrics().status_writes_skipped_stale, 0);
 }
 
 #[tokio::test(start_paused = true)]
 async fn seed_002_with_upstream_c6_the_volume_is_never_reported_again() {
-    let (listed, backend, handle) = seed_002(true).await;
+    let (listed, backend, _handle) = seed_002(true).await;
     // The bug bites: attached, but the node's status never lists it, so the pod never mounts.
     assert!(listed.is_empty(), "upstream 122413 reproduced: {listed:?}");
     assert_eq!(backend.attachments(), vec![(V1, A)]);
-    assert!(handle.metrics().status_writes_skipped_stale >= 1);
 }
 
 // ---- restarts -----------------------------------------------------------------------------------

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use attach_detach::{
-    AttachInfo, Config, Ids, NodeFacts, OpId, Operation, Reconciler, StoreError, VolumeSpec,
+    AttachInfo, Config, Ids, NodeFacts, NodeStatus, OpId, Operation, Reconciler, Revision,
+    StoreError, VolumeSpec,
 };
 
 type D = Ids<&'static str, &'static str, &'static str, ()>;
@@ -40,7 +41,8 @@ fn run(
     planned
 }
 
-/// Attaches succeed, status writes get `status`, detaches succeed.
+/// Attaches succeed, status reads and writes get `status` (a read then finds what the core
+/// wrote, and nothing in use), detaches succeed.
 fn answer_with(
     status: impl Fn(&'static str) -> Result<(), StoreError>,
 ) -> impl FnMut(&mut Reconciler<D>, Duration, &Operation<D>) {
@@ -54,10 +56,22 @@ fn answer_with(
             Operation::Verify { volumes, .. } => core
                 .verify_finished(now, id, Ok(volumes.iter().map(|(v, _)| *v).collect()))
                 .unwrap(),
-            Operation::WriteStatus { node, .. } => {
-                core.status_finished(now, id, status(node)).unwrap()
+            Operation::WriteStatus { node, expected, .. } => {
+                let written = status(node).map(|()| Revision(expected.0 + 1));
+                core.status_written(now, id, written).unwrap()
+            }
+            Operation::ReadStatus { node, .. } => {
+                let read = status(node).map(|()| NodeStatus {
+                    attached: core.status().stored(node).unwrap_or_default(),
+                    in_use: Some(vec![]),
+                    fenced: Some(false),
+                    healthy: Some(true),
+                    revision: core.status().revision(node).copied().unwrap_or(Revision(0)),
+                });
+                core.status_read(now, id, read).unwrap()
             }
             Operation::ListAttachments { .. } => core.list_finished(now, id, Ok(vec![])).unwrap(),
+            Operation::ListStatuses { .. } => core.statuses_listed(now, id, Ok(vec![])).unwrap(),
         }
     }
 }
@@ -75,11 +89,17 @@ fn attached_with_status_missing() -> Reconciler<D> {
         ms(1000),
         answer_with(|_| Err(StoreError::NotFound)),
     );
-    let writes = ops
+    // The new node's revision is unknown: one read, which finds no node, and no write.
+    let store_calls = ops
         .iter()
-        .filter(|(_, op)| matches!(op, Operation::WriteStatus { .. }))
+        .filter(|(_, op)| {
+            matches!(
+                op,
+                Operation::WriteStatus { .. } | Operation::ReadStatus { .. }
+            )
+        })
         .count();
-    assert_eq!(writes, 1, "{ops:?}");
+    assert_eq!(store_calls, 1, "{ops:?}");
     assert!(core.status().is_missing(&"node-a"));
     core
 }

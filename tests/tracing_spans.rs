@@ -111,9 +111,20 @@ fn every_operation_runs_in_a_span_naming_volume_node_and_outcome() {
             ("outcome", outcome.to_string()),
         ]
     };
+    let listing = |op: &str| {
+        vec![
+            ("op", op.to_string()),
+            ("volume", String::new()),
+            ("node", String::new()),
+            ("outcome", "ok".to_string()),
+        ]
+    };
     assert_eq!(
         ops,
         vec![
+            // Recovery: the store's and the backend's listings, about no one node.
+            listing("list_statuses"),
+            listing("list"),
             expected("attach", "\"vol-1\"", "transient"),
             expected("attach", "\"vol-1\"", "ok"),
             // A status write names how many volumes it lists.

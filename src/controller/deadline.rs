@@ -45,14 +45,6 @@ impl<D: Domain> Deadlines<D> {
         }
     }
 
-    pub(crate) fn limits(&self) -> CallTimeouts {
-        self.limits
-    }
-
-    pub(crate) fn set_limits(&mut self, limits: CallTimeouts) {
-        self.limits = limits;
-    }
-
     pub(crate) fn set_metrics(&mut self, metrics: Arc<Metrics>) {
         self.metrics = Some(metrics);
     }

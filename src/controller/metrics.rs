@@ -28,7 +28,7 @@ impl Outcome {
     }
 }
 
-const KINDS: usize = 5;
+const KINDS: usize = 7;
 const OUTCOMES: usize = 3;
 
 fn kind_index(kind: OpKind) -> usize {
@@ -38,6 +38,8 @@ fn kind_index(kind: OpKind) -> usize {
         OpKind::Verify => 2,
         OpKind::WriteStatus => 3,
         OpKind::List => 4,
+        OpKind::ReadStatus => 5,
+        OpKind::ListStatuses => 6,
     }
 }
 
@@ -82,8 +84,6 @@ pub struct Metrics {
     reconcile_passes: AtomicU64,
     store_writes: AtomicU64,
     store_write_conflicts: AtomicU64,
-    status_writes_unneeded: AtomicU64,
-    status_writes_skipped_stale: AtomicU64,
     forced_detaches: [AtomicU64; 3],
     timeouts: [AtomicU64; CALL_KINDS],
     recorder_panics: AtomicU64,
@@ -123,15 +123,6 @@ impl Metrics {
         self.store_write_conflicts.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn status_write_unneeded(&self) {
-        self.status_writes_unneeded.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn status_write_skipped_stale(&self) {
-        self.status_writes_skipped_stale
-            .fetch_add(1, Ordering::Relaxed);
-    }
-
     /// A call of `kind` got no answer within its deadline and was given up.
     pub fn call_timed_out(&self, kind: CallKind) {
         self.timeouts[call_index(kind)].fetch_add(1, Ordering::Relaxed);
@@ -163,12 +154,12 @@ impl Metrics {
             verify: counts(OpKind::Verify),
             write_status: counts(OpKind::WriteStatus),
             list: counts(OpKind::List),
+            read_status: counts(OpKind::ReadStatus),
+            list_statuses: counts(OpKind::ListStatuses),
             in_flight: load(&self.in_flight),
             reconcile_passes: load(&self.reconcile_passes),
             store_writes: load(&self.store_writes),
             store_write_conflicts: load(&self.store_write_conflicts),
-            status_writes_unneeded: load(&self.status_writes_unneeded),
-            status_writes_skipped_stale: load(&self.status_writes_skipped_stale),
             forced_detaches_out_of_service: load(
                 &self.forced_detaches[reason_index(ForceReason::OutOfService)],
             ),
@@ -264,8 +255,13 @@ pub struct MetricsSnapshot {
     pub verify: OutcomeCounts,
     /// Status write operations (each may take several store calls).
     pub write_status: OutcomeCounts,
-    /// Listings of every attachment the backend knows (`Config::resync_period`).
+    /// Listings of every attachment the backend knows (recovery, and `Config::resync_period`).
     pub list: OutcomeCounts,
+    /// Fresh reads of a node's status (before every detach, and before a write whose revision
+    /// is unknown).
+    pub read_status: OutcomeCounts,
+    /// Recovery listings of every node's status.
+    pub list_statuses: OutcomeCounts,
     /// Operations running now.
     pub in_flight: u64,
     /// Reconcile passes run: stays flat while the controller is idle.
@@ -274,11 +270,6 @@ pub struct MetricsSnapshot {
     pub store_writes: u64,
     /// Of those, how many lost a race and were retried after a fresh read.
     pub store_write_conflicts: u64,
-    /// Status writes found unnecessary by a fresh read of the store.
-    pub status_writes_unneeded: u64,
-    /// Status writes skipped because a possibly stale read already matched (upstream 122413; only
-    /// with `UpstreamBugs::c6_diff_against_stale_read`).
-    pub status_writes_skipped_stale: u64,
     /// Forced detaches started because the node is out of service.
     pub forced_detaches_out_of_service: u64,
     /// Forced detaches started because the unmount wait expired.
@@ -306,6 +297,8 @@ impl MetricsSnapshot {
             OpKind::Verify => self.verify,
             OpKind::WriteStatus => self.write_status,
             OpKind::List => self.list,
+            OpKind::ReadStatus => self.read_status,
+            OpKind::ListStatuses => self.list_statuses,
         }
     }
 

@@ -5,10 +5,8 @@ mod deadline;
 mod handle;
 mod metrics;
 mod recorder;
-mod recovery;
 mod runner;
 mod shutdown;
-mod status_writer;
 mod world;
 
 #[cfg(test)]
@@ -33,21 +31,19 @@ pub use handle::{ControllerError, ControllerHandle, Input};
 pub use metrics::{Metrics, MetricsSnapshot, Outcome, OutcomeCounts, TimeoutCounts};
 pub use recorder::{EventRecorder, MemoryRecorder};
 pub use shutdown::{OperationSummary, ShutdownReport};
-pub use status_writer::{StatusWriter, WriteOutcome};
 pub use world::World;
 
-use deadline::{Deadlines, no_answer};
+use deadline::Deadlines;
 use handle::{Command, DeathNote};
-use recovery::{Listed, Recovery, Source};
-use runner::OpResult;
+use runner::{OpResult, Parts};
 
-use crate::backend::{AttachBackend, BackendError};
-use crate::config::{CallKind, Config, ConfigError};
+use crate::backend::AttachBackend;
+use crate::config::{Config, ConfigError};
 use crate::domain::Domain;
 use crate::event::Event;
 use crate::operation::Operation;
 use crate::reconciler::{Reconciler, ReconcilerError};
-use crate::store::{NodeStatusStore, StoreError};
+use crate::store::NodeStatusStore;
 
 /// Inputs that may wait for the controller's loop before senders are made to wait.
 const INPUT_QUEUE: usize = 1024;
@@ -84,10 +80,12 @@ pub enum BuildError<D: Domain> {
 
 /// The attach/detach controller: a [`Reconciler`] driven on tokio.
 ///
-/// On start it recovers the actual state from [`NodeStatusStore::list`] and
-/// [`AttachBackend::list`] (retrying with backoff until both load) and plans nothing before. Then
-/// it sleeps until the core's next deadline or the next input, runs each planned operation in
-/// its own task so a slow volume holds up no other, and feeds every result back as it arrives.
+/// It only executes what the core plans: the core's first operations are the recovery
+/// listings ([`NodeStatusStore::list`], [`AttachBackend::list`]), and every later decision
+/// (the fresh read before a detach, the compare-and-set status protocol) is the core's too.
+/// The driver sleeps until the core's next deadline or the next input, runs each planned
+/// operation in its own task so a slow volume holds up no other, each call within its
+/// deadline, and feeds every result back as it arrives.
 /// Time handed to the core is [`tokio::time::Instant`] since the controller started, so tests on
 /// tokio's paused clock are deterministic; every `select!` is biased for the same reason.
 ///
@@ -242,22 +240,17 @@ impl<D: Domain> Controller<D> {
         let (timed_out, timeouts) = mpsc::unbounded_channel();
         let mut deadlines = Deadlines::new(core.config().call_timeouts);
         deadlines.set_metrics(Arc::clone(&metrics));
-        deadlines.set_events(timed_out.clone());
-        let mut writer = StatusWriter::new(Arc::clone(&store))
-            .with_metrics(Arc::clone(&metrics))
-            .with_timeouts(core.config().call_timeouts)
-            .report_timeouts_to(timed_out);
-        if core.config().upstream_bugs.c6_diff_against_stale_read {
-            writer = writer.diff_against(diff_source.unwrap_or_else(|| Arc::clone(&store)));
-        }
+        deadlines.set_events(timed_out);
         let epoch = Instant::now();
         let driver = Driver {
-            recovery: Some(Recovery::new(epoch, core.config().backoff)),
             core,
-            backend,
-            store,
-            writer: Arc::new(writer),
-            deadlines: Arc::new(deadlines),
+            parts: Arc::new(Parts {
+                backend,
+                store,
+                cache: diff_source,
+                deadlines,
+                metrics: Arc::clone(&metrics),
+            }),
             timeouts,
             recorder,
             metrics,
@@ -354,48 +347,31 @@ async fn until(deadline: Option<Instant>) {
     }
 }
 
-/// What a task hands back.
-enum Done<D: Domain> {
-    Op(OpResult<D>),
-    Listed(Listed<D>),
-}
-
-/// What a running task is doing, to make sense of it if it panics or is cut off.
-enum Task<D: Domain> {
-    Op(OperationSummary<D>),
-    List(Source),
-}
-
 /// How a task ended.
 enum Joined<D: Domain> {
-    Done(Done<D>),
+    Done(OpResult<D>),
     Panicked,
     Cancelled,
 }
 
 struct Driver<D: Domain> {
     core: Reconciler<D>,
-    backend: Arc<dyn AttachBackend<D>>,
-    store: Arc<dyn NodeStatusStore<D>>,
-    writer: Arc<StatusWriter<D>>,
-    /// The deadline of every call the tasks make.
-    deadlines: Arc<Deadlines<D>>,
+    /// The backend, the store and the deadline of every call, shared by the tasks.
+    parts: Arc<Parts<D>>,
     /// The calls that missed their deadline, as events, sent by the tasks.
     timeouts: mpsc::UnboundedReceiver<Event<D>>,
     recorder: Option<Arc<dyn EventRecorder<D>>>,
     metrics: Arc<Metrics>,
     /// Time zero of the core.
     epoch: Instant,
-    tasks: JoinSet<Done<D>>,
-    /// Each running task, with when it started. Only looked up, never iterated, so its order
-    /// cannot leak into behaviour.
-    running: HashMap<task::Id, (Task<D>, Instant)>,
+    tasks: JoinSet<OpResult<D>>,
+    /// Each running task's operation, with when it started. Only looked up, never iterated,
+    /// so its order cannot leak into behaviour.
+    running: HashMap<task::Id, (OperationSummary<D>, Instant)>,
     /// The start instants in `running`, oldest first.
     starts: StartTimes,
     /// The oldest start last published to the metrics.
     published: Option<Instant>,
-    /// `Some` until both recovery lists are loaded and applied.
-    recovery: Option<Recovery<D>>,
 }
 
 impl<D: Domain> Driver<D> {
@@ -412,15 +388,12 @@ impl<D: Domain> Driver<D> {
         loop {
             self.start_due(Instant::now());
             self.publish_oldest();
-            let wake = match &self.recovery {
-                Some(recovery) => recovery.wake_at(),
-                // A deadline too far away to add to the epoch is never. Only a configuration
-                // that `Config::validate` refuses gets there.
-                None => self
-                    .core
-                    .next_deadline()
-                    .and_then(|at| self.epoch.checked_add(at)),
-            };
+            // A deadline too far away to add to the epoch is never. Only a configuration that
+            // `Config::validate` refuses gets there.
+            let wake = self
+                .core
+                .next_deadline()
+                .and_then(|at| self.epoch.checked_add(at));
             if let Some(at) = wake {
                 if armed != Some(at) {
                     timer.as_mut().reset(at);
@@ -466,27 +439,11 @@ impl<D: Domain> Driver<D> {
     }
 
     fn apply(&mut self, input: Input<D>) -> Result<(), ReconcilerError<D>> {
-        let removed = match &input {
-            Input::NodeRemoved { node } => Some(node.clone()),
-            _ => None,
-        };
-        input.apply_to(&mut self.core)?;
-        if let Some(node) = removed {
-            // A node object of the same name later is a new object: its status is read afresh.
-            self.writer.forget(&node);
-        }
-        Ok(())
+        input.apply_to(&mut self.core)
     }
 
-    /// Starts what is due at `now`: recovery list calls, or else a reconcile pass.
+    /// Runs a reconcile pass if one is due at `now`, and starts what it plans.
     fn start_due(&mut self, now: Instant) {
-        if let Some(recovery) = &self.recovery {
-            let due: Vec<Source> = recovery.due(now).collect();
-            for source in due {
-                self.start_list(source, now);
-            }
-            return;
-        }
         let core_now = self.core_time(now);
         if self.core.next_deadline().is_some_and(|due| due <= core_now) {
             self.metrics.reconcile_pass();
@@ -506,50 +463,10 @@ impl<D: Domain> Driver<D> {
         }
     }
 
-    /// Remembers that `task` started at `now`.
-    fn track(&mut self, id: task::Id, task: Task<D>, now: Instant) {
+    /// Remembers that the task running `op` started at `now`.
+    fn track(&mut self, id: task::Id, op: OperationSummary<D>, now: Instant) {
         self.starts.add(now);
-        self.running.insert(id, (task, now));
-    }
-
-    fn start_list(&mut self, source: Source, now: Instant) {
-        let deadlines = Arc::clone(&self.deadlines);
-        let call = match source {
-            Source::Store => {
-                let store = Arc::clone(&self.store);
-                self.tasks.spawn(async move {
-                    let list = store.list();
-                    let listed = deadlines
-                        .run(CallKind::StoreList, None, None, list)
-                        .await
-                        .unwrap_or_else(|after| {
-                            Err(StoreError::Transient {
-                                message: no_answer(after),
-                            })
-                        });
-                    Done::Listed(Listed::Store(listed))
-                })
-            }
-            Source::Backend => {
-                let backend = Arc::clone(&self.backend);
-                self.tasks.spawn(async move {
-                    let list = backend.list();
-                    let listed = deadlines
-                        .run(CallKind::BackendList, None, None, list)
-                        .await
-                        .unwrap_or_else(|after| {
-                            Err(BackendError::Transient {
-                                message: no_answer(after),
-                            })
-                        });
-                    Done::Listed(Listed::Backend(listed))
-                })
-            }
-        };
-        self.track(call.id(), Task::List(source), now);
-        if let Some(recovery) = &mut self.recovery {
-            recovery.listing(source, call);
-        }
+        self.running.insert(id, (op, now));
     }
 
     fn start_op(&mut self, op: Operation<D>, now: Instant) {
@@ -561,21 +478,17 @@ impl<D: Domain> Driver<D> {
             self.metrics.forced_detach(*reason);
         }
         let summary = OperationSummary::of(&op);
-        let run = runner::execute(
-            op,
-            Arc::clone(&self.backend),
-            Arc::clone(&self.writer),
-            Arc::clone(&self.deadlines),
-        );
-        let call = self.tasks.spawn(async move { Done::Op(run.await) });
-        self.track(call.id(), Task::Op(summary), now);
+        let call = self
+            .tasks
+            .spawn(runner::execute(op, Arc::clone(&self.parts)));
+        self.track(call.id(), summary, now);
         self.metrics.operation_started();
     }
 
     /// Takes in a finished task; returns the summary of the operation it ran, if it ran one.
     fn joined(
         &mut self,
-        joined: Result<(task::Id, Done<D>), JoinError>,
+        joined: Result<(task::Id, OpResult<D>), JoinError>,
     ) -> Option<OperationSummary<D>> {
         let (id, how) = match joined {
             Ok((id, done)) => (id, Joined::Done(done)),
@@ -585,53 +498,28 @@ impl<D: Domain> Driver<D> {
                 (e.id(), Joined::Panicked)
             }
         };
-        let (task, started) = self.running.remove(&id)?;
+        let (mut summary, started) = self.running.remove(&id)?;
         self.starts.remove(started);
-        match task {
-            Task::List(source) => {
-                let listed = match how {
-                    Joined::Done(Done::Listed(listed)) => listed,
-                    _ => Listed::panicked(source),
-                };
-                self.listed(listed);
-                self.flush_events();
-                None
-            }
-            Task::Op(mut summary) => {
-                self.metrics.operation_ended();
-                let result = match how {
-                    Joined::Done(Done::Op(result)) => result,
-                    Joined::Done(Done::Listed(_)) => unreachable!("an operation task lists"),
-                    Joined::Panicked => OpResult::panicked(summary.kind),
-                    Joined::Cancelled => {
-                        self.metrics
-                            .operation_finished(summary.kind, Outcome::Abandoned);
-                        return Some(summary);
-                    }
-                };
-                summary.outcome = result.outcome();
+        self.metrics.operation_ended();
+        let result = match how {
+            Joined::Done(result) => result,
+            Joined::Panicked => OpResult::panicked(summary.kind),
+            Joined::Cancelled => {
                 self.metrics
-                    .operation_finished(summary.kind, summary.outcome);
-                let now = self.core_time(Instant::now());
-                if let Err(e) = result.feed(&mut self.core, now, summary.id) {
-                    // Only this driver's own operations are fed back, so this is a bug.
-                    error!(error = %e, id = %summary.id, "the core refused an operation's result");
-                }
-                self.flush_events();
-                Some(summary)
+                    .operation_finished(summary.kind, Outcome::Abandoned);
+                return Some(summary);
             }
-        }
-    }
-
-    fn listed(&mut self, listed: Listed<D>) {
-        let Some(recovery) = &mut self.recovery else {
-            return;
         };
-        recovery.finished(listed, Instant::now());
-        if recovery.is_loaded() {
-            let recovery = self.recovery.take().expect("checked above");
-            recovery.apply(&mut self.core, &self.writer);
+        summary.outcome = result.outcome();
+        self.metrics
+            .operation_finished(summary.kind, summary.outcome);
+        let now = self.core_time(Instant::now());
+        if let Err(e) = result.feed(&mut self.core, now, summary.id) {
+            // Only this driver's own operations are fed back, so this is a bug.
+            error!(error = %e, id = %summary.id, "the core refused an operation's result");
         }
+        self.flush_events();
+        Some(summary)
     }
 
     /// Logs and records the calls that timed out, then the core's events (which may be the
@@ -677,9 +565,6 @@ impl<D: Domain> Driver<D> {
             if let Command::Shutdown(_, reply) = command {
                 waiting.push(reply);
             }
-        }
-        if let Some(recovery) = &self.recovery {
-            recovery.abort();
         }
         info!(running = self.tasks.len(), ?grace, "shutting down");
         // A grace too long to represent waits for every call; each ends by its own deadline.

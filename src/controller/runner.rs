@@ -7,22 +7,26 @@ use std::time::Duration;
 use tracing::{Instrument, Span, debug, field, info_span, warn};
 
 use super::deadline::{Deadlines, no_answer};
-use super::metrics::Outcome;
-use super::status_writer::{StatusWriter, WriteOutcome};
+use super::metrics::{Metrics, Outcome};
 use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 use crate::config::CallKind;
 use crate::domain::Domain;
 use crate::gate::OpKind;
 use crate::operation::{OpId, Operation};
 use crate::reconciler::{Reconciler, ReconcilerError};
-use crate::store::StoreError;
+use crate::store::{NodeStatus, NodeStatusStore, Revision, StoreError};
+
+/// Every node's status, as the store lists it.
+type Statuses<D> = Vec<(<D as Domain>::Node, NodeStatus<D>)>;
 
 /// What a finished operation returned, typed by its kind.
 pub(crate) enum OpResult<D: Domain> {
     Attach(Result<AttachInfo, BackendError<D::Node>>),
     Detach(Result<(), BackendError<D::Node>>),
     Verify(Result<Vec<D::Volume>, BackendError<D::Node>>),
-    WriteStatus(Result<WriteOutcome, StoreError>),
+    WriteStatus(Result<Revision, StoreError>),
+    ReadStatus(Result<NodeStatus<D>, StoreError>),
+    ListStatuses(Result<Statuses<D>, StoreError>),
     List(Result<Vec<BackendAttachment<D>>, BackendError<D::Node>>),
 }
 
@@ -52,31 +56,30 @@ impl<D: Domain> OpResult<D> {
             OpKind::Detach => OpResult::Detach(Err(BackendError::Uncertain { message })),
             OpKind::Verify => OpResult::Verify(Err(BackendError::Transient { message })),
             OpKind::WriteStatus => OpResult::WriteStatus(Err(StoreError::Transient { message })),
+            OpKind::ReadStatus => OpResult::ReadStatus(Err(StoreError::Transient { message })),
+            OpKind::ListStatuses => OpResult::ListStatuses(Err(StoreError::Transient { message })),
             OpKind::List => OpResult::List(Err(BackendError::Transient { message })),
         }
     }
 
-    /// A short label for logs and spans: `ok`, `skipped-stale`, or the error's kind.
+    /// A short label for logs and spans: `ok`, or the error's kind.
     fn label(&self) -> &'static str {
-        match self {
-            OpResult::Attach(Err(e))
-            | OpResult::Detach(Err(e))
-            | OpResult::Verify(Err(e))
-            | OpResult::List(Err(e)) => backend_label(e),
-            OpResult::WriteStatus(Err(e)) => store_label(e),
-            OpResult::WriteStatus(Ok(WriteOutcome::SkippedStale)) => "skipped-stale",
-            OpResult::WriteStatus(Ok(WriteOutcome::AlreadyCurrent { .. })) => "already-current",
-            _ => "ok",
+        match self.error() {
+            None => "ok",
+            Some(Failure::Backend(e)) => backend_label(e),
+            Some(Failure::Store(e)) => store_label(e),
         }
     }
 
-    fn error(&self) -> Option<&(dyn std::error::Error + 'static)> {
+    fn error(&self) -> Option<Failure<'_, D>> {
         match self {
             OpResult::Attach(Err(e))
             | OpResult::Detach(Err(e))
             | OpResult::Verify(Err(e))
-            | OpResult::List(Err(e)) => Some(e),
-            OpResult::WriteStatus(Err(e)) => Some(e),
+            | OpResult::List(Err(e)) => Some(Failure::Backend(e)),
+            OpResult::WriteStatus(Err(e))
+            | OpResult::ReadStatus(Err(e))
+            | OpResult::ListStatuses(Err(e)) => Some(Failure::Store(e)),
             _ => None,
         }
     }
@@ -99,10 +102,18 @@ impl<D: Domain> OpResult<D> {
             OpResult::Attach(r) => core.attach_finished(now, id, r),
             OpResult::Detach(r) => core.detach_finished(now, id, r),
             OpResult::Verify(r) => core.verify_finished(now, id, r),
-            OpResult::WriteStatus(r) => core.status_finished(now, id, r.map(|_| ())),
+            OpResult::WriteStatus(r) => core.status_written(now, id, r),
+            OpResult::ReadStatus(r) => core.status_read(now, id, r),
+            OpResult::ListStatuses(r) => core.statuses_listed(now, id, r),
             OpResult::List(r) => core.list_finished(now, id, r),
         }
     }
+}
+
+/// A failed call's error, from the backend or the store.
+enum Failure<'a, D: Domain> {
+    Backend(&'a BackendError<D::Node>),
+    Store(&'a StoreError),
 }
 
 /// The span an operation runs in: `op`, `id`, `volume`, `node` now, `outcome` when it ends.
@@ -112,6 +123,8 @@ fn span_for<D: Domain>(op: &Operation<D>) -> Span {
         OpKind::Detach => "detach",
         OpKind::Verify => "verify",
         OpKind::WriteStatus => "write_status",
+        OpKind::ReadStatus => "read_status",
+        OpKind::ListStatuses => "list_statuses",
         OpKind::List => "list",
     };
     let span = info_span!(
@@ -135,7 +148,9 @@ fn span_for<D: Domain>(op: &Operation<D>) -> Span {
         Operation::WriteStatus { attached, .. } => {
             span.record("volume", field::debug(&attached.len()));
         }
-        Operation::ListAttachments { .. } => {}
+        Operation::ListAttachments { .. }
+        | Operation::ListStatuses { .. }
+        | Operation::ReadStatus { .. } => {}
     }
     span
 }
@@ -151,16 +166,37 @@ fn backend_timeout<N>(kind: CallKind, after: Duration) -> BackendError<N> {
     }
 }
 
-/// Runs `op` to completion, each call within its deadline.
-pub(crate) async fn execute<D: Domain>(
-    op: Operation<D>,
-    backend: Arc<dyn AttachBackend<D>>,
-    writer: Arc<StatusWriter<D>>,
-    deadlines: Arc<Deadlines<D>>,
-) -> OpResult<D> {
+/// What an operation runs against.
+pub(crate) struct Parts<D: Domain> {
+    pub(crate) backend: Arc<dyn AttachBackend<D>>,
+    pub(crate) store: Arc<dyn NodeStatusStore<D>>,
+    /// Where reads `from_cache` go (upstream's bug C6 only); the store when `None`.
+    pub(crate) cache: Option<Arc<dyn NodeStatusStore<D>>>,
+    pub(crate) deadlines: Deadlines<D>,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+/// A store call that got no answer in time: a write may still land, a read or a listing did
+/// nothing. Either way the core treats the store as unknown after a failed write.
+fn store_timeout(after: Duration) -> StoreError {
+    StoreError::Transient {
+        message: no_answer(after),
+    }
+}
+
+/// Runs `op` to completion, its call within its deadline. Every decision was the core's: this
+/// only makes the one call the operation names.
+pub(crate) async fn execute<D: Domain>(op: Operation<D>, parts: Arc<Parts<D>>) -> OpResult<D> {
     let span = span_for(&op);
     let this = span.clone();
     async move {
+        let Parts {
+            backend,
+            store,
+            cache,
+            deadlines,
+            metrics,
+        } = &*parts;
         let result = match op {
             Operation::Attach {
                 volume,
@@ -180,22 +216,15 @@ pub(crate) async fn execute<D: Domain>(
                 volume,
                 node,
                 payload,
-                force,
                 ..
             } => {
-                // Every detach, forced or not, is confirmed by a fresh read of the facts that
-                // justify it (in use, fenced, healthy).
-                let safe = writer.verify_safe_to_detach(&node, &volume, force).await;
-                OpResult::Detach(match safe {
-                    Ok(()) => {
-                        let call = backend.detach(&volume, &node, &payload);
-                        deadlines
-                            .run(CallKind::Detach, Some(&node), Some(&volume), call)
-                            .await
-                            .unwrap_or_else(|after| Err(backend_timeout(CallKind::Detach, after)))
-                    }
-                    Err(message) => Err(BackendError::Transient { message }),
-                })
+                let call = backend.detach(&volume, &node, &payload);
+                let answer = deadlines
+                    .run(CallKind::Detach, Some(&node), Some(&volume), call)
+                    .await;
+                OpResult::Detach(
+                    answer.unwrap_or_else(|after| Err(backend_timeout(CallKind::Detach, after))),
+                )
             }
             Operation::Verify { node, volumes, .. } => {
                 let call = backend.verify(&node, &volumes);
@@ -206,15 +235,55 @@ pub(crate) async fn execute<D: Domain>(
                     answer.unwrap_or_else(|after| Err(backend_timeout(CallKind::Verify, after))),
                 )
             }
-            Operation::WriteStatus { node, attached, .. } => {
-                OpResult::WriteStatus(writer.write(&node, &attached).await)
+            Operation::ReadStatus {
+                node, from_cache, ..
+            } => {
+                let source = match cache {
+                    Some(cache) if from_cache => cache,
+                    _ => store,
+                };
+                let call = source.read(&node);
+                let answer = deadlines
+                    .run(CallKind::StatusRead, Some(&node), None, call)
+                    .await;
+                OpResult::ReadStatus(answer.unwrap_or_else(|after| Err(store_timeout(after))))
             }
-            Operation::ListAttachments { .. } => OpResult::List(backend.list().await),
+            Operation::WriteStatus {
+                node,
+                attached,
+                expected,
+                ..
+            } => {
+                metrics.store_write();
+                let call = store.write(&node, &attached, expected);
+                let answer = deadlines
+                    .run(CallKind::StatusWrite, Some(&node), None, call)
+                    .await
+                    .unwrap_or_else(|after| Err(store_timeout(after)));
+                if matches!(answer, Err(StoreError::Conflict { .. })) {
+                    metrics.store_write_conflict();
+                }
+                OpResult::WriteStatus(answer)
+            }
+            Operation::ListStatuses { .. } => {
+                let call = store.list();
+                let answer = deadlines.run(CallKind::StoreList, None, None, call).await;
+                OpResult::ListStatuses(answer.unwrap_or_else(|after| Err(store_timeout(after))))
+            }
+            Operation::ListAttachments { .. } => {
+                let call = backend.list();
+                let answer = deadlines.run(CallKind::BackendList, None, None, call).await;
+                OpResult::List(
+                    answer
+                        .unwrap_or_else(|after| Err(backend_timeout(CallKind::BackendList, after))),
+                )
+            }
         };
         let label = result.label();
         this.record("outcome", label);
         match result.error() {
-            Some(error) => warn!(%error, "operation failed"),
+            Some(Failure::Backend(error)) => warn!(%error, "operation failed"),
+            Some(Failure::Store(error)) => warn!(%error, "operation failed"),
             None => debug!(outcome = label, "operation finished"),
         }
         result

@@ -14,7 +14,7 @@ pub struct OperationSummary<D: Domain> {
     pub kind: OpKind,
     /// The volume, for an attach or a detach (a verify or a status write is about a whole node).
     pub volume: Option<D::Volume>,
-    /// The node; `None` for a listing of every attachment.
+    /// The node; `None` for a listing.
     pub node: Option<D::Node>,
     /// How it ended.
     pub outcome: Outcome,
@@ -29,6 +29,8 @@ impl<D: Domain> OperationSummary<D> {
             }
             Operation::Verify { .. }
             | Operation::WriteStatus { .. }
+            | Operation::ReadStatus { .. }
+            | Operation::ListStatuses { .. }
             | Operation::ListAttachments { .. } => None,
         };
         OperationSummary {

@@ -10,7 +10,8 @@ use arbitrary::Arbitrary;
 
 use crate::{
     ActualState, AttachInfo, AttachState, BackendAttachment, BackendError, Config, DesiredState,
-    Ids, NodeFacts, OpId, Operation, Reconciler, ReportedVolume, StoreError, VolumeSpec,
+    Ids, NodeFacts, NodeStatus, OpId, Operation, Reconciler, ReportedVolume, Revision, StoreError,
+    VolumeSpec,
 };
 
 type T = Ids<u8, u8, u8, ()>;
@@ -268,9 +269,41 @@ struct Truth {
     down: BTreeSet<u8>,
     in_use_on: BTreeMap<u8, bool>,
     last_in_use: BTreeMap<u8, Vec<u8>>,
+    /// Each node's status revision in the store; a node never written is at 0.
+    revisions: BTreeMap<u8, u64>,
 }
 
 impl Truth {
+    /// What a fresh read of node `n` finds in the store: its list, its agent's last in-use
+    /// report, its fence and health.
+    fn status(&self, n: u8) -> NodeStatus<T> {
+        NodeStatus {
+            attached: self
+                .stored
+                .get(&n)
+                .into_iter()
+                .flatten()
+                .map(|v| ReportedVolume {
+                    volume: *v,
+                    device: None,
+                })
+                .collect(),
+            in_use: self.last_in_use.get(&n).cloned(),
+            fenced: Some(self.fenced.contains(&n)),
+            healthy: Some(!self.down.contains(&n)),
+            revision: Revision(self.revisions.get(&n).copied().unwrap_or(0)),
+        }
+    }
+
+    /// Stores `list` for node `n` at a new revision.
+    fn store(&mut self, n: u8, list: &[ReportedVolume<T>]) -> Revision {
+        self.stored
+            .insert(n, list.iter().map(|r| r.volume).collect());
+        let revision = self.revisions.entry(n).or_default();
+        *revision += 1;
+        Revision(*revision)
+    }
+
     /// Node agents: report in use what their pods need (or everything mounted), mount what is
     /// attached and listed, unmount what no pod needs. A crashed or fenced agent changes
     /// nothing and reports nothing new.
@@ -421,16 +454,7 @@ pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
             PlanStep::Restart => {
                 let lost = std::mem::take(&mut running);
                 core = start(&config, &placements(&core))?;
-                for (n, list) in &truth.stored {
-                    let list = list
-                        .iter()
-                        .map(|v| ReportedVolume {
-                            volume: *v,
-                            device: None,
-                        })
-                        .collect();
-                    core.recover_status(*n, list);
-                }
+                // The new core's first pass plans its recovery listings and nothing else.
                 // The backend lists what is attached and what is still attaching (the contract
                 // of `AttachBackend::list`): the calls the old controller lost are under way.
                 let attaching = lost.iter().filter_map(|op| match op {
@@ -439,8 +463,39 @@ pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
                 });
                 let listed: BTreeSet<(u8, u8)> =
                     truth.attached.iter().copied().chain(attaching).collect();
-                for (v, n) in listed {
-                    core.recover_attachment(v, n, spec_of(v));
+                let due = core
+                    .next_deadline()
+                    .ok_or("a new core plans its recovery")?;
+                for op in core.poll(due.max(now)) {
+                    let id = op.id();
+                    let fed = match op {
+                        Operation::ListStatuses { .. } => {
+                            let statuses = truth
+                                .stored
+                                .keys()
+                                .map(|n| (*n, truth.status(*n)))
+                                .collect();
+                            core.statuses_listed(now, id, Ok(statuses))
+                        }
+                        Operation::ListAttachments { .. } => {
+                            let list = listed
+                                .iter()
+                                .map(|(v, n)| BackendAttachment {
+                                    volume: *v,
+                                    node: *n,
+                                    spec: spec_of(*v),
+                                })
+                                .collect();
+                            core.list_finished(now, id, Ok(list))
+                        }
+                        other => {
+                            return Err(format!("step {i}: {other:?} planned while recovering"));
+                        }
+                    };
+                    fed.map_err(|e| format!("step {i}: {e}"))?;
+                }
+                if core.is_recovering() {
+                    return Err(format!("step {i}: still recovering after both listings"));
                 }
                 // Then they land in the backend, after the new controller recovered.
                 for op in lost {
@@ -563,9 +618,7 @@ fn check_plan(
                 ));
             }
         }
-        Operation::Verify { .. }
-        | Operation::WriteStatus { .. }
-        | Operation::ListAttachments { .. } => {}
+        _ => {}
     }
     Ok(())
 }
@@ -633,20 +686,17 @@ fn finish(
         Operation::WriteStatus {
             node,
             attached: list,
+            expected,
             ..
         } => {
+            let current = truth.status(node).revision;
             let result = match outcome {
-                Outcome::Ok => {
-                    truth
-                        .stored
-                        .insert(node, list.iter().map(|r| r.volume).collect());
-                    Ok(())
-                }
+                // Compare-and-set, as a store does: a stale revision is a conflict.
+                _ if expected != current => Err(StoreError::Conflict { current }),
+                Outcome::Ok => Ok(truth.store(node, &list)),
                 Outcome::Uncertain => {
                     // The write landed but the answer was lost.
-                    truth
-                        .stored
-                        .insert(node, list.iter().map(|r| r.volume).collect());
+                    truth.store(node, &list);
                     Err(StoreError::Transient {
                         message: "timeout".into(),
                     })
@@ -654,11 +704,37 @@ fn finish(
                 Outcome::Transient => Err(StoreError::Transient {
                     message: "model".into(),
                 }),
-                Outcome::Conflict => Err(StoreError::Conflict {
-                    current: crate::Revision(0),
+                // Another writer won the race: the node's revision moved on.
+                Outcome::Conflict => {
+                    let stored: Vec<ReportedVolume<T>> = truth.status(node).attached;
+                    Err(StoreError::Conflict {
+                        current: truth.store(node, &stored),
+                    })
+                }
+            };
+            core.status_written(now, id, result)
+        }
+        Operation::ReadStatus { node, .. } => {
+            let result = match outcome {
+                Outcome::Ok | Outcome::Conflict => Ok(truth.status(node)),
+                _ => Err(StoreError::Transient {
+                    message: "model".into(),
                 }),
             };
-            core.status_finished(now, id, result)
+            core.status_read(now, id, result)
+        }
+        Operation::ListStatuses { .. } => {
+            let result = match outcome {
+                Outcome::Ok | Outcome::Conflict => Ok(truth
+                    .stored
+                    .keys()
+                    .map(|n| (*n, truth.status(*n)))
+                    .collect()),
+                _ => Err(StoreError::Transient {
+                    message: "model".into(),
+                }),
+            };
+            core.statuses_listed(now, id, result)
         }
     };
     result.map_err(|e| e.to_string())

@@ -1,0 +1,114 @@
+//! The last word before a detach: what a fresh read of the node says about it.
+//!
+//! The core decides detaches from its own view of a node, fed by the orchestrator's watches,
+//! which can be older than a mount that started before the volume left the node's status, or
+//! than a fence lifted since. So every detach, forced or not, is planned only after a fresh
+//! read of the node ([`Operation::ReadStatus`](crate::Operation::ReadStatus)) and only if that
+//! read justifies it. The removal is acknowledged before the read is planned (C5), and an
+//! agent reports a volume in use before mounting it, so the read sees every mount that could
+//! still happen.
+
+use crate::domain::Domain;
+use crate::operation::ForceReason;
+use crate::store::NodeStatus;
+
+/// Whether a detach of `volume` may go ahead, given a fresh read of its node (`None`: the store
+/// has no such node). `Err` says why not, for a human.
+///
+/// A detach may go ahead when the read shows that:
+/// - the store has no such node (as upstream: no node object, no agent to protect);
+/// - or the node is fenced (`fenced: Some(true)`): it can no longer write, whatever it reports;
+/// - or its agent reports in-use volumes and `volume` is not among them;
+/// - or, for a detach forced by the unmount timeout (opt-in), the node is not known healthy.
+///
+/// So an unforced detach from a store that holds no in-use report (`in_use: None`) is held
+/// back, and so is an out-of-service detach from a node whose fence was lifted while it still
+/// mounts the volume.
+pub(crate) fn judge_detach<D: Domain>(
+    status: Option<&NodeStatus<D>>,
+    volume: &D::Volume,
+    force: Option<ForceReason>,
+) -> Result<(), String> {
+    let Some(status) = status else {
+        return Ok(());
+    };
+    if status.fenced == Some(true) {
+        return Ok(());
+    }
+    let in_use = match &status.in_use {
+        Some(list) if !list.contains(volume) => return Ok(()),
+        Some(_) => "its agent reports it in use",
+        None => "the store holds no in-use report for the node",
+    };
+    if force == Some(ForceReason::Timeout) && status.healthy != Some(true) {
+        return Ok(());
+    }
+    let why = match force {
+        None => "",
+        Some(ForceReason::OutOfService) => {
+            ", and the node is no longer fenced (the fence the detach was planned on is stale)"
+        }
+        Some(ForceReason::Timeout) => ", and the node is healthy again",
+        Some(ForceReason::NodeDeleted) => ", and the node exists again",
+    };
+    Err(format!("{in_use}{why}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Ids;
+    use crate::store::Revision;
+
+    type T = Ids<&'static str, &'static str, &'static str>;
+
+    fn status(in_use: Option<&[&'static str]>, fenced: bool, healthy: bool) -> NodeStatus<T> {
+        NodeStatus {
+            attached: vec![],
+            in_use: in_use.map(<[_]>::to_vec),
+            fenced: Some(fenced),
+            healthy: Some(healthy),
+            revision: Revision(1),
+        }
+    }
+
+    #[test]
+    fn only_fresh_facts_justify_a_detach() {
+        let judge = |s: Option<&NodeStatus<T>>, f| judge_detach::<T>(s, &"v", f);
+        assert_eq!(judge(None, None), Ok(()), "no node, no agent to protect");
+        assert_eq!(judge(Some(&status(Some(&[]), false, true)), None), Ok(()));
+        assert_eq!(
+            judge(Some(&status(Some(&["v"]), false, true)), None),
+            Err("its agent reports it in use".into())
+        );
+        assert!(judge(Some(&status(None, false, true)), None).is_err());
+        assert_eq!(
+            judge(
+                Some(&status(Some(&["v"]), true, true)),
+                Some(ForceReason::OutOfService)
+            ),
+            Ok(())
+        );
+        let stale_fence = judge(
+            Some(&status(Some(&["v"]), false, false)),
+            Some(ForceReason::OutOfService),
+        );
+        assert!(stale_fence.unwrap_err().contains("no longer fenced"));
+        assert_eq!(
+            judge(
+                Some(&status(Some(&["v"]), false, false)),
+                Some(ForceReason::Timeout)
+            ),
+            Ok(()),
+            "the unmount wait expired on an unhealthy node"
+        );
+        assert!(
+            judge(
+                Some(&status(Some(&["v"]), false, true)),
+                Some(ForceReason::Timeout)
+            )
+            .unwrap_err()
+            .contains("healthy again")
+        );
+    }
+}
