@@ -113,6 +113,7 @@ mod controller;
 mod desired;
 mod domain;
 mod event;
+mod fault;
 mod gate;
 mod memory;
 mod operation;
