@@ -154,6 +154,7 @@ mod controller;
 mod desired;
 mod domain;
 mod event;
+mod fault;
 mod fresh_read;
 mod gate;
 mod memory;

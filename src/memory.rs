@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 use crate::domain::Domain;
+use crate::fault::Faults;
 use crate::store::{NodeStatus, NodeStatusStore, ReportedVolume, Revision, StoreError};
 use crate::volume::VolumeSpec;
 
@@ -34,36 +35,6 @@ pub enum BackendOp {
 impl BackendOp {
     fn index(self) -> usize {
         self as usize
-    }
-}
-
-/// An injected failure waiting for matching calls; `None` matches any volume or node.
-/// Injected failures, each for its next `times` matching calls; the first match is used.
-struct Faults<M, E> {
-    queue: Vec<(M, u32, E)>,
-}
-
-impl<M, E: Clone> Faults<M, E> {
-    fn new() -> Self {
-        Faults { queue: Vec::new() }
-    }
-
-    fn push(&mut self, matcher: M, times: u32, error: E) {
-        if times > 0 {
-            self.queue.push((matcher, times, error));
-        }
-    }
-
-    /// Consumes one use of the first fault whose matcher accepts the call, if any.
-    fn take(&mut self, matches: impl Fn(&M) -> bool) -> Option<E> {
-        let i = self.queue.iter().position(|(m, _, _)| matches(m))?;
-        let (_, remaining, error) = &mut self.queue[i];
-        *remaining -= 1;
-        let error = error.clone();
-        if *remaining == 0 {
-            self.queue.remove(i);
-        }
-        Some(error)
     }
 }
 
@@ -158,7 +129,7 @@ impl<D: Domain> MemoryBackend<D> {
             inner: Arc::new(Mutex::new(BackendState {
                 attached: BTreeMap::new(),
                 specs: FxHashMap::default(),
-                faults: Faults::new(),
+                faults: Faults::default(),
                 calls: FxHashMap::default(),
                 totals: [0; 4],
                 latency: Duration::ZERO,
@@ -486,7 +457,7 @@ impl<D: Domain> MemoryStore<D> {
                 viewed: false,
                 last_revision: 0,
                 writes: BTreeMap::new(),
-                faults: Faults::new(),
+                faults: Faults::default(),
             })),
         }
     }

@@ -16,7 +16,7 @@ use super::backend::SimBackend;
 use super::panics::{self, Tasks};
 use super::scenario::{Action, CallOp, Expectation, MAX_DURATION, PodState, Scenario, UpstreamBug};
 use super::store::SimStore;
-use super::world::{Fault, Phase, Power, SimNode, SimPod, Violation, World, fmt_time, join};
+use super::world::{Phase, Power, SimNode, SimPod, Violation, World, fmt_time, join};
 use crate::actual::NodeFacts;
 use crate::config::{Config, UpstreamBugs};
 use crate::controller::{
@@ -685,13 +685,9 @@ impl Sim {
     }
 
     fn fault(&self, op: CallOp, volume: &str, node: &str, times: u32, uncertain: bool) {
-        self.world.lock().faults.push(Fault {
-            op,
-            volume: volume.to_string(),
-            node: node.to_string(),
-            times,
-            uncertain,
-        });
+        // A fault built in code with `times: 0` counts as one, like the parser's minimum.
+        let key = (op, volume.to_string(), node.to_string());
+        self.world.lock().faults.push(key, times.max(1), uncertain);
     }
 
     fn force_delete(&self, pod: &str) {
@@ -991,6 +987,26 @@ mod tests {
                 .any(|t| *t > Duration::from_secs(6) && *t < Duration::from_secs(8)),
             "{panics:?}"
         );
+    }
+
+    /// An attach fault built in code with `times: 0` fails one call, as `times 1` does (the
+    /// parser refuses `times 0`), where the fault queue alone would queue nothing.
+    #[test]
+    fn a_backend_fault_of_zero_times_fails_one_call() {
+        let text = "node a\nvolume v single-node\nat 0s fail attach v on a\n\
+            at 0s pod p on a uses v\nat 5s expect pod p running\nrun 10s\n";
+        let once = parse(text).unwrap();
+        let mut zero = once.clone();
+        let Action::FailAttach { times, .. } = &mut zero.steps[0].action else {
+            panic!("the first step is the fault: {:?}", zero.steps[0]);
+        };
+        *times = 0;
+        let (once, zero) = (run(&once), run(&zero));
+        assert!(once.passed(), "{:?}", once.violations);
+        assert_eq!(once.attach_calls, 2);
+        // The same run (its trace differs only in the step's line, which prints `times 0`).
+        assert_eq!(zero.attach_calls, 2);
+        assert_eq!(zero.converged, once.converged);
     }
 
     #[test]

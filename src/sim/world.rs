@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::scenario::CallOp;
+use crate::fault::Faults;
 use crate::volume::Access;
 
 /// Whether a node runs, has crashed (agent stopped, disks still mounted), or is fenced
@@ -46,16 +47,6 @@ pub(crate) struct SimPod {
     pub(crate) node: String,
     pub(crate) volumes: Vec<String>,
     pub(crate) phase: Phase,
-}
-
-/// A fault waiting for the call it matches.
-#[derive(Clone, Debug)]
-pub(crate) struct Fault {
-    pub(crate) op: CallOp,
-    pub(crate) volume: String,
-    pub(crate) node: String,
-    pub(crate) times: u32,
-    pub(crate) uncertain: bool,
 }
 
 /// What an agent pass did that the controller must hear of.
@@ -104,7 +95,9 @@ pub(crate) struct World {
     pub(crate) attaching: BTreeMap<(String, String), u32>,
     /// Detach calls under way, likewise: an attach of the same pair is refused meanwhile.
     pub(crate) detaching: BTreeMap<(String, String), u32>,
-    pub(crate) faults: Vec<Fault>,
+    /// The scenario's `fail attach|detach` lines, each for a (call, volume, node): whether the
+    /// failed call is uncertain (the backend did it anyway).
+    pub(crate) faults: Faults<(CallOp, String, String), bool>,
     pub(crate) calls: BTreeMap<(CallOp, String, String), u64>,
     pub(crate) violations: Vec<Violation>,
     pub(crate) trace: Vec<String>,
@@ -237,18 +230,8 @@ impl World {
 
     /// Takes the fault matching this call, if any: `Some(uncertain)`.
     pub(crate) fn take_fault(&mut self, op: CallOp, volume: &str, node: &str) -> Option<bool> {
-        let i = self
-            .faults
-            .iter()
-            .position(|f| f.op == op && f.volume == volume && f.node == node)?;
-        let fault = &mut self.faults[i];
-        let uncertain = fault.uncertain;
-        // A fault built in code with `times: 0` counts as one, like the parser's minimum.
-        fault.times = fault.times.saturating_sub(1);
-        if fault.times == 0 {
-            self.faults.remove(i);
-        }
-        Some(uncertain)
+        self.faults
+            .take(|(o, v, n)| *o == op && v == volume && n == node)
     }
 
     /// An attach takes effect at the backend. I1: a single-node volume on two nodes at once.

@@ -1,0 +1,114 @@
+//! Incident scenarios: a line-based script that replays an outage against the simulator.
+//!
+//! Incidents are reported as a story ("the detach failed, the pod came back to the same node, and
+//! it never started"). Writing that story as a script lets the simulator replay it exactly, lets a
+//! fuzzer print the schedules it finds in the same form, and keeps each upstream bug as a small
+//! regression file. This module only parses: text in, typed [`Scenario`] out. It never panics,
+//! whatever the input, and every error names its line.
+//!
+//! # Format
+//!
+//! One statement a line; `#` starts a comment that runs to the end of the line; blank lines are
+//! ignored; tokens are separated by whitespace. A `<time>` is a duration since the start of the
+//! scenario, written as a whole number and a unit: `150ms`, `2s`, `6m`, `1h` (a bare `0` is also
+//! accepted). Names are any token without whitespace, commas or `#`. The text is UTF-8; a
+//! byte-order mark at its start is skipped.
+//!
+//! ```text
+//! set <key> <value>        keys and defaults: reconcile-period 100ms, sync-period 60s,
+//!                          max-wait-for-unmount 6m, force-detach-on-timeout off (on|off),
+//!                          cache-lag 0ms, status-cache-lag 0ms, attach-latency 200ms,
+//!                          detach-latency 200ms, status-latency 10ms, seed 0 (u64;
+//!                          non-zero: backend latencies vary by ±50%, reproducibly)
+//! set upstream-bug <c1..c6> on|off
+//!                          re-enable the reproduction of an upstream bug
+//! node <name>
+//! volume <name> single-node|multi-node
+//! at <time> pod <p> on <node> uses <v>[,<v>...]
+//! at <time> delete pod <p>          graceful: the node agent unmounts, then the pod is gone
+//! at <time> force-delete pod <p>    gone from the API at once; a live agent unmounts later
+//! at <time> node <n> crash|recover  crash: agent stops, nothing unmounts, node unhealthy
+//! at <time> node <n> fence|unfence  fence: out-of-service; its pods are force-deleted
+//! at <time> fail attach|detach <v> on <n> [times <k>] [uncertain]
+//!                                   uncertain: the call errors but the backend did it
+//! at <time> fail status <n> [times <k>]
+//! at <time> restart controller      in-flight calls are lost to it; it recovers from store
+//!                                   and backend
+//! at <time> expect pod <p> running|pending|gone
+//! at <time> expect attached|detached <v> <n>
+//! at <time> expect reported <n> <v>[,<v>...]|none      exact list in the store
+//! at <time> expect event multi-attach <p>
+//! at <time> expect no-event multi-attach <p>
+//! at <time> expect calls attach|detach <v> <n> =|<=|>= <k>
+//! at <time> expect writes <n> =|<=|>= <k>
+//! run <time>                        how long to simulate in total (else the runner decides)
+//! ```
+//!
+//! Every duration is at most 876000h (100 years, [`MAX_DURATION`]); a longer one, such as
+//! `at 18446744073709551615s`, is refused with [`ParseErrorKind::DurationTooLong`], so that no
+//! sum of a scenario's durations can overflow in the simulator, the driver or the core. A
+//! scenario built in code gets the same check from [`Scenario::validate`], which the runner
+//! applies before it simulates anything.
+//!
+//! `times <k>` defaults to 1 and must be at least 1. The parser also checks what needs no
+//! simulation: settings come before the first `at` line and are set once; nodes and volumes are
+//! declared once, before an `at` line uses them (pods need no declaration); `at` times never go
+//! backwards; there is at most one `run`, and no step lies beyond it. The name `none` cannot name a
+//! volume, since `expect reported <n> none` means the empty list.
+//!
+//! # Example
+//!
+//! The first incident of the upstream fact sheet (kubernetes#49053, seed 000): a detach fails, the
+//! pod returns to the same node, and the volume must be reported again so that the pod can start.
+//!
+//! ```
+//! use std::time::Duration;
+//! use attach_detach::sim::scenario::{parse, Action, Expectation, PodState};
+//!
+//! let scenario = parse(
+//!     "
+//! ## kubernetes#49053: detach fails, pod comes back to the same node
+//! set max-wait-for-unmount 6m
+//! node a
+//! node b
+//! volume data single-node
+//!
+//! at 0s   pod web-0 on a uses data
+//! at 5s   expect pod web-0 running
+//! at 6s   fail detach data on a times 3
+//! at 6s   delete pod web-0
+//! at 7s   pod web-1 on a uses data
+//! at 30s  expect reported a data
+//! at 30s  expect pod web-1 running
+//! run 40s
+//! ",
+//! )?;
+//! assert_eq!(scenario.nodes, ["a", "b"]);
+//! assert_eq!(scenario.steps.len(), 7);
+//! assert_eq!(scenario.steps[1].line, 9);
+//! assert_eq!(
+//!     scenario.steps[6].action,
+//!     Action::Expect(Expectation::Pod { pod: "web-1".into(), state: PodState::Running }),
+//! );
+//! assert_eq!(scenario.run, Some(Duration::from_secs(40)));
+//!
+//! let err = parse("node a\nat 1s node b crash").unwrap_err();
+//! assert_eq!(err.to_string(), "line 2: node `b` is not declared (add `node b` before using it)");
+//! # Ok::<(), attach_detach::sim::scenario::ParseError>(())
+//! ```
+
+mod error;
+mod keyword;
+mod parser;
+mod printer;
+mod types;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::{ParseError, ParseErrorKind, ScenarioError};
+pub use parser::parse;
+pub use printer::format_duration;
+pub use types::{
+    Action, CallOp, Cmp, Expectation, MAX_DURATION, PodState, Scenario, Settings, Step, UpstreamBug,
+};

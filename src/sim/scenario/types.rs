@@ -1,0 +1,334 @@
+//! The scenario as data: what a script says, typed, whether it came from [`parse`](super::parse)
+//! or was built in code (a fuzzer's schedule), and the one check such a scenario needs,
+//! [`Scenario::validate`].
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use super::ScenarioError;
+use crate::Access;
+
+/// The longest duration a scenario may state: 876000h, 100 years of 365 days.
+///
+/// Far beyond any incident, and far enough below the limits of [`Duration`] and of the clock's
+/// `Instant` that every sum the simulator, the driver and the core form from a scenario's
+/// durations (a step's time plus a cache lag plus one and a half latencies, a deadline plus a
+/// period) fits with room to spare.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+/// A parsed incident script: what the simulator needs to replay it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Scenario {
+    /// Timings and switches; the defaults unless a `set` line changed them.
+    pub settings: Settings,
+    /// Declared nodes, in file order, so the simulator creates them deterministically.
+    pub nodes: Vec<String>,
+    /// Declared volumes with their access mode, in file order.
+    pub volumes: Vec<(String, Access)>,
+    /// The `at` lines, in file order (their times never decrease).
+    pub steps: Vec<Step>,
+    /// How long to simulate, if the script says; otherwise the runner picks.
+    pub run: Option<Duration>,
+}
+
+/// The knobs an incident depends on: controller periods, cache lag, backend latencies and seed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// How often the reconciler runs (upstream: 100 ms).
+    pub reconcile_period: Duration,
+    /// How often attachments are verified against the backend (upstream: 60 s).
+    pub sync_period: Duration,
+    /// How long a detach waits for the node to unmount before it may be forced (upstream: 6 min).
+    pub max_wait_for_unmount: Duration,
+    /// Whether an unhealthy node's volumes are force-detached after that wait; off by default
+    /// because forcing without fencing can let two kernels write one block device.
+    pub force_detach_on_timeout: bool,
+    /// How far the controller's view of pods and nodes lags behind the orchestrator's API.
+    pub cache_lag: Duration,
+    /// How far the node-status cache that an upstream-style updater diffs against (`upstream-bug
+    /// c6`) lags behind the store; the source of kubernetes#122413. Our updater never reads it.
+    pub status_cache_lag: Duration,
+    /// How long the simulated backend takes to attach.
+    pub attach_latency: Duration,
+    /// How long the simulated backend takes to detach.
+    pub detach_latency: Duration,
+    /// How long a node status write takes to land in the store.
+    pub status_latency: Duration,
+    /// Seeds every random choice the simulator makes, so a run replays exactly: 0 (the default)
+    /// makes none, so hand-written timelines are exact; any other value varies each backend
+    /// call's latency between half and one and a half of its setting.
+    pub seed: u64,
+    /// Upstream bugs whose reproduction is switched on, to show the scenario catches them.
+    pub upstream_bugs: BTreeSet<UpstreamBug>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            reconcile_period: Duration::from_millis(100),
+            sync_period: Duration::from_secs(60),
+            max_wait_for_unmount: Duration::from_secs(6 * 60),
+            force_detach_on_timeout: false,
+            cache_lag: Duration::ZERO,
+            status_cache_lag: Duration::ZERO,
+            attach_latency: Duration::from_millis(200),
+            detach_latency: Duration::from_millis(200),
+            status_latency: Duration::from_millis(10),
+            seed: 0,
+            upstream_bugs: BTreeSet::new(),
+        }
+    }
+}
+
+impl Settings {
+    /// The keys of the duration-valued settings, in file order (for tests that try each).
+    pub fn duration_keys() -> [&'static str; 8] {
+        Settings::default().durations_mut().map(|(key, _)| key)
+    }
+
+    /// The duration-valued settings with their keys: one table for parsing and printing.
+    pub(super) fn durations_mut(&mut self) -> [(&'static str, &mut Duration); 8] {
+        [
+            ("reconcile-period", &mut self.reconcile_period),
+            ("sync-period", &mut self.sync_period),
+            ("max-wait-for-unmount", &mut self.max_wait_for_unmount),
+            ("cache-lag", &mut self.cache_lag),
+            ("status-cache-lag", &mut self.status_cache_lag),
+            ("attach-latency", &mut self.attach_latency),
+            ("detach-latency", &mut self.detach_latency),
+            ("status-latency", &mut self.status_latency),
+        ]
+    }
+}
+
+/// An upstream bug the simulator can reproduce on demand (`set upstream-bug c1 on`), so a
+/// scenario can be shown to fail against the behaviour it guards against. The simulator defines
+/// what each one reproduces; the parser only names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum UpstreamBug {
+    /// Reproduction `c1`.
+    C1,
+    /// Reproduction `c2`.
+    C2,
+    /// Reproduction `c3`.
+    C3,
+    /// Reproduction `c4`.
+    C4,
+    /// Reproduction `c5`.
+    C5,
+    /// Reproduction `c6`.
+    C6,
+}
+
+/// One `at` line: an action at a point in virtual time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// When, counted from the start of the scenario.
+    pub at: Duration,
+    /// The 1-based source line, so a failed expectation can point at its line.
+    pub line: usize,
+    /// What happens.
+    pub action: Action,
+}
+
+/// What an `at` line makes happen, or checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// A pod is scheduled to a node and needs these volumes.
+    Schedule {
+        /// The pod.
+        pod: String,
+        /// Where it is scheduled.
+        node: String,
+        /// The volumes it uses (at least one).
+        volumes: Vec<String>,
+    },
+    /// A graceful delete: the node agent unmounts, then the pod is gone.
+    Delete {
+        /// The pod.
+        pod: String,
+    },
+    /// A force delete: gone from the API at once; a live agent unmounts later.
+    ForceDelete {
+        /// The pod.
+        pod: String,
+    },
+    /// The node's agent stops: nothing unmounts and the node turns unhealthy.
+    Crash(String),
+    /// The node's agent comes back.
+    Recover(String),
+    /// The node is marked out-of-service; its pods are force-deleted.
+    Fence(String),
+    /// The out-of-service mark is removed.
+    Unfence(String),
+    /// The next attach calls of a volume to a node fail.
+    FailAttach {
+        /// The volume.
+        volume: String,
+        /// The node.
+        node: String,
+        /// How many consecutive calls fail (at least 1).
+        times: u32,
+        /// The call errors although the backend did attach.
+        uncertain: bool,
+    },
+    /// The next detach calls of a volume from a node fail.
+    FailDetach {
+        /// The volume.
+        volume: String,
+        /// The node.
+        node: String,
+        /// How many consecutive calls fail (at least 1).
+        times: u32,
+        /// The call errors although the backend did detach.
+        uncertain: bool,
+    },
+    /// The next node status writes for a node fail.
+    FailStatus {
+        /// The node.
+        node: String,
+        /// How many consecutive writes fail (at least 1).
+        times: u32,
+    },
+    /// The controller restarts: in-flight calls are lost to it; it recovers from store and
+    /// backend.
+    RestartController,
+    /// A check of the simulated world at this time.
+    Expect(Expectation),
+}
+
+/// A check the runner makes at a step's time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expectation {
+    /// The pod is in this state.
+    Pod {
+        /// The pod.
+        pod: String,
+        /// Its expected state.
+        state: PodState,
+    },
+    /// The backend has the volume attached to the node.
+    Attached {
+        /// The volume.
+        volume: String,
+        /// The node.
+        node: String,
+    },
+    /// The backend does not have the volume attached to the node.
+    Detached {
+        /// The volume.
+        volume: String,
+        /// The node.
+        node: String,
+    },
+    /// The node's reported list in the store is exactly this (empty for `none`).
+    Reported {
+        /// The node.
+        node: String,
+        /// The expected list, in the order written.
+        volumes: Vec<String>,
+    },
+    /// A Multi-Attach event was emitted for the pod.
+    Event {
+        /// The pod.
+        pod: String,
+    },
+    /// No Multi-Attach event was emitted for the pod.
+    NoEvent {
+        /// The pod.
+        pod: String,
+    },
+    /// The number of backend calls of one kind for a volume and node so far.
+    Calls {
+        /// Attach or detach.
+        op: CallOp,
+        /// The volume.
+        volume: String,
+        /// The node.
+        node: String,
+        /// How the seen count compares with `count`.
+        cmp: Cmp,
+        /// The count to compare with.
+        count: u64,
+    },
+    /// The number of node status writes for a node so far (catches write churn).
+    Writes {
+        /// The node.
+        node: String,
+        /// How the seen count compares with `count`.
+        cmp: Cmp,
+        /// The count to compare with.
+        count: u64,
+    },
+}
+
+/// A pod state an expectation can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PodState {
+    /// All its volumes are mounted and it runs.
+    Running,
+    /// It exists but has not started (for instance, waiting for an attach).
+    Pending,
+    /// It no longer exists.
+    Gone,
+}
+
+/// A backend call kind an expectation can count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CallOp {
+    /// Attach calls.
+    Attach,
+    /// Detach calls.
+    Detach,
+}
+
+/// How a counted value is compared, so that scripts can bound churn as well as require work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Cmp {
+    /// `=`
+    Eq,
+    /// `<=`
+    Le,
+    /// `>=`
+    Ge,
+}
+
+impl Cmp {
+    /// Whether the count the runner `seen` satisfies the comparison with `expected`.
+    pub fn holds(self, seen: u64, expected: u64) -> bool {
+        match self {
+            Cmp::Eq => seen == expected,
+            Cmp::Le => seen <= expected,
+            Cmp::Ge => seen >= expected,
+        }
+    }
+}
+
+impl Scenario {
+    /// Checks what [`parse`] checks of every duration, for a scenario built in code: each one
+    /// (settings, step times, `run`) is at most [`MAX_DURATION`]. The runner refuses to simulate
+    /// a scenario that fails this, and reports why instead.
+    ///
+    /// [`parse`]: super::parse
+    pub fn validate(&self) -> std::result::Result<(), ScenarioError> {
+        let check = |what: String, value: Duration| {
+            if value > MAX_DURATION {
+                Err(ScenarioError::TooLong { what, value })
+            } else {
+                Ok(())
+            }
+        };
+        let mut settings = self.settings.clone();
+        for (key, value) in settings.durations_mut() {
+            check(format!("`set {key}`"), *value)?;
+        }
+        for (index, step) in self.steps.iter().enumerate() {
+            let what = format!("the time of step {} (line {})", index + 1, step.line);
+            check(what, step.at)?;
+        }
+        if let Some(run) = self.run {
+            check("`run`".to_string(), run)?;
+        }
+        Ok(())
+    }
+}
