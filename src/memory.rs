@@ -392,7 +392,7 @@ struct StoreState<D: Domain> {
 impl<D: Domain> StoreState<D> {
     fn next_revision(&mut self) -> Revision {
         self.last_revision += 1;
-        Revision(self.last_revision)
+        Revision::from(self.last_revision)
     }
 
     /// Appends `node`'s new status (or its removal) to its history and drops what no view needs.
@@ -441,7 +441,7 @@ impl<D: Domain> StoreState<D> {
 /// store.add_node(node.clone());
 /// let read = store.read(&node).await.unwrap();
 /// let vol = ReportedVolume { volume: "vol-1".to_string(), device: None };
-/// store.write(&node, &[vol.clone()], read.revision).await.unwrap();
+/// store.write(&node, &[vol.clone()], read.revision.clone()).await.unwrap();
 /// // A second writer still holding the old revision loses instead of erasing vol-1.
 /// let lost = store.write(&node, &[], read.revision).await;
 /// assert!(matches!(lost, Err(StoreError::Conflict { .. })));
@@ -620,11 +620,11 @@ impl<D: Domain> MemoryStore<D> {
         if let Some(e) = s.take_fault(node) {
             return Err(e);
         }
-        let current = s.nodes.get(node).ok_or(StoreError::NotFound)?.revision;
-        if current != expected {
+        let previous = s.nodes.get(node).ok_or(StoreError::NotFound)?;
+        if previous.revision != expected {
+            let current = previous.revision.clone();
             return Err(StoreError::Conflict { current });
         }
-        let previous = s.nodes.get(node).ok_or(StoreError::NotFound)?;
         let (in_use, fenced, healthy) =
             (previous.in_use.clone(), previous.fenced, previous.healthy);
         let status = NodeStatus {
@@ -635,7 +635,7 @@ impl<D: Domain> MemoryStore<D> {
             revision: s.next_revision(),
         };
         s.record(node, Some(&status));
-        let revision = status.revision;
+        let revision = status.revision.clone();
         s.nodes.insert(node.clone(), status);
         Ok(revision)
     }
@@ -953,13 +953,15 @@ mod tests {
         assert!(first.attached.is_empty());
 
         let second = store
-            .write(&n, &[reported("vol-1")], first.revision)
+            .write(&n, &[reported("vol-1")], first.revision.clone())
             .await
             .unwrap();
-        assert!(second > first.revision);
+        assert_ne!(second, first.revision);
         assert_eq!(
             store.write(&n, &[], first.revision).await,
-            Err(StoreError::Conflict { current: second })
+            Err(StoreError::Conflict {
+                current: second.clone()
+            })
         );
         let now = store.read(&n).await.unwrap();
         assert_eq!(now.attached, vec![reported("vol-1")]);
@@ -970,7 +972,7 @@ mod tests {
         store.add_node(n.clone());
         assert_eq!(store.status(&n).unwrap().revision, second);
         store.add_node(s("node-b"));
-        assert!(store.status(&s("node-b")).unwrap().revision > second);
+        assert_ne!(store.status(&s("node-b")).unwrap().revision, second);
     }
 
     #[tokio::test]
@@ -980,7 +982,10 @@ mod tests {
         assert!(!store.with_status(&n, |status| status.is_some()));
         store.add_node(n.clone());
         let rev = store.read(&n).await.unwrap().revision;
-        store.write(&n, &[reported("vol-1")], rev).await.unwrap();
+        let written = store
+            .write(&n, &[reported("vol-1")], rev.clone())
+            .await
+            .unwrap();
         store.set_in_use(&n, vec![s("vol-1")]);
         let lists = |v: &str| {
             store.with_status(&n, |status| {
@@ -992,7 +997,8 @@ mod tests {
         let read = store.read(&n).await.unwrap();
         assert_eq!(read.attached, vec![reported("vol-1")]);
         assert_eq!(read.in_use, Some(vec![s("vol-1")]));
-        assert!(read.revision > rev);
+        assert_ne!(read.revision, rev);
+        assert_ne!(read.revision, written);
         assert_eq!(store.with_status(&n, |st| st.cloned()), Some(read));
     }
 
@@ -1006,7 +1012,7 @@ mod tests {
         store.remove_node(&n);
         assert_eq!(store.read(&n).await, Err(StoreError::NotFound));
         assert_eq!(
-            store.write(&n, &[], old.revision).await,
+            store.write(&n, &[], old.revision.clone()).await,
             Err(StoreError::NotFound)
         );
         let listed = store.list().await.unwrap();
@@ -1034,13 +1040,16 @@ mod tests {
         let rev = store.read(&a).await.unwrap().revision;
 
         let rev_b = store.read(&b).await.unwrap().revision;
-        store.write(&b, &[reported("vol-9")], rev_b).await.unwrap();
+        let rev_b = store.write(&b, &[reported("vol-9")], rev_b).await.unwrap();
         assert_eq!(
-            store.write(&a, &[reported("vol-1")], rev).await,
+            store.write(&a, &[reported("vol-1")], rev.clone()).await,
             Err(err.clone())
         );
-        assert_eq!(store.write(&a, &[reported("vol-1")], rev).await, Err(err));
-        assert_eq!(store.status(&a).unwrap().revision, rev);
+        assert_eq!(
+            store.write(&a, &[reported("vol-1")], rev.clone()).await,
+            Err(err)
+        );
+        assert_eq!(store.status(&a).unwrap().revision, rev.clone());
         assert!(store.status(&a).unwrap().attached.is_empty());
         store.write(&a, &[reported("vol-1")], rev).await.unwrap();
         assert_eq!(store.writes(&a), 3);
@@ -1070,14 +1079,16 @@ mod tests {
             .write(&n, &[reported("vol-1")], fresh.revision)
             .await
             .unwrap();
-        assert_eq!(store.status(&n).unwrap().revision, rev);
+        assert_eq!(store.status(&n).unwrap().revision, rev.clone());
         // ...but the view keeps showing the old status for the lag.
         tokio::time::advance(Duration::from_secs(3)).await;
         assert_eq!(cache.read(&n).await.unwrap(), seen);
         // Writing against the stale revision conflicts instead of erasing vol-1.
         assert_eq!(
             cache.write(&n, &[], seen.revision).await,
-            Err(StoreError::Conflict { current: rev })
+            Err(StoreError::Conflict {
+                current: rev.clone()
+            })
         );
 
         tokio::time::advance(Duration::from_secs(2)).await;

@@ -1,23 +1,178 @@
 //! Where each node's attached volumes are published for the node agents to read (Kubernetes:
 //! `node.status.volumesAttached`), written with optimistic concurrency.
 
+use std::borrow::Cow;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 
 use crate::domain::Domain;
 
-/// A version of one node's status, for compare-and-set writes.
+/// A version of one node's status, for compare-and-set writes: an opaque token the store hands
+/// out with a read and takes back with a write.
 ///
-/// Revisions only ever grow, so a writer holding an old one learns it lost a race instead of
-/// silently overwriting a newer status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Revision(pub u64);
+/// Revisions are compared for equality only. A writer holding a revision that is no longer the
+/// node's current one learns it lost a race instead of silently overwriting a newer status; no
+/// order is assumed, because the stores this crate targets promise none that a client may use:
+/// Kubernetes requires clients to treat `resourceVersion` as an opaque string, and although
+/// etcd's `mod_revision` grows, nothing here needs it to.
+///
+/// A revision holds either form without parsing it. Its identity is its text: a number is
+/// equal to the text of its decimal digits, so `Revision::from(7)` equals `Revision::from("7")`
+/// (but not `Revision::from("07")`), and they hash alike.
+///
+/// ```
+/// use attach_detach::Revision;
+/// // An etcd mod_revision, a Kubernetes resourceVersion.
+/// let etcd = Revision::from(1234_i64);
+/// let kube = Revision::from("1234".to_string());
+/// assert_eq!(etcd, kube);
+/// assert_eq!(kube.text(), "1234");
+/// assert_eq!(Revision::from("a1b2").to_string(), "a1b2");
+/// ```
+// Why two forms instead of always `Arc<str>`: integer stores (etcd, the in-memory store, the
+// simulator) mint a revision per write, and keeping the number avoids an allocation for each
+// one; text is shared, so a clone is a reference-count increment, never a copy.
+#[derive(Clone)]
+pub struct Revision(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    /// A non-negative number, kept as is (etcd's `mod_revision`, the in-memory counter).
+    Number(u64),
+    /// Anything else (Kubernetes' `resourceVersion`), shared between clones.
+    Text(Arc<str>),
+}
+
+/// The longest decimal `u64`.
+const DIGITS: usize = 20;
+
+/// Writes `n` in decimal at the end of `buf` and returns the digits.
+fn decimal(mut n: u64, buf: &mut [u8; DIGITS]) -> &str {
+    let mut start = DIGITS;
+    loop {
+        start -= 1;
+        // `n % 10` is a single digit: the cast cannot truncate.
+        buf[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&buf[start..]).expect("ASCII digits are UTF-8")
+}
+
+impl Revision {
+    /// Calls `f` with the revision's text, without allocating.
+    fn with_text<R>(&self, f: impl FnOnce(&str) -> R) -> R {
+        match &self.0 {
+            Repr::Number(n) => f(decimal(*n, &mut [0; DIGITS])),
+            Repr::Text(text) => f(text),
+        }
+    }
+
+    /// The revision's text, as a store would send it back (Kubernetes: the `resourceVersion`
+    /// of an update's precondition). Borrowed when the revision was made from text.
+    pub fn text(&self) -> Cow<'_, str> {
+        match &self.0 {
+            Repr::Number(n) => Cow::Owned(n.to_string()),
+            Repr::Text(text) => Cow::Borrowed(text),
+        }
+    }
+}
+
+#[cfg(test)]
+impl Revision {
+    /// For test doubles that mint numbered revisions: this one's number plus `n`.
+    pub(crate) fn plus(&self, n: u64) -> Revision {
+        let number: u64 = self.text().parse().expect("a numbered revision");
+        Revision::from(number + n)
+    }
+}
+
+impl PartialEq for Revision {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (Repr::Number(a), Repr::Number(b)) => a == b,
+            (Repr::Text(a), Repr::Text(b)) => a == b,
+            _ => self.with_text(|a| other.with_text(|b| a == b)),
+        }
+    }
+}
+
+impl Eq for Revision {}
+
+impl Hash for Revision {
+    /// Hashes the text, so that equal revisions hash alike whatever form they were made from.
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.with_text(|text| text.hash(state));
+    }
+}
 
 impl fmt::Display for Revision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
+        match &self.0 {
+            Repr::Number(n) => write!(f, "{n}"),
+            Repr::Text(text) => f.write_str(text),
+        }
+    }
+}
+
+impl fmt::Debug for Revision {
+    /// `Revision("7")` whatever the form, as equal revisions should look alike.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.with_text(|text| f.debug_tuple("Revision").field(&text).finish())
+    }
+}
+
+impl From<u64> for Revision {
+    fn from(n: u64) -> Self {
+        Revision(Repr::Number(n))
+    }
+}
+
+impl From<u32> for Revision {
+    fn from(n: u32) -> Self {
+        Revision(Repr::Number(n.into()))
+    }
+}
+
+impl From<i64> for Revision {
+    /// A negative number (no store is known to use one) is kept as its text.
+    fn from(n: i64) -> Self {
+        match u64::try_from(n) {
+            Ok(n) => Revision(Repr::Number(n)),
+            Err(_) => Revision(Repr::Text(n.to_string().into())),
+        }
+    }
+}
+
+impl From<i32> for Revision {
+    /// Lets an untyped literal through (`Revision::from(7)`); a negative number is kept as its
+    /// text.
+    fn from(n: i32) -> Self {
+        i64::from(n).into()
+    }
+}
+
+impl From<String> for Revision {
+    fn from(text: String) -> Self {
+        Revision(Repr::Text(text.into()))
+    }
+}
+
+impl From<&str> for Revision {
+    fn from(text: &str) -> Self {
+        Revision(Repr::Text(text.into()))
+    }
+}
+
+impl From<Arc<str>> for Revision {
+    /// Shares `text` without copying it.
+    fn from(text: Arc<str>) -> Self {
+        Revision(Repr::Text(text))
     }
 }
 
@@ -65,7 +220,7 @@ pub struct NodeStatus<D: Domain> {
 ///
 /// ```
 /// use attach_detach::{Revision, StoreError};
-/// let e = StoreError::Conflict { current: Revision(7) };
+/// let e = StoreError::Conflict { current: Revision::from(7) };
 /// assert_eq!(e.to_string(), "node status changed concurrently, current revision is 7");
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -117,6 +272,7 @@ pub trait NodeStatusStore<D: Domain>: Send + Sync {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::hash_map::DefaultHasher;
     use std::sync::Arc;
 
     use super::*;
@@ -124,11 +280,54 @@ mod tests {
 
     type D = Ids<String, String, String, ()>;
 
+    fn hash_of(r: &Revision) -> u64 {
+        let mut h = DefaultHasher::new();
+        r.hash(&mut h);
+        h.finish()
+    }
+
     #[test]
-    fn revisions_order_and_display() {
-        assert!(Revision(1) < Revision(2));
-        assert_eq!(Revision(42).to_string(), "42");
-        assert_eq!(StoreError::NotFound.to_string(), "node not found");
+    fn revisions_equal_across_forms_by_their_text() {
+        let forms = [
+            Revision::from(42_u64),
+            Revision::from(42_u32),
+            Revision::from(42_i64),
+            Revision::from(42),
+            Revision::from("42"),
+            Revision::from("42".to_string()),
+            Revision::from(Arc::<str>::from("42")),
+        ];
+        for a in &forms {
+            for b in &forms {
+                assert_eq!(a, b);
+                assert_eq!(hash_of(a), hash_of(b));
+            }
+            assert_eq!(a.to_string(), "42");
+            assert_eq!(a.text(), "42");
+            assert_eq!(format!("{a:?}"), "Revision(\"42\")");
+        }
+        // Opaque: no parsing, so other spellings of the number are other revisions.
+        assert_ne!(Revision::from(42), Revision::from("042"));
+        assert_ne!(Revision::from(42), Revision::from("42 "));
+        assert_ne!(Revision::from(42), Revision::from(43));
+        assert_ne!(Revision::from("a"), Revision::from("b"));
+        assert_eq!(Revision::from(0_u64), Revision::from("0"));
+        assert_eq!(
+            Revision::from(u64::MAX),
+            Revision::from(u64::MAX.to_string())
+        );
+        assert_eq!(
+            hash_of(&Revision::from(u64::MAX)),
+            hash_of(&Revision::from(u64::MAX.to_string()))
+        );
+        // A negative number is kept as text, and still equals its text.
+        assert_eq!(Revision::from(-5_i64), Revision::from("-5"));
+        assert_eq!(Revision::from(-5), Revision::from(-5_i64));
+        assert_eq!(Revision::from(-5_i64).text(), "-5");
+        // A clone of text shares it.
+        let text = Revision::from("abc");
+        assert!(matches!(text.text(), Cow::Borrowed("abc")));
+        assert_eq!(text.clone(), text);
     }
 
     #[tokio::test]
@@ -143,15 +342,15 @@ mod tests {
                 in_use: None,
                 fenced: None,
                 healthy: None,
-                revision: Revision(3),
+                revision: Revision::from(3),
             })
         });
         mock.expect_write()
             .withf(|n, attached, expected| {
-                n == "node-a" && attached.is_empty() && *expected == Revision(3)
+                n == "node-a" && attached.is_empty() && *expected == Revision::from(3)
             })
             .times(1)
-            .returning(|_, _, _| Ok(Revision(4)));
+            .returning(|_, _, _| Ok(Revision::from(4)));
         mock.expect_list().returning(|| Err(StoreError::NotFound));
 
         let store: Arc<dyn NodeStatusStore<D>> = Arc::new(mock);
@@ -160,7 +359,7 @@ mod tests {
         assert_eq!(status.attached.len(), 1);
         assert_eq!(
             store.write(&node, &[], status.revision).await,
-            Ok(Revision(4))
+            Ok(Revision::from(4))
         );
         assert_eq!(store.list().await, Err(StoreError::NotFound));
     }

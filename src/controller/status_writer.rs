@@ -17,7 +17,7 @@ use crate::operation::ForceReason;
 use crate::store::{NodeStatus, NodeStatusStore, ReportedVolume, Revision, StoreError};
 
 /// How a [`StatusWriter::write`] succeeded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WriteOutcome {
     /// The store took the list; `attempts` counts the compare-and-set calls it needed.
     Written {
@@ -161,7 +161,7 @@ impl<D: Domain> StatusWriter<D> {
 
     /// The revision the next write of `node` will be conditional on, if known.
     pub fn revision(&self, node: &D::Node) -> Option<Revision> {
-        self.revisions.lock().get(node).copied()
+        self.revisions.lock().get(node).cloned()
     }
 
     /// Forgets `node`'s revision: its next write starts with a fresh read.
@@ -264,9 +264,9 @@ impl<D: Domain> StatusWriter<D> {
         loop {
             attempts += 1;
             self.count(Metrics::store_write);
-            match self.write_once(node, attached, expected).await {
+            match self.write_once(node, attached, expected.clone()).await {
                 Ok(revision) => {
-                    self.seed(node.clone(), revision);
+                    self.seed(node.clone(), revision.clone());
                     return Ok(WriteOutcome::Written { revision, attempts });
                 }
                 Err(StoreError::NotFound) => {
@@ -349,7 +349,7 @@ impl<D: Domain> StatusWriter<D> {
                 return Err(e);
             }
         };
-        self.seed(node.clone(), status.revision);
+        self.seed(node.clone(), status.revision.clone());
         if same_list(&status.attached, attached) {
             self.count(Metrics::status_write_unneeded);
             Ok(Fresh::Matches(status.revision))
@@ -385,7 +385,7 @@ mod tests {
             in_use: None,
             fenced: None,
             healthy: None,
-            revision: Revision(rev),
+            revision: Revision::from(rev),
         }
     }
 
@@ -406,28 +406,28 @@ mod tests {
         let mut seq = Sequence::new();
         store
             .expect_write()
-            .withf(|n, l, r| *n == "node-a" && l.len() == 1 && *r == Revision(4))
+            .withf(|n, l, r| *n == "node-a" && l.len() == 1 && *r == Revision::from(4))
             .times(1)
             .in_sequence(&mut seq)
-            .returning(|_, _, _| Ok(Revision(9)));
+            .returning(|_, _, _| Ok(Revision::from(9)));
         store
             .expect_write()
-            .withf(|_, l, r| l.is_empty() && *r == Revision(9))
+            .withf(|_, l, r| l.is_empty() && *r == Revision::from(9))
             .times(1)
             .in_sequence(&mut seq)
-            .returning(|_, _, _| Ok(Revision(12)));
+            .returning(|_, _, _| Ok(Revision::from(12)));
         store.expect_read().never();
         let writer = StatusWriter::new(Arc::new(store));
-        writer.seed("node-a", Revision(4));
+        writer.seed("node-a", Revision::from(4));
         assert_eq!(
             writer.write(&"node-a", &[rv("v")]).await,
             Ok(WriteOutcome::Written {
-                revision: Revision(9),
+                revision: Revision::from(9),
                 attempts: 1
             })
         );
         writer.write(&"node-a", &[]).await.unwrap();
-        assert_eq!(writer.revision(&"node-a"), Some(Revision(12)));
+        assert_eq!(writer.revision(&"node-a"), Some(Revision::from(12)));
     }
 
     #[tokio::test]
@@ -436,12 +436,12 @@ mod tests {
         let mut seq = Sequence::new();
         store
             .expect_write()
-            .withf(|_, _, r| *r == Revision(1))
+            .withf(|_, _, r| *r == Revision::from(1))
             .times(1)
             .in_sequence(&mut seq)
             .returning(|_, _, _| {
                 Err(StoreError::Conflict {
-                    current: Revision(5),
+                    current: Revision::from(5),
                 })
             });
         store
@@ -451,17 +451,17 @@ mod tests {
             .returning(|_| Ok(status(5, &["other"])));
         store
             .expect_write()
-            .withf(|_, _, r| *r == Revision(5))
+            .withf(|_, _, r| *r == Revision::from(5))
             .times(1)
             .in_sequence(&mut seq)
-            .returning(|_, _, _| Ok(Revision(6)));
+            .returning(|_, _, _| Ok(Revision::from(6)));
         let metrics = Arc::new(Metrics::default());
         let writer = StatusWriter::new(Arc::new(store)).with_metrics(metrics.clone());
-        writer.seed("node-a", Revision(1));
+        writer.seed("node-a", Revision::from(1));
         assert_eq!(
             writer.write(&"node-a", &[rv("v")]).await,
             Ok(WriteOutcome::Written {
-                revision: Revision(6),
+                revision: Revision::from(6),
                 attempts: 2
             })
         );
@@ -474,7 +474,7 @@ mod tests {
         let mut store = MockNodeStatusStore::<D>::new();
         store.expect_write().times(1).returning(|_, _, _| {
             Err(StoreError::Conflict {
-                current: Revision(5),
+                current: Revision::from(5),
             })
         });
         store
@@ -482,14 +482,14 @@ mod tests {
             .times(1)
             .returning(|_| Ok(status(5, &["v"])));
         let writer = StatusWriter::new(Arc::new(store));
-        writer.seed("node-a", Revision(1));
+        writer.seed("node-a", Revision::from(1));
         assert_eq!(
             writer.write(&"node-a", &[rv("v")]).await,
             Ok(WriteOutcome::AlreadyCurrent {
-                revision: Revision(5)
+                revision: Revision::from(5)
             })
         );
-        assert_eq!(writer.revision(&"node-a"), Some(Revision(5)));
+        assert_eq!(writer.revision(&"node-a"), Some(Revision::from(5)));
     }
 
     #[tokio::test]
@@ -498,22 +498,18 @@ mod tests {
         store
             .expect_write()
             .times(StatusWriter::<D>::MAX_ATTEMPTS as usize)
-            .returning(|_, _, r| {
-                Err(StoreError::Conflict {
-                    current: Revision(r.0 + 1),
-                })
-            });
+            .returning(|_, _, r| Err(StoreError::Conflict { current: r.plus(1) }));
         let reads = std::sync::atomic::AtomicU64::new(1);
         store.expect_read().times(2).returning(move |_| {
             let r = reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Ok(status(r * 10, &[]))
         });
         let writer = StatusWriter::new(Arc::new(store));
-        writer.seed("node-a", Revision(1));
+        writer.seed("node-a", Revision::from(1));
         assert_eq!(
             writer.write(&"node-a", &[rv("v")]).await,
             Err(StoreError::Conflict {
-                current: Revision(21)
+                current: Revision::from(21)
             })
         );
         assert_eq!(writer.revision(&"node-a"), None);
@@ -543,12 +539,12 @@ mod tests {
             .in_sequence(&mut seq)
             .returning(|_| Err(StoreError::NotFound));
         let writer = StatusWriter::new(Arc::new(store));
-        writer.seed("node-a", Revision(3));
+        writer.seed("node-a", Revision::from(3));
         assert!(matches!(
             writer.write(&"node-a", &[]).await,
             Err(StoreError::Transient { .. })
         ));
-        assert_eq!(writer.revision(&"node-a"), Some(Revision(3)));
+        assert_eq!(writer.revision(&"node-a"), Some(Revision::from(3)));
         assert_eq!(
             writer.write(&"node-a", &[]).await,
             Err(StoreError::NotFound)
@@ -633,14 +629,14 @@ mod tests {
         assert_eq!(writer.revision(&"node-a"), None);
         // A revision known: the write hangs, and the revision is kept (if the write landed
         // after all, the next one conflicts on it and reads fresh).
-        writer.seed("node-a", Revision(3));
+        writer.seed("node-a", Revision::from(3));
         let start = tokio::time::Instant::now();
         assert_eq!(
             within_an_hour(writer.write(&"node-a", &[rv("v")])).await,
             Err(no_answer_within(30))
         );
         assert_eq!(start.elapsed(), Duration::from_secs(30), "the default");
-        assert_eq!(writer.revision(&"node-a"), Some(Revision(3)));
+        assert_eq!(writer.revision(&"node-a"), Some(Revision::from(3)));
         let m = metrics.snapshot();
         assert_eq!((m.timeouts.status_read, m.timeouts.status_write), (1, 1));
         assert_eq!(m.store_writes, 1);

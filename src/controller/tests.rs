@@ -129,7 +129,7 @@ fn empty_status(revision: u64) -> NodeStatus<D> {
         in_use: Some(vec![]),
         fenced: Some(false),
         healthy: Some(true),
-        revision: Revision(revision),
+        revision: Revision::from(revision),
     }
 }
 
@@ -144,8 +144,9 @@ fn accept_writes(store: &mut MockNodeStatusStore<D>, epoch: Instant) -> Log<Writ
     let log = Log::default();
     let l = log.clone();
     store.expect_write().returning(move |n, list, r| {
+        let next = r.plus(1);
         l.push(epoch, (*n, volumes(list), r));
-        Ok(Revision(r.0 + 1))
+        Ok(next)
     });
     log
 }
@@ -240,16 +241,16 @@ async fn attaches_reports_then_unreports_and_detaches() {
     let mut store = store(&[A, B]);
     store
         .expect_write()
-        .withf(|n, l, r| *n == A && *l == [rv(V1)] && *r == Revision(1))
+        .withf(|n, l, r| *n == A && *l == [rv(V1)] && *r == Revision::from(1))
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_, _, _| Ok(Revision(2)));
+        .returning(|_, _, _| Ok(Revision::from(2)));
     store
         .expect_write()
-        .withf(|n, l, r| *n == A && l.is_empty() && *r == Revision(2))
+        .withf(|n, l, r| *n == A && l.is_empty() && *r == Revision::from(2))
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_, _, _| Ok(Revision(3)));
+        .returning(|_, _, _| Ok(Revision::from(3)));
     // The detach comes only after the store acknowledged the volume's removal.
     let detaches = Log::default();
     let d = detaches.clone();
@@ -306,7 +307,7 @@ async fn attach_transient_error_is_retried_after_backoff_and_reported_once() {
         second - first
     );
     // Nothing was reported before the attach succeeded, and it was reported once.
-    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(1))]);
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision::from(1))]);
     assert!(writes.times()[0] > second);
     assert_eq!(
         h.events.reasons(),
@@ -334,7 +335,7 @@ async fn attach_uncertain_error_is_not_reported_until_an_attach_succeeds() {
     sleep(secs(2)).await;
     assert_eq!(attached.items(), vec![(V1, A)]);
     assert!(attached.times()[0] >= ms(500), "after the backoff");
-    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(1))]);
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision::from(1))]);
     assert_eq!(
         h.events.reasons(),
         vec!["FailedAttachVolume", "SuccessfulAttachVolume"]
@@ -375,7 +376,7 @@ async fn attached_elsewhere_is_detached_there_before_attaching_here() {
     let h = Harness::new(backend, store);
 
     sleep(secs(3)).await;
-    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(1))]);
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision::from(1))]);
     let reasons = h.events.reasons();
     assert_eq!(reasons.first(), Some(&"FailedAttachVolume"));
     assert_eq!(
@@ -489,7 +490,7 @@ async fn a_panicking_backend_call_counts_as_uncertain() {
 
     sleep(secs(2)).await;
     assert_eq!(attaches.items(), vec![(V1, A)]);
-    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(1))]);
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision::from(1))]);
     let events = h.events.events();
     assert!(
         matches!(&events[0], Event::AttachFailed { message, .. } if message.contains("panicked")),
@@ -562,12 +563,12 @@ async fn a_slow_attach_holds_up_no_other_volume() {
 
     sleep(secs(1)).await;
     assert_eq!(attaches.items(), vec![(V2, A)]);
-    assert_eq!(writes.items(), vec![(A, vec![V2], Revision(1))]);
+    assert_eq!(writes.items(), vec![(A, vec![V2], Revision::from(1))]);
     assert_eq!(h.handle.metrics().in_flight, 1, "vol-1 still attaching");
     sleep(secs(30)).await;
     assert_eq!(attaches.items(), vec![(V2, A), (V1, A)]);
     assert!(attaches.times()[1] >= secs(30));
-    assert_eq!(writes.items()[1], (A, vec![V1, V2], Revision(2)));
+    assert_eq!(writes.items()[1], (A, vec![V1, V2], Revision::from(2)));
     h.finish().await;
 }
 
@@ -582,12 +583,12 @@ async fn status_conflict_reads_fresh_and_retries_on_the_new_revision() {
     let mut store = store(&[A, B]);
     store
         .expect_write()
-        .withf(|_, _, r| *r == Revision(1))
+        .withf(|_, _, r| *r == Revision::from(1))
         .times(1)
         .in_sequence(&mut seq)
         .returning(|_, _, _| {
             Err(StoreError::Conflict {
-                current: Revision(7),
+                current: Revision::from(7),
             })
         });
     store
@@ -600,7 +601,7 @@ async fn status_conflict_reads_fresh_and_retries_on_the_new_revision() {
     let h = Harness::new(backend, store);
 
     sleep(secs(1)).await;
-    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(7))]);
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision::from(7))]);
     let m = h.handle.metrics();
     assert_eq!((m.store_writes, m.store_write_conflicts), (2, 1));
     assert_eq!(m.write_status.succeeded, 1);
@@ -617,7 +618,7 @@ async fn status_conflict_with_the_list_already_stored_is_success() {
     let mut store = store(&[A, B]);
     store.expect_write().times(1).returning(|_, _, _| {
         Err(StoreError::Conflict {
-            current: Revision(7),
+            current: Revision::from(7),
         })
     });
     store.expect_read().times(1).returning(|_| {
@@ -626,7 +627,7 @@ async fn status_conflict_with_the_list_already_stored_is_success() {
             in_use: None,
             fenced: None,
             healthy: None,
-            revision: Revision(7),
+            revision: Revision::from(7),
         })
     });
     let writes = accept_writes(&mut store, epoch);
@@ -639,7 +640,7 @@ async fn status_conflict_with_the_list_already_stored_is_success() {
     // The revision read is the one the next write is conditional on.
     h.handle.workload_removed("w1").await.unwrap();
     sleep(secs(1)).await;
-    assert_eq!(writes.items(), vec![(A, vec![], Revision(7))]);
+    assert_eq!(writes.items(), vec![(A, vec![], Revision::from(7))]);
     h.finish().await;
 }
 
@@ -655,10 +656,9 @@ async fn status_conflicts_without_end_fail_the_write_and_the_core_backs_off() {
         .expect_write()
         .times(StatusWriter::<D>::MAX_ATTEMPTS as usize)
         .returning(move |n, list, r| {
+            let current = r.plus(10);
             l.push(epoch, (*n, volumes(list), r));
-            Err(StoreError::Conflict {
-                current: Revision(r.0 + 10),
-            })
+            Err(StoreError::Conflict { current })
         });
     let mut reads = 0;
     store.expect_read().returning(move |_| {
@@ -670,9 +670,12 @@ async fn status_conflicts_without_end_fail_the_write_and_the_core_backs_off() {
 
     sleep(secs(2)).await;
     let revisions: Vec<_> = losing.items().into_iter().map(|(_, _, r)| r).collect();
-    assert_eq!(revisions, vec![Revision(1), Revision(11), Revision(21)]);
+    assert_eq!(
+        revisions,
+        vec![Revision::from(1), Revision::from(11), Revision::from(21)]
+    );
     // The failed write left the revision unknown: the retry, after the backoff, reads first.
-    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(31))]);
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision::from(31))]);
     assert!(writes.times()[0] - losing.times()[2] >= ms(500));
     let m = h.handle.metrics();
     assert_eq!((m.write_status.failed, m.write_status.succeeded), (1, 1));
@@ -698,8 +701,8 @@ async fn status_transient_error_is_retried_after_backoff_on_the_same_revision() 
     let h = Harness::new(backend, store);
 
     sleep(secs(2)).await;
-    assert_eq!(failed.items(), vec![(A, vec![V1], Revision(1))]);
-    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(1))]);
+    assert_eq!(failed.items(), vec![(A, vec![V1], Revision::from(1))]);
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision::from(1))]);
     let wait = writes.times()[0] - failed.times()[0];
     assert!(wait >= ms(500) && wait < ms(700), "retried after {wait:?}");
     h.finish().await;
@@ -714,7 +717,7 @@ async fn status_not_found_stops_writes_until_the_node_reappears() {
     let mut store = store(&[A, B]);
     store
         .expect_write()
-        .withf(|n, _, r| *n == A && *r == Revision(1))
+        .withf(|n, _, r| *n == A && *r == Revision::from(1))
         .times(1)
         .in_sequence(&mut seq)
         .returning(|_, _, _| Err(StoreError::NotFound));
@@ -743,7 +746,7 @@ async fn status_not_found_stops_writes_until_the_node_reappears() {
     // re-registration).
     h.handle.node_updated(A, facts(&[])).await.unwrap();
     sleep(secs(1)).await;
-    assert_eq!(writes.items(), vec![(A, vec![V1, V2], Revision(40))]);
+    assert_eq!(writes.items(), vec![(A, vec![V1, V2], Revision::from(40))]);
     h.finish().await;
 }
 
@@ -1125,7 +1128,7 @@ async fn a_removed_node_is_read_afresh_when_it_comes_back() {
         .unwrap();
     sleep(secs(1)).await;
     // Not against revision 1, which belonged to the node object that was removed.
-    assert_eq!(writes.items(), vec![(B, vec![V1], Revision(50))]);
+    assert_eq!(writes.items(), vec![(B, vec![V1], Revision::from(50))]);
     h.finish().await;
 }
 
@@ -1146,7 +1149,7 @@ async fn a_fresh_in_use_report_stops_a_detach() {
             in_use: Some(vec![V1]),
             fenced: Some(false),
             healthy: Some(true),
-            revision: Revision(0),
+            revision: Revision::from(0),
         })
     });
     let h = Harness::new(backend, store);
@@ -1327,7 +1330,7 @@ async fn a_hung_attach_becomes_uncertain_at_its_deadline_and_is_retried() {
     assert_eq!(attaches.items(), vec![(V1, A)]);
     assert_eq!(attaches.times(), vec![secs(120) + ms(500)]);
     // Maybe attached is not reported; attached is, once.
-    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(1))]);
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision::from(1))]);
     let events = h.events.events();
     assert_eq!(
         events[0],
@@ -1441,7 +1444,7 @@ async fn a_hung_status_write_times_out_and_is_retried_on_the_same_revision() {
     assert!(writes.items().is_empty(), "still hanging");
     assert_eq!(h.handle.metrics().write_status.total(), 0);
     sleep(secs(2)).await;
-    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(1))]);
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision::from(1))]);
     let retried = writes.times()[0];
     assert!(
         retried >= secs(30) + ms(500) && retried < secs(31),

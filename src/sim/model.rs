@@ -655,7 +655,7 @@ fn finish(
                     message: "model".into(),
                 }),
                 Outcome::Conflict => Err(StoreError::Conflict {
-                    current: crate::Revision(0),
+                    current: crate::Revision::from(0),
                 }),
             };
             core.status_finished(now, id, result)
