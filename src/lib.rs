@@ -112,6 +112,7 @@ mod config;
 mod controller;
 mod desired;
 mod domain;
+mod error;
 mod event;
 mod gate;
 mod memory;
@@ -139,6 +140,7 @@ pub use controller::{
 };
 pub use desired::{DesiredError, DesiredState};
 pub use domain::{Domain, Id, Ids};
+pub use error::ErrorSource;
 pub use event::{Event, Holder};
 pub use gate::{OpKind, OperationGate};
 pub use memory::{BackendOp, CachedView, MemoryBackend, MemoryStore};

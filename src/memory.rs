@@ -115,7 +115,7 @@ impl<D: Domain> BackendState<D> {
 /// let (v, n) = ("vol-1".to_string(), "node-a".to_string());
 /// // The next attach of vol-1 to node-a times out, but the disk does get attached.
 /// backend.fail_next(BackendOp::Attach, v.clone(), n.clone(), 1,
-///     BackendError::Uncertain { message: "timeout".into() });
+///     BackendError::uncertain("timeout"));
 /// assert!(backend.attach(&v, &n, &()).await.is_err());
 /// assert!(backend.is_attached(&v, &n));
 /// assert_eq!(backend.calls(BackendOp::Attach, &v, &n), 1);
@@ -620,10 +620,9 @@ impl<D: Domain> MemoryStore<D> {
         if let Some(e) = s.take_fault(node) {
             return Err(e);
         }
-        let previous = s.nodes.get(node).ok_or(StoreError::NotFound)?;
+        let previous = s.nodes.get(node).ok_or_else(StoreError::not_found)?;
         if previous.revision != expected {
-            let current = previous.revision.clone();
-            return Err(StoreError::Conflict { current });
+            return Err(StoreError::conflict(previous.revision.clone()));
         }
         let (in_use, fenced, healthy) =
             (previous.in_use.clone(), previous.fenced, previous.healthy);
@@ -644,7 +643,7 @@ impl<D: Domain> MemoryStore<D> {
 #[async_trait]
 impl<D: Domain> NodeStatusStore<D> for MemoryStore<D> {
     async fn read(&self, node: &D::Node) -> Result<NodeStatus<D>, StoreError> {
-        self.status(node).ok_or(StoreError::NotFound)
+        self.status(node).ok_or_else(StoreError::not_found)
     }
 
     async fn write(
@@ -680,7 +679,7 @@ impl<D: Domain> NodeStatusStore<D> for MemoryStore<D> {
 /// let cache = store.cached(Duration::from_secs(1));
 /// let node = "node-a".to_string();
 /// store.add_node(node.clone());
-/// assert_eq!(cache.read(&node).await, Err(StoreError::NotFound)); // not seen yet
+/// assert_eq!(cache.read(&node).await, Err(StoreError::not_found())); // not seen yet
 /// tokio::time::sleep(Duration::from_secs(1)).await;
 /// assert!(cache.read(&node).await.is_ok());
 /// # });
@@ -719,7 +718,7 @@ impl<D: Domain> NodeStatusStore<D> for CachedView<D> {
     /// Reads `node`'s status as it was [`lag`](CachedView::lag) ago: deliberately stale.
     async fn read(&self, node: &D::Node) -> Result<NodeStatus<D>, StoreError> {
         let s = self.store.inner.lock();
-        s.as_of(node, self.lag).ok_or(StoreError::NotFound)
+        s.as_of(node, self.lag).ok_or_else(StoreError::not_found)
     }
 
     async fn write(
@@ -755,13 +754,11 @@ mod tests {
     }
 
     fn transient() -> BackendError<String> {
-        BackendError::Transient { message: s("503") }
+        BackendError::transient(s("503"))
     }
 
     fn uncertain() -> BackendError<String> {
-        BackendError::Uncertain {
-            message: s("timeout"),
-        }
+        BackendError::uncertain(s("timeout"))
     }
 
     #[tokio::test]
@@ -842,10 +839,7 @@ mod tests {
     async fn attached_elsewhere_fault_attaches_nothing() {
         let backend = MemoryBackend::<D>::new();
         let (v, n) = (s("vol-1"), s("node-a"));
-        let elsewhere = BackendError::AttachedElsewhere {
-            node: s("node-b"),
-            message: s("in use"),
-        };
+        let elsewhere = BackendError::attached_elsewhere(s("node-b"), s("in use"));
         backend.fail_next(BackendOp::Attach, v.clone(), None, 1, elsewhere.clone());
         assert_eq!(backend.attach(&v, &n, &0).await, Err(elsewhere));
         assert!(backend.attachments().is_empty());
@@ -959,9 +953,7 @@ mod tests {
         assert_ne!(second, first.revision);
         assert_eq!(
             store.write(&n, &[], first.revision).await,
-            Err(StoreError::Conflict {
-                current: second.clone()
-            })
+            Err(StoreError::conflict(second.clone()))
         );
         let now = store.read(&n).await.unwrap();
         assert_eq!(now.attached, vec![reported("vol-1")]);
@@ -1010,10 +1002,10 @@ mod tests {
         store.add_node(s("node-b"));
         let old = store.read(&n).await.unwrap();
         store.remove_node(&n);
-        assert_eq!(store.read(&n).await, Err(StoreError::NotFound));
+        assert_eq!(store.read(&n).await, Err(StoreError::not_found()));
         assert_eq!(
             store.write(&n, &[], old.revision.clone()).await,
-            Err(StoreError::NotFound)
+            Err(StoreError::not_found())
         );
         let listed = store.list().await.unwrap();
         assert_eq!(listed.len(), 1);
@@ -1033,9 +1025,7 @@ mod tests {
         let (a, b) = (s("node-a"), s("node-b"));
         store.add_node(a.clone());
         store.add_node(b.clone());
-        let err = StoreError::Transient {
-            message: s("etcd leader lost"),
-        };
+        let err = StoreError::transient(s("etcd leader lost"));
         store.fail_next_write(a.clone(), 2, err.clone());
         let rev = store.read(&a).await.unwrap().revision;
 
@@ -1055,8 +1045,11 @@ mod tests {
         assert_eq!(store.writes(&a), 3);
         assert_eq!(store.writes(&b), 1);
 
-        store.fail_next_write(None, 1, StoreError::NotFound);
-        assert_eq!(store.write(&b, &[], rev_b).await, Err(StoreError::NotFound));
+        store.fail_next_write(None, 1, StoreError::not_found());
+        assert_eq!(
+            store.write(&b, &[], rev_b).await,
+            Err(StoreError::not_found())
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -1066,7 +1059,7 @@ mod tests {
         assert_eq!(cache.lag(), Duration::from_secs(5));
         let n = s("node-a");
         store.add_node(n.clone());
-        assert_eq!(cache.read(&n).await, Err(StoreError::NotFound));
+        assert_eq!(cache.read(&n).await, Err(StoreError::not_found()));
         assert!(cache.list().await.unwrap().is_empty());
 
         tokio::time::advance(Duration::from_secs(5)).await;
@@ -1086,9 +1079,7 @@ mod tests {
         // Writing against the stale revision conflicts instead of erasing vol-1.
         assert_eq!(
             cache.write(&n, &[], seen.revision).await,
-            Err(StoreError::Conflict {
-                current: rev.clone()
-            })
+            Err(StoreError::conflict(rev.clone()))
         );
 
         tokio::time::advance(Duration::from_secs(2)).await;
@@ -1101,7 +1092,7 @@ mod tests {
         store.remove_node(&n);
         assert!(cache.read(&n).await.is_ok());
         tokio::time::advance(Duration::from_secs(5)).await;
-        assert_eq!(cache.read(&n).await, Err(StoreError::NotFound));
+        assert_eq!(cache.read(&n).await, Err(StoreError::not_found()));
     }
 
     #[tokio::test(start_paused = true)]

@@ -647,7 +647,7 @@ impl<D: Domain> Reconciler<D> {
                 self.gate.succeeded(key, OpKind::WriteStatus);
                 self.status.write_acked(&node);
             }
-            Err(StoreError::NotFound) => {
+            Err(StoreError::NotFound { .. }) => {
                 self.gate.succeeded(key, OpKind::WriteStatus);
                 self.status.write_not_found(&node);
             }

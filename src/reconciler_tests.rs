@@ -52,15 +52,11 @@ fn render(op: &Operation<T>) -> String {
 }
 
 fn transient() -> BackendError<&'static str> {
-    BackendError::Transient {
-        message: "injected".into(),
-    }
+    BackendError::transient("injected")
 }
 
 fn uncertain() -> BackendError<&'static str> {
-    BackendError::Uncertain {
-        message: "timed out".into(),
-    }
+    BackendError::uncertain("timed out")
 }
 
 impl H {
@@ -357,9 +353,7 @@ fn status_write_failure_holds_the_detach() {
     );
     h.fail_status(
         ops.into_iter().next().unwrap(),
-        StoreError::Transient {
-            message: "apiserver down".into(),
-        },
+        StoreError::transient("apiserver down"),
     );
     assert_eq!(
         h.stored("n1"),
@@ -546,13 +540,7 @@ fn dangling_attach_error_marks_the_named_node_uncertain() {
     h.rwo("v1");
     h.pod("p1", "n2", &["v1"]);
     let attach = h.tick_taking(OpKind::Attach);
-    h.fail(
-        attach,
-        BackendError::AttachedElsewhere {
-            node: "n1",
-            message: "dangling".into(),
-        },
-    );
+    h.fail(attach, BackendError::attached_elsewhere("n1", "dangling"));
     assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Uncertain);
     // n1 does not need it and reports nothing in use: detach it there, then attach to n2.
     let seen = h.run_ok(secs(2));
@@ -1277,12 +1265,7 @@ fn node_churn_leaves_no_status_record_or_backoff_behind() {
         let n = leak(format!("n{i}"));
         h.node(n, &[]);
         let write = h.tick_taking(OpKind::WriteStatus);
-        h.fail_status(
-            write,
-            StoreError::Transient {
-                message: "x".into(),
-            },
-        );
+        h.fail_status(write, StoreError::transient("x"));
         h.r.node_removed(&n).unwrap();
         h.run_ok(secs(1));
         h.node(leak(format!("m{i}")), &[]);

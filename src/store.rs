@@ -2,6 +2,7 @@
 //! `node.status.volumesAttached`), written with optimistic concurrency.
 
 use std::borrow::Cow;
+use std::error::Error;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::domain::Domain;
+use crate::error::{ErrorSource, as_source, same_source, write_detail};
 
 /// A version of one node's status, for compare-and-set writes: an opaque token the store hands
 /// out with a read and takes back with a write.
@@ -216,31 +218,185 @@ pub struct NodeStatus<D: Domain> {
     pub revision: Revision,
 }
 
-/// Why a store call failed.
+/// Why a store call failed, sorted by what the caller may assume about its effect.
+///
+/// A [`Conflict`](StoreError::Conflict), a [`NotFound`](StoreError::NotFound) or a
+/// [`Transient`](StoreError::Transient) error changed nothing; after an
+/// [`Uncertain`](StoreError::Uncertain) one (a write that timed out) the write may have landed,
+/// so what the store holds is unknown until read again.
+///
+/// Each variant may carry the error the store's client failed with, returned by
+/// [`source`](std::error::Error::source) and not repeated in the message. Build them with the
+/// constructors; the variants have named fields so that a `match` can still sort them
+/// (`StoreError::Conflict { current, .. }`).
+///
+/// Two errors are equal when they are of the same kind with the same fields and their sources
+/// are both absent or both display the same text (the sources' own sources are not compared).
 ///
 /// ```
 /// use attach_detach::{Revision, StoreError};
-/// let e = StoreError::Conflict { current: Revision::from(7) };
+/// let e = StoreError::conflict(Revision::from(7));
 /// assert_eq!(e.to_string(), "node status changed concurrently, current revision is 7");
+///
+/// let timeout = std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in 5s");
+/// let e = StoreError::uncertain("writing node-a").with_source(timeout);
+/// assert!(e.may_have_taken_effect());
+/// assert_eq!(e.to_string(), "store call may have taken effect: writing node-a");
+/// let source = std::error::Error::source(&e).unwrap();
+/// assert_eq!(source.to_string(), "no answer in 5s");
+/// assert!(matches!(e, StoreError::Uncertain { .. }));
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug)]
+#[non_exhaustive]
 pub enum StoreError {
-    /// Someone else wrote first: re-read, recompute, retry.
-    #[error("node status changed concurrently, current revision is {current}")]
+    /// Someone else wrote first: re-read, recompute, retry. Nothing was written.
+    #[non_exhaustive]
     Conflict {
-        /// The revision the store holds now.
-        current: Revision,
+        /// The revision the store holds now, when the store says (etcd can; Kubernetes
+        /// answers a conflict without one).
+        current: Option<Revision>,
+        /// The store client's error.
+        source: Option<ErrorSource>,
     },
-    /// The node does not exist (any more).
-    #[error("node not found")]
-    NotFound,
+    /// The node does not exist (any more). Nothing was written.
+    #[non_exhaustive]
+    NotFound {
+        /// The store client's error.
+        source: Option<ErrorSource>,
+    },
     /// The call failed and did nothing; retry with backoff.
-    #[error("store call failed and did nothing: {message}")]
+    #[non_exhaustive]
     Transient {
         /// The store's explanation.
         message: String,
+        /// The store client's error.
+        source: Option<ErrorSource>,
+    },
+    /// The call may have taken effect (a write that timed out, a lost response): the store may
+    /// hold the new list or the old one, and only a fresh read tells.
+    #[non_exhaustive]
+    Uncertain {
+        /// The store's explanation.
+        message: String,
+        /// The store client's error.
+        source: Option<ErrorSource>,
     },
 }
+
+impl StoreError {
+    /// Someone else wrote first; `current` is the revision the store holds now, if it said.
+    pub fn conflict(current: impl Into<Option<Revision>>) -> Self {
+        StoreError::Conflict {
+            current: current.into(),
+            source: None,
+        }
+    }
+
+    /// The node does not exist.
+    pub fn not_found() -> Self {
+        StoreError::NotFound { source: None }
+    }
+
+    /// The call failed and did nothing.
+    pub fn transient(message: impl Into<String>) -> Self {
+        StoreError::Transient {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The call may have taken effect.
+    pub fn uncertain(message: impl Into<String>) -> Self {
+        StoreError::Uncertain {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same error, caused by `source` (returned by
+    /// [`source`](std::error::Error::source)). Anything that converts into a boxed error will
+    /// do: an error value, a `Box<dyn Error + Send + Sync>`, a string.
+    pub fn with_source(
+        mut self,
+        source: impl Into<Box<dyn Error + Send + Sync + 'static>>,
+    ) -> Self {
+        let shared = Some(crate::error::share(source));
+        match &mut self {
+            StoreError::Conflict { source, .. }
+            | StoreError::NotFound { source }
+            | StoreError::Transient { source, .. }
+            | StoreError::Uncertain { source, .. } => *source = shared,
+        }
+        self
+    }
+
+    /// Whether the failed call may nevertheless have changed what the store holds: only an
+    /// [`Uncertain`](StoreError::Uncertain) one may have.
+    pub fn may_have_taken_effect(&self) -> bool {
+        matches!(self, StoreError::Uncertain { .. })
+    }
+
+    fn source_field(&self) -> &Option<ErrorSource> {
+        match self {
+            StoreError::Conflict { source, .. }
+            | StoreError::NotFound { source }
+            | StoreError::Transient { source, .. }
+            | StoreError::Uncertain { source, .. } => source,
+        }
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Conflict { current, .. } => {
+                f.write_str("node status changed concurrently")?;
+                match current {
+                    Some(current) => write!(f, ", current revision is {current}"),
+                    None => Ok(()),
+                }
+            }
+            StoreError::NotFound { .. } => f.write_str("node not found"),
+            StoreError::Transient { message, source } => {
+                f.write_str("store call failed and did nothing")?;
+                write_detail(f, message, source)
+            }
+            StoreError::Uncertain { message, source } => {
+                f.write_str("store call may have taken effect")?;
+                write_detail(f, message, source)
+            }
+        }
+    }
+}
+
+impl Error for StoreError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        as_source(self.source_field())
+    }
+}
+
+impl PartialEq for StoreError {
+    fn eq(&self, other: &Self) -> bool {
+        let same = match (self, other) {
+            (StoreError::Conflict { current: a, .. }, StoreError::Conflict { current: b, .. }) => {
+                a == b
+            }
+            (StoreError::NotFound { .. }, StoreError::NotFound { .. }) => true,
+            (
+                StoreError::Transient { message: a, .. },
+                StoreError::Transient { message: b, .. },
+            )
+            | (
+                StoreError::Uncertain { message: a, .. },
+                StoreError::Uncertain { message: b, .. },
+            ) => a == b,
+            _ => false,
+        };
+        same && same_source(self.source_field(), other.source_field())
+    }
+}
+
+impl Eq for StoreError {}
 
 /// The store of every node's reported attached volumes.
 ///
@@ -273,6 +429,7 @@ pub trait NodeStatusStore<D: Domain>: Send + Sync {
 #[cfg(test)]
 mod tests {
     use std::collections::hash_map::DefaultHasher;
+    use std::io;
     use std::sync::Arc;
 
     use super::*;
@@ -330,6 +487,99 @@ mod tests {
         assert_eq!(text.clone(), text);
     }
 
+    #[test]
+    fn store_errors_display() {
+        assert_eq!(StoreError::not_found().to_string(), "node not found");
+        assert_eq!(
+            StoreError::conflict(None).to_string(),
+            "node status changed concurrently"
+        );
+        assert_eq!(
+            StoreError::conflict(Revision::from("x7")).to_string(),
+            "node status changed concurrently, current revision is x7"
+        );
+        assert_eq!(
+            StoreError::transient("503").to_string(),
+            "store call failed and did nothing: 503"
+        );
+        // The source is not repeated after a message...
+        let refused = io::Error::new(io::ErrorKind::ConnectionRefused, "refused");
+        assert_eq!(
+            StoreError::transient("503")
+                .with_source(refused)
+                .to_string(),
+            "store call failed and did nothing: 503"
+        );
+        // ...but stands in for a missing one.
+        assert_eq!(
+            StoreError::uncertain("").with_source("lost").to_string(),
+            "store call may have taken effect: lost"
+        );
+        assert_eq!(
+            StoreError::uncertain("").to_string(),
+            "store call may have taken effect"
+        );
+    }
+
+    #[test]
+    fn store_errors_keep_their_kind_and_source() {
+        let io = || io::Error::new(io::ErrorKind::TimedOut, "deadline exceeded");
+        let errors = [
+            StoreError::conflict(Revision::from(3)).with_source(io()),
+            StoreError::not_found().with_source(io()),
+            StoreError::transient("read").with_source(io()),
+            StoreError::uncertain("write").with_source(io()),
+        ];
+        for e in &errors {
+            let source = e.source().expect("source kept");
+            assert_eq!(source.to_string(), "deadline exceeded");
+            // The concrete type survives, for a caller that wants to look closer.
+            let io = source.downcast_ref::<io::Error>().expect("an io::Error");
+            assert_eq!(io.kind(), io::ErrorKind::TimedOut);
+            // Clones share it.
+            assert!(e.clone().source().is_some());
+        }
+        assert!(matches!(
+            &errors[0],
+            StoreError::Conflict { current: Some(r), .. } if *r == Revision::from(3)
+        ));
+        assert!(matches!(errors[1], StoreError::NotFound { .. }));
+        let effect: Vec<bool> = errors
+            .iter()
+            .map(StoreError::may_have_taken_effect)
+            .collect();
+        assert_eq!(effect, [false, false, false, true]);
+        assert!(StoreError::not_found().source().is_none());
+    }
+
+    #[test]
+    fn store_error_equality_is_kind_fields_and_source_text() {
+        let io = |m: &str| io::Error::other(m.to_string());
+        assert_eq!(StoreError::not_found(), StoreError::not_found());
+        assert_eq!(StoreError::conflict(None), StoreError::conflict(None));
+        assert_ne!(
+            StoreError::conflict(None),
+            StoreError::conflict(Revision::from(1))
+        );
+        assert_ne!(StoreError::transient("x"), StoreError::uncertain("x"));
+        assert_ne!(StoreError::transient("x"), StoreError::transient("y"));
+        // Sources: equal when both absent or both display alike, even if built separately.
+        assert_eq!(
+            StoreError::transient("x").with_source(io("a")),
+            StoreError::transient("x").with_source(io("a"))
+        );
+        assert_ne!(
+            StoreError::transient("x").with_source(io("a")),
+            StoreError::transient("x").with_source(io("b"))
+        );
+        assert_ne!(
+            StoreError::transient("x").with_source(io("a")),
+            StoreError::transient("x")
+        );
+        let e = StoreError::not_found().with_source(io("gone"));
+        assert_eq!(e.clone(), e);
+    }
+
     #[tokio::test]
     async fn mock_works_through_dyn() {
         let mut mock = MockNodeStatusStore::<D>::new();
@@ -351,7 +601,8 @@ mod tests {
             })
             .times(1)
             .returning(|_, _, _| Ok(Revision::from(4)));
-        mock.expect_list().returning(|| Err(StoreError::NotFound));
+        mock.expect_list()
+            .returning(|| Err(StoreError::not_found()));
 
         let store: Arc<dyn NodeStatusStore<D>> = Arc::new(mock);
         let node = "node-a".to_string();
@@ -361,6 +612,6 @@ mod tests {
             store.write(&node, &[], status.revision).await,
             Ok(Revision::from(4))
         );
-        assert_eq!(store.list().await, Err(StoreError::NotFound));
+        assert_eq!(store.list().await, Err(StoreError::not_found()));
     }
 }

@@ -73,7 +73,7 @@ fn attached_with_status_missing() -> Reconciler<D> {
         &mut core,
         ms(0),
         ms(1000),
-        answer_with(|_| Err(StoreError::NotFound)),
+        answer_with(|_| Err(StoreError::not_found())),
     );
     let writes = ops
         .iter()
@@ -112,7 +112,7 @@ fn a_detach_does_not_wait_for_a_status_write_to_a_node_the_store_lacks() {
         &mut core,
         ms(2000),
         Duration::from_secs(60),
-        answer_with(|_| Err(StoreError::NotFound)),
+        answer_with(|_| Err(StoreError::not_found())),
     );
     // No status exists for an agent to read, so nothing can start mounting the volume.
     assert!(

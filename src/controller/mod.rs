@@ -522,11 +522,7 @@ impl<D: Domain> Driver<D> {
                     let listed = deadlines
                         .run(CallKind::StoreList, None, None, list)
                         .await
-                        .unwrap_or_else(|after| {
-                            Err(StoreError::Transient {
-                                message: no_answer(after),
-                            })
-                        });
+                        .unwrap_or_else(|after| Err(StoreError::transient(no_answer(after))));
                     Done::Listed(Listed::Store(listed))
                 })
             }
@@ -537,11 +533,7 @@ impl<D: Domain> Driver<D> {
                     let listed = deadlines
                         .run(CallKind::BackendList, None, None, list)
                         .await
-                        .unwrap_or_else(|after| {
-                            Err(BackendError::Transient {
-                                message: no_answer(after),
-                            })
-                        });
+                        .unwrap_or_else(|after| Err(BackendError::transient(no_answer(after))));
                     Done::Listed(Listed::Backend(listed))
                 })
             }

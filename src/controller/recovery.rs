@@ -37,8 +37,8 @@ impl<D: Domain> Listed<D> {
     pub(crate) fn panicked(source: Source) -> Self {
         let message = "the list call panicked".to_string();
         match source {
-            Source::Store => Listed::Store(Err(StoreError::Transient { message })),
-            Source::Backend => Listed::Backend(Err(BackendError::Transient { message })),
+            Source::Store => Listed::Store(Err(StoreError::transient(message))),
+            Source::Backend => Listed::Backend(Err(BackendError::transient(message))),
         }
     }
 }

@@ -37,8 +37,9 @@ fn backend_label<N>(e: &BackendError<N>) -> &'static str {
 fn store_label(e: &StoreError) -> &'static str {
     match e {
         StoreError::Conflict { .. } => "conflict",
-        StoreError::NotFound => "not-found",
+        StoreError::NotFound { .. } => "not-found",
         StoreError::Transient { .. } => "transient",
+        StoreError::Uncertain { .. } => "uncertain",
     }
 }
 
@@ -48,11 +49,11 @@ impl<D: Domain> OpResult<D> {
     pub(crate) fn panicked(kind: OpKind) -> Self {
         let message = "the backend call panicked".to_string();
         match kind {
-            OpKind::Attach => OpResult::Attach(Err(BackendError::Uncertain { message })),
-            OpKind::Detach => OpResult::Detach(Err(BackendError::Uncertain { message })),
-            OpKind::Verify => OpResult::Verify(Err(BackendError::Transient { message })),
-            OpKind::WriteStatus => OpResult::WriteStatus(Err(StoreError::Transient { message })),
-            OpKind::List => OpResult::List(Err(BackendError::Transient { message })),
+            OpKind::Attach => OpResult::Attach(Err(BackendError::uncertain(message))),
+            OpKind::Detach => OpResult::Detach(Err(BackendError::uncertain(message))),
+            OpKind::Verify => OpResult::Verify(Err(BackendError::transient(message))),
+            OpKind::WriteStatus => OpResult::WriteStatus(Err(StoreError::transient(message))),
+            OpKind::List => OpResult::List(Err(BackendError::transient(message))),
         }
     }
 
@@ -145,9 +146,9 @@ fn span_for<D: Domain>(op: &Operation<D>) -> Span {
 fn backend_timeout<N>(kind: CallKind, after: Duration) -> BackendError<N> {
     let message = no_answer(after);
     if kind.may_take_effect() {
-        BackendError::Uncertain { message }
+        BackendError::uncertain(message)
     } else {
-        BackendError::Transient { message }
+        BackendError::transient(message)
     }
 }
 
@@ -194,7 +195,7 @@ pub(crate) async fn execute<D: Domain>(
                             .await
                             .unwrap_or_else(|after| Err(backend_timeout(CallKind::Detach, after)))
                     }
-                    Err(message) => Err(BackendError::Transient { message }),
+                    Err(message) => Err(BackendError::transient(message)),
                 })
             }
             Operation::Verify { node, volumes, .. } => {

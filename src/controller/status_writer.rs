@@ -200,7 +200,7 @@ impl<D: Domain> StatusWriter<D> {
     ) -> Result<(), String> {
         let status = match self.read(node).await {
             Ok(status) => status,
-            Err(StoreError::NotFound) => return Ok(()),
+            Err(StoreError::NotFound { .. }) => return Ok(()),
             Err(error) => {
                 return Err(format!(
                     "not safe to detach: cannot read node {node:?} to check it does not use volume {volume:?}: {error}"
@@ -236,9 +236,9 @@ impl<D: Domain> StatusWriter<D> {
     /// Errors: [`StoreError::NotFound`] when the node is gone (its revision is forgotten, so a
     /// node recreated under the same name is read afresh: upstream 50721);
     /// [`StoreError::Conflict`] when [`MAX_ATTEMPTS`](Self::MAX_ATTEMPTS) writes all lost a race;
-    /// [`StoreError::Transient`] as the store returned it, or when a read or write got no answer
-    /// within its deadline. After any error the caller must treat what the store holds as
-    /// unknown.
+    /// [`StoreError::Transient`] (or [`StoreError::Uncertain`]) as the store returned it, or
+    /// [`StoreError::Transient`] when a read or write got no answer within its deadline. After
+    /// any error the caller must treat what the store holds as unknown.
     pub async fn write(
         &self,
         node: &D::Node,
@@ -269,16 +269,16 @@ impl<D: Domain> StatusWriter<D> {
                     self.seed(node.clone(), revision.clone());
                     return Ok(WriteOutcome::Written { revision, attempts });
                 }
-                Err(StoreError::NotFound) => {
+                Err(error @ StoreError::NotFound { .. }) => {
                     self.forget(node);
-                    return Err(StoreError::NotFound);
+                    return Err(error);
                 }
-                Err(StoreError::Conflict { current }) => {
+                Err(error @ StoreError::Conflict { .. }) => {
                     self.count(Metrics::store_write_conflict);
-                    debug!(node = ?node, %expected, %current, attempts, "status write conflicted");
+                    debug!(node = ?node, %expected, %error, attempts, "status write conflicted");
                     if attempts >= Self::MAX_ATTEMPTS {
                         self.forget(node);
-                        return Err(StoreError::Conflict { current });
+                        return Err(error);
                     }
                     match self.read_fresh(node, attached).await? {
                         Fresh::Matches(revision) => {
@@ -289,7 +289,9 @@ impl<D: Domain> StatusWriter<D> {
                 }
                 // Did nothing, or (a timeout) may have landed: keep the revision either way. If it
                 // landed, the next write conflicts on it and reads fresh.
-                Err(e @ StoreError::Transient { .. }) => return Err(e),
+                Err(e @ (StoreError::Transient { .. } | StoreError::Uncertain { .. })) => {
+                    return Err(e);
+                }
             }
         }
     }
@@ -309,11 +311,7 @@ impl<D: Domain> StatusWriter<D> {
         self.deadlines
             .run(CallKind::StatusRead, Some(node), None, read)
             .await
-            .unwrap_or_else(|after| {
-                Err(StoreError::Transient {
-                    message: no_answer(after),
-                })
-            })
+            .unwrap_or_else(|after| Err(StoreError::transient(no_answer(after))))
     }
 
     /// One compare-and-set write of `node`, within its deadline.
@@ -327,11 +325,7 @@ impl<D: Domain> StatusWriter<D> {
         self.deadlines
             .run(CallKind::StatusWrite, Some(node), None, write)
             .await
-            .unwrap_or_else(|after| {
-                Err(StoreError::Transient {
-                    message: no_answer(after),
-                })
-            })
+            .unwrap_or_else(|after| Err(StoreError::transient(no_answer(after))))
     }
 
     /// Reads `node` from the store itself and remembers the revision read.
@@ -343,7 +337,7 @@ impl<D: Domain> StatusWriter<D> {
         let status = match self.read(node).await {
             Ok(status) => status,
             Err(e) => {
-                if e == StoreError::NotFound {
+                if matches!(e, StoreError::NotFound { .. }) {
                     self.forget(node);
                 }
                 return Err(e);
@@ -439,11 +433,7 @@ mod tests {
             .withf(|_, _, r| *r == Revision::from(1))
             .times(1)
             .in_sequence(&mut seq)
-            .returning(|_, _, _| {
-                Err(StoreError::Conflict {
-                    current: Revision::from(5),
-                })
-            });
+            .returning(|_, _, _| Err(StoreError::conflict(Revision::from(5))));
         store
             .expect_read()
             .times(1)
@@ -472,11 +462,10 @@ mod tests {
     #[tokio::test]
     async fn conflict_with_the_wanted_list_already_stored_is_success() {
         let mut store = MockNodeStatusStore::<D>::new();
-        store.expect_write().times(1).returning(|_, _, _| {
-            Err(StoreError::Conflict {
-                current: Revision::from(5),
-            })
-        });
+        store
+            .expect_write()
+            .times(1)
+            .returning(|_, _, _| Err(StoreError::conflict(Revision::from(5))));
         store
             .expect_read()
             .times(1)
@@ -498,7 +487,7 @@ mod tests {
         store
             .expect_write()
             .times(StatusWriter::<D>::MAX_ATTEMPTS as usize)
-            .returning(|_, _, r| Err(StoreError::Conflict { current: r.plus(1) }));
+            .returning(|_, _, r| Err(StoreError::conflict(r.plus(1))));
         let reads = std::sync::atomic::AtomicU64::new(1);
         store.expect_read().times(2).returning(move |_| {
             let r = reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -508,9 +497,7 @@ mod tests {
         writer.seed("node-a", Revision::from(1));
         assert_eq!(
             writer.write(&"node-a", &[rv("v")]).await,
-            Err(StoreError::Conflict {
-                current: Revision::from(21)
-            })
+            Err(StoreError::conflict(Revision::from(21)))
         );
         assert_eq!(writer.revision(&"node-a"), None);
     }
@@ -523,21 +510,17 @@ mod tests {
             .expect_write()
             .times(1)
             .in_sequence(&mut seq)
-            .returning(|_, _, _| {
-                Err(StoreError::Transient {
-                    message: "etcd".into(),
-                })
-            });
+            .returning(|_, _, _| Err(StoreError::transient("etcd")));
         store
             .expect_write()
             .times(1)
             .in_sequence(&mut seq)
-            .returning(|_, _, _| Err(StoreError::NotFound));
+            .returning(|_, _, _| Err(StoreError::not_found()));
         store
             .expect_read()
             .times(1)
             .in_sequence(&mut seq)
-            .returning(|_| Err(StoreError::NotFound));
+            .returning(|_| Err(StoreError::not_found()));
         let writer = StatusWriter::new(Arc::new(store));
         writer.seed("node-a", Revision::from(3));
         assert!(matches!(
@@ -547,13 +530,13 @@ mod tests {
         assert_eq!(writer.revision(&"node-a"), Some(Revision::from(3)));
         assert_eq!(
             writer.write(&"node-a", &[]).await,
-            Err(StoreError::NotFound)
+            Err(StoreError::not_found())
         );
         assert_eq!(writer.revision(&"node-a"), None);
         // No revision: the next write reads first, and a missing node stays missing.
         assert_eq!(
             writer.write(&"node-a", &[]).await,
-            Err(StoreError::NotFound)
+            Err(StoreError::not_found())
         );
     }
 
@@ -604,10 +587,8 @@ mod tests {
             .expect("the writer gave up on the hung store by its deadline")
     }
 
-    fn no_answer_within(secs: u64) -> StoreError {
-        StoreError::Transient {
-            message: format!("no answer within {secs}s"),
-        }
+    fn no_answer_within(secs: u64) -> String {
+        format!("no answer within {secs}s")
     }
 
     #[tokio::test(start_paused = true)]
@@ -623,7 +604,7 @@ mod tests {
         let start = tokio::time::Instant::now();
         assert_eq!(
             within_an_hour(writer.write(&"node-a", &[rv("v")])).await,
-            Err(no_answer_within(7))
+            Err(StoreError::transient(no_answer_within(7)))
         );
         assert_eq!(start.elapsed(), Duration::from_secs(7));
         assert_eq!(writer.revision(&"node-a"), None);
@@ -633,7 +614,7 @@ mod tests {
         let start = tokio::time::Instant::now();
         assert_eq!(
             within_an_hour(writer.write(&"node-a", &[rv("v")])).await,
-            Err(no_answer_within(30))
+            Err(StoreError::transient(no_answer_within(30)))
         );
         assert_eq!(start.elapsed(), Duration::from_secs(30), "the default");
         assert_eq!(writer.revision(&"node-a"), Some(Revision::from(3)));

@@ -58,15 +58,11 @@ fn facts(in_use: &[&'static str]) -> NodeFacts<&'static str> {
 }
 
 fn transient() -> BackendError<&'static str> {
-    BackendError::Transient {
-        message: "503".into(),
-    }
+    BackendError::transient("503")
 }
 
 fn uncertain() -> BackendError<&'static str> {
-    BackendError::Uncertain {
-        message: "timeout".into(),
-    }
+    BackendError::uncertain("timeout")
 }
 
 /// vol-1 and vol-2 (single-node), node-a and node-b (healthy, nothing mounted), `w1` on node-a
@@ -352,12 +348,7 @@ async fn attached_elsewhere_is_detached_there_before_attaching_here() {
         .withf(|v, n, _| *v == V1 && *n == A)
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_, _, _| {
-            Err(BackendError::AttachedElsewhere {
-                node: B,
-                message: "in use".into(),
-            })
-        });
+        .returning(|_, _, _| Err(BackendError::attached_elsewhere(B, "in use")));
     backend
         .expect_detach()
         .withf(|v, n, _| *v == V1 && *n == B)
@@ -441,10 +432,7 @@ async fn detach_uncertain_error_retries_without_reporting_again() {
 
 #[tokio::test(start_paused = true)]
 async fn detach_attached_elsewhere_error_is_retried() {
-    let elsewhere = BackendError::AttachedElsewhere {
-        node: B,
-        message: "confused backend".into(),
-    };
+    let elsewhere = BackendError::attached_elsewhere(B, "confused backend");
     let (h, writes, detached) = attach_then_remove(elsewhere).await;
     assert_eq!(detached.items(), vec![(V1, A)]);
     let lists: Vec<_> = writes.items().into_iter().map(|(_, l, _)| l).collect();
@@ -586,11 +574,7 @@ async fn status_conflict_reads_fresh_and_retries_on_the_new_revision() {
         .withf(|_, _, r| *r == Revision::from(1))
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_, _, _| {
-            Err(StoreError::Conflict {
-                current: Revision::from(7),
-            })
-        });
+        .returning(|_, _, _| Err(StoreError::conflict(Revision::from(7))));
     store
         .expect_read()
         .withf(|n| *n == A)
@@ -616,11 +600,10 @@ async fn status_conflict_with_the_list_already_stored_is_success() {
     accept_attaches(&mut backend, epoch);
     accept_detaches(&mut backend, epoch);
     let mut store = store(&[A, B]);
-    store.expect_write().times(1).returning(|_, _, _| {
-        Err(StoreError::Conflict {
-            current: Revision::from(7),
-        })
-    });
+    store
+        .expect_write()
+        .times(1)
+        .returning(|_, _, _| Err(StoreError::conflict(Revision::from(7))));
     store.expect_read().times(1).returning(|_| {
         Ok(NodeStatus {
             attached: vec![rv(V1)],
@@ -658,7 +641,7 @@ async fn status_conflicts_without_end_fail_the_write_and_the_core_backs_off() {
         .returning(move |n, list, r| {
             let current = r.plus(10);
             l.push(epoch, (*n, volumes(list), r));
-            Err(StoreError::Conflict { current })
+            Err(StoreError::conflict(current))
         });
     let mut reads = 0;
     store.expect_read().returning(move |_| {
@@ -692,9 +675,7 @@ async fn status_transient_error_is_retried_after_backoff_on_the_same_revision() 
     let f = failed.clone();
     store.expect_write().times(1).returning(move |n, list, r| {
         f.push(epoch, (*n, volumes(list), r));
-        Err(StoreError::Transient {
-            message: "etcd leader lost".into(),
-        })
+        Err(StoreError::transient("etcd leader lost"))
     });
     store.expect_read().never();
     let writes = accept_writes(&mut store, epoch);
@@ -720,7 +701,7 @@ async fn status_not_found_stops_writes_until_the_node_reappears() {
         .withf(|n, _, r| *n == A && *r == Revision::from(1))
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_, _, _| Err(StoreError::NotFound));
+        .returning(|_, _, _| Err(StoreError::not_found()));
     // The node object is recreated: its new status is read fresh, never written against the
     // forgotten revision.
     store
@@ -828,9 +809,7 @@ async fn recovery_retries_failed_lists_with_backoff_and_plans_nothing_before() {
     let l = lists.clone();
     store.expect_list().times(3).returning(move || {
         l.push(epoch, "store");
-        Err(StoreError::Transient {
-            message: "apiserver down".into(),
-        })
+        Err(StoreError::transient("apiserver down"))
     });
     let l = lists.clone();
     store.expect_list().times(1).returning(move || {

@@ -578,12 +578,8 @@ fn finish(
     truth: &mut Truth,
 ) -> Result<(), String> {
     let backend_error = |o: Outcome| match o {
-        Outcome::Uncertain => BackendError::Uncertain {
-            message: "model".into(),
-        },
-        _ => BackendError::Transient {
-            message: "model".into(),
-        },
+        Outcome::Uncertain => BackendError::uncertain("model"),
+        _ => BackendError::transient("model"),
     };
     let id: OpId = op.id();
     let result = match op {
@@ -647,16 +643,10 @@ fn finish(
                     truth
                         .stored
                         .insert(node, list.iter().map(|r| r.volume).collect());
-                    Err(StoreError::Transient {
-                        message: "timeout".into(),
-                    })
+                    Err(StoreError::transient("timeout"))
                 }
-                Outcome::Transient => Err(StoreError::Transient {
-                    message: "model".into(),
-                }),
-                Outcome::Conflict => Err(StoreError::Conflict {
-                    current: crate::Revision::from(0),
-                }),
+                Outcome::Transient => Err(StoreError::transient("model")),
+                Outcome::Conflict => Err(StoreError::conflict(None)),
             };
             core.status_finished(now, id, result)
         }
