@@ -421,6 +421,32 @@ impl<D: Domain> StoreState<D> {
         status.clone()
     }
 
+    /// Replaces `node`'s list if its revision is still `expected`.
+    fn compare_and_set(
+        &mut self,
+        node: &D::Node,
+        attached: &[ReportedVolume<D>],
+        expected: Revision,
+    ) -> Result<Revision, StoreError> {
+        let previous = self.nodes.get(node).ok_or_else(StoreError::not_found)?;
+        if previous.revision != expected {
+            return Err(StoreError::conflict(previous.revision.clone()));
+        }
+        let (in_use, fenced, healthy) =
+            (previous.in_use.clone(), previous.fenced, previous.healthy);
+        let status = NodeStatus {
+            attached: attached.to_vec(),
+            in_use,
+            fenced,
+            healthy,
+            revision: self.next_revision(),
+        };
+        self.record(node, Some(&status));
+        let revision = status.revision.clone();
+        self.nodes.insert(node.clone(), status);
+        Ok(revision)
+    }
+
     fn take_fault(&mut self, node: &D::Node) -> Option<StoreError> {
         self.faults.take(|n| n.as_ref().is_none_or(|n| n == node))
     }
@@ -577,8 +603,12 @@ impl<D: Domain> MemoryStore<D> {
         self.inner.lock().writes.get(node).copied().unwrap_or(0)
     }
 
-    /// Makes the next `times` writes of `node` (`None`: of any node) fail with `error` without
-    /// writing anything. Faults queue: the first matching one is used.
+    /// Makes the next `times` writes of `node` (`None`: of any node) fail with `error`.
+    ///
+    /// An error that [may have taken effect](StoreError::may_have_taken_effect)
+    /// ([`StoreError::Uncertain`], a write that timed out) is returned after the write is carried
+    /// out as usual: it lands if the revision matches. Every other error leaves the store
+    /// untouched. Faults queue: the first matching one is used.
     pub fn fail_next_write(&self, node: impl Into<Option<D::Node>>, times: u32, error: StoreError) {
         self.inner.lock().faults.push(node.into(), times, error);
     }
@@ -617,26 +647,17 @@ impl<D: Domain> MemoryStore<D> {
     ) -> Result<Revision, StoreError> {
         let mut s = self.inner.lock();
         *s.writes.entry(node.clone()).or_default() += 1;
-        if let Some(e) = s.take_fault(node) {
-            return Err(e);
-        }
-        let previous = s.nodes.get(node).ok_or_else(StoreError::not_found)?;
-        if previous.revision != expected {
-            return Err(StoreError::conflict(previous.revision.clone()));
-        }
-        let (in_use, fenced, healthy) =
-            (previous.in_use.clone(), previous.fenced, previous.healthy);
-        let status = NodeStatus {
-            attached: attached.to_vec(),
-            in_use,
-            fenced,
-            healthy,
-            revision: s.next_revision(),
+        let uncertain = match s.take_fault(node) {
+            // A write that timed out: it is carried out as usual, and the answer lost.
+            Some(e) if e.may_have_taken_effect() => Some(e),
+            Some(e) => return Err(e),
+            None => None,
         };
-        s.record(node, Some(&status));
-        let revision = status.revision.clone();
-        s.nodes.insert(node.clone(), status);
-        Ok(revision)
+        let written = s.compare_and_set(node, attached, expected);
+        match uncertain {
+            Some(e) => Err(e),
+            None => written,
+        }
     }
 }
 
@@ -1050,6 +1071,28 @@ mod tests {
             store.write(&b, &[], rev_b).await,
             Err(StoreError::not_found())
         );
+    }
+
+    #[tokio::test]
+    async fn uncertain_write_fault_lands_then_errors() {
+        let store = MemoryStore::<D>::new();
+        let n = s("node-a");
+        store.add_node(n.clone());
+        let rev = store.read(&n).await.unwrap().revision;
+        let timeout = StoreError::uncertain("timeout");
+        store.fail_next_write(n.clone(), 2, timeout.clone());
+        // The write lands although the caller hears of a timeout...
+        assert_eq!(
+            store.write(&n, &[reported("vol-1")], rev.clone()).await,
+            Err(timeout.clone())
+        );
+        let now = store.status(&n).unwrap();
+        assert_eq!(now.attached, vec![reported("vol-1")]);
+        assert_ne!(now.revision, rev);
+        // ...and a write against a revision that no longer holds still changes nothing.
+        assert_eq!(store.write(&n, &[], rev).await, Err(timeout));
+        assert_eq!(store.status(&n).unwrap(), now);
+        assert_eq!(store.writes(&n), 2);
     }
 
     #[tokio::test(start_paused = true)]

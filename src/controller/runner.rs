@@ -52,7 +52,7 @@ impl<D: Domain> OpResult<D> {
             OpKind::Attach => OpResult::Attach(Err(BackendError::uncertain(message))),
             OpKind::Detach => OpResult::Detach(Err(BackendError::uncertain(message))),
             OpKind::Verify => OpResult::Verify(Err(BackendError::transient(message))),
-            OpKind::WriteStatus => OpResult::WriteStatus(Err(StoreError::transient(message))),
+            OpKind::WriteStatus => OpResult::WriteStatus(Err(StoreError::uncertain(message))),
             OpKind::List => OpResult::List(Err(BackendError::transient(message))),
         }
     }

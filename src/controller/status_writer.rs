@@ -70,10 +70,10 @@ fn same_list<D: Domain>(a: &[ReportedVolume<D>], b: &[ReportedVolume<D>]) -> boo
 ///
 /// Every store call has a deadline ([`CallTimeouts::status_read`] and
 /// [`CallTimeouts::status_write`], the defaults unless [`with_timeouts`](Self::with_timeouts)
-/// says otherwise); a call without an answer by then fails as [`StoreError::Transient`]. A
-/// timed-out write may still land: the writer keeps the revision it wrote against, so its next
-/// write conflicts, reads fresh and finds out. The deadlines need a tokio runtime with its time
-/// driver enabled.
+/// says otherwise); a read without an answer by then fails as [`StoreError::Transient`], a
+/// write as [`StoreError::Uncertain`], as it may still land: the writer keeps the revision it
+/// wrote against, so its next write conflicts, reads fresh and finds out. The deadlines need a
+/// tokio runtime with its time driver enabled.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -236,9 +236,9 @@ impl<D: Domain> StatusWriter<D> {
     /// Errors: [`StoreError::NotFound`] when the node is gone (its revision is forgotten, so a
     /// node recreated under the same name is read afresh: upstream 50721);
     /// [`StoreError::Conflict`] when [`MAX_ATTEMPTS`](Self::MAX_ATTEMPTS) writes all lost a race;
-    /// [`StoreError::Transient`] (or [`StoreError::Uncertain`]) as the store returned it, or
-    /// [`StoreError::Transient`] when a read or write got no answer within its deadline. After
-    /// any error the caller must treat what the store holds as unknown.
+    /// [`StoreError::Transient`] or [`StoreError::Uncertain`] as the store returned it, or when a
+    /// read (transient) or a write (uncertain) got no answer within its deadline. After any error
+    /// the caller must treat what the store holds as unknown.
     pub async fn write(
         &self,
         node: &D::Node,
@@ -325,7 +325,7 @@ impl<D: Domain> StatusWriter<D> {
         self.deadlines
             .run(CallKind::StatusWrite, Some(node), None, write)
             .await
-            .unwrap_or_else(|after| Err(StoreError::transient(no_answer(after))))
+            .unwrap_or_else(|after| Err(StoreError::uncertain(no_answer(after))))
     }
 
     /// Reads `node` from the store itself and remembers the revision read.
@@ -592,7 +592,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn hung_reads_and_writes_fail_as_transient_at_their_deadlines() {
+    async fn hung_reads_fail_as_transient_and_hung_writes_as_uncertain() {
         let metrics = Arc::new(Metrics::default());
         let writer = StatusWriter::<D>::new(Arc::new(Silent))
             .with_metrics(Arc::clone(&metrics))
@@ -608,13 +608,13 @@ mod tests {
         );
         assert_eq!(start.elapsed(), Duration::from_secs(7));
         assert_eq!(writer.revision(&"node-a"), None);
-        // A revision known: the write hangs, and the revision is kept (if the write landed
-        // after all, the next one conflicts on it and reads fresh).
+        // A revision known: the write hangs, may still land, and the revision is kept (if the
+        // write landed after all, the next one conflicts on it and reads fresh).
         writer.seed("node-a", Revision::from(3));
         let start = tokio::time::Instant::now();
         assert_eq!(
             within_an_hour(writer.write(&"node-a", &[rv("v")])).await,
-            Err(StoreError::transient(no_answer_within(30)))
+            Err(StoreError::uncertain(no_answer_within(30)))
         );
         assert_eq!(start.elapsed(), Duration::from_secs(30), "the default");
         assert_eq!(writer.revision(&"node-a"), Some(Revision::from(3)));

@@ -643,7 +643,7 @@ fn finish(
                     truth
                         .stored
                         .insert(node, list.iter().map(|r| r.volume).collect());
-                    Err(StoreError::transient("timeout"))
+                    Err(StoreError::uncertain("timeout"))
                 }
                 Outcome::Transient => Err(StoreError::transient("model")),
                 Outcome::Conflict => Err(StoreError::conflict(None)),
