@@ -24,6 +24,7 @@ use crate::volume::{Access, VolumeSpec};
 
 /// Misuse of the reconciler's API. State is unchanged when one is returned.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ReconcilerError<D: Domain> {
     /// A desired-state rule was broken.
     #[error(transparent)]
