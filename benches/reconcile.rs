@@ -138,7 +138,13 @@ fn complete(r: &mut Reconciler<T>, now: Duration, ops: Vec<Operation<T>>) -> [us
             }
             Operation::WriteStatus { id, expected, .. } => {
                 counts[2] += 1;
-                r.status_written(now, id, Ok(Revision(expected.0 + 1)))
+                r.status_written(
+                    now,
+                    id,
+                    Ok(Revision::from(
+                        expected.text().parse::<u64>().unwrap_or(0) + 1,
+                    )),
+                )
             }
             // Every write here lands, so the store holds what the core last wrote.
             Operation::ReadStatus { id, node, .. } => {
@@ -147,7 +153,11 @@ fn complete(r: &mut Reconciler<T>, now: Duration, ops: Vec<Operation<T>>) -> [us
                     in_use: Some(Vec::new()),
                     fenced: Some(false),
                     healthy: Some(true),
-                    revision: r.status().revision(&node).copied().unwrap_or(Revision(0)),
+                    revision: r
+                        .status()
+                        .revision(&node)
+                        .cloned()
+                        .unwrap_or(Revision::from(0)),
                 };
                 r.status_read(now, id, Ok(status))
             }

@@ -1,8 +1,12 @@
 //! The storage system the controller drives: a cloud disk API, a CSI controller, a SAN.
 
+use std::error::Error;
+use std::fmt;
+
 use async_trait::async_trait;
 
 use crate::domain::Domain;
+use crate::error::{ErrorSource, as_source, same_source, write_detail};
 use crate::volume::VolumeSpec;
 
 /// What a successful attach hands back for the node: how to find the volume there.
@@ -33,38 +37,106 @@ pub struct BackendAttachment<D: Domain> {
 /// unchanged and the call is simply retried, but after an [`Uncertain`](BackendError::Uncertain)
 /// one the volume may be attached (or detached) and must be treated as such until verified.
 ///
+/// Each variant may carry the error the backend's client failed with (the cloud SDK's, the gRPC
+/// status), returned by [`source`](std::error::Error::source) and not repeated in the message.
+/// Build them with the constructors; the variants have named fields so that a `match` can still
+/// sort them (`BackendError::AttachedElsewhere { node, .. }`).
+///
+/// Two errors are equal when they are of the same kind with the same message (and node) and
+/// their sources are both absent or both display the same text (the sources' own sources are
+/// not compared).
+///
 /// ```
 /// use attach_detach::BackendError;
-/// let e: BackendError<String> = BackendError::Uncertain { message: "timeout".into() };
+/// let e: BackendError<String> = BackendError::uncertain("timeout");
 /// assert!(e.may_have_taken_effect());
 /// assert_eq!(e.to_string(), "backend call may have taken effect: timeout");
+///
+/// // Keep the client's error as the source.
+/// let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+/// let e: BackendError<String> = BackendError::transient("attach vol-1").with_source(refused);
+/// assert_eq!(e.to_string(), "backend call failed and did nothing: attach vol-1");
+/// let source = std::error::Error::source(&e).unwrap();
+/// assert_eq!(source.to_string(), "connection refused");
 /// ```
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[derive(Clone, Debug)]
+#[non_exhaustive]
 pub enum BackendError<N> {
     /// The call certainly did nothing; retry with backoff.
-    #[error("backend call failed and did nothing: {message}")]
+    #[non_exhaustive]
     Transient {
         /// The backend's explanation.
         message: String,
+        /// The backend client's error.
+        source: Option<ErrorSource>,
     },
     /// The call may have taken effect (a timeout, a lost response): assume it did until verified.
-    #[error("backend call may have taken effect: {message}")]
+    #[non_exhaustive]
     Uncertain {
         /// The backend's explanation.
         message: String,
+        /// The backend client's error.
+        source: Option<ErrorSource>,
     },
     /// The volume is attached to another node and cannot be attached here until detached there
     /// (Kubernetes' dangling-attach error). The controller should record that attachment.
-    #[error("volume is attached to another node {node:?}: {message}")]
+    #[non_exhaustive]
     AttachedElsewhere {
         /// The node that holds the volume.
         node: N,
         /// The backend's explanation.
         message: String,
+        /// The backend client's error.
+        source: Option<ErrorSource>,
     },
 }
 
 impl<N> BackendError<N> {
+    /// The call certainly did nothing.
+    pub fn transient(message: impl Into<String>) -> Self {
+        BackendError::Transient {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The call may have taken effect.
+    pub fn uncertain(message: impl Into<String>) -> Self {
+        BackendError::Uncertain {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The volume is attached to `node`, so it was not attached here.
+    pub fn attached_elsewhere(node: N, message: impl Into<String>) -> Self {
+        BackendError::AttachedElsewhere {
+            node,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same error, caused by `source` (returned by
+    /// [`source`](std::error::Error::source)). Anything that converts into a boxed error will
+    /// do: an error value, a `Box<dyn Error + Send + Sync>`, a string.
+    pub fn with_source(
+        mut self,
+        source: impl Into<Box<dyn Error + Send + Sync + 'static>>,
+    ) -> Self {
+        *self.source_mut() = Some(crate::error::share(source));
+        self
+    }
+
+    /// The backend's explanation.
+    pub fn message(&self) -> &str {
+        match self {
+            BackendError::Transient { message, .. }
+            | BackendError::Uncertain { message, .. }
+            | BackendError::AttachedElsewhere { message, .. } => message,
+        }
+    }
+
     /// Whether the failed call may nevertheless have changed the backend's state.
     ///
     /// Only [`Uncertain`](BackendError::Uncertain) may have; a transient failure did nothing and
@@ -72,7 +144,61 @@ impl<N> BackendError<N> {
     pub fn may_have_taken_effect(&self) -> bool {
         matches!(self, BackendError::Uncertain { .. })
     }
+
+    fn source_field(&self) -> &Option<ErrorSource> {
+        match self {
+            BackendError::Transient { source, .. }
+            | BackendError::Uncertain { source, .. }
+            | BackendError::AttachedElsewhere { source, .. } => source,
+        }
+    }
+
+    fn source_mut(&mut self) -> &mut Option<ErrorSource> {
+        match self {
+            BackendError::Transient { source, .. }
+            | BackendError::Uncertain { source, .. }
+            | BackendError::AttachedElsewhere { source, .. } => source,
+        }
+    }
 }
+
+impl<N: fmt::Debug> fmt::Display for BackendError<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BackendError::Transient { .. } => f.write_str("backend call failed and did nothing")?,
+            BackendError::Uncertain { .. } => f.write_str("backend call may have taken effect")?,
+            BackendError::AttachedElsewhere { node, .. } => {
+                write!(f, "volume is attached to another node {node:?}")?;
+            }
+        }
+        write_detail(f, self.message(), self.source_field())
+    }
+}
+
+impl<N: fmt::Debug> Error for BackendError<N> {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        as_source(self.source_field())
+    }
+}
+
+impl<N: PartialEq> PartialEq for BackendError<N> {
+    fn eq(&self, other: &Self) -> bool {
+        let same_kind = match (self, other) {
+            (BackendError::Transient { .. }, BackendError::Transient { .. })
+            | (BackendError::Uncertain { .. }, BackendError::Uncertain { .. }) => true,
+            (
+                BackendError::AttachedElsewhere { node: a, .. },
+                BackendError::AttachedElsewhere { node: b, .. },
+            ) => a == b,
+            _ => false,
+        };
+        same_kind
+            && self.message() == other.message()
+            && same_source(self.source_field(), other.source_field())
+    }
+}
+
+impl<N: Eq> Eq for BackendError<N> {}
 
 /// The storage system that really attaches volumes to nodes.
 ///
@@ -95,16 +221,16 @@ impl<N> BackendError<N> {
 /// #[async_trait]
 /// impl AttachBackend<D> for Down {
 ///     async fn attach(&self, _: &String, _: &String, _: &()) -> Result<AttachInfo, BackendError<String>> {
-///         Err(BackendError::Transient { message: "unavailable".into() })
+///         Err(BackendError::transient("unavailable"))
 ///     }
 ///     async fn detach(&self, _: &String, _: &String, _: &()) -> Result<(), BackendError<String>> {
-///         Err(BackendError::Transient { message: "unavailable".into() })
+///         Err(BackendError::transient("unavailable"))
 ///     }
 ///     async fn verify(&self, _: &String, _: &[(String, ())]) -> Result<Vec<String>, BackendError<String>> {
-///         Err(BackendError::Transient { message: "unavailable".into() })
+///         Err(BackendError::transient("unavailable"))
 ///     }
 ///     async fn list(&self) -> Result<Vec<BackendAttachment<D>>, BackendError<String>> {
-///         Err(BackendError::Transient { message: "unavailable".into() })
+///         Err(BackendError::transient("unavailable"))
 ///     }
 /// }
 ///
@@ -160,6 +286,7 @@ pub trait AttachBackend<D: Domain>: Send + Sync {
 
 #[cfg(test)]
 mod tests {
+    use std::io;
     use std::sync::Arc;
 
     use super::*;
@@ -169,16 +296,9 @@ mod tests {
 
     #[test]
     fn only_uncertain_may_have_taken_effect() {
-        let transient = BackendError::<String>::Transient {
-            message: "503".into(),
-        };
-        let uncertain = BackendError::<String>::Uncertain {
-            message: "timeout".into(),
-        };
-        let elsewhere = BackendError::AttachedElsewhere {
-            node: "node-b".to_string(),
-            message: "in use".into(),
-        };
+        let transient = BackendError::<String>::transient("503");
+        let uncertain = BackendError::<String>::uncertain("timeout");
+        let elsewhere = BackendError::attached_elsewhere("node-b".to_string(), "in use");
         assert!(!transient.may_have_taken_effect());
         assert!(uncertain.may_have_taken_effect());
         assert!(!elsewhere.may_have_taken_effect());
@@ -190,6 +310,86 @@ mod tests {
             elsewhere.to_string(),
             "volume is attached to another node \"node-b\": in use"
         );
+        assert_eq!(elsewhere.message(), "in use");
+        assert!(matches!(
+            &elsewhere,
+            BackendError::AttachedElsewhere { node, .. } if node == "node-b"
+        ));
+    }
+
+    #[test]
+    fn backend_errors_keep_their_source() {
+        let io = || io::Error::new(io::ErrorKind::TimedOut, "deadline exceeded");
+        let errors = [
+            BackendError::transient("attach").with_source(io()),
+            BackendError::uncertain("attach").with_source(io()),
+            BackendError::attached_elsewhere("node-b".to_string(), "attach").with_source(io()),
+        ];
+        for e in &errors {
+            // Display says what failed, the source says why, once.
+            assert!(e.to_string().ends_with(": attach"), "{e}");
+            let source = e.source().expect("source kept");
+            assert_eq!(source.to_string(), "deadline exceeded");
+            let io = source.downcast_ref::<io::Error>().expect("an io::Error");
+            assert_eq!(io.kind(), io::ErrorKind::TimedOut);
+            assert!(e.clone().source().is_some());
+        }
+        assert!(BackendError::<String>::transient("x").source().is_none());
+
+        // A chain: the source's own source is reachable too.
+        let inner = BackendError::<String>::uncertain("grpc").with_source(io());
+        let outer = BackendError::<String>::uncertain("attach vol-1").with_source(inner);
+        let chain: Vec<String> =
+            std::iter::successors(Some(&outer as &(dyn Error + 'static)), |e| (*e).source())
+                .map(ToString::to_string)
+                .collect();
+        assert_eq!(
+            chain,
+            [
+                "backend call may have taken effect: attach vol-1",
+                "backend call may have taken effect: grpc",
+                "deadline exceeded",
+            ]
+        );
+
+        // Without a message, the source's text stands in.
+        let e = BackendError::<String>::transient("").with_source(io());
+        assert_eq!(
+            e.to_string(),
+            "backend call failed and did nothing: deadline exceeded"
+        );
+        assert_eq!(
+            BackendError::<String>::transient("").to_string(),
+            "backend call failed and did nothing"
+        );
+    }
+
+    #[test]
+    fn backend_error_equality_is_kind_message_node_and_source_text() {
+        type E = BackendError<String>;
+        let io = |m: &str| io::Error::other(m.to_string());
+        assert_eq!(E::transient("x"), E::transient("x"));
+        assert_ne!(E::transient("x"), E::uncertain("x"));
+        assert_ne!(E::transient("x"), E::transient("y"));
+        assert_eq!(
+            E::attached_elsewhere("b".into(), "x"),
+            E::attached_elsewhere("b".into(), "x")
+        );
+        assert_ne!(
+            E::attached_elsewhere("b".into(), "x"),
+            E::attached_elsewhere("c".into(), "x")
+        );
+        assert_eq!(
+            E::uncertain("x").with_source(io("a")),
+            E::uncertain("x").with_source(io("a"))
+        );
+        assert_ne!(
+            E::uncertain("x").with_source(io("a")),
+            E::uncertain("x").with_source(io("b"))
+        );
+        assert_ne!(E::uncertain("x").with_source(io("a")), E::uncertain("x"));
+        let e = E::transient("x").with_source(io("a"));
+        assert_eq!(e.clone(), e);
     }
 
     #[tokio::test]
@@ -203,11 +403,9 @@ mod tests {
                     device: Some("/dev/sdb".into()),
                 })
             });
-        mock.expect_detach().times(1).returning(|_, _, _| {
-            Err(BackendError::Uncertain {
-                message: "timeout".into(),
-            })
-        });
+        mock.expect_detach()
+            .times(1)
+            .returning(|_, _, _| Err(BackendError::uncertain("timeout")));
         mock.expect_verify()
             .returning(|_, vols| Ok(vols.iter().map(|(v, _)| v.clone()).collect()));
         mock.expect_list().returning(|| Ok(Vec::new()));

@@ -10,6 +10,7 @@ use crate::volume::VolumeSpec;
 
 /// Misuse of the desired state, reported instead of being silently absorbed.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DesiredError<D: Domain> {
     /// Workloads can only be placed on nodes the controller manages.
     #[error(

@@ -18,6 +18,7 @@ pub struct Holder<D: Domain> {
 
 /// Something that happened to a volume, for an event recorder.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Event<D: Domain> {
     /// A single-node volume is wanted on `node` but held elsewhere. Emitted once per episode,
     /// under its own reason so it is not mistaken for a failed attach (upstream 96142).

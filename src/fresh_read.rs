@@ -68,7 +68,7 @@ mod tests {
             in_use: in_use.map(<[_]>::to_vec),
             fenced: Some(fenced),
             healthy: Some(healthy),
-            revision: Revision(1),
+            revision: Revision::from(1),
         }
     }
 

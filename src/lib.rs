@@ -28,7 +28,7 @@
 //! let s = |x: &str| x.to_string();
 //! let status = |attached: Vec<ReportedVolume<K8s>>, in_use: Vec<String>, revision| NodeStatus {
 //!     attached, in_use: Some(in_use), fenced: Some(false), healthy: Some(true),
-//!     revision: Revision(revision),
+//!     revision: Revision::from(revision),
 //! };
 //! let mut core: Reconciler<K8s> = Reconciler::new(Config::default());
 //! let mut now = Duration::ZERO;
@@ -61,8 +61,8 @@
 //! now = core.next_deadline().unwrap();
 //! let ops = core.poll(now);
 //! let [Operation::WriteStatus { id, attached, expected, .. }] = &ops[..] else { panic!() };
-//! assert_eq!((attached[0].volume.as_str(), *expected), ("pvc-1", Revision(1)));
-//! core.status_written(now, *id, Ok(Revision(2))).unwrap();
+//! assert_eq!((attached[0].volume.as_str(), expected), ("pvc-1", &Revision::from(1)));
+//! core.status_written(now, *id, Ok(Revision::from(2))).unwrap();
 //!
 //! // 4. The pod goes. The volume leaves the node's report first (C5); then, before the
 //! //    detach, the core reads the node fresh: its watch may lag behind a new mount.
@@ -71,7 +71,7 @@
 //! let ops = core.poll(now);
 //! let [Operation::WriteStatus { id, attached, .. }] = &ops[..] else { panic!() };
 //! assert!(attached.is_empty());
-//! core.status_written(now, *id, Ok(Revision(3))).unwrap();
+//! core.status_written(now, *id, Ok(Revision::from(3))).unwrap();
 //! now = core.next_deadline().unwrap();
 //! let ops = core.poll(now);
 //! let [Operation::ReadStatus { id, .. }] = &ops[..] else { panic!("{ops:?}") };
@@ -92,8 +92,8 @@
 //! now = core.next_deadline().unwrap();
 //! let ops = core.poll(now);
 //! let [Operation::WriteStatus { id, expected, .. }] = &ops[..] else { panic!("{ops:?}") };
-//! assert_eq!(*expected, Revision(3));
-//! core.status_written(now, *id, Err(StoreError::Conflict { current: Revision(4) })).unwrap();
+//! assert_eq!(expected, &Revision::from(3));
+//! core.status_written(now, *id, Err(StoreError::conflict(Revision::from(4)))).unwrap();
 //! now = core.next_deadline().unwrap();
 //! let ops = core.poll(now);
 //! let [Operation::ReadStatus { id, .. }] = &ops[..] else { panic!("{ops:?}") };
@@ -101,8 +101,8 @@
 //! now = core.next_deadline().unwrap();
 //! let ops = core.poll(now);
 //! let [Operation::WriteStatus { id, attached, expected, .. }] = &ops[..] else { panic!() };
-//! assert_eq!((attached[0].volume.as_str(), *expected), ("pvc-1", Revision(4)));
-//! core.status_written(now, *id, Ok(Revision(5))).unwrap();
+//! assert_eq!((attached[0].volume.as_str(), expected), ("pvc-1", &Revision::from(4)));
+//! core.status_written(now, *id, Ok(Revision::from(5))).unwrap();
 //!
 //! // 7. Settled: nothing more is planned until the periodic verify, a minute on.
 //! while let Some(due) = core.next_deadline().filter(|d| *d < now + Duration::from_secs(59)) {
@@ -153,6 +153,7 @@ mod config;
 mod controller;
 mod desired;
 mod domain;
+mod error;
 mod event;
 mod fault;
 mod fresh_read;
@@ -183,6 +184,7 @@ pub use controller::{
 };
 pub use desired::{DesiredError, DesiredState};
 pub use domain::{Domain, Id, Ids};
+pub use error::ErrorSource;
 pub use event::{Event, Holder};
 pub use gate::{OpKind, OperationGate};
 pub use memory::{BackendOp, CachedView, MemoryBackend, MemoryStore};

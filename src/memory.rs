@@ -86,7 +86,7 @@ impl<D: Domain> BackendState<D> {
 /// let (v, n) = ("vol-1".to_string(), "node-a".to_string());
 /// // The next attach of vol-1 to node-a times out, but the disk does get attached.
 /// backend.fail_next(BackendOp::Attach, v.clone(), n.clone(), 1,
-///     BackendError::Uncertain { message: "timeout".into() });
+///     BackendError::uncertain("timeout"));
 /// assert!(backend.attach(&v, &n, &()).await.is_err());
 /// assert!(backend.is_attached(&v, &n));
 /// assert_eq!(backend.calls(BackendOp::Attach, &v, &n), 1);
@@ -363,7 +363,7 @@ struct StoreState<D: Domain> {
 impl<D: Domain> StoreState<D> {
     fn next_revision(&mut self) -> Revision {
         self.last_revision += 1;
-        Revision(self.last_revision)
+        Revision::from(self.last_revision)
     }
 
     /// Appends `node`'s new status (or its removal) to its history and drops what no view needs.
@@ -392,6 +392,32 @@ impl<D: Domain> StoreState<D> {
         status.clone()
     }
 
+    /// Replaces `node`'s list if its revision is still `expected`.
+    fn compare_and_set(
+        &mut self,
+        node: &D::Node,
+        attached: &[ReportedVolume<D>],
+        expected: Revision,
+    ) -> Result<Revision, StoreError> {
+        let previous = self.nodes.get(node).ok_or_else(StoreError::not_found)?;
+        if previous.revision != expected {
+            return Err(StoreError::conflict(previous.revision.clone()));
+        }
+        let (in_use, fenced, healthy) =
+            (previous.in_use.clone(), previous.fenced, previous.healthy);
+        let status = NodeStatus {
+            attached: attached.to_vec(),
+            in_use,
+            fenced,
+            healthy,
+            revision: self.next_revision(),
+        };
+        self.record(node, Some(&status));
+        let revision = status.revision.clone();
+        self.nodes.insert(node.clone(), status);
+        Ok(revision)
+    }
+
     fn take_fault(&mut self, node: &D::Node) -> Option<StoreError> {
         self.faults.take(|n| n.as_ref().is_none_or(|n| n == node))
     }
@@ -412,7 +438,7 @@ impl<D: Domain> StoreState<D> {
 /// store.add_node(node.clone());
 /// let read = store.read(&node).await.unwrap();
 /// let vol = ReportedVolume { volume: "vol-1".to_string(), device: None };
-/// store.write(&node, &[vol.clone()], read.revision).await.unwrap();
+/// store.write(&node, &[vol.clone()], read.revision.clone()).await.unwrap();
 /// // A second writer still holding the old revision loses instead of erasing vol-1.
 /// let lost = store.write(&node, &[], read.revision).await;
 /// assert!(matches!(lost, Err(StoreError::Conflict { .. })));
@@ -548,8 +574,12 @@ impl<D: Domain> MemoryStore<D> {
         self.inner.lock().writes.get(node).copied().unwrap_or(0)
     }
 
-    /// Makes the next `times` writes of `node` (`None`: of any node) fail with `error` without
-    /// writing anything. Faults queue: the first matching one is used.
+    /// Makes the next `times` writes of `node` (`None`: of any node) fail with `error`.
+    ///
+    /// An error that [may have taken effect](StoreError::may_have_taken_effect)
+    /// ([`StoreError::Uncertain`], a write that timed out) is returned after the write is carried
+    /// out as usual: it lands if the revision matches. Every other error leaves the store
+    /// untouched. Faults queue: the first matching one is used.
     pub fn fail_next_write(&self, node: impl Into<Option<D::Node>>, times: u32, error: StoreError) {
         self.inner.lock().faults.push(node.into(), times, error);
     }
@@ -588,34 +618,24 @@ impl<D: Domain> MemoryStore<D> {
     ) -> Result<Revision, StoreError> {
         let mut s = self.inner.lock();
         *s.writes.entry(node.clone()).or_default() += 1;
-        if let Some(e) = s.take_fault(node) {
-            return Err(e);
-        }
-        let current = s.nodes.get(node).ok_or(StoreError::NotFound)?.revision;
-        if current != expected {
-            return Err(StoreError::Conflict { current });
-        }
-        let previous = s.nodes.get(node).ok_or(StoreError::NotFound)?;
-        let (in_use, fenced, healthy) =
-            (previous.in_use.clone(), previous.fenced, previous.healthy);
-        let status = NodeStatus {
-            attached: attached.to_vec(),
-            in_use,
-            fenced,
-            healthy,
-            revision: s.next_revision(),
+        let uncertain = match s.take_fault(node) {
+            // A write that timed out: it is carried out as usual, and the answer lost.
+            Some(e) if e.may_have_taken_effect() => Some(e),
+            Some(e) => return Err(e),
+            None => None,
         };
-        s.record(node, Some(&status));
-        let revision = status.revision;
-        s.nodes.insert(node.clone(), status);
-        Ok(revision)
+        let written = s.compare_and_set(node, attached, expected);
+        match uncertain {
+            Some(e) => Err(e),
+            None => written,
+        }
     }
 }
 
 #[async_trait]
 impl<D: Domain> NodeStatusStore<D> for MemoryStore<D> {
     async fn read(&self, node: &D::Node) -> Result<NodeStatus<D>, StoreError> {
-        self.status(node).ok_or(StoreError::NotFound)
+        self.status(node).ok_or_else(StoreError::not_found)
     }
 
     async fn write(
@@ -651,7 +671,7 @@ impl<D: Domain> NodeStatusStore<D> for MemoryStore<D> {
 /// let cache = store.cached(Duration::from_secs(1));
 /// let node = "node-a".to_string();
 /// store.add_node(node.clone());
-/// assert_eq!(cache.read(&node).await, Err(StoreError::NotFound)); // not seen yet
+/// assert_eq!(cache.read(&node).await, Err(StoreError::not_found())); // not seen yet
 /// tokio::time::sleep(Duration::from_secs(1)).await;
 /// assert!(cache.read(&node).await.is_ok());
 /// # });
@@ -690,7 +710,7 @@ impl<D: Domain> NodeStatusStore<D> for CachedView<D> {
     /// Reads `node`'s status as it was [`lag`](CachedView::lag) ago: deliberately stale.
     async fn read(&self, node: &D::Node) -> Result<NodeStatus<D>, StoreError> {
         let s = self.store.inner.lock();
-        s.as_of(node, self.lag).ok_or(StoreError::NotFound)
+        s.as_of(node, self.lag).ok_or_else(StoreError::not_found)
     }
 
     async fn write(
@@ -726,13 +746,11 @@ mod tests {
     }
 
     fn transient() -> BackendError<String> {
-        BackendError::Transient { message: s("503") }
+        BackendError::transient(s("503"))
     }
 
     fn uncertain() -> BackendError<String> {
-        BackendError::Uncertain {
-            message: s("timeout"),
-        }
+        BackendError::uncertain(s("timeout"))
     }
 
     #[tokio::test]
@@ -813,10 +831,7 @@ mod tests {
     async fn attached_elsewhere_fault_attaches_nothing() {
         let backend = MemoryBackend::<D>::new();
         let (v, n) = (s("vol-1"), s("node-a"));
-        let elsewhere = BackendError::AttachedElsewhere {
-            node: s("node-b"),
-            message: s("in use"),
-        };
+        let elsewhere = BackendError::attached_elsewhere(s("node-b"), s("in use"));
         backend.fail_next(BackendOp::Attach, v.clone(), None, 1, elsewhere.clone());
         assert_eq!(backend.attach(&v, &n, &0).await, Err(elsewhere));
         assert!(backend.attachments().is_empty());
@@ -924,13 +939,13 @@ mod tests {
         assert!(first.attached.is_empty());
 
         let second = store
-            .write(&n, &[reported("vol-1")], first.revision)
+            .write(&n, &[reported("vol-1")], first.revision.clone())
             .await
             .unwrap();
-        assert!(second > first.revision);
+        assert_ne!(second, first.revision);
         assert_eq!(
             store.write(&n, &[], first.revision).await,
-            Err(StoreError::Conflict { current: second })
+            Err(StoreError::conflict(second.clone()))
         );
         let now = store.read(&n).await.unwrap();
         assert_eq!(now.attached, vec![reported("vol-1")]);
@@ -941,7 +956,7 @@ mod tests {
         store.add_node(n.clone());
         assert_eq!(store.status(&n).unwrap().revision, second);
         store.add_node(s("node-b"));
-        assert!(store.status(&s("node-b")).unwrap().revision > second);
+        assert_ne!(store.status(&s("node-b")).unwrap().revision, second);
     }
 
     #[tokio::test]
@@ -951,7 +966,10 @@ mod tests {
         assert!(!store.with_status(&n, |status| status.is_some()));
         store.add_node(n.clone());
         let rev = store.read(&n).await.unwrap().revision;
-        store.write(&n, &[reported("vol-1")], rev).await.unwrap();
+        let written = store
+            .write(&n, &[reported("vol-1")], rev.clone())
+            .await
+            .unwrap();
         store.set_in_use(&n, vec![s("vol-1")]);
         let lists = |v: &str| {
             store.with_status(&n, |status| {
@@ -963,7 +981,8 @@ mod tests {
         let read = store.read(&n).await.unwrap();
         assert_eq!(read.attached, vec![reported("vol-1")]);
         assert_eq!(read.in_use, Some(vec![s("vol-1")]));
-        assert!(read.revision > rev);
+        assert_ne!(read.revision, rev);
+        assert_ne!(read.revision, written);
         assert_eq!(store.with_status(&n, |st| st.cloned()), Some(read));
     }
 
@@ -975,10 +994,10 @@ mod tests {
         store.add_node(s("node-b"));
         let old = store.read(&n).await.unwrap();
         store.remove_node(&n);
-        assert_eq!(store.read(&n).await, Err(StoreError::NotFound));
+        assert_eq!(store.read(&n).await, Err(StoreError::not_found()));
         assert_eq!(
-            store.write(&n, &[], old.revision).await,
-            Err(StoreError::NotFound)
+            store.write(&n, &[], old.revision.clone()).await,
+            Err(StoreError::not_found())
         );
         let listed = store.list().await.unwrap();
         assert_eq!(listed.len(), 1);
@@ -998,27 +1017,53 @@ mod tests {
         let (a, b) = (s("node-a"), s("node-b"));
         store.add_node(a.clone());
         store.add_node(b.clone());
-        let err = StoreError::Transient {
-            message: s("etcd leader lost"),
-        };
+        let err = StoreError::transient(s("etcd leader lost"));
         store.fail_next_write(a.clone(), 2, err.clone());
         let rev = store.read(&a).await.unwrap().revision;
 
         let rev_b = store.read(&b).await.unwrap().revision;
-        store.write(&b, &[reported("vol-9")], rev_b).await.unwrap();
+        let rev_b = store.write(&b, &[reported("vol-9")], rev_b).await.unwrap();
         assert_eq!(
-            store.write(&a, &[reported("vol-1")], rev).await,
+            store.write(&a, &[reported("vol-1")], rev.clone()).await,
             Err(err.clone())
         );
-        assert_eq!(store.write(&a, &[reported("vol-1")], rev).await, Err(err));
-        assert_eq!(store.status(&a).unwrap().revision, rev);
+        assert_eq!(
+            store.write(&a, &[reported("vol-1")], rev.clone()).await,
+            Err(err)
+        );
+        assert_eq!(store.status(&a).unwrap().revision, rev.clone());
         assert!(store.status(&a).unwrap().attached.is_empty());
         store.write(&a, &[reported("vol-1")], rev).await.unwrap();
         assert_eq!(store.writes(&a), 3);
         assert_eq!(store.writes(&b), 1);
 
-        store.fail_next_write(None, 1, StoreError::NotFound);
-        assert_eq!(store.write(&b, &[], rev_b).await, Err(StoreError::NotFound));
+        store.fail_next_write(None, 1, StoreError::not_found());
+        assert_eq!(
+            store.write(&b, &[], rev_b).await,
+            Err(StoreError::not_found())
+        );
+    }
+
+    #[tokio::test]
+    async fn uncertain_write_fault_lands_then_errors() {
+        let store = MemoryStore::<D>::new();
+        let n = s("node-a");
+        store.add_node(n.clone());
+        let rev = store.read(&n).await.unwrap().revision;
+        let timeout = StoreError::uncertain("timeout");
+        store.fail_next_write(n.clone(), 2, timeout.clone());
+        // The write lands although the caller hears of a timeout...
+        assert_eq!(
+            store.write(&n, &[reported("vol-1")], rev.clone()).await,
+            Err(timeout.clone())
+        );
+        let now = store.status(&n).unwrap();
+        assert_eq!(now.attached, vec![reported("vol-1")]);
+        assert_ne!(now.revision, rev);
+        // ...and a write against a revision that no longer holds still changes nothing.
+        assert_eq!(store.write(&n, &[], rev).await, Err(timeout));
+        assert_eq!(store.status(&n).unwrap(), now);
+        assert_eq!(store.writes(&n), 2);
     }
 
     #[tokio::test(start_paused = true)]
@@ -1028,7 +1073,7 @@ mod tests {
         assert_eq!(cache.lag(), Duration::from_secs(5));
         let n = s("node-a");
         store.add_node(n.clone());
-        assert_eq!(cache.read(&n).await, Err(StoreError::NotFound));
+        assert_eq!(cache.read(&n).await, Err(StoreError::not_found()));
         assert!(cache.list().await.unwrap().is_empty());
 
         tokio::time::advance(Duration::from_secs(5)).await;
@@ -1041,14 +1086,14 @@ mod tests {
             .write(&n, &[reported("vol-1")], fresh.revision)
             .await
             .unwrap();
-        assert_eq!(store.status(&n).unwrap().revision, rev);
+        assert_eq!(store.status(&n).unwrap().revision, rev.clone());
         // ...but the view keeps showing the old status for the lag.
         tokio::time::advance(Duration::from_secs(3)).await;
         assert_eq!(cache.read(&n).await.unwrap(), seen);
         // Writing against the stale revision conflicts instead of erasing vol-1.
         assert_eq!(
             cache.write(&n, &[], seen.revision).await,
-            Err(StoreError::Conflict { current: rev })
+            Err(StoreError::conflict(rev.clone()))
         );
 
         tokio::time::advance(Duration::from_secs(2)).await;
@@ -1061,7 +1106,7 @@ mod tests {
         store.remove_node(&n);
         assert!(cache.read(&n).await.is_ok());
         tokio::time::advance(Duration::from_secs(5)).await;
-        assert_eq!(cache.read(&n).await, Err(StoreError::NotFound));
+        assert_eq!(cache.read(&n).await, Err(StoreError::not_found()));
     }
 
     #[tokio::test(start_paused = true)]

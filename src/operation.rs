@@ -19,6 +19,7 @@ impl fmt::Display for OpId {
 
 /// Why a detach goes ahead although the node still reports the volume mounted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ForceReason {
     /// The node is fenced (`out-of-service`): it can no longer write. Safe.
     OutOfService,
@@ -43,6 +44,10 @@ impl ForceReason {
 
 /// Work for the driver. Each finishes with exactly one call back into the
 /// [`Reconciler`](crate::Reconciler) naming its id.
+///
+/// Deliberately not `#[non_exhaustive]`: a driver must carry out every operation and report
+/// its result, or the core waits on it forever, so a new kind of operation is a breaking change
+/// that a driver's `match` should fail to compile on, not fall into a wildcard arm.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Operation<D: Domain> {
     /// Attach `volume` to `node`; report back with `attach_finished`.

@@ -26,6 +26,7 @@ use crate::volume::{Access, VolumeSpec};
 
 /// Misuse of the reconciler's API. State is unchanged when one is returned.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ReconcilerError<D: Domain> {
     /// A desired-state rule was broken.
     #[error(transparent)]
@@ -724,8 +725,9 @@ impl<D: Domain> Reconciler<D> {
     ///
     /// A [`StoreError::Conflict`] (someone else wrote since the revision the write expected)
     /// makes the next write start with a fresh read, at once; only repeated conflicts back off.
-    /// Any other error leaves what the store holds unknown (the write may have landed), so no
-    /// detach waiting for it goes ahead until a later write or read settles it (C5).
+    /// An error that may have taken effect ([`StoreError::Uncertain`], a timeout) leaves what
+    /// the store holds unknown, so no detach waiting for it goes ahead until a later write or
+    /// read settles it (C5); one that certainly did nothing leaves it as it was. Both back off.
     pub fn status_written(
         &mut self,
         now: Duration,
@@ -741,7 +743,7 @@ impl<D: Domain> Reconciler<D> {
                 self.gate.succeeded(key, OpKind::WriteStatus);
                 self.status.write_acked(&node, revision);
             }
-            Err(StoreError::NotFound) => {
+            Err(StoreError::NotFound { .. }) => {
                 self.gate.succeeded(key, OpKind::WriteStatus);
                 self.status.not_found(&node);
             }
@@ -758,7 +760,8 @@ impl<D: Domain> Reconciler<D> {
                 warn!(node = ?node, %error, "writing node status failed");
                 let retry = self.gate.failed(key, OpKind::WriteStatus, now);
                 self.node_timers.push(Reverse((retry, node.clone())));
-                self.status.write_failed(&node);
+                self.status
+                    .write_failed(&node, error.may_have_taken_effect());
             }
         }
         self.status_settled(&node);
@@ -810,11 +813,14 @@ impl<D: Domain> Reconciler<D> {
         let status = match result {
             Ok(status) => {
                 self.gate.succeeded(key, OpKind::ReadStatus);
-                self.status
-                    .read(node.clone(), status.attached.clone(), status.revision);
+                self.status.read(
+                    node.clone(),
+                    status.attached.clone(),
+                    status.revision.clone(),
+                );
                 Some(status)
             }
-            Err(StoreError::NotFound) => {
+            Err(StoreError::NotFound { .. }) => {
                 self.gate.succeeded(key, OpKind::ReadStatus);
                 self.status.not_found(&node);
                 None

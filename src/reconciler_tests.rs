@@ -62,15 +62,11 @@ fn render(op: &Operation<T>) -> String {
 }
 
 fn transient() -> BackendError<&'static str> {
-    BackendError::Transient {
-        message: "injected".into(),
-    }
+    BackendError::transient("injected")
 }
 
 fn uncertain() -> BackendError<&'static str> {
-    BackendError::Uncertain {
-        message: "timed out".into(),
-    }
+    BackendError::uncertain("timed out")
 }
 
 impl H {
@@ -105,13 +101,13 @@ impl H {
 
     /// What a fresh read of `node` finds.
     fn read(&self, node: &'static str) -> Result<NodeStatus<T>, StoreError> {
-        let (facts, attached, revision) = self.store.get(node).ok_or(StoreError::NotFound)?;
+        let (facts, attached, revision) = self.store.get(node).ok_or(StoreError::not_found())?;
         Ok(NodeStatus {
             attached: attached.clone(),
             in_use: facts.in_use.clone(),
             fenced: Some(facts.fenced),
             healthy: Some(facts.healthy),
-            revision: Revision(*revision),
+            revision: Revision::from(*revision),
         })
     }
 
@@ -274,7 +270,7 @@ impl H {
                     .or_insert((NodeFacts::default(), Vec::new(), 1));
                 entry.1 = attached;
                 entry.2 += 1;
-                let revision = Revision(entry.2);
+                let revision = Revision::from(entry.2);
                 self.r.status_written(now, id, Ok(revision)).unwrap()
             }
             Operation::ReadStatus { id, node, .. } => {
@@ -412,6 +408,26 @@ fn mounted_volume_waits_for_unmount_then_detaches() {
 }
 
 #[test]
+fn a_write_that_did_nothing_leaves_the_store_known_and_holds_the_detach() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.unpod("p1");
+    let write = h.tick().pop().unwrap();
+    h.fail_status(write, StoreError::transient("apiserver down"));
+    assert_eq!(
+        h.stored("n1"),
+        Some(vec!["v1"]),
+        "still the last acknowledged list"
+    );
+    for _ in 0..4 {
+        assert!(
+            h.tick().is_empty(),
+            "backoff, and the store still lists v1: no detach"
+        );
+    }
+    assert_eq!(h.run_ok(secs(1)), vec!["write n1 []", "detach v1 n1"]);
+}
+
+#[test]
 fn detach_mounted_on_unhealthy_node_after_timeout_when_configured() {
     let mut h = H::new(Config {
         force_detach_on_timeout: true,
@@ -442,14 +458,12 @@ fn status_write_failure_holds_the_detach() {
     );
     h.fail_status(
         ops.into_iter().next().unwrap(),
-        StoreError::Transient {
-            message: "apiserver down".into(),
-        },
+        StoreError::uncertain("apiserver timed out"),
     );
     assert_eq!(
         h.stored("n1"),
         None,
-        "a failed write leaves the store unknown"
+        "a write that may have landed leaves the store unknown"
     );
     // Backoff: nothing for 500 ms, and certainly no detach.
     for _ in 0..4 {
@@ -631,13 +645,7 @@ fn dangling_attach_error_marks_the_named_node_uncertain() {
     h.rwo("v1");
     h.pod("p1", "n2", &["v1"]);
     let attach = h.tick_taking(OpKind::Attach);
-    h.fail(
-        attach,
-        BackendError::AttachedElsewhere {
-            node: "n1",
-            message: "dangling".into(),
-        },
-    );
+    h.fail(attach, BackendError::attached_elsewhere("n1", "dangling"));
     assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Uncertain);
     // n1 does not need it and reports nothing in use: detach it there, then attach to n2.
     let seen = h.run_ok(secs(2));
@@ -748,7 +756,7 @@ fn recovery_trusts_the_store_and_marks_unknown_attachments_uncertain() {
             volume: "v1",
             device: Some("/dev/v1".into()),
         }],
-        Revision(1),
+        Revision::from(1),
     );
     h.r.recover_attachment("v1", "n1", VolumeSpec::single_node(()));
     h.r.recover_attachment("v2", "n1", VolumeSpec::single_node(()));
@@ -929,7 +937,7 @@ fn c4_scenario(bugs: UpstreamBugs) -> H {
             volume: "v1",
             device: None,
         }],
-        Revision(1),
+        Revision::from(1),
     );
     h.facts("n1", true, false, None);
     h.pod("p1", "n1", &["v1"]);
@@ -1382,12 +1390,7 @@ fn node_churn_leaves_no_status_record_or_backoff_behind() {
         let n = leak(format!("n{i}"));
         h.node(n, &[]);
         let read = h.tick_raw().pop().expect("the new node is read");
-        h.fail_status(
-            read,
-            StoreError::Transient {
-                message: "x".into(),
-            },
-        );
+        h.fail_status(read, StoreError::transient("x"));
         h.r.node_removed(&n).unwrap();
         h.run_ok(secs(1));
         h.node(leak(format!("m{i}")), &[]);
@@ -1434,7 +1437,7 @@ fn a_recovered_volume_without_a_spec_is_reported_blocked() {
             volume: "gone",
             device: None,
         }],
-        Revision(1),
+        Revision::from(1),
     );
     h.run_ok(secs(600));
     let blocked: Vec<_> =

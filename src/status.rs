@@ -239,12 +239,14 @@ impl<D: Domain> StatusBook<D> {
         r.conflicts
     }
 
-    /// The write failed: it may or may not have landed, so what the store holds is unknown.
-    /// The revision is kept: had the write landed, the next one conflicts on it and reads.
-    pub(crate) fn write_failed(&mut self, node: &D::Node) {
+    /// The write failed. If it may have landed, what the store holds is unknown; the revision
+    /// is kept either way: had the write landed, the next one conflicts on it and reads.
+    pub(crate) fn write_failed(&mut self, node: &D::Node, may_have_landed: bool) {
         if let Some(r) = self.nodes.get_mut(node) {
             r.writing = None;
-            r.stored = None;
+            if may_have_landed {
+                r.stored = None;
+            }
         }
     }
 
@@ -330,13 +332,13 @@ mod tests {
             "one write in flight per node"
         );
         assert!(!book.confirmed_absent(&"n", &"a"));
-        book.write_acked(&"n", Revision(2));
+        book.write_acked(&"n", Revision::from(2));
         assert_eq!(book.stored(&"n"), Some(vec![rv("a")]));
         assert!(!needs(&book, "n", &[rv("a")]), "no change, no write");
         assert!(book.confirmed_absent(&"n", &"b"));
         book.start_write("n", &[]);
         assert!(!book.confirmed_absent(&"n", &"a"), "not until acknowledged");
-        book.write_failed(&"n");
+        book.write_failed(&"n", true);
         assert_eq!(book.stored(&"n"), None);
         assert!(!book.confirmed_absent(&"n", &"a"));
         assert!(needs(&book, "n", &[rv("a")]));
@@ -350,7 +352,11 @@ mod tests {
             device: Some(d.into()),
         };
         let list = vec![rv("a"), with("b", "/dev/b")];
-        book.read("n", vec![list[1].clone(), list[0].clone()], Revision(1));
+        book.read(
+            "n",
+            vec![list[1].clone(), list[0].clone()],
+            Revision::from(1),
+        );
         assert_eq!(book.stored(&"n"), Some(list.clone()), "sorted by volume");
         assert!(!needs(&book, "n", &list));
         assert!(
@@ -367,7 +373,7 @@ mod tests {
             with("c", ""),
             with("d", "/dev/d"),
         ];
-        book.read("n", mixed.clone(), Revision(2));
+        book.read("n", mixed.clone(), Revision::from(2));
         assert_eq!(
             book.stored(&"n"),
             Some(mixed.clone()),
@@ -388,7 +394,7 @@ mod tests {
     #[test]
     fn a_missing_node_is_rewritten_when_it_reappears() {
         let mut book: StatusBook<T> = StatusBook::default();
-        book.read("n", vec![rv("a")], Revision(1));
+        book.read("n", vec![rv("a")], Revision::from(1));
         book.start_write("n", &[]);
         book.not_found(&"n");
         assert!(!needs(&book, "n", &[rv("a")]));

@@ -57,7 +57,8 @@ fn answer_with(
                 .verify_finished(now, id, Ok(volumes.iter().map(|(v, _)| *v).collect()))
                 .unwrap(),
             Operation::WriteStatus { node, expected, .. } => {
-                let written = status(node).map(|()| Revision(expected.0 + 1));
+                let written = status(node)
+                    .map(|()| Revision::from(expected.text().parse::<u64>().unwrap_or(0) + 1));
                 core.status_written(now, id, written).unwrap()
             }
             Operation::ReadStatus { node, .. } => {
@@ -66,7 +67,11 @@ fn answer_with(
                     in_use: Some(vec![]),
                     fenced: Some(false),
                     healthy: Some(true),
-                    revision: core.status().revision(node).copied().unwrap_or(Revision(0)),
+                    revision: core
+                        .status()
+                        .revision(node)
+                        .cloned()
+                        .unwrap_or(Revision::from(0)),
                 });
                 core.status_read(now, id, read).unwrap()
             }
@@ -87,7 +92,7 @@ fn attached_with_status_missing() -> Reconciler<D> {
         &mut core,
         ms(0),
         ms(1000),
-        answer_with(|_| Err(StoreError::NotFound)),
+        answer_with(|_| Err(StoreError::not_found())),
     );
     // The new node's revision is unknown: one read, which finds no node, and no write.
     let store_calls = ops
@@ -132,7 +137,7 @@ fn a_detach_does_not_wait_for_a_status_write_to_a_node_the_store_lacks() {
         &mut core,
         ms(2000),
         Duration::from_secs(60),
-        answer_with(|_| Err(StoreError::NotFound)),
+        answer_with(|_| Err(StoreError::not_found())),
     );
     // No status exists for an agent to read, so nothing can start mounting the volume.
     assert!(

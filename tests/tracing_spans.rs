@@ -74,9 +74,7 @@ fn every_operation_runs_in_a_span_naming_volume_node_and_outcome() {
                 None,
                 None,
                 1,
-                BackendError::Transient {
-                    message: "503".into(),
-                },
+                BackendError::transient("503"),
             );
             let world = World::new()
                 .volume("vol-1", VolumeSpec::single_node(()))

@@ -97,6 +97,7 @@ impl<D: Domain> Input<D> {
 
 /// Why a [`ControllerHandle`] call did not go through.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ControllerError<D: Domain> {
     /// The core refused the input (unknown node, unknown volume, ...); nothing changed.
     #[error(transparent)]

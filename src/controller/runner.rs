@@ -41,8 +41,9 @@ fn backend_label<N>(e: &BackendError<N>) -> &'static str {
 fn store_label(e: &StoreError) -> &'static str {
     match e {
         StoreError::Conflict { .. } => "conflict",
-        StoreError::NotFound => "not-found",
+        StoreError::NotFound { .. } => "not-found",
         StoreError::Transient { .. } => "transient",
+        StoreError::Uncertain { .. } => "uncertain",
     }
 }
 
@@ -52,13 +53,13 @@ impl<D: Domain> OpResult<D> {
     pub(crate) fn panicked(kind: OpKind) -> Self {
         let message = "the backend call panicked".to_string();
         match kind {
-            OpKind::Attach => OpResult::Attach(Err(BackendError::Uncertain { message })),
-            OpKind::Detach => OpResult::Detach(Err(BackendError::Uncertain { message })),
-            OpKind::Verify => OpResult::Verify(Err(BackendError::Transient { message })),
-            OpKind::WriteStatus => OpResult::WriteStatus(Err(StoreError::Transient { message })),
-            OpKind::ReadStatus => OpResult::ReadStatus(Err(StoreError::Transient { message })),
-            OpKind::ListStatuses => OpResult::ListStatuses(Err(StoreError::Transient { message })),
-            OpKind::List => OpResult::List(Err(BackendError::Transient { message })),
+            OpKind::Attach => OpResult::Attach(Err(BackendError::uncertain(message))),
+            OpKind::Detach => OpResult::Detach(Err(BackendError::uncertain(message))),
+            OpKind::Verify => OpResult::Verify(Err(BackendError::transient(message))),
+            OpKind::WriteStatus => OpResult::WriteStatus(Err(StoreError::uncertain(message))),
+            OpKind::ReadStatus => OpResult::ReadStatus(Err(StoreError::transient(message))),
+            OpKind::ListStatuses => OpResult::ListStatuses(Err(StoreError::transient(message))),
+            OpKind::List => OpResult::List(Err(BackendError::transient(message))),
         }
     }
 
@@ -160,9 +161,9 @@ fn span_for<D: Domain>(op: &Operation<D>) -> Span {
 fn backend_timeout<N>(kind: CallKind, after: Duration) -> BackendError<N> {
     let message = no_answer(after);
     if kind.may_take_effect() {
-        BackendError::Uncertain { message }
+        BackendError::uncertain(message)
     } else {
-        BackendError::Transient { message }
+        BackendError::transient(message)
     }
 }
 
@@ -176,11 +177,13 @@ pub(crate) struct Parts<D: Domain> {
     pub(crate) metrics: Arc<Metrics>,
 }
 
-/// A store call that got no answer in time: a write may still land, a read or a listing did
-/// nothing. Either way the core treats the store as unknown after a failed write.
-fn store_timeout(after: Duration) -> StoreError {
-    StoreError::Transient {
-        message: no_answer(after),
+/// A store call that got no answer in time: a write may still land (uncertain), a read or a
+/// listing did nothing (transient).
+fn store_timeout(kind: CallKind, after: Duration) -> StoreError {
+    if kind == CallKind::StatusWrite {
+        StoreError::uncertain(no_answer(after))
+    } else {
+        StoreError::transient(no_answer(after))
     }
 }
 
@@ -246,7 +249,9 @@ pub(crate) async fn execute<D: Domain>(op: Operation<D>, parts: Arc<Parts<D>>) -
                 let answer = deadlines
                     .run(CallKind::StatusRead, Some(&node), None, call)
                     .await;
-                OpResult::ReadStatus(answer.unwrap_or_else(|after| Err(store_timeout(after))))
+                OpResult::ReadStatus(
+                    answer.unwrap_or_else(|after| Err(store_timeout(CallKind::StatusRead, after))),
+                )
             }
             Operation::WriteStatus {
                 node,
@@ -259,7 +264,7 @@ pub(crate) async fn execute<D: Domain>(op: Operation<D>, parts: Arc<Parts<D>>) -
                 let answer = deadlines
                     .run(CallKind::StatusWrite, Some(&node), None, call)
                     .await
-                    .unwrap_or_else(|after| Err(store_timeout(after)));
+                    .unwrap_or_else(|after| Err(store_timeout(CallKind::StatusWrite, after)));
                 if matches!(answer, Err(StoreError::Conflict { .. })) {
                     metrics.store_write_conflict();
                 }
@@ -268,7 +273,9 @@ pub(crate) async fn execute<D: Domain>(op: Operation<D>, parts: Arc<Parts<D>>) -
             Operation::ListStatuses { .. } => {
                 let call = store.list();
                 let answer = deadlines.run(CallKind::StoreList, None, None, call).await;
-                OpResult::ListStatuses(answer.unwrap_or_else(|after| Err(store_timeout(after))))
+                OpResult::ListStatuses(
+                    answer.unwrap_or_else(|after| Err(store_timeout(CallKind::StoreList, after))),
+                )
             }
             Operation::ListAttachments { .. } => {
                 let call = backend.list();

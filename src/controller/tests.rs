@@ -58,15 +58,11 @@ fn facts(in_use: &[&'static str]) -> NodeFacts<&'static str> {
 }
 
 fn transient() -> BackendError<&'static str> {
-    BackendError::Transient {
-        message: "503".into(),
-    }
+    BackendError::transient("503")
 }
 
 fn uncertain() -> BackendError<&'static str> {
-    BackendError::Uncertain {
-        message: "timeout".into(),
-    }
+    BackendError::uncertain("timeout")
 }
 
 /// vol-1 and vol-2 (single-node), node-a and node-b (healthy, nothing mounted), `w1` on node-a
@@ -129,7 +125,7 @@ fn empty_status(revision: u64) -> NodeStatus<D> {
         in_use: Some(vec![]),
         fenced: Some(false),
         healthy: Some(true),
-        revision: Revision(revision),
+        revision: Revision::from(revision),
     }
 }
 
@@ -144,8 +140,9 @@ fn accept_writes(store: &mut MockNodeStatusStore<D>, epoch: Instant) -> Log<Writ
     let log = Log::default();
     let l = log.clone();
     store.expect_write().returning(move |n, list, r| {
+        let next = r.plus(1);
         l.push(epoch, (*n, volumes(list), r));
-        Ok(Revision(r.0 + 1))
+        Ok(next)
     });
     log
 }
@@ -240,16 +237,16 @@ async fn attaches_reports_then_unreports_and_detaches() {
     let mut store = store(&[A, B]);
     store
         .expect_write()
-        .withf(|n, l, r| *n == A && *l == [rv(V1)] && *r == Revision(1))
+        .withf(|n, l, r| *n == A && *l == [rv(V1)] && *r == Revision::from(1))
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_, _, _| Ok(Revision(2)));
+        .returning(|_, _, _| Ok(Revision::from(2)));
     store
         .expect_write()
-        .withf(|n, l, r| *n == A && l.is_empty() && *r == Revision(2))
+        .withf(|n, l, r| *n == A && l.is_empty() && *r == Revision::from(2))
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_, _, _| Ok(Revision(3)));
+        .returning(|_, _, _| Ok(Revision::from(3)));
     // The detach comes only after the store acknowledged the volume's removal.
     let detaches = Log::default();
     let d = detaches.clone();
@@ -306,7 +303,7 @@ async fn attach_transient_error_is_retried_after_backoff_and_reported_once() {
         second - first
     );
     // Nothing was reported before the attach succeeded, and it was reported once.
-    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(1))]);
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision::from(1))]);
     assert!(writes.times()[0] > second);
     assert_eq!(
         h.events.reasons(),
@@ -334,7 +331,7 @@ async fn attach_uncertain_error_is_not_reported_until_an_attach_succeeds() {
     sleep(secs(2)).await;
     assert_eq!(attached.items(), vec![(V1, A)]);
     assert!(attached.times()[0] >= ms(500), "after the backoff");
-    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(1))]);
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision::from(1))]);
     assert_eq!(
         h.events.reasons(),
         vec!["FailedAttachVolume", "SuccessfulAttachVolume"]
@@ -351,12 +348,7 @@ async fn attached_elsewhere_is_detached_there_before_attaching_here() {
         .withf(|v, n, _| *v == V1 && *n == A)
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_, _, _| {
-            Err(BackendError::AttachedElsewhere {
-                node: B,
-                message: "in use".into(),
-            })
-        });
+        .returning(|_, _, _| Err(BackendError::attached_elsewhere(B, "in use")));
     backend
         .expect_detach()
         .withf(|v, n, _| *v == V1 && *n == B)
@@ -375,7 +367,7 @@ async fn attached_elsewhere_is_detached_there_before_attaching_here() {
     let h = Harness::new(backend, store);
 
     sleep(secs(3)).await;
-    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(1))]);
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision::from(1))]);
     let reasons = h.events.reasons();
     assert_eq!(reasons.first(), Some(&"FailedAttachVolume"));
     assert_eq!(
@@ -440,10 +432,7 @@ async fn detach_uncertain_error_retries_without_reporting_again() {
 
 #[tokio::test(start_paused = true)]
 async fn detach_attached_elsewhere_error_is_retried() {
-    let elsewhere = BackendError::AttachedElsewhere {
-        node: B,
-        message: "confused backend".into(),
-    };
+    let elsewhere = BackendError::attached_elsewhere(B, "confused backend");
     let (h, writes, detached) = attach_then_remove(elsewhere).await;
     assert_eq!(detached.items(), vec![(V1, A)]);
     let lists: Vec<_> = writes.items().into_iter().map(|(_, l, _)| l).collect();
@@ -489,7 +478,7 @@ async fn a_panicking_backend_call_counts_as_uncertain() {
 
     sleep(secs(2)).await;
     assert_eq!(attaches.items(), vec![(V1, A)]);
-    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(1))]);
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision::from(1))]);
     let events = h.events.events();
     assert!(
         matches!(&events[0], Event::AttachFailed { message, .. } if message.contains("panicked")),
@@ -562,12 +551,12 @@ async fn a_slow_attach_holds_up_no_other_volume() {
 
     sleep(secs(1)).await;
     assert_eq!(attaches.items(), vec![(V2, A)]);
-    assert_eq!(writes.items(), vec![(A, vec![V2], Revision(1))]);
+    assert_eq!(writes.items(), vec![(A, vec![V2], Revision::from(1))]);
     assert_eq!(h.handle.metrics().in_flight, 1, "vol-1 still attaching");
     sleep(secs(30)).await;
     assert_eq!(attaches.items(), vec![(V2, A), (V1, A)]);
     assert!(attaches.times()[1] >= secs(30));
-    assert_eq!(writes.items()[1], (A, vec![V1, V2], Revision(2)));
+    assert_eq!(writes.items()[1], (A, vec![V1, V2], Revision::from(2)));
     h.finish().await;
 }
 
@@ -582,14 +571,10 @@ async fn status_conflict_reads_fresh_and_retries_on_the_new_revision() {
     let mut store = store(&[A, B]);
     store
         .expect_write()
-        .withf(|_, _, r| *r == Revision(1))
+        .withf(|_, _, r| *r == Revision::from(1))
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_, _, _| {
-            Err(StoreError::Conflict {
-                current: Revision(7),
-            })
-        });
+        .returning(|_, _, _| Err(StoreError::conflict(Revision::from(7))));
     store
         .expect_read()
         .withf(|n| *n == A)
@@ -600,7 +585,7 @@ async fn status_conflict_reads_fresh_and_retries_on_the_new_revision() {
     let h = Harness::new(backend, store);
 
     sleep(secs(1)).await;
-    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(7))]);
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision::from(7))]);
     let m = h.handle.metrics();
     assert_eq!((m.store_writes, m.store_write_conflicts), (2, 1));
     // Each write is one operation: the one that lost the race failed, the next one landed.
@@ -617,18 +602,17 @@ async fn status_conflict_with_the_list_already_stored_is_success() {
     accept_attaches(&mut backend, epoch);
     accept_detaches(&mut backend, epoch);
     let mut store = store(&[A, B]);
-    store.expect_write().times(1).returning(|_, _, _| {
-        Err(StoreError::Conflict {
-            current: Revision(7),
-        })
-    });
+    store
+        .expect_write()
+        .times(1)
+        .returning(|_, _, _| Err(StoreError::conflict(Revision::from(7))));
     store.expect_read().times(1).returning(|_| {
         Ok(NodeStatus {
             attached: vec![rv(V1)],
             in_use: None,
             fenced: None,
             healthy: None,
-            revision: Revision(7),
+            revision: Revision::from(7),
         })
     });
     let writes = accept_writes(&mut store, epoch);
@@ -640,7 +624,7 @@ async fn status_conflict_with_the_list_already_stored_is_success() {
     // The revision read is the one the next write is conditional on.
     h.handle.workload_removed("w1").await.unwrap();
     sleep(secs(1)).await;
-    assert_eq!(writes.items(), vec![(A, vec![], Revision(7))]);
+    assert_eq!(writes.items(), vec![(A, vec![], Revision::from(7))]);
     h.finish().await;
 }
 
@@ -653,10 +637,9 @@ async fn status_conflicts_without_end_fail_the_write_and_the_core_backs_off() {
     let losing = Log::default();
     let l = losing.clone();
     store.expect_write().times(3).returning(move |n, list, r| {
+        let current = r.plus(10);
         l.push(epoch, (*n, volumes(list), r));
-        Err(StoreError::Conflict {
-            current: Revision(r.0 + 10),
-        })
+        Err(StoreError::conflict(current))
     });
     let mut reads = 0;
     store.expect_read().returning(move |_| {
@@ -668,9 +651,12 @@ async fn status_conflicts_without_end_fail_the_write_and_the_core_backs_off() {
 
     sleep(secs(2)).await;
     let revisions: Vec<_> = losing.items().into_iter().map(|(_, _, r)| r).collect();
-    assert_eq!(revisions, vec![Revision(1), Revision(11), Revision(21)]);
+    assert_eq!(
+        revisions,
+        vec![Revision::from(1), Revision::from(11), Revision::from(21)]
+    );
     // The failed write left the revision unknown: the retry, after the backoff, reads first.
-    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(31))]);
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision::from(31))]);
     assert!(writes.times()[0] - losing.times()[2] >= ms(500));
     let m = h.handle.metrics();
     assert_eq!((m.write_status.failed, m.write_status.succeeded), (3, 1));
@@ -687,17 +673,15 @@ async fn status_transient_error_is_retried_after_backoff_on_the_same_revision() 
     let f = failed.clone();
     store.expect_write().times(1).returning(move |n, list, r| {
         f.push(epoch, (*n, volumes(list), r));
-        Err(StoreError::Transient {
-            message: "etcd leader lost".into(),
-        })
+        Err(StoreError::transient("etcd leader lost"))
     });
     store.expect_read().never();
     let writes = accept_writes(&mut store, epoch);
     let h = Harness::new(backend, store);
 
     sleep(secs(2)).await;
-    assert_eq!(failed.items(), vec![(A, vec![V1], Revision(1))]);
-    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(1))]);
+    assert_eq!(failed.items(), vec![(A, vec![V1], Revision::from(1))]);
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision::from(1))]);
     let wait = writes.times()[0] - failed.times()[0];
     assert!(wait >= ms(500) && wait < ms(700), "retried after {wait:?}");
     h.finish().await;
@@ -712,10 +696,10 @@ async fn status_not_found_stops_writes_until_the_node_reappears() {
     let mut store = store(&[A, B]);
     store
         .expect_write()
-        .withf(|n, _, r| *n == A && *r == Revision(1))
+        .withf(|n, _, r| *n == A && *r == Revision::from(1))
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_, _, _| Err(StoreError::NotFound));
+        .returning(|_, _, _| Err(StoreError::not_found()));
     // The node object is recreated: its new status is read fresh, never written against the
     // forgotten revision.
     store
@@ -741,7 +725,7 @@ async fn status_not_found_stops_writes_until_the_node_reappears() {
     // re-registration).
     h.handle.node_updated(A, facts(&[])).await.unwrap();
     sleep(secs(1)).await;
-    assert_eq!(writes.items(), vec![(A, vec![V1, V2], Revision(40))]);
+    assert_eq!(writes.items(), vec![(A, vec![V1, V2], Revision::from(40))]);
     h.finish().await;
 }
 
@@ -823,9 +807,7 @@ async fn recovery_retries_failed_lists_with_backoff_and_plans_nothing_before() {
     let l = lists.clone();
     store.expect_list().times(3).returning(move || {
         l.push(epoch, "store");
-        Err(StoreError::Transient {
-            message: "apiserver down".into(),
-        })
+        Err(StoreError::transient("apiserver down"))
     });
     let l = lists.clone();
     store.expect_list().times(1).returning(move || {
@@ -1129,7 +1111,7 @@ async fn a_removed_node_is_read_afresh_when_it_comes_back() {
         .unwrap();
     sleep(secs(1)).await;
     // Not against revision 1, which belonged to the node object that was removed.
-    assert_eq!(writes.items(), vec![(B, vec![V1], Revision(50))]);
+    assert_eq!(writes.items(), vec![(B, vec![V1], Revision::from(50))]);
     h.finish().await;
 }
 
@@ -1151,7 +1133,7 @@ async fn a_fresh_in_use_report_stops_a_detach() {
             in_use: Some(vec![V1]),
             fenced: Some(false),
             healthy: Some(true),
-            revision: Revision(0),
+            revision: Revision::from(0),
         })
     });
     let h = Harness::new(backend, store);
@@ -1347,7 +1329,7 @@ async fn a_hung_attach_becomes_uncertain_at_its_deadline_and_is_retried() {
     assert_eq!(attaches.items(), vec![(V1, A)]);
     assert_eq!(attaches.times(), vec![secs(120) + ms(500)]);
     // Maybe attached is not reported; attached is, once.
-    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(1))]);
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision::from(1))]);
     let events = h.events.events();
     assert_eq!(
         events[0],
@@ -1461,7 +1443,7 @@ async fn a_hung_status_write_times_out_and_is_retried_on_the_same_revision() {
     assert!(writes.items().is_empty(), "still hanging");
     assert_eq!(h.handle.metrics().write_status.total(), 0);
     sleep(secs(2)).await;
-    assert_eq!(writes.items(), vec![(A, vec![V1], Revision(1))]);
+    assert_eq!(writes.items(), vec![(A, vec![V1], Revision::from(1))]);
     let retried = writes.times()[0];
     assert!(
         retried >= secs(30) + ms(500) && retried < secs(31),

@@ -67,9 +67,9 @@ impl SimBackend {
                 w.log(format!(
                     "call: {op} {volume} {node} (refused: {other} under way)"
                 ));
-                return Err(BackendError::Transient {
-                    message: format!("a {other} of {volume} on {node} is under way"),
-                });
+                return Err(BackendError::transient(format!(
+                    "a {other} of {volume} on {node} is under way"
+                )));
             }
             let fault = w.take_fault(op, volume, node);
             w.log(format!(
@@ -109,12 +109,12 @@ impl SimBackend {
         }
         match fault {
             None => Ok(()),
-            Some(true) => Err(BackendError::Uncertain {
-                message: format!("{op} of {volume} on {node} timed out"),
-            }),
-            Some(false) => Err(BackendError::Transient {
-                message: format!("{op} of {volume} on {node} refused"),
-            }),
+            Some(true) => Err(BackendError::uncertain(format!(
+                "{op} of {volume} on {node} timed out"
+            ))),
+            Some(false) => Err(BackendError::transient(format!(
+                "{op} of {volume} on {node} refused"
+            ))),
         }
     }
 }

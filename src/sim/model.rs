@@ -291,7 +291,7 @@ impl Truth {
             in_use: self.last_in_use.get(&n).cloned(),
             fenced: Some(self.fenced.contains(&n)),
             healthy: Some(!self.down.contains(&n)),
-            revision: Revision(self.revisions.get(&n).copied().unwrap_or(0)),
+            revision: Revision::from(self.revisions.get(&n).copied().unwrap_or(0)),
         }
     }
 
@@ -301,7 +301,7 @@ impl Truth {
             .insert(n, list.iter().map(|r| r.volume).collect());
         let revision = self.revisions.entry(n).or_default();
         *revision += 1;
-        Revision(*revision)
+        Revision::from(*revision)
     }
 
     /// Node agents: report in use what their pods need (or everything mounted), mount what is
@@ -631,12 +631,8 @@ fn finish(
     truth: &mut Truth,
 ) -> Result<(), String> {
     let backend_error = |o: Outcome| match o {
-        Outcome::Uncertain => BackendError::Uncertain {
-            message: "model".into(),
-        },
-        _ => BackendError::Transient {
-            message: "model".into(),
-        },
+        Outcome::Uncertain => BackendError::uncertain("model"),
+        _ => BackendError::transient("model"),
     };
     let id: OpId = op.id();
     let result = match op {
@@ -692,24 +688,18 @@ fn finish(
             let current = truth.status(node).revision;
             let result = match outcome {
                 // Compare-and-set, as a store does: a stale revision is a conflict.
-                _ if expected != current => Err(StoreError::Conflict { current }),
+                _ if expected != current => Err(StoreError::conflict(current)),
                 Outcome::Ok => Ok(truth.store(node, &list)),
                 Outcome::Uncertain => {
                     // The write landed but the answer was lost.
                     truth.store(node, &list);
-                    Err(StoreError::Transient {
-                        message: "timeout".into(),
-                    })
+                    Err(StoreError::uncertain("timeout"))
                 }
-                Outcome::Transient => Err(StoreError::Transient {
-                    message: "model".into(),
-                }),
+                Outcome::Transient => Err(StoreError::transient("model")),
                 // Another writer won the race: the node's revision moved on.
                 Outcome::Conflict => {
                     let stored: Vec<ReportedVolume<T>> = truth.status(node).attached;
-                    Err(StoreError::Conflict {
-                        current: truth.store(node, &stored),
-                    })
+                    Err(StoreError::conflict(truth.store(node, &stored)))
                 }
             };
             core.status_written(now, id, result)
@@ -717,9 +707,7 @@ fn finish(
         Operation::ReadStatus { node, .. } => {
             let result = match outcome {
                 Outcome::Ok | Outcome::Conflict => Ok(truth.status(node)),
-                _ => Err(StoreError::Transient {
-                    message: "model".into(),
-                }),
+                _ => Err(StoreError::transient("model")),
             };
             core.status_read(now, id, result)
         }
@@ -730,9 +718,7 @@ fn finish(
                     .keys()
                     .map(|n| (*n, truth.status(*n)))
                     .collect()),
-                _ => Err(StoreError::Transient {
-                    message: "model".into(),
-                }),
+                _ => Err(StoreError::transient("model")),
             };
             core.statuses_listed(now, id, result)
         }

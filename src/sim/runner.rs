@@ -671,9 +671,7 @@ impl Sim {
             Action::FailStatus { node, times } => self.store.fail_next_write(
                 node.clone(),
                 *times,
-                crate::store::StoreError::Transient {
-                    message: "injected by the scenario".into(),
-                },
+                crate::store::StoreError::transient("injected by the scenario"),
             ),
             Action::RestartController => {
                 // A crash, not a shutdown: calls in flight are lost to it.

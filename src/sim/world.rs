@@ -60,6 +60,7 @@ pub(crate) struct AgentPass {
 
 /// An invariant or expectation that did not hold.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Violation {
     /// Virtual time it was seen.
     pub at: Duration,
