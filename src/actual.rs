@@ -65,6 +65,7 @@ pub struct Attachment<D: Domain> {
     /// Dropped from the node's report ahead of a detach.
     pub(crate) withheld: bool,
     /// Upstream 141385 (only with `c4_sticky_assumed_mount`): mounted until the report changes.
+    #[cfg(feature = "upstream-bugs")]
     pub(crate) assumed_mounted: bool,
     /// Bumped on every change, so a verify answer planned before the change is ignored.
     pub(crate) generation: u32,
@@ -323,11 +324,13 @@ impl<D: Domain> ActualState<D> {
             .entry(node.clone())
             .or_insert_with(ActualNode::unknown);
         put(&mut n.attached, &volume, Some(false));
+        #[cfg(feature = "upstream-bugs")]
         let assumed_mounted = n.in_use.is_none();
         self.volumes.entry(volume).or_default().push(Attachment {
             node,
             state,
             withheld: false,
+            #[cfg(feature = "upstream-bugs")]
             assumed_mounted,
             generation: 0,
         });
@@ -435,11 +438,13 @@ impl<D: Domain> ActualState<D> {
                 .collect()
         };
         // A change in the report of a volume ends upstream's sticky assumption (141385).
+        #[cfg(feature = "upstream-bugs")]
         let (old, new) = (n.in_use.clone(), in_use.clone());
         n.present = true;
         n.healthy = facts.healthy;
         n.fenced = facts.fenced;
         n.in_use = in_use;
+        #[cfg(feature = "upstream-bugs")]
         for v in &affected {
             let was = old.as_ref().map(|l| l.binary_search(v).is_ok());
             let is = new.as_ref().map(|l| l.binary_search(v).is_ok());

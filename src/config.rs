@@ -56,7 +56,9 @@ pub struct Config {
     /// How long the driver waits for each kind of call to the backend or the store before it
     /// gives up on it. Not used by the core.
     pub call_timeouts: CallTimeouts,
-    /// Re-enable upstream Kubernetes bugs. For regression tests and demonstrations only.
+    /// Re-enable upstream Kubernetes bugs. For regression tests and demonstrations only; only
+    /// with the `upstream-bugs` feature.
+    #[cfg(feature = "upstream-bugs")]
     pub upstream_bugs: UpstreamBugs,
 }
 
@@ -72,6 +74,7 @@ impl Default for Config {
             deleted_node_is_fenced: false,
             backoff: BackoffConfig::default(),
             call_timeouts: CallTimeouts::default(),
+            #[cfg(feature = "upstream-bugs")]
             upstream_bugs: UpstreamBugs::default(),
         }
     }
@@ -360,7 +363,8 @@ impl Default for BackoffConfig {
 ///
 /// They exist so that every regression test can be shown to fail against the bug it guards
 /// against, and so the simulator can replay an incident as it happened. Never enable them in
-/// production.
+/// production. Public only with the `upstream-bugs` feature; without it the core reads
+/// [`UpstreamBugs::NONE`], a constant, so every bug branch compiles away.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UpstreamBugs {
     /// C1 (49053, 72181, 88565): a failed detach does not put the volume back in the node's
@@ -377,9 +381,22 @@ pub struct UpstreamBugs {
     /// C5: the detach starts as soon as the volume is dropped from the report, without waiting
     /// for the status write to be acknowledged.
     pub c5_detach_before_status_ack: bool,
-    /// C6 (122413): the status writer diffs against a possibly stale read and skips the write
-    /// when that read already matches. Used by the driver, not the core.
+    /// C6 (122413): before a status write, the core reads the orchestrator's cached copy of the
+    /// node (`Operation::ReadStatus { from_cache: true }`) and skips the write when that copy,
+    /// which may be stale, already matches.
     pub c6_diff_against_stale_read: bool,
+}
+
+impl UpstreamBugs {
+    /// Every correction in place.
+    pub const NONE: UpstreamBugs = UpstreamBugs {
+        c1_lose_report_on_failed_detach: false,
+        c2_ignore_uncertain_holder: false,
+        c3_force_detach_unfenced: false,
+        c4_sticky_assumed_mount: false,
+        c5_detach_before_status_ack: false,
+        c6_diff_against_stale_read: false,
+    };
 }
 
 #[cfg(test)]

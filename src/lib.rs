@@ -119,7 +119,8 @@
 //!
 //! # What is corrected
 //!
-//! Each correction has a switch in [`UpstreamBugs`] that puts upstream's behaviour back, so its
+//! Each correction has a switch in `UpstreamBugs` (with the `upstream-bugs` feature, which the
+//! tests, the simulator and the fuzzers enable) that puts upstream's behaviour back, so its
 //! regression test can be seen to fail against the bug:
 //!
 //! - **C1** (upstream 49053, 72181, 88565; fixed by 104526): a failed detach keeps the volume in
@@ -176,7 +177,9 @@ pub struct ReadmeDoctests;
 
 pub use actual::{ActualState, AttachState, Attachment, NodeFacts};
 pub use backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
-pub use config::{BackoffConfig, CallKind, CallTimeouts, Config, ConfigError, UpstreamBugs};
+#[cfg(feature = "upstream-bugs")]
+pub use config::UpstreamBugs;
+pub use config::{BackoffConfig, CallKind, CallTimeouts, Config, ConfigError};
 pub use controller::{
     BuildError, Controller, ControllerError, ControllerHandle, EventRecorder, Input,
     MemoryRecorder, Metrics, MetricsSnapshot, OperationSummary, Outcome, OutcomeCounts,

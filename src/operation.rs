@@ -88,8 +88,10 @@ pub enum Operation<D: Domain> {
         id: OpId,
         /// The node.
         node: D::Node,
-        /// Upstream's bug C6 (122413) only: read the orchestrator's cached copy of the node
-        /// instead (a driver without one reads the store). Never set otherwise.
+        /// Upstream's bug C6 (122413) only, with the `upstream-bugs` feature: read the
+        /// orchestrator's cached copy of the node instead (a driver without one reads the
+        /// store).
+        #[cfg(feature = "upstream-bugs")]
         from_cache: bool,
     },
     /// Ask which of `volumes` are still attached to `node`; report back with `verify_finished`.

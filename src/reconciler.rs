@@ -12,7 +12,7 @@ use tracing::{debug, info, warn};
 
 use crate::actual::{ActualState, AttachState, NodeFacts};
 use crate::backend::{AttachInfo, BackendAttachment, BackendError};
-use crate::config::Config;
+use crate::config::{Config, UpstreamBugs};
 use crate::desired::{DesiredError, DesiredState};
 use crate::domain::Domain;
 use crate::event::{Event, Holder};
@@ -465,6 +465,20 @@ impl<D: Domain> Reconciler<D> {
         Ok(op)
     }
 
+    /// The upstream bugs switched back in: the configuration's with the `upstream-bugs`
+    /// feature, else none, as a constant every bug branch folds away on.
+    #[inline]
+    fn bugs(&self) -> UpstreamBugs {
+        #[cfg(feature = "upstream-bugs")]
+        {
+            self.config.upstream_bugs
+        }
+        #[cfg(not(feature = "upstream-bugs"))]
+        {
+            UpstreamBugs::NONE
+        }
+    }
+
     fn access(&self, volume: &D::Volume) -> Access {
         // A volume of unknown spec is treated as single-node: the stricter rule.
         self.desired
@@ -590,7 +604,7 @@ impl<D: Domain> Reconciler<D> {
                 if error.may_have_taken_effect() {
                     self.actual.set_uncertain(volume.clone(), node.clone());
                 }
-                if !self.config.upstream_bugs.c1_lose_report_on_failed_detach {
+                if !self.bugs().c1_lose_report_on_failed_detach {
                     // C1: the volume is still attached as far as anyone knows: report it again.
                     self.actual.set_withheld(&volume, &node, false);
                 }
@@ -1127,7 +1141,7 @@ impl<D: Domain> Reconciler<D> {
             Err(None) => return,
             Err(Some(retry)) => return self.wake_volume_at(retry, volume.clone()),
         }
-        let bugs = self.config.upstream_bugs;
+        let bugs = self.bugs();
         let facts = self.actual.node(node);
         let healthy = facts.is_some_and(|n| n.healthy);
         let fenced = facts.is_some_and(|n| n.fenced);
@@ -1137,7 +1151,10 @@ impl<D: Domain> Reconciler<D> {
             return;
         };
         let reported = a.is_reported();
+        #[cfg(feature = "upstream-bugs")]
         let assumed_mounted = a.assumed_mounted;
+        #[cfg(not(feature = "upstream-bugs"))]
+        let assumed_mounted = false;
         let requested = self.actual.request_detach(volume, node, now);
         let deadline = requested.saturating_add(self.config.max_wait_for_unmount);
         let force_allowed = self.config.force_detach_on_timeout || bugs.c3_force_detach_unfenced;
@@ -1316,7 +1333,7 @@ impl<D: Domain> Reconciler<D> {
         ops: &mut Vec<Operation<D>>,
     ) {
         let key = gate_key::<D>(spec.access, volume, node);
-        let bugs = self.config.upstream_bugs;
+        let bugs = self.bugs();
         if let Some(a) = self.actual.get(volume, node) {
             let (state, withheld) = (a.state, a.withheld);
             // Needed again: a later detach starts a new unmount wait, and a new episode.
@@ -1522,9 +1539,7 @@ impl<D: Domain> Reconciler<D> {
             ) {
                 continue;
             }
-            if self.config.upstream_bugs.c6_diff_against_stale_read
-                && self.cache_consulted.insert(node.clone())
-            {
+            if self.bugs().c6_diff_against_stale_read && self.cache_consulted.insert(node.clone()) {
                 // C6, upstream's bug: diff against a cached copy of unknown age first.
                 self.plan_read(node, Vec::new(), true, ops);
                 continue;
@@ -1570,6 +1585,7 @@ impl<D: Domain> Reconciler<D> {
         ops.push(Operation::ReadStatus {
             id,
             node,
+            #[cfg(feature = "upstream-bugs")]
             from_cache,
         });
     }

@@ -111,11 +111,20 @@ impl H {
         })
     }
 
+    /// A core with `bugs` switched back in (they need the `upstream-bugs` feature; without it
+    /// only `UpstreamBugs::NONE` is accepted).
     fn with_bugs(bugs: UpstreamBugs) -> Self {
-        H::new(Config {
+        #[cfg(feature = "upstream-bugs")]
+        let config = Config {
             upstream_bugs: bugs,
             ..Config::default()
-        })
+        };
+        #[cfg(not(feature = "upstream-bugs"))]
+        let config = {
+            assert_eq!(bugs, UpstreamBugs::NONE, "needs the upstream-bugs feature");
+            Config::default()
+        };
+        H::new(config)
     }
 
     fn node(&mut self, node: &'static str, in_use: &[&'static str]) {
@@ -811,6 +820,7 @@ fn c1_failed_detach_is_reported_again_when_the_pod_returns() {
 }
 
 #[test]
+#[cfg(feature = "upstream-bugs")]
 fn c1_bites_with_upstream_bug() {
     let h = c1_scenario(UpstreamBugs {
         c1_lose_report_on_failed_detach: true,
@@ -882,6 +892,7 @@ fn c2_uncertain_attachment_holds_a_single_node_volume() {
 }
 
 #[test]
+#[cfg(feature = "upstream-bugs")]
 fn c2_bites_with_upstream_bug() {
     let h = c2_scenario(UpstreamBugs {
         c2_ignore_uncertain_holder: true,
@@ -913,6 +924,7 @@ fn c3_unfenced_node_keeps_its_volume_by_default() {
 }
 
 #[test]
+#[cfg(feature = "upstream-bugs")]
 fn c3_bites_with_upstream_bug() {
     let h = c3_scenario(UpstreamBugs {
         c3_force_detach_unfenced: true,
@@ -956,6 +968,7 @@ fn c4_first_in_use_report_is_followed() {
 }
 
 #[test]
+#[cfg(feature = "upstream-bugs")]
 fn c4_bites_with_upstream_bug() {
     let h = c4_scenario(UpstreamBugs {
         c4_sticky_assumed_mount: true,
@@ -1020,6 +1033,7 @@ fn c5_detach_waits_for_the_status_acknowledgement() {
 }
 
 #[test]
+#[cfg(feature = "upstream-bugs")]
 fn c5_bites_with_upstream_bug() {
     let planned = c5_scenario(UpstreamBugs {
         c5_detach_before_status_ack: true,

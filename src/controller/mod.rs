@@ -127,6 +127,7 @@ pub struct Controller<D: Domain> {
     core: Reconciler<D>,
     backend: Arc<dyn AttachBackend<D>>,
     store: Arc<dyn NodeStatusStore<D>>,
+    #[cfg(feature = "upstream-bugs")]
     diff_source: Option<Arc<dyn NodeStatusStore<D>>>,
     recorder: Option<Arc<dyn EventRecorder<D>>>,
     metrics: Arc<Metrics>,
@@ -175,6 +176,7 @@ impl<D: Domain> Controller<D> {
             core,
             backend,
             store,
+            #[cfg(feature = "upstream-bugs")]
             diff_source: None,
             recorder: None,
             metrics: Arc::default(),
@@ -192,9 +194,10 @@ impl<D: Domain> Controller<D> {
         self
     }
 
-    /// Where the status writer reads before writing when
-    /// `config.upstream_bugs.c6_diff_against_stale_read` is on (upstream's informer cache);
-    /// ignored otherwise. Without it the switch reads the store itself, which is never stale.
+    /// Where reads `from_cache` go when `config.upstream_bugs.c6_diff_against_stale_read` is
+    /// on (upstream's informer cache); ignored otherwise. Without it the switch reads the store
+    /// itself, which is never stale. Only with the `upstream-bugs` feature.
+    #[cfg(feature = "upstream-bugs")]
     pub fn with_status_diff_source(mut self, source: Arc<dyn NodeStatusStore<D>>) -> Self {
         self.diff_source = Some(source);
         self
@@ -228,6 +231,7 @@ impl<D: Domain> Controller<D> {
             core,
             backend,
             store,
+            #[cfg(feature = "upstream-bugs")]
             diff_source,
             recorder,
             metrics,
@@ -247,6 +251,7 @@ impl<D: Domain> Controller<D> {
             parts: Arc::new(Parts {
                 backend,
                 store,
+                #[cfg(feature = "upstream-bugs")]
                 cache: diff_source,
                 deadlines,
                 metrics: Arc::clone(&metrics),

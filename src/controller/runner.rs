@@ -172,6 +172,7 @@ pub(crate) struct Parts<D: Domain> {
     pub(crate) backend: Arc<dyn AttachBackend<D>>,
     pub(crate) store: Arc<dyn NodeStatusStore<D>>,
     /// Where reads `from_cache` go (upstream's bug C6 only); the store when `None`.
+    #[cfg(feature = "upstream-bugs")]
     pub(crate) cache: Option<Arc<dyn NodeStatusStore<D>>>,
     pub(crate) deadlines: Deadlines<D>,
     pub(crate) metrics: Arc<Metrics>,
@@ -196,6 +197,7 @@ pub(crate) async fn execute<D: Domain>(op: Operation<D>, parts: Arc<Parts<D>>) -
         let Parts {
             backend,
             store,
+            #[cfg(feature = "upstream-bugs")]
             cache,
             deadlines,
             metrics,
@@ -239,12 +241,18 @@ pub(crate) async fn execute<D: Domain>(op: Operation<D>, parts: Arc<Parts<D>>) -
                 )
             }
             Operation::ReadStatus {
-                node, from_cache, ..
+                node,
+                #[cfg(feature = "upstream-bugs")]
+                from_cache,
+                ..
             } => {
+                #[cfg(feature = "upstream-bugs")]
                 let source = match cache {
                     Some(cache) if from_cache => cache,
                     _ => store,
                 };
+                #[cfg(not(feature = "upstream-bugs"))]
+                let source = store;
                 let call = source.read(&node);
                 let answer = deadlines
                     .run(CallKind::StatusRead, Some(&node), None, call)
