@@ -90,10 +90,11 @@ type Check<D> = (<D as Domain>::Volume, Option<ForceReason>);
 /// A fresh read's word that a detach may go: the force reason it was checked for, and when.
 type Clearance = (Option<ForceReason>, Duration);
 
-/// How long a fresh read's clearance of a detach stays good: it is meant for the very next
-/// pass, which a driver runs as soon as it has handed the read back. A clearance older than
-/// this (a driver that polls late) is discarded and the node read again.
-const CLEARANCE_TTL: Duration = Duration::from_secs(1);
+/// A fresh read's clearance of a detach is meant for the very next pass, which comes at most
+/// `reconcile_period` after it in a driver that polls when told; it is dropped at the end of
+/// that pass if unused, and not used at all once older than `reconcile_period` plus this slack
+/// (a driver that polls late): the node is read again instead.
+const CLEARANCE_SLACK: Duration = Duration::from_secs(1);
 
 /// Status writes in a row that may lose a compare-and-set race before the node's writes back
 /// off: conflicts are normally another writer's one-off, answered by a fresh read at once.
@@ -513,6 +514,9 @@ impl<D: Domain> Reconciler<D> {
         self.actual.set_detached(volume, node);
         if !self.blocked.is_empty() {
             self.blocked.remove(&(node.clone(), volume.clone()));
+        }
+        if !self.waiting_unmount.is_empty() {
+            self.waiting_unmount.remove(&(node.clone(), volume.clone()));
         }
     }
 
@@ -985,7 +989,7 @@ impl<D: Domain> Reconciler<D> {
             return ops;
         }
         self.last_pass = Some(now);
-        self.trim(now);
+        self.trim();
         while let Some(Reverse((at, _))) = self.volume_timers.peek() {
             if *at > now {
                 break;
@@ -1030,19 +1034,19 @@ impl<D: Domain> Reconciler<D> {
             self.status.mark(node);
         }
         self.plan_status(now, &mut ops);
+        // A clearance is for the pass right after its read: one this pass did not use (the
+        // detach was no longer wanted, or had to wait) is stale by the next.
+        if !self.cleared.is_empty() {
+            self.cleared.clear();
+        }
         ops
     }
 
     /// Gives back what a past burst left allocated: the tables of running operations and the
     /// timer heaps keep their peak capacity otherwise (at 150,000 attachments, a start-up burst
     /// of attaches left about 95 bytes per attachment behind).
-    fn trim(&mut self, now: Duration) {
-        if !self.cleared.is_empty() {
-            // Clearances nobody took (the detach was no longer wanted when the read came back).
-            self.cleared
-                .retain(|_, (_, at)| now <= at.saturating_add(CLEARANCE_TTL));
-            trim_map(&mut self.cleared);
-        }
+    fn trim(&mut self) {
+        trim_map(&mut self.cleared);
         trim_map(&mut self.checks);
         trim_map(&mut self.in_flight);
         trim_map(&mut self.awaiting_ack);
@@ -1253,7 +1257,12 @@ impl<D: Domain> Reconciler<D> {
         // unknown age. A clearance the read gave is good for this pass, under the same force.
         let pair = (volume.clone(), node.clone());
         match self.cleared.remove(&pair) {
-            Some((checked, at)) if checked == force && now <= at.saturating_add(CLEARANCE_TTL) => {}
+            Some((checked, at))
+                if checked == force
+                    && now
+                        <= at
+                            .saturating_add(self.config.reconcile_period)
+                            .saturating_add(CLEARANCE_SLACK) => {}
             _ => {
                 let waiting = self.checks.entry(pair.1).or_default();
                 match waiting.iter_mut().find(|(v, _)| *v == pair.0) {

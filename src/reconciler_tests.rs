@@ -416,6 +416,26 @@ fn mounted_volume_waits_for_unmount_then_detaches() {
     assert_eq!(h.run_ok(secs(1)), vec!["write n1 []", "detach v1 n1"]);
 }
 
+/// A clearance from a fresh read is for the next pass, however long the reconcile period: with
+/// passes 3 s apart the detach still goes (a fixed time-to-live shorter than the period would
+/// re-read the node for ever).
+#[test]
+fn a_long_reconcile_period_still_detaches_after_the_fresh_read() {
+    let mut h = H::new(Config {
+        reconcile_period: secs(3),
+        ..Config::default()
+    });
+    h.node("n1", &[]);
+    h.rwo("v1");
+    h.pod("p1", "n1", &["v1"]);
+    h.run_ok(secs(10));
+    h.unpod("p1");
+    h.run_ok(secs(30));
+    assert_eq!(h.count("read n1"), 2, "{:?}", h.log);
+    assert_eq!(h.count("detach"), 1, "{:?}", h.log);
+    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
+}
+
 #[test]
 fn a_write_that_did_nothing_leaves_the_store_known_and_holds_the_detach() {
     let mut h = H::attached_rwo(UpstreamBugs::default());
