@@ -123,9 +123,12 @@ fn node_facts() -> NodeFacts<u32> {
     }
 }
 
+/// Operations of a pass, by kind: [attach, detach, write, verify, read].
+type Counts = [usize; 5];
+
 /// Completes every operation with success; returns how many of each kind ran.
-fn complete(r: &mut Reconciler<T>, now: Duration, ops: Vec<Operation<T>>) -> [usize; 4] {
-    let mut counts = [0; 4];
+fn complete(r: &mut Reconciler<T>, now: Duration, ops: Vec<Operation<T>>) -> Counts {
+    let mut counts = [0; 5];
     for op in ops {
         match op {
             Operation::Attach { id, .. } => {
@@ -148,6 +151,7 @@ fn complete(r: &mut Reconciler<T>, now: Duration, ops: Vec<Operation<T>>) -> [us
             }
             // Every write here lands, so the store holds what the core last wrote.
             Operation::ReadStatus { id, node, .. } => {
+                counts[4] += 1;
                 let status = NodeStatus {
                     attached: r.status().stored(&node).unwrap_or_default(),
                     in_use: Some(Vec::new()),
@@ -178,7 +182,7 @@ fn complete(r: &mut Reconciler<T>, now: Duration, ops: Vec<Operation<T>>) -> [us
 }
 
 /// Polls and completes until nothing but the sync timer is due; returns the op counts per pass.
-fn drive(r: &mut Reconciler<T>, now: &mut Duration, sync_at: Duration) -> Vec<[usize; 4]> {
+fn drive(r: &mut Reconciler<T>, now: &mut Duration, sync_at: Duration) -> Vec<Counts> {
     let mut passes = Vec::new();
     while let Some(due) = r.next_deadline() {
         if due >= sync_at {
@@ -236,7 +240,7 @@ impl Cluster {
 
     /// Moves one workload to another node and drives the core until it is settled again.
     /// Returns the op counts of every pass.
-    fn move_one(&mut self) -> Vec<[usize; 4]> {
+    fn move_one(&mut self) -> Vec<Counts> {
         let (w, to) = self.moves.next();
         self.r.remove_workload(&w).unwrap();
         self.r.add_workload(w, to, &[w]).unwrap();
@@ -245,7 +249,7 @@ impl Cluster {
 
     /// Places `k` new workloads (with new volumes) on one node at once, drives until settled,
     /// then removes them again and drives until settled. Returns the passes of both halves.
-    fn burst(&mut self, k: u32) -> (Vec<[usize; 4]>, Vec<[usize; 4]>) {
+    fn burst(&mut self, k: u32) -> (Vec<Counts>, Vec<Counts>) {
         let node = self.burst_cursor % self.nodes;
         self.burst_cursor += 1;
         let first = 1_000_000_000;
@@ -398,19 +402,20 @@ fn bench_idle(c: &mut Criterion, clusters: &mut [Cluster]) {
 fn bench_churn(c: &mut Criterion, clusters: &mut [Cluster]) {
     let mut group = c.benchmark_group("churn_move");
     for cl in clusters.iter_mut() {
-        // The core's steps for one move, pass by pass: withhold and write A's status, detach,
-        // attach, write B's status, then a pass that finds nothing to do.
+        // The core's steps for one move, pass by pass: withhold and write A's status, read A
+        // fresh, detach, attach, write B's status, then a pass that finds nothing to do.
         let passes = cl.move_one();
         let expected = vec![
-            [0, 0, 1, 0],
-            [0, 1, 0, 0],
-            [1, 0, 0, 0],
-            [0, 0, 1, 0],
-            [0; 4],
+            [0, 0, 1, 0, 0],
+            [0, 0, 0, 0, 1],
+            [0, 1, 0, 0, 0],
+            [1, 0, 0, 0, 0],
+            [0, 0, 1, 0, 0],
+            [0; 5],
         ];
         assert_eq!(
             passes, expected,
-            "one move, pass by pass [attach, detach, write, verify]"
+            "one move, pass by pass [attach, detach, write, verify, read]"
         );
         group.bench_function(BenchmarkId::from_parameter(cl.size), |b| {
             b.iter(|| black_box(cl.move_one()))
@@ -446,10 +451,11 @@ fn bench_status_burst(c: &mut Criterion, cl: &mut Cluster) {
 }
 
 /// K workloads scheduled at once on one node: K attaches in one pass, then one status write;
-/// removed at once: one write, then K detaches. Never more than one write per pass.
-fn check_burst(k: u32, up: &[[usize; 4]], down: &[[usize; 4]]) {
+/// removed at once: one write, one fresh read, then K detaches. Never more than one write per
+/// pass.
+fn check_burst(k: u32, up: &[Counts], down: &[Counts]) {
     let k = k as usize;
-    let writes = |passes: &[[usize; 4]]| passes.iter().map(|p| p[2]).collect::<Vec<_>>();
+    let writes = |passes: &[Counts]| passes.iter().map(|p| p[2]).collect::<Vec<_>>();
     assert!(
         up.iter().chain(down).all(|p| p[2] <= 1),
         "a burst of {k} changes on one node wrote its status more than once in a pass: \
@@ -464,6 +470,11 @@ fn check_burst(k: u32, up: &[[usize; 4]], down: &[[usize; 4]]) {
         "one write for {k} attaches"
     );
     assert_eq!(down.iter().map(|p| p[1]).sum::<usize>(), k);
+    assert_eq!(
+        down.iter().map(|p| p[4]).sum::<usize>(),
+        1,
+        "one fresh read of the node for {k} detaches"
+    );
     assert_eq!(
         down.iter().map(|p| p[2]).sum::<usize>(),
         1,
