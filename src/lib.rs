@@ -17,7 +17,7 @@
 //! ```
 //! use std::time::Duration;
 //! use attach_detach::{
-//!     AttachInfo, Config, Ids, NodeFacts, Operation, Reconciler, VolumeSpec,
+//!     AttachInfo, Config, Ids, Input, NodeFacts, Operation, Reconciler, VolumeSpec,
 //! };
 //!
 //! // Kubernetes-style names; the payload would be a CSI handle, here nothing.
@@ -25,11 +25,21 @@
 //! let mut core: Reconciler<K8s> = Reconciler::new(Config::default());
 //! let s = |x: &str| x.to_string();
 //!
-//! // 1. What the orchestrator knows: a node (its agent has nothing in use yet), a single-node
-//! //    volume, and a pod that needs it there.
-//! core.node_updated(s("node-a"), NodeFacts { in_use: Some(vec![]), ..NodeFacts::default() });
-//! core.set_volume(s("pvc-1"), VolumeSpec::single_node(())).unwrap();
-//! core.add_workload(s("pod-1"), s("node-a"), &[s("pvc-1")]).unwrap();
+//! // 1. What the orchestrator knows, in the order its watchers see it (any order will do): a
+//! //    pod that needs a single-node volume on a node, the node (its agent has nothing in use
+//! //    yet), and the volume. The pod waits until both are known.
+//! core.handle(Input::WorkloadScheduled {
+//!     workload: s("pod-1"),
+//!     node: s("node-a"),
+//!     volumes: vec![s("pvc-1")],
+//! }).unwrap();
+//! core.handle(Input::NodeUpdated {
+//!     node: s("node-a"),
+//!     facts: NodeFacts { in_use: Some(vec![]), ..NodeFacts::default() },
+//! }).unwrap();
+//! core.handle(Input::SetVolume { volume: s("pvc-1"), spec: VolumeSpec::single_node(()) })
+//!     .unwrap();
+//! assert_eq!(core.desired().pending_len(), 0, "placed");
 //!
 //! // 2. Ask for work when it is due. The first pass plans the attach (and writes the new
 //! //    node's empty status).
@@ -55,7 +65,7 @@
 //!
 //! // 5. The pod goes. The volume leaves the node's report first; only when the store has
 //! //    acknowledged that is the detach planned (so the agent never mounts a leaving volume).
-//! core.remove_workload(&s("pod-1")).unwrap();
+//! core.handle(Input::WorkloadRemoved { workload: s("pod-1") }).unwrap();
 //! now = core.next_deadline().unwrap();
 //! let ops = core.poll(now);
 //! assert!(matches!(&ops[..], [Operation::WriteStatus { attached, .. }] if attached.is_empty()));
@@ -70,10 +80,20 @@
 //! assert_eq!(core.poll(now + Duration::from_secs(1)), vec![]);
 //! ```
 //!
+//! Everything the orchestrator says comes in as an [`Input`], the same values for
+//! [`Reconciler::handle`], a running controller's [`ControllerHandle::send`] and the start-up
+//! [`World`], shaped after what a kube-runtime watcher emits: upserts and deletions of volumes,
+//! nodes and workloads, in any order (a workload naming a node or a volume not known yet waits
+//! for it, visibly and within [`Config::max_pending_workloads`], and is named in an
+//! [`Event::WorkloadWaiting`] if it waits too long; a replayed deletion is a no-op), and the
+//! start and end of a relist of one kind ([`Input::RelistStarted`], [`Input::RelistDone`]), from
+//! which the core derives the deletions the watcher missed.
+//!
 //! Errors from the backend say whether the call certainly did nothing, may have taken effect
 //! (the attachment becomes [`AttachState::Uncertain`]), or found the volume attached elsewhere.
 //! Failed operations back off per kind (500 ms doubling to 2 min 2 s). Human-readable
-//! [`Event`]s (Multi-Attach, attach and detach results) come from [`Reconciler::take_events`];
+//! [`Event`]s (Multi-Attach, attach and detach results, long waits) come from
+//! [`Reconciler::take_events`];
 //! the tokio driver adds [`Event::CallTimedOut`] for each call it gives up at its deadline
 //! ([`CallTimeouts`]).
 //!
@@ -114,6 +134,7 @@ mod desired;
 mod domain;
 mod event;
 mod gate;
+mod input;
 mod memory;
 mod operation;
 mod reconciler;
@@ -133,14 +154,15 @@ pub use actual::{ActualState, AttachState, Attachment, NodeFacts};
 pub use backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 pub use config::{BackoffConfig, CallKind, CallTimeouts, Config, ConfigError, UpstreamBugs};
 pub use controller::{
-    BuildError, Controller, ControllerError, ControllerHandle, EventRecorder, Input,
-    MemoryRecorder, Metrics, MetricsSnapshot, OperationSummary, Outcome, OutcomeCounts,
-    ShutdownReport, StatusWriter, TimeoutCounts, World, WriteOutcome,
+    BuildError, Controller, ControllerError, ControllerHandle, EventRecorder, MemoryRecorder,
+    Metrics, MetricsSnapshot, OperationSummary, Outcome, OutcomeCounts, ShutdownReport,
+    StatusWriter, TimeoutCounts, World, WriteOutcome,
 };
-pub use desired::{DesiredError, DesiredState};
+pub use desired::{DesiredError, DesiredState, Missing, PendingWorkload};
 pub use domain::{Domain, Id, Ids};
 pub use event::{Event, Holder};
 pub use gate::{OpKind, OperationGate};
+pub use input::{Input, Kind, Rejection};
 pub use memory::{BackendOp, CachedView, MemoryBackend, MemoryStore};
 pub use operation::{ForceReason, OpId, Operation};
 pub use reconciler::{Reconciler, ReconcilerError};

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::config::UpstreamBugs;
+use crate::desired::Missing;
 use crate::domain::Ids;
 
 type T = Ids<&'static str, &'static str, &'static str>;
@@ -99,34 +100,53 @@ impl H {
         fenced: bool,
         in_use: Option<&[&'static str]>,
     ) {
-        self.r.node_updated(
+        self.input(Input::NodeUpdated {
             node,
-            NodeFacts {
+            facts: NodeFacts {
                 healthy,
                 fenced,
                 in_use: in_use.map(<[_]>::to_vec),
             },
-        );
+        });
+    }
+
+    /// Feeds one input; the core must take it.
+    fn input(&mut self, input: Input<T>) {
+        self.r.handle(input).unwrap();
     }
 
     fn rwo(&mut self, volume: &'static str) {
-        self.r
-            .set_volume(volume, VolumeSpec::single_node(()))
-            .unwrap();
+        self.input(Input::SetVolume {
+            volume,
+            spec: VolumeSpec::single_node(()),
+        });
     }
 
     fn rwx(&mut self, volume: &'static str) {
-        self.r
-            .set_volume(volume, VolumeSpec::multi_node(()))
-            .unwrap();
+        self.input(Input::SetVolume {
+            volume,
+            spec: VolumeSpec::multi_node(()),
+        });
     }
 
     fn pod(&mut self, pod: &'static str, node: &'static str, volumes: &[&'static str]) {
-        self.r.add_workload(pod, node, volumes).unwrap();
+        self.input(Input::WorkloadScheduled {
+            workload: pod,
+            node,
+            volumes: volumes.to_vec(),
+        });
     }
 
     fn unpod(&mut self, pod: &'static str) {
-        self.r.remove_workload(&pod).unwrap();
+        self.input(Input::WorkloadRemoved { workload: pod });
+    }
+
+    fn unnode(&mut self, node: &'static str) {
+        self.input(Input::NodeRemoved { node });
+    }
+
+    fn unvolume(&mut self, volume: &'static str) {
+        self.input(Input::VolumeRemoved { volume });
     }
 
     /// One reconcile period later, a pass.
@@ -606,18 +626,40 @@ fn a_burst_on_one_node_is_one_write() {
 
 #[test]
 fn api_misuse_is_a_typed_error_and_changes_nothing() {
-    let mut h = H::new(Config::default());
+    let mut h = H::new(Config {
+        max_pending_workloads: 1,
+        ..Config::default()
+    });
+    // Out of order is no misuse: a workload on a node not seen yet waits for it.
     assert_eq!(
-        h.r.add_workload("p", "nowhere", &[]),
-        Err(ReconcilerError::Desired(DesiredError::UnknownNode {
-            node: "nowhere"
+        h.r.handle(Input::WorkloadScheduled {
+            workload: "p",
+            node: "nowhere",
+            volumes: vec![]
+        }),
+        Ok(())
+    );
+    // But only so many may wait.
+    assert_eq!(
+        h.r.handle(Input::WorkloadScheduled {
+            workload: "q",
+            node: "n1",
+            volumes: vec!["unknown"]
+        }),
+        Err(ReconcilerError::Desired(DesiredError::TooManyPending {
+            workload: "q",
+            missing: vec![Missing::Node("n1"), Missing::Volume("unknown")],
+            limit: 1
         }))
     );
+    assert!(h.r.desired().pending(&"q").is_none(), "nothing changed");
+    h.unpod("p");
+    // A relist cannot end that did not start.
+    assert_eq!(
+        h.r.handle(Input::RelistDone { kind: Kind::Node }),
+        Err(ReconcilerError::NoRelist { kind: Kind::Node })
+    );
     h.node("n1", &[]);
-    assert!(matches!(
-        h.r.add_workload("p", "n1", &["unknown"]),
-        Err(ReconcilerError::Desired(DesiredError::UnknownVolume { .. }))
-    ));
     assert_eq!(
         h.r.attach_finished(h.now, OpId(99), Ok(AttachInfo::default())),
         Err(ReconcilerError::UnknownOperation { id: OpId(99) })
@@ -641,12 +683,13 @@ fn api_misuse_is_a_typed_error_and_changes_nothing() {
     // The attach is still running and can finish normally.
     h.ok(attach);
     assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Attached);
-    assert!(matches!(
-        h.r.node_removed(&"n1"),
-        Err(ReconcilerError::Desired(
-            DesiredError::NodeHasVolumes { .. }
-        ))
-    ));
+    // Its node is deleted under it: accepted, and the workload waits for the node again.
+    h.unnode("n1");
+    assert_eq!(
+        h.r.desired().pending(&"p").map(|p| p.missing),
+        Some(vec![Missing::Node("n1")])
+    );
+    assert!(!h.r.desired().is_desired(&"v1", &"n1"));
 }
 
 #[test]
@@ -678,7 +721,7 @@ fn removed_node_is_rewritten_when_it_comes_back() {
     h.unpod("p1");
     // The node object is deleted and recreated under the same name, with an empty status
     // (upstream 50721): what it must report is written afresh.
-    h.r.node_removed(&"n1").unwrap();
+    h.unnode("n1");
     assert!(
         h.run_ok(secs(1)).is_empty(),
         "nothing to write to, nothing unmounted"
@@ -1014,36 +1057,56 @@ fn verify_settles_an_uncertain_detach_as_detached() {
     assert!(attached_on_n2, "the waiting workload got its volume");
 }
 
+/// A watcher may deliver a volume's deletion before its workloads': the volume goes, its
+/// workloads wait for it again, and it is detached only by the usual safe path (never while
+/// the node reports it in use).
 #[test]
-fn a_volume_in_use_cannot_be_removed() {
+fn a_volume_removed_in_use_sends_its_workloads_back_to_waiting() {
     let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.node("n1", &["v1"]);
+    h.unvolume("v1");
     assert_eq!(
-        h.r.remove_volume(&"v1"),
-        Err(ReconcilerError::Desired(DesiredError::VolumeInUse {
-            volume: "v1",
-            workloads: 1
-        }))
+        h.r.desired().pending(&"p1").map(|p| p.missing),
+        Some(vec![Missing::Volume("v1")])
     );
-    assert_eq!(
-        h.r.remove_volume(&"v9"),
-        Err(ReconcilerError::Desired(DesiredError::UnknownVolume {
-            volume: "v9"
-        }))
+    assert!(!h.r.desired().is_desired(&"v1", &"n1"));
+    h.run_ok(secs(5));
+    assert_eq!(h.count("detach"), 0, "still mounted: {:?}", h.log);
+    // Removing it again, or one never seen, is a no-op.
+    h.unvolume("v1");
+    h.unvolume("v9");
+    // Registered again: the workload is placed again, and nothing moved.
+    h.rwo("v1");
+    assert!(h.r.desired().is_desired(&"v1", &"n1"));
+    assert_eq!(h.r.desired().pending_len(), 0);
+    h.log.clear();
+    h.run_ok(secs(5));
+    assert_eq!(h.stored("n1"), Some(vec!["v1"]));
+    assert_eq!(h.count("attach") + h.count("detach"), 0, "{:?}", h.log);
+    // Removed for good, then its workload: the pod's deletion after its volume's.
+    h.unvolume("v1");
+    h.unpod("p1");
+    h.node("n1", &[]);
+    h.run_ok(secs(5));
+    assert_eq!(h.count("detach v1 n1"), 1);
+    assert!(h.r.actual().is_empty());
+    assert!(
+        h.r.desired().spec(&"v1").is_none(),
+        "forgotten once detached"
     );
 }
 
 /// Volume churn does not grow the core's state: a removed volume is detached, then forgotten,
-/// and new workloads cannot use it until it is registered again.
+/// and new workloads wait for it until it is registered again.
 #[test]
 fn a_removed_volume_is_detached_then_forgotten() {
     let mut h = H::attached_rwo(UpstreamBugs::default());
     h.unpod("p1");
-    h.r.remove_volume(&"v1").unwrap();
+    h.unvolume("v1");
+    h.pod("p2", "n2", &["v1"]);
     assert_eq!(
-        h.r.add_workload("p2", "n2", &["v1"]),
-        Err(ReconcilerError::Desired(DesiredError::UnknownVolume {
-            volume: "v1"
-        }))
+        h.r.desired().pending(&"p2").map(|p| p.missing),
+        Some(vec![Missing::Volume("v1")])
     );
     assert!(h.r.desired().spec(&"v1").is_some(), "kept for the detach");
     let detach = h.run_until_taking(OpKind::Detach);
@@ -1055,9 +1118,11 @@ fn a_removed_volume_is_detached_then_forgotten() {
         h.r.desired().spec(&"v1").is_none(),
         "forgotten once detached"
     );
-    // Registered again, it is a fresh volume with no backoff left from before.
+    assert_eq!(h.count("attach v1 n2"), 0, "p2 waits");
+    // Registered again, it is a fresh volume with no backoff left from before, and the
+    // workload that waited for it gets it.
     h.rwo("v1");
-    h.pod("p2", "n2", &["v1"]);
+    assert_eq!(h.r.desired().pending_len(), 0);
     h.log.clear();
     h.run_ok(secs(1));
     assert_eq!(h.count("attach v1 n2"), 1);
@@ -1073,7 +1138,10 @@ fn a_volume_attached_twice_cannot_become_single_node() {
     h.pod("p2", "n2", &["v1"]);
     h.run_ok(secs(1));
     assert_eq!(
-        h.r.set_volume("v1", VolumeSpec::single_node(())),
+        h.r.handle(Input::SetVolume {
+            volume: "v1",
+            spec: VolumeSpec::single_node(())
+        }),
         Err(ReconcilerError::AccessConflict {
             volume: "v1",
             nodes: vec!["n1", "n2"]
@@ -1086,7 +1154,7 @@ fn a_volume_attached_twice_cannot_become_single_node() {
     );
     h.unpod("p2");
     h.run_ok(secs(1));
-    h.r.set_volume("v1", VolumeSpec::single_node(())).unwrap();
+    h.rwo("v1");
 }
 
 /// A node deleted while it holds a single-node volume: by default the volume stays (its machine
@@ -1095,7 +1163,7 @@ fn a_volume_attached_twice_cannot_become_single_node() {
 fn a_deleted_node_pins_its_volume_and_says_so_once() {
     let mut h = H::attached_rwo(UpstreamBugs::default());
     h.unpod("p1");
-    h.r.node_removed(&"n1").unwrap();
+    h.unnode("n1");
     h.pod("p2", "n2", &["v1"]);
     h.run_ok(secs(60));
     assert_eq!(h.count("detach"), 0);
@@ -1126,7 +1194,7 @@ fn a_deleted_node_counts_as_fenced_when_configured() {
     h.pod("p1", "n1", &["v1"]);
     h.run_ok(secs(1));
     h.unpod("p1");
-    h.r.node_removed(&"n1").unwrap();
+    h.unnode("n1");
     h.pod("p2", "n2", &["v1"]);
     h.log.clear();
     h.run_ok(secs(1));
@@ -1190,10 +1258,10 @@ fn an_access_change_during_an_attach_leaks_no_gate_key() {
     h.rwo("v1");
     h.pod("p1", "n1", &["v1"]);
     let attach = h.tick_taking(OpKind::Attach);
-    h.r.set_volume("v1", VolumeSpec::multi_node(())).unwrap();
+    h.rwx("v1");
     h.ok(attach);
     h.run_ok(secs(1));
-    h.r.set_volume("v1", VolumeSpec::single_node(())).unwrap();
+    h.rwo("v1");
     h.unpod("p1");
     h.pod("p2", "n2", &["v1"]);
     h.log.clear();
@@ -1219,7 +1287,10 @@ fn narrowing_is_refused_while_attaches_run() {
         .collect();
     assert_eq!(attaches.len(), 2);
     assert!(matches!(
-        h.r.set_volume("v1", VolumeSpec::single_node(())),
+        h.r.handle(Input::SetVolume {
+            volume: "v1",
+            spec: VolumeSpec::single_node(())
+        }),
         Err(ReconcilerError::AccessConflict { .. })
     ));
     h.unpod("p2");
@@ -1229,7 +1300,10 @@ fn narrowing_is_refused_while_attaches_run() {
         .unwrap_or_else(|| unreachable!());
     assert!(
         matches!(
-            h.r.set_volume("v1", VolumeSpec::single_node(())),
+            h.r.handle(Input::SetVolume {
+                volume: "v1",
+                spec: VolumeSpec::single_node(())
+            }),
             Err(ReconcilerError::AccessConflict { .. })
         ),
         "one attach still runs"
@@ -1283,11 +1357,11 @@ fn node_churn_leaves_no_status_record_or_backoff_behind() {
                 message: "x".into(),
             },
         );
-        h.r.node_removed(&n).unwrap();
+        h.unnode(n);
         h.run_ok(secs(1));
         h.node(leak(format!("m{i}")), &[]);
         h.run_ok(secs(1));
-        h.r.node_removed(&leak(format!("m{i}"))).unwrap();
+        h.unnode(leak(format!("m{i}")));
     }
     h.run_ok(secs(1));
     assert_eq!(h.r.status().len(), 0);
@@ -1299,7 +1373,7 @@ fn node_churn_leaves_no_status_record_or_backoff_behind() {
 fn a_blocked_pair_is_forgotten_with_its_attachment() {
     let mut h = H::attached_rwo(UpstreamBugs::default());
     h.unpod("p1");
-    h.r.node_removed(&"n1").unwrap();
+    h.unnode("n1");
     h.run_ok(secs(1));
     assert_eq!(h.r.blocked.len(), 1);
     let end = h.now + secs(120);

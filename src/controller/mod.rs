@@ -29,7 +29,7 @@ use tokio::task::{self, JoinError, JoinHandle, JoinSet};
 use tokio::time::{Instant, sleep_until};
 use tracing::{error, info, warn};
 
-pub use handle::{ControllerError, ControllerHandle, Input};
+pub use handle::{ControllerError, ControllerHandle};
 pub use metrics::{Metrics, MetricsSnapshot, Outcome, OutcomeCounts, TimeoutCounts};
 pub use recorder::{EventRecorder, MemoryRecorder};
 pub use shutdown::{OperationSummary, ShutdownReport};
@@ -45,6 +45,7 @@ use crate::backend::{AttachBackend, BackendError};
 use crate::config::{CallKind, Config, ConfigError};
 use crate::domain::Domain;
 use crate::event::Event;
+use crate::input::{Input, Rejection};
 use crate::operation::Operation;
 use crate::reconciler::{Reconciler, ReconcilerError};
 use crate::store::{NodeStatusStore, StoreError};
@@ -442,8 +443,8 @@ impl<D: Domain> Driver<D> {
                     // Apply what else is queued too, in order, before the next pass.
                     loop {
                         match command {
-                            Some(Command::Input(input, reply)) => {
-                                let result = self.apply(input);
+                            Some(Command::Inputs(inputs, reply)) => {
+                                let result = self.apply(inputs);
                                 // The caller may have given up waiting; the input stands anyway.
                                 let _ = reply.send(result);
                             }
@@ -465,17 +466,13 @@ impl<D: Domain> Driver<D> {
         }
     }
 
-    fn apply(&mut self, input: Input<D>) -> Result<(), ReconcilerError<D>> {
-        let removed = match &input {
-            Input::NodeRemoved { node } => Some(node.clone()),
-            _ => None,
-        };
-        input.apply_to(&mut self.core)?;
-        if let Some(node) = removed {
-            // A node object of the same name later is a new object: its status is read afresh.
-            self.writer.forget(&node);
+    fn apply(&mut self, inputs: Vec<Input<D>>) -> Vec<Rejection<D>> {
+        let refused = self.core.handle_all(inputs);
+        // A node object of the same name later is a new object: its status is read afresh.
+        for node in self.core.removed_nodes() {
+            self.writer.forget(node);
         }
-        Ok(())
+        refused
     }
 
     /// Starts what is due at `now`: recovery list calls, or else a reconcile pass.
