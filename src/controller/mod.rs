@@ -78,7 +78,8 @@ pub enum BuildError<D: Domain> {
     /// [`Config::validate`] refused the configuration.
     #[error("invalid configuration: {0}")]
     Config(#[from] ConfigError),
-    /// The core refused an entry of the initial [`World`] (e.g. a workload on an unknown node).
+    /// The core refused an entry of the initial [`World`] (e.g. one workload more waiting for
+    /// a node or volume than [`Config::max_pending_workloads`] allows).
     #[error("invalid initial world: {0}")]
     World(#[from] ReconcilerError<D>),
 }
@@ -151,8 +152,8 @@ impl<D: Domain> Controller<D> {
     /// placements); the actual state is recovered from `store` and `backend` when it runs.
     ///
     /// Fails with [`BuildError::Config`] if [`Config::validate`] refuses `config`, and with
-    /// [`BuildError::World`] if the core refuses an entry of `world` (e.g. a workload on an
-    /// unknown node).
+    /// [`BuildError::World`] if the core refuses an entry of `world` (see
+    /// [`Reconciler::handle`]; inputs in any order are not refused).
     pub fn new(
         config: Config,
         backend: Arc<dyn AttachBackend<D>>,
