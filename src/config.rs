@@ -403,6 +403,18 @@ mod tests {
     }
 
     #[test]
+    fn no_waiting_workloads_and_an_immediate_warning_are_valid() {
+        // Strict ordering (every out-of-order workload refused) and a warning at the first
+        // pass are choices, not mistakes.
+        let strict = Config {
+            max_pending_workloads: 0,
+            pending_workload_warning: Duration::ZERO,
+            ..Config::default()
+        };
+        assert_eq!(strict.validate(), Ok(()));
+    }
+
+    #[test]
     fn every_duration_is_bounded() {
         let max = Config::MAX_DURATION;
         let over = max + Duration::from_nanos(1);
