@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use attach_detach::{
-    Access, AttachInfo, AttachState, Config, Ids, NodeFacts, NodeStatus, OpKind, Operation,
+    Access, AttachInfo, AttachState, Config, Ids, Input, NodeFacts, NodeStatus, OpKind, Operation,
     Reconciler, Revision, VolumeSpec,
 };
 use criterion::{BenchmarkId, Criterion};
@@ -200,18 +200,39 @@ fn drive(r: &mut Reconciler<T>, now: &mut Duration, sync_at: Duration) -> Vec<Co
     passes
 }
 
+/// Volume `v`, single-node.
+fn register(v: u32) -> Input<T> {
+    Input::SetVolume {
+        volume: v,
+        spec: VolumeSpec::single_node(()),
+    }
+}
+
+/// Workload `w` on `node`, using the volume of the same number.
+fn schedule(w: u32, node: u32) -> Input<T> {
+    Input::WorkloadScheduled {
+        workload: w,
+        node,
+        volumes: vec![w],
+    }
+}
+
 impl Cluster {
     fn build(size: u32) -> Cluster {
         let nodes = size.div_ceil(VOLUMES_PER_NODE);
         let mut r = Reconciler::<T>::new(config());
         for n in 0..nodes {
-            r.node_updated(n, node_facts());
+            r.handle(Input::NodeUpdated {
+                node: n,
+                facts: node_facts(),
+            })
+            .unwrap();
         }
         let mut placed = Vec::with_capacity(size as usize);
         for v in 0..size {
             let node = v / VOLUMES_PER_NODE;
-            r.set_volume(v, VolumeSpec::single_node(())).unwrap();
-            r.add_workload(v, node, &[v]).unwrap();
+            r.handle(register(v)).unwrap();
+            r.handle(schedule(v, node)).unwrap();
             placed.push(node);
         }
         let start = Duration::from_secs(1);
@@ -242,8 +263,10 @@ impl Cluster {
     /// Returns the op counts of every pass.
     fn move_one(&mut self) -> Vec<Counts> {
         let (w, to) = self.moves.next();
-        self.r.remove_workload(&w).unwrap();
-        self.r.add_workload(w, to, &[w]).unwrap();
+        self.r
+            .handle(Input::WorkloadRemoved { workload: w })
+            .unwrap();
+        self.r.handle(schedule(w, to)).unwrap();
         drive(&mut self.r, &mut self.now, self.sync_at)
     }
 
@@ -254,12 +277,14 @@ impl Cluster {
         self.burst_cursor += 1;
         let first = 1_000_000_000;
         for w in first..first + k {
-            self.r.set_volume(w, VolumeSpec::single_node(())).unwrap();
-            self.r.add_workload(w, node, &[w]).unwrap();
+            self.r.handle(register(w)).unwrap();
+            self.r.handle(schedule(w, node)).unwrap();
         }
         let up = drive(&mut self.r, &mut self.now, self.sync_at);
         for w in first..first + k {
-            self.r.remove_workload(&w).unwrap();
+            self.r
+                .handle(Input::WorkloadRemoved { workload: w })
+                .unwrap();
         }
         let down = drive(&mut self.r, &mut self.now, self.sync_at);
         (up, down)

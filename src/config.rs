@@ -51,6 +51,25 @@ pub struct Config {
     /// lifecycle controllers do (Kubernetes' deletes a Node whose instance the cloud reports
     /// terminated).
     pub deleted_node_is_fenced: bool,
+    /// At most this many workloads may wait for a node or a volume the core was not told of
+    /// (see [`Input::WorkloadScheduled`](crate::Input::WorkloadScheduled)); beyond it, a
+    /// workload that would wait is refused with
+    /// [`DesiredError::TooManyPending`](crate::DesiredError::TooManyPending).
+    ///
+    /// Out-of-order inputs are normal with watchers (a pod may be seen before its node or its
+    /// volume), so workloads wait rather than being refused; but a workload naming a node or a
+    /// volume that never comes waits forever, and without a bound a misconfigured feed would
+    /// grow the core without limit. The bound counts every waiting workload, but only a new
+    /// wait is refused: a node or a volume removed under its workloads is always accepted, and
+    /// the workloads it sends back to waiting may go beyond the bound (they were placed, so
+    /// they take no more room than before). 0 refuses every out-of-order workload.
+    pub max_pending_workloads: usize,
+    /// A workload that still waits for a node or a volume after this long is named once in an
+    /// [`Event::WorkloadWaiting`](crate::Event::WorkloadWaiting), with what it waits for.
+    ///
+    /// Counted from the first reconcile pass that saw it wait. Short waits are normal (watchers
+    /// deliver kinds in no set order); two minutes is long past any informer's lag.
+    pub pending_workload_warning: Duration,
     /// Retry pacing of failed operations.
     pub backoff: BackoffConfig,
     /// How long the driver waits for each kind of call to the backend or the store before it
@@ -72,6 +91,8 @@ impl Default for Config {
             unmount_recheck: Duration::from_secs(5),
             force_detach_on_timeout: false,
             deleted_node_is_fenced: false,
+            max_pending_workloads: 100_000,
+            pending_workload_warning: Duration::from_secs(2 * 60),
             backoff: BackoffConfig::default(),
             call_timeouts: CallTimeouts::default(),
             #[cfg(feature = "upstream-bugs")]
@@ -116,6 +137,7 @@ impl Config {
             ("sync_period", self.sync_period),
             ("max_wait_for_unmount", self.max_wait_for_unmount),
             ("unmount_recheck", self.unmount_recheck),
+            ("pending_workload_warning", self.pending_workload_warning),
             ("backoff.initial", self.backoff.initial),
             ("backoff.max", self.backoff.max),
         ]
@@ -413,6 +435,18 @@ mod tests {
     }
 
     #[test]
+    fn no_waiting_workloads_and_an_immediate_warning_are_valid() {
+        // Strict ordering (every out-of-order workload refused) and a warning at the first
+        // pass are choices, not mistakes.
+        let strict = Config {
+            max_pending_workloads: 0,
+            pending_workload_warning: Duration::ZERO,
+            ..Config::default()
+        };
+        assert_eq!(strict.validate(), Ok(()));
+    }
+
+    #[test]
     fn every_duration_is_bounded() {
         let max = Config::MAX_DURATION;
         let over = max + Duration::from_nanos(1);
@@ -422,6 +456,7 @@ mod tests {
             sync_period: max,
             max_wait_for_unmount: max,
             unmount_recheck: max,
+            pending_workload_warning: max,
             backoff: BackoffConfig { initial: max, max },
             call_timeouts: CallTimeouts {
                 attach: max,
@@ -435,11 +470,14 @@ mod tests {
         };
         assert_eq!(at_bound.validate(), Ok(()));
         type Set = fn(&mut Config, Duration);
-        let setters: [(&str, Set); 12] = [
+        let setters: [(&str, Set); 13] = [
             ("reconcile_period", |c, d| c.reconcile_period = d),
             ("unmount_recheck", |c, d| c.unmount_recheck = d),
             ("sync_period", |c, d| c.sync_period = d),
             ("max_wait_for_unmount", |c, d| c.max_wait_for_unmount = d),
+            ("pending_workload_warning", |c, d| {
+                c.pending_workload_warning = d
+            }),
             ("backoff.initial", |c, d| c.backoff.initial = d),
             ("backoff.max", |c, d| c.backoff.max = d),
             ("call_timeouts.attach", |c, d| c.call_timeouts.attach = d),

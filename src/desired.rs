@@ -1,55 +1,94 @@
-//! Desired state of world: which volumes each node must have, and which workloads need them.
+//! Desired state of world: which volumes each node must have, which workloads need them, and
+//! which workloads wait for a node or a volume the core does not know yet.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::collections::hash_map::Entry;
+use std::fmt;
 use std::ops::{Deref, DerefMut};
+use std::time::Duration;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use thiserror::Error;
 
+use crate::config::Config;
 use crate::domain::Domain;
+use crate::gate::trim_map;
 use crate::volume::VolumeSpec;
 
 /// Misuse of the desired state, reported instead of being silently absorbed.
+///
+/// Inputs in any order are not misuse: a workload naming a node or volume not known yet waits,
+/// and removing something unknown is a no-op. What is left is what would grow without bound.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DesiredError<D: Domain> {
-    /// Workloads can only be placed on nodes the controller manages.
+    /// The workload names something not known yet, so it would wait, but
+    /// [`Config::max_pending_workloads`] workloads wait already. Nothing changed: an earlier
+    /// placement of the workload stands.
     #[error(
-        "node {node:?} is not managed by this controller; add it before placing workloads on it"
+        "workload {workload:?} would wait for {}, but {limit} workloads wait already (Config::max_pending_workloads); send the nodes and volumes they wait for, or remove those that will never run",
+        Names(missing)
     )]
-    UnknownNode {
-        /// The node named.
-        node: D::Node,
-    },
-    /// Only volumes with a registered spec can be attached (upstream: "not attachable").
-    #[error(
-        "volume {volume:?} is not registered; register it with set_volume before a workload uses it"
-    )]
-    UnknownVolume {
-        /// The volume named.
-        volume: D::Volume,
-    },
-    /// A node that still has desired volumes cannot be dropped: its workloads must go first.
-    #[error("node {node:?} still has {volumes} desired volume(s); remove its workloads first")]
-    NodeHasVolumes {
-        /// The node named.
-        node: D::Node,
-        /// How many volumes are still desired on it.
-        volumes: usize,
-    },
-    /// A volume cannot be removed while workloads use it.
-    #[error("volume {volume:?} is still used by {workloads} workload(s); remove them first")]
-    VolumeInUse {
-        /// The volume named.
-        volume: D::Volume,
-        /// How many workloads use it.
-        workloads: usize,
-    },
-    /// The workload is not known.
-    #[error("workload {workload:?} is not placed on any node")]
-    UnknownWorkload {
-        /// The workload named.
+    TooManyPending {
+        /// The workload refused.
         workload: D::Workload,
+        /// What it would have waited for.
+        missing: Vec<Missing<D>>,
+        /// The limit.
+        limit: usize,
     },
+}
+
+/// Something a waiting workload names that the core does not know: never seen, or removed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Missing<D: Domain> {
+    /// A node the orchestrator has not announced ([`Input::NodeUpdated`](crate::Input)).
+    Node(D::Node),
+    /// A volume the orchestrator has not registered ([`Input::SetVolume`](crate::Input)).
+    Volume(D::Volume),
+}
+
+impl<D: Domain> fmt::Display for Missing<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Missing::Node(node) => write!(f, "node {node:?}"),
+            Missing::Volume(volume) => write!(f, "volume {volume:?}"),
+        }
+    }
+}
+
+/// A list of [`Missing`] names for a message: `node "a", volume "b"`.
+pub(crate) struct Names<'a, D: Domain>(pub(crate) &'a [Missing<D>]);
+
+impl<D: Domain> fmt::Display for Names<'_, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, name) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{name}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A workload that waits: where it is scheduled, what it needs, and what of that the core does
+/// not know.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingWorkload<D: Domain> {
+    /// The workload.
+    pub workload: D::Workload,
+    /// The node it is scheduled on.
+    pub node: D::Node,
+    /// Every volume it needs, sorted.
+    pub volumes: Vec<D::Volume>,
+    /// What it waits for: the node first if missing, then the missing volumes, sorted. Never
+    /// empty.
+    pub missing: Vec<Missing<D>>,
+    /// When the core first saw it wait: the time of the first [`poll`](crate::Reconciler::poll)
+    /// after it began to (the core has no clock of its own); `None` before that poll.
+    pub since: Option<Duration>,
 }
 
 /// One item, or a boxed slice of several, read as a slice.
@@ -120,6 +159,23 @@ struct Placement<D: Domain> {
     volumes: Few<D::Volume>,
 }
 
+/// One wait of a workload, from the moment it could not be placed until it is placed or
+/// removed; a change of what it waits for does not start a new one.
+#[derive(Clone, Copy, Debug, Default)]
+struct Episode {
+    /// Stamped by the first poll after the wait began.
+    since: Option<Duration>,
+    /// The wait was reported in an event.
+    warned: bool,
+}
+
+/// A workload that cannot be placed yet.
+#[derive(Clone, Debug)]
+struct Pending<D: Domain> {
+    placement: Placement<D>,
+    episode: Episode,
+}
+
 /// One node on which a volume is desired.
 #[derive(Clone, Debug)]
 pub(crate) struct WantedOn<D: Domain> {
@@ -130,10 +186,14 @@ pub(crate) struct WantedOn<D: Domain> {
     pub(crate) multi_attach_reported: bool,
 }
 
-/// A registered volume: its spec and the nodes it is desired on (often none, usually one).
+/// A volume with a known spec, and the nodes it is desired on (often none, usually one).
 #[derive(Debug)]
 struct VolumeEntry<D: Domain> {
     spec: VolumeSpec<D::Payload>,
+    /// The orchestrator registered it, so workloads may use it. Otherwise the spec is kept
+    /// only to detach the volume (removed, or known only from the backend), and it is desired
+    /// nowhere.
+    registered: bool,
     wanted: Option<Few<WantedOn<D>>>,
 }
 
@@ -150,63 +210,117 @@ impl<D: Domain> VolumeEntry<D> {
 /// The desired state of world.
 ///
 /// Semantics follow upstream's `DesiredStateOfWorld`: placing a workload adds its volumes to its
-/// node (idempotently), a volume leaves a node when its last workload there goes, and a node can
-/// be dropped only when nothing is desired on it any more.
+/// node (idempotently), and a volume leaves a node when its last workload there goes. Unlike
+/// upstream, inputs may come in any order: a workload naming a node or a volume not known yet
+/// *waits* (it is [pending](Self::pending_workloads)) and desires nothing until all it names is
+/// known; a node or volume removed under its workloads sends them back to waiting.
+///
+/// It changes only through [`Reconciler::handle`](crate::Reconciler::handle); read it through
+/// [`Reconciler::desired`](crate::Reconciler::desired).
 ///
 /// ```
-/// use attach_detach::{DesiredState, Ids, VolumeSpec};
-/// let mut dsw: DesiredState<Ids<&str, &str, &str>> = DesiredState::default();
-/// dsw.add_node("node-a");
-/// dsw.set_volume("pvc-1", VolumeSpec::single_node(()));
-/// dsw.add_workload("pod-1", "node-a", &["pvc-1"]).unwrap();
-/// assert!(dsw.is_desired(&"pvc-1", &"node-a"));
-/// assert!(dsw.remove_node(&"node-a").is_err()); // pod-1 still needs pvc-1 there
-/// dsw.remove_workload(&"pod-1").unwrap();
-/// assert!(!dsw.is_desired(&"pvc-1", &"node-a"));
-/// dsw.remove_node(&"node-a").unwrap();
+/// use attach_detach::{Config, Ids, Input, Missing, NodeFacts, Reconciler, VolumeSpec};
+/// let mut core: Reconciler<Ids<&str, &str, &str>> = Reconciler::new(Config::default());
+/// core.handle(Input::WorkloadScheduled { workload: "pod-1", node: "node-a", volumes: vec!["pvc-1"] })
+///     .unwrap();
+/// let waiting = core.desired().pending(&"pod-1").unwrap();
+/// assert_eq!(waiting.missing, vec![Missing::Node("node-a"), Missing::Volume("pvc-1")]);
+/// core.handle(Input::NodeUpdated { node: "node-a", facts: NodeFacts::default() }).unwrap();
+/// core.handle(Input::SetVolume { volume: "pvc-1", spec: VolumeSpec::single_node(()) }).unwrap();
+/// assert!(core.desired().pending(&"pod-1").is_none());
+/// assert!(core.desired().is_desired(&"pvc-1", &"node-a"));
+/// // The node goes first: the pod waits for it again, and its volume is wanted nowhere.
+/// core.handle(Input::NodeRemoved { node: "node-a" }).unwrap();
+/// assert!(!core.desired().is_desired(&"pvc-1", &"node-a"));
+/// assert_eq!(core.desired().pending(&"pod-1").unwrap().missing, vec![Missing::Node("node-a")]);
+/// core.handle(Input::WorkloadRemoved { workload: "pod-1" }).unwrap();
+/// assert_eq!(core.desired().pending_len(), 0);
 /// ```
 #[derive(Debug)]
 pub struct DesiredState<D: Domain> {
-    /// Managed nodes and how many volumes are desired on each.
-    nodes: FxHashMap<D::Node, usize>,
-    /// Every registered volume. Spec and desired nodes share one entry: one table keyed by
-    /// volume instead of two saves a hash-table slot per volume.
+    /// Managed nodes, each with the workloads placed on it (unordered).
+    nodes: FxHashMap<D::Node, Vec<D::Workload>>,
+    /// Every volume with a known spec. Spec and desired nodes share one entry: one table keyed
+    /// by volume instead of two saves a hash-table slot per volume.
     volumes: FxHashMap<D::Volume, VolumeEntry<D>>,
+    /// Placed workloads.
     workloads: FxHashMap<D::Workload, Placement<D>>,
+    /// Workloads that wait for a node or a volume.
+    pending: FxHashMap<D::Workload, Pending<D>>,
+    /// Pending workloads by the node they name, whether it is known or not: an arriving node
+    /// wakes just its own.
+    pending_on_node: FxHashMap<D::Node, FxHashSet<D::Workload>>,
+    /// Pending workloads by each volume they name.
+    pending_on_volume: FxHashMap<D::Volume, FxHashSet<D::Workload>>,
+    /// Pending workloads whose wait the next poll stamps (it may have ended meanwhile).
+    unstamped: Vec<D::Workload>,
+    /// When to report a wait, per workload; entries of waits that ended are skipped.
+    warnings: BinaryHeap<Reverse<(Duration, D::Workload)>>,
+    /// [`Config::max_pending_workloads`].
+    max_pending: usize,
+    /// [`Config::pending_workload_warning`].
+    warn_after: Duration,
     /// Number of desired (volume, node) pairs.
     pairs: usize,
 }
 
 impl<D: Domain> Default for DesiredState<D> {
     fn default() -> Self {
-        DesiredState {
-            nodes: FxHashMap::default(),
-            volumes: FxHashMap::default(),
-            workloads: FxHashMap::default(),
-            pairs: 0,
-        }
+        DesiredState::new(&Config::default())
     }
 }
 
 impl<D: Domain> DesiredState<D> {
-    /// Starts managing `node` (idempotent).
-    pub fn add_node(&mut self, node: D::Node) {
-        self.nodes.entry(node).or_insert(0);
+    /// An empty desired state with `config`'s limits on waiting workloads.
+    pub(crate) fn new(config: &Config) -> Self {
+        DesiredState {
+            nodes: FxHashMap::default(),
+            volumes: FxHashMap::default(),
+            workloads: FxHashMap::default(),
+            pending: FxHashMap::default(),
+            pending_on_node: FxHashMap::default(),
+            pending_on_volume: FxHashMap::default(),
+            unstamped: Vec::new(),
+            warnings: BinaryHeap::new(),
+            max_pending: config.max_pending_workloads,
+            warn_after: config.pending_workload_warning,
+            pairs: 0,
+        }
     }
 
-    /// Stops managing `node`; refused while volumes are still desired there.
-    pub fn remove_node(&mut self, node: &D::Node) -> Result<(), DesiredError<D>> {
-        match self.nodes.get(node) {
-            None => Err(DesiredError::UnknownNode { node: node.clone() }),
-            Some(&0) => {
-                self.nodes.remove(node);
-                Ok(())
+    // ---- nodes --------------------------------------------------------------------------------
+
+    /// Starts managing `node` (idempotent). Workloads that waited for it, and for nothing else,
+    /// are placed. Returns the volumes whose desired nodes changed.
+    pub(crate) fn add_node(&mut self, node: D::Node) -> Vec<D::Volume> {
+        let node = match self.nodes.entry(node) {
+            Entry::Occupied(_) => return Vec::new(),
+            Entry::Vacant(slot) => {
+                let node = slot.key().clone();
+                slot.insert(Vec::new());
+                node
             }
-            Some(&volumes) => Err(DesiredError::NodeHasVolumes {
-                node: node.clone(),
-                volumes,
-            }),
+        };
+        let waiting = sorted(self.pending_on_node.get(&node));
+        self.wake(waiting)
+    }
+
+    /// Stops managing `node` (a no-op for a node not managed). Workloads placed on it wait for
+    /// it again, so the volumes they needed are no longer desired there. Returns the volumes
+    /// whose desired nodes changed.
+    pub(crate) fn remove_node(&mut self, node: &D::Node) -> Vec<D::Volume> {
+        let Some(mut placed) = self.nodes.remove(node) else {
+            return Vec::new();
+        };
+        placed.sort();
+        let mut changed = Vec::new();
+        for workload in placed {
+            if let Some(placement) = self.workloads.remove(&workload) {
+                changed.extend(self.unplace(&workload, &placement));
+                self.pend(workload, placement, None);
+            }
         }
+        sort_dedup(changed)
     }
 
     /// Whether `node` is managed.
@@ -214,69 +328,135 @@ impl<D: Domain> DesiredState<D> {
         self.nodes.contains_key(node)
     }
 
-    /// Registers or updates a volume's spec. Returns whether it changed.
-    pub fn set_volume(&mut self, volume: D::Volume, spec: VolumeSpec<D::Payload>) -> bool {
+    /// Every managed node, in no particular order.
+    pub fn nodes(&self) -> impl Iterator<Item = &D::Node> {
+        self.nodes.keys()
+    }
+
+    // ---- volumes ------------------------------------------------------------------------------
+
+    /// Registers or updates a volume's spec. Workloads that waited for it, and for nothing
+    /// else, are placed. Returns the volumes whose desired nodes changed, and `volume` itself
+    /// if its spec or registration changed.
+    pub(crate) fn set_volume(
+        &mut self,
+        volume: D::Volume,
+        spec: VolumeSpec<D::Payload>,
+    ) -> Vec<D::Volume> {
         match self.volumes.get_mut(&volume) {
-            Some(entry) if entry.spec == spec => false,
+            Some(entry) if entry.registered => {
+                if entry.spec == spec {
+                    return Vec::new();
+                }
+                entry.spec = spec;
+                return vec![volume];
+            }
             Some(entry) => {
                 entry.spec = spec;
-                true
+                entry.registered = true;
             }
             None => {
-                self.volumes
-                    .insert(volume, VolumeEntry { spec, wanted: None });
+                self.volumes.insert(
+                    volume.clone(),
+                    VolumeEntry {
+                        spec,
+                        registered: true,
+                        wanted: None,
+                    },
+                );
+            }
+        }
+        let waiting = sorted(self.pending_on_volume.get(&volume));
+        let mut changed = self.wake(waiting);
+        changed.push(volume);
+        sort_dedup(changed)
+    }
+
+    /// Keeps `spec` for a volume the orchestrator has not registered, so that it can be
+    /// detached; workloads cannot use it. Returns whether it was taken (false when a spec is
+    /// known already).
+    pub(crate) fn keep_spec(&mut self, volume: D::Volume, spec: VolumeSpec<D::Payload>) -> bool {
+        match self.volumes.entry(volume) {
+            Entry::Occupied(_) => false,
+            Entry::Vacant(slot) => {
+                slot.insert(VolumeEntry {
+                    spec,
+                    registered: false,
+                    wanted: None,
+                });
                 true
             }
         }
     }
 
-    /// Fails with [`DesiredError::VolumeInUse`] while a workload uses `volume`.
-    pub fn check_unused(&self, volume: &D::Volume) -> Result<(), DesiredError<D>> {
-        let workloads: usize = self
-            .wanted_on(volume)
-            .iter()
-            .map(|w| w.workloads.len())
-            .sum();
-        if workloads == 0 {
-            Ok(())
-        } else {
-            Err(DesiredError::VolumeInUse {
-                volume: volume.clone(),
-                workloads,
-            })
+    /// Unregisters `volume` (a no-op unless registered): its spec is kept for the detach, and
+    /// workloads using it wait for it again. Returns the volumes whose desired nodes changed,
+    /// `volume` included.
+    pub(crate) fn unregister_volume(&mut self, volume: &D::Volume) -> Vec<D::Volume> {
+        let Some(entry) = self.volumes.get_mut(volume) else {
+            return Vec::new();
+        };
+        if !entry.registered {
+            return Vec::new();
         }
+        entry.registered = false;
+        let mut users: Vec<D::Workload> = entry
+            .wanted()
+            .iter()
+            .flat_map(|on| on.workloads.iter().cloned())
+            .collect();
+        users.sort();
+        users.dedup();
+        let mut changed = vec![volume.clone()];
+        for workload in users {
+            if let Some(placement) = self.workloads.remove(&workload) {
+                changed.extend(self.unplace(&workload, &placement));
+                self.pend(workload, placement, None);
+            }
+        }
+        sort_dedup(changed)
     }
 
-    /// Drops an unused volume's spec.
+    /// Drops the spec of an unregistered volume.
     pub(crate) fn forget_volume(&mut self, volume: &D::Volume) {
-        if self.check_unused(volume).is_ok() {
+        if self.volumes.get(volume).is_some_and(|e| !e.registered) {
             self.volumes.remove(volume);
         }
     }
 
-    /// A volume's spec, if registered.
+    /// A volume's spec, if known (registered, or kept to detach it).
     pub fn spec(&self, volume: &D::Volume) -> Option<&VolumeSpec<D::Payload>> {
         self.volumes.get(volume).map(|entry| &entry.spec)
     }
 
-    /// Places `workload` on `node` using `volumes`, replacing any earlier placement of it.
+    /// Whether the orchestrator registered `volume` (and has not removed it since), so that
+    /// workloads may use it.
+    pub fn is_registered(&self, volume: &D::Volume) -> bool {
+        self.volumes.get(volume).is_some_and(|e| e.registered)
+    }
+
+    /// Every registered volume, in no particular order.
+    pub fn registered_volumes(&self) -> impl Iterator<Item = &D::Volume> {
+        self.volumes
+            .iter()
+            .filter(|(_, e)| e.registered)
+            .map(|(v, _)| v)
+    }
+
+    // ---- workloads ----------------------------------------------------------------------------
+
+    /// Places `workload` on `node` using `volumes`, replacing any earlier placement of it; if
+    /// the node or a volume is not known, the workload waits for it instead (and any earlier
+    /// placement is undone).
     ///
     /// All or nothing: on error nothing changes. Returns the volumes whose desired nodes changed
     /// (old and new), so the caller can look at just those.
-    pub fn add_workload(
+    pub(crate) fn add_workload(
         &mut self,
         workload: D::Workload,
         node: D::Node,
         volumes: &[D::Volume],
     ) -> Result<Vec<D::Volume>, DesiredError<D>> {
-        if !self.nodes.contains_key(&node) {
-            return Err(DesiredError::UnknownNode { node });
-        }
-        if let Some(volume) = volumes.iter().find(|v| !self.volumes.contains_key(v)) {
-            return Err(DesiredError::UnknownVolume {
-                volume: volume.clone(),
-            });
-        }
         let mut wanted: Vec<D::Volume> = volumes.to_vec();
         wanted.sort();
         wanted.dedup();
@@ -285,13 +465,85 @@ impl<D: Domain> DesiredState<D> {
                 return Ok(Vec::new());
             }
         }
+        let ready = self.is_ready(&node, &wanted);
+        let episode = self.pending.get(&workload).map(|p| p.episode);
+        if !ready && episode.is_none() && self.pending.len() >= self.max_pending {
+            return Err(DesiredError::TooManyPending {
+                missing: self.missing(&node, &wanted),
+                workload,
+                limit: self.max_pending,
+            });
+        }
+        if let Some(p) = self.pending.get(&workload) {
+            if !ready && p.placement.node == node && *p.placement.volumes == *wanted {
+                return Ok(Vec::new());
+            }
+        }
         let mut changed = match self.workloads.remove(&workload) {
-            Some(old) => self.unplace(&workload, old),
+            Some(old) => self.unplace(&workload, &old),
             None => Vec::new(),
         };
-        for volume in &wanted {
-            let entry = self.volumes.get_mut(volume).expect("checked above");
-            match entry.wanted_mut().iter_mut().find(|w| w.node == node) {
+        self.unpend(&workload);
+        let placement = Placement {
+            node,
+            volumes: Few::from_vec(wanted),
+        };
+        if ready {
+            changed.extend(self.place(workload, placement));
+        } else {
+            // Still the same wait if it waited already: a workload updated over and over while
+            // it waits is reported all the same.
+            self.pend(workload, placement, episode);
+        }
+        Ok(sort_dedup(changed))
+    }
+
+    /// Removes `workload`, placed or waiting (a no-op for one not known); volumes it alone
+    /// needed on its node stop being desired there. Returns the volumes whose desired nodes
+    /// changed.
+    pub(crate) fn remove_workload(&mut self, workload: &D::Workload) -> Vec<D::Volume> {
+        match self.workloads.remove(workload) {
+            Some(placement) => self.unplace(workload, &placement),
+            None => {
+                self.unpend(workload);
+                Vec::new()
+            }
+        }
+    }
+
+    /// Every workload known, placed or waiting, in no particular order.
+    pub fn workloads(&self) -> impl Iterator<Item = &D::Workload> {
+        self.workloads.keys().chain(self.pending.keys())
+    }
+
+    /// Whether `node` is managed and every one of `volumes` registered.
+    fn is_ready(&self, node: &D::Node, volumes: &[D::Volume]) -> bool {
+        self.nodes.contains_key(node) && volumes.iter().all(|v| self.is_registered(v))
+    }
+
+    /// What of `node` and `volumes` is not known.
+    fn missing(&self, node: &D::Node, volumes: &[D::Volume]) -> Vec<Missing<D>> {
+        let node = (!self.nodes.contains_key(node)).then(|| Missing::Node(node.clone()));
+        node.into_iter()
+            .chain(
+                volumes
+                    .iter()
+                    .filter(|v| !self.is_registered(v))
+                    .map(|v| Missing::Volume(v.clone())),
+            )
+            .collect()
+    }
+
+    /// Adds a placement whose node and volumes are all known.
+    fn place(&mut self, workload: D::Workload, placement: Placement<D>) -> Vec<D::Volume> {
+        let mut changed = Vec::with_capacity(placement.volumes.len());
+        for volume in placement.volumes.iter() {
+            let entry = self.volumes.get_mut(volume).expect("registered");
+            match entry
+                .wanted_mut()
+                .iter_mut()
+                .find(|w| w.node == placement.node)
+            {
                 Some(on) => {
                     if let Err(at) = on.workloads.binary_search(&workload) {
                         on.workloads.insert(at, workload.clone());
@@ -302,7 +554,7 @@ impl<D: Domain> DesiredState<D> {
                 }
                 None => {
                     let on = WantedOn {
-                        node: node.clone(),
+                        node: placement.node.clone(),
                         workloads: Few::One(workload.clone()),
                         multi_attach_reported: false,
                     };
@@ -310,43 +562,29 @@ impl<D: Domain> DesiredState<D> {
                         None => entry.wanted = Some(Few::One(on)),
                         Some(list) => list.insert(list.len(), on),
                     }
-                    *self.nodes.get_mut(&node).expect("checked above") += 1;
                     self.pairs += 1;
                 }
             }
             changed.push(volume.clone());
         }
-        self.workloads.insert(
-            workload,
-            Placement {
-                node,
-                volumes: Few::from_vec(wanted),
-            },
-        );
-        changed.sort();
-        changed.dedup();
-        Ok(changed)
+        self.nodes
+            .get_mut(&placement.node)
+            .expect("managed")
+            .push(workload.clone());
+        self.workloads.insert(workload, placement);
+        changed
     }
 
-    /// Removes `workload`; volumes it alone needed on its node stop being desired there.
-    /// Returns the volumes whose desired nodes changed.
-    pub fn remove_workload(
-        &mut self,
-        workload: &D::Workload,
-    ) -> Result<Vec<D::Volume>, DesiredError<D>> {
-        let placement =
-            self.workloads
-                .remove(workload)
-                .ok_or_else(|| DesiredError::UnknownWorkload {
-                    workload: workload.clone(),
-                })?;
-        Ok(self.unplace(workload, placement))
-    }
-
-    fn unplace(&mut self, workload: &D::Workload, placement: Placement<D>) -> Vec<D::Volume> {
+    /// Undoes a placement, already taken out of `workloads`.
+    fn unplace(&mut self, workload: &D::Workload, placement: &Placement<D>) -> Vec<D::Volume> {
+        if let Some(placed) = self.nodes.get_mut(&placement.node) {
+            if let Some(i) = placed.iter().position(|w| w == workload) {
+                placed.swap_remove(i);
+            }
+        }
         let mut changed = Vec::with_capacity(placement.volumes.len());
-        for volume in placement.volumes.into_vec() {
-            let Some(entry) = self.volumes.get_mut(&volume) else {
+        for volume in placement.volumes.iter() {
+            let Some(entry) = self.volumes.get_mut(volume) else {
                 continue;
             };
             if let Some(i) = entry.wanted().iter().position(|w| w.node == placement.node) {
@@ -361,9 +599,6 @@ impl<D: Domain> DesiredState<D> {
                             _ => entry.wanted = None,
                         }
                         self.pairs -= 1;
-                        if let Some(count) = self.nodes.get_mut(&placement.node) {
-                            *count = count.saturating_sub(1);
-                        }
                     }
                     Ok(at) => {
                         on.workloads.remove(at);
@@ -371,10 +606,154 @@ impl<D: Domain> DesiredState<D> {
                     Err(_) => {}
                 }
             }
-            changed.push(volume);
+            changed.push(volume.clone());
         }
         changed
     }
+
+    /// Makes `workload` wait; `episode` carries on an earlier wait, `None` starts one (stamped
+    /// by the next poll).
+    fn pend(&mut self, workload: D::Workload, placement: Placement<D>, episode: Option<Episode>) {
+        self.pending_on_node
+            .entry(placement.node.clone())
+            .or_default()
+            .insert(workload.clone());
+        for volume in placement.volumes.iter() {
+            self.pending_on_volume
+                .entry(volume.clone())
+                .or_default()
+                .insert(workload.clone());
+        }
+        let episode = episode.unwrap_or_else(|| {
+            self.unstamped.push(workload.clone());
+            Episode::default()
+        });
+        self.pending
+            .insert(workload, Pending { placement, episode });
+    }
+
+    /// Ends the wait of `workload`, if it waits.
+    fn unpend(&mut self, workload: &D::Workload) -> Option<Pending<D>> {
+        let pending = self.pending.remove(workload)?;
+        let placement = &pending.placement;
+        if let Some(set) = self.pending_on_node.get_mut(&placement.node) {
+            set.remove(workload);
+            if set.is_empty() {
+                self.pending_on_node.remove(&placement.node);
+            }
+        }
+        for volume in placement.volumes.iter() {
+            if let Some(set) = self.pending_on_volume.get_mut(volume) {
+                set.remove(workload);
+                if set.is_empty() {
+                    self.pending_on_volume.remove(volume);
+                }
+            }
+        }
+        Some(pending)
+    }
+
+    /// Places those of `candidates` (sorted) that no longer wait for anything.
+    fn wake(&mut self, candidates: Vec<D::Workload>) -> Vec<D::Volume> {
+        let mut changed = Vec::new();
+        for workload in candidates {
+            let ready = self
+                .pending
+                .get(&workload)
+                .is_some_and(|p| self.is_ready(&p.placement.node, &p.placement.volumes));
+            if ready {
+                let pending = self.unpend(&workload).expect("waits");
+                changed.extend(self.place(workload, pending.placement));
+            }
+        }
+        changed
+    }
+
+    // ---- pending workloads --------------------------------------------------------------------
+
+    /// Number of workloads that wait.
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// What `workload` waits for, if it waits.
+    pub fn pending(&self, workload: &D::Workload) -> Option<PendingWorkload<D>> {
+        self.pending
+            .get(workload)
+            .map(|p| self.describe(workload, p))
+    }
+
+    /// Every workload that waits, with what it waits for, in no particular order.
+    pub fn pending_workloads(&self) -> impl Iterator<Item = PendingWorkload<D>> + '_ {
+        self.pending.iter().map(|(w, p)| self.describe(w, p))
+    }
+
+    fn describe(&self, workload: &D::Workload, pending: &Pending<D>) -> PendingWorkload<D> {
+        let Placement { node, volumes } = &pending.placement;
+        PendingWorkload {
+            workload: workload.clone(),
+            node: node.clone(),
+            volumes: volumes.to_vec(),
+            missing: self.missing(node, volumes),
+            since: pending.episode.since,
+        }
+    }
+
+    /// When [`poll_pending`](Self::poll_pending) next has work: at once while a wait is not
+    /// stamped yet, else the earliest warning.
+    pub(crate) fn next_pending_wake(&self) -> Option<Duration> {
+        if !self.unstamped.is_empty() {
+            return Some(Duration::ZERO);
+        }
+        self.warnings.peek().map(|Reverse((at, _))| *at)
+    }
+
+    /// Stamps the waits that began since the last call with `now`, and returns the waits to
+    /// report: those that began [`Config::pending_workload_warning`] ago or more, once each.
+    pub(crate) fn poll_pending(&mut self, now: Duration) -> Vec<PendingWorkload<D>> {
+        for workload in std::mem::take(&mut self.unstamped) {
+            if let Some(p) = self.pending.get_mut(&workload) {
+                if p.episode.since.is_none() {
+                    p.episode.since = Some(now);
+                    let at = now.saturating_add(self.warn_after);
+                    self.warnings.push(Reverse((at, workload)));
+                }
+            }
+        }
+        let mut due = Vec::new();
+        while let Some(Reverse((at, _))) = self.warnings.peek() {
+            if *at > now {
+                break;
+            }
+            let Reverse((at, workload)) = self.warnings.pop().expect("peeked");
+            let warn_after = self.warn_after;
+            let Some(p) = self.pending.get_mut(&workload) else {
+                continue;
+            };
+            // A timer of an earlier wait of the same workload is stale.
+            if p.episode.warned || p.episode.since.map(|s| s.saturating_add(warn_after)) != Some(at)
+            {
+                continue;
+            }
+            p.episode.warned = true;
+            let p = &self.pending[&workload];
+            due.push(self.describe(&workload, p));
+        }
+        self.trim();
+        due
+    }
+
+    /// Gives back what a burst of waiting workloads left allocated.
+    fn trim(&mut self) {
+        trim_map(&mut self.pending);
+        trim_map(&mut self.pending_on_node);
+        trim_map(&mut self.pending_on_volume);
+        if self.warnings.capacity() > 64 && self.warnings.len() * 4 <= self.warnings.capacity() {
+            self.warnings.shrink_to(self.warnings.len() * 2);
+        }
+    }
+
+    // ---- what is desired ----------------------------------------------------------------------
 
     /// Whether `volume` must be attached to `node`.
     pub fn is_desired(&self, volume: &D::Volume, node: &D::Node) -> bool {
@@ -398,7 +777,12 @@ impl<D: Domain> DesiredState<D> {
 
     /// Remembers whether the Multi-Attach event for (`volume`, `node`) was emitted in this
     /// episode; the episode ends when the volume stops being desired there.
-    pub fn set_multi_attach_reported(&mut self, volume: &D::Volume, node: &D::Node, value: bool) {
+    pub(crate) fn set_multi_attach_reported(
+        &mut self,
+        volume: &D::Volume,
+        node: &D::Node,
+        value: bool,
+    ) {
         if let Some(entry) = self
             .volumes
             .get_mut(volume)
@@ -408,7 +792,7 @@ impl<D: Domain> DesiredState<D> {
         }
     }
 
-    /// Where `workload` runs and which volumes it uses.
+    /// Where `workload` runs and which volumes it uses, if it is placed (not waiting).
     pub fn placement(&self, workload: &D::Workload) -> Option<(&D::Node, &[D::Volume])> {
         self.workloads.get(workload).map(|p| (&p.node, &*p.volumes))
     }
@@ -436,6 +820,19 @@ impl<D: Domain> DesiredState<D> {
     }
 }
 
+/// The members of `set`, sorted, so that what they cause comes out in the same order every run.
+fn sorted<T: Ord + Clone>(set: Option<&FxHashSet<T>>) -> Vec<T> {
+    let mut items: Vec<T> = set.into_iter().flatten().cloned().collect();
+    items.sort();
+    items
+}
+
+fn sort_dedup<T: Ord>(mut items: Vec<T>) -> Vec<T> {
+    items.sort();
+    items.dedup();
+    items
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -452,19 +849,59 @@ mod tests {
         d
     }
 
+    fn missing(d: &DesiredState<T>, w: &'static str) -> Option<Vec<Missing<T>>> {
+        d.pending(&w).map(|p| p.missing)
+    }
+
     #[test]
-    fn add_workload_needs_a_managed_node_and_a_known_volume() {
+    fn a_workload_naming_what_is_not_known_waits_for_it() {
         let mut d = dsw();
-        assert_eq!(
-            d.add_workload("p", "n9", &["v1"]),
-            Err(DesiredError::UnknownNode { node: "n9" })
-        );
-        assert_eq!(
-            d.add_workload("p", "n1", &["v1", "v9"]),
-            Err(DesiredError::UnknownVolume { volume: "v9" })
-        );
-        assert!(d.is_empty(), "a refused placement changes nothing");
+        assert_eq!(d.add_workload("p", "n9", &["v1"]), Ok(vec![]));
+        assert_eq!(d.add_workload("q", "n1", &["v1", "v9"]), Ok(vec![]));
+        assert!(d.is_empty(), "a waiting workload desires nothing");
         assert!(d.placement(&"p").is_none());
+        assert_eq!(missing(&d, "p"), Some(vec![Missing::Node("n9")]));
+        assert_eq!(missing(&d, "q"), Some(vec![Missing::Volume("v9")]));
+        assert_eq!(d.pending_len(), 2);
+        // The last missing name placed it; volumes change as they do for a placement.
+        assert_eq!(d.add_node("n9"), vec!["v1"]);
+        assert_eq!(d.placement(&"p"), Some((&"n9", &["v1"][..])));
+        assert_eq!(
+            d.set_volume("v9", VolumeSpec::single_node(())),
+            vec!["v1", "v9"]
+        );
+        assert_eq!(d.placement(&"q"), Some((&"n1", &["v1", "v9"][..])));
+        assert_eq!(d.pending_len(), 0);
+        assert_eq!(d.len(), 3);
+        // A known node again is no arrival: nothing changes.
+        assert!(d.add_node("n9").is_empty());
+    }
+
+    #[test]
+    fn a_workload_waiting_for_several_names_is_placed_by_the_last() {
+        let mut d = dsw();
+        d.add_workload("p", "n7", &["v7", "v8", "v1"]).unwrap();
+        assert_eq!(
+            missing(&d, "p"),
+            Some(vec![
+                Missing::Node("n7"),
+                Missing::Volume("v7"),
+                Missing::Volume("v8")
+            ])
+        );
+        assert!(d.set_volume("v8", VolumeSpec::single_node(())).len() == 1);
+        assert!(d.add_node("n7").is_empty());
+        assert_eq!(missing(&d, "p"), Some(vec![Missing::Volume("v7")]));
+        // One it needed and had is removed meanwhile: it waits for that again.
+        d.unregister_volume(&"v8");
+        assert_eq!(d.set_volume("v7", VolumeSpec::single_node(())), vec!["v7"]);
+        assert_eq!(missing(&d, "p"), Some(vec![Missing::Volume("v8")]));
+        assert_eq!(
+            d.set_volume("v8", VolumeSpec::single_node(())),
+            vec!["v1", "v7", "v8"]
+        );
+        assert!(d.is_desired(&"v1", &"n7"));
+        assert_eq!(d.pending_len(), 0);
     }
 
     #[test]
@@ -474,15 +911,13 @@ mod tests {
         assert!(d.add_workload("p1", "n1", &["v1"]).unwrap().is_empty());
         d.add_workload("p2", "n1", &["v1"]).unwrap();
         assert_eq!(d.len(), 1);
-        d.remove_workload(&"p1").unwrap();
+        d.remove_workload(&"p1");
         assert!(d.is_desired(&"v1", &"n1"), "p2 still needs it");
-        d.remove_workload(&"p2").unwrap();
+        assert_eq!(d.remove_workload(&"p2"), vec!["v1"]);
         assert!(!d.is_desired(&"v1", &"n1"));
         assert_eq!(d.len(), 0);
-        assert_eq!(
-            d.remove_workload(&"p2"),
-            Err(DesiredError::UnknownWorkload { workload: "p2" })
-        );
+        // A replayed removal is a no-op.
+        assert!(d.remove_workload(&"p2").is_empty());
     }
 
     #[test]
@@ -495,6 +930,14 @@ mod tests {
         assert!(!d.is_desired(&"v2", &"n1"));
         assert!(d.is_desired(&"v2", &"n2"));
         assert_eq!(d.placement(&"p"), Some((&"n2", &["v2"][..])));
+        // Moved to a node not known yet: its old volumes go, and it waits.
+        assert_eq!(d.add_workload("p", "n9", &["v2"]).unwrap(), vec!["v2"]);
+        assert!(d.is_empty());
+        assert_eq!(missing(&d, "p"), Some(vec![Missing::Node("n9")]));
+        // And back to a known one: placed again, no longer waiting.
+        assert_eq!(d.add_workload("p", "n1", &["v2"]).unwrap(), vec!["v2"]);
+        assert_eq!(d.pending_len(), 0);
+        assert!(d.is_desired(&"v2", &"n1"));
     }
 
     #[test]
@@ -503,16 +946,20 @@ mod tests {
         d.add_workload("a", "n1", &["v2"]).unwrap();
         d.add_workload("b", "n2", &["v2", "v1"]).unwrap();
         assert_eq!((d.len(), d.is_empty()), (3, false));
-        d.remove_workload(&"b").unwrap();
-        d.remove_workload(&"a").unwrap();
+        d.remove_workload(&"b");
+        d.remove_workload(&"a");
         assert_eq!((d.len(), d.is_empty()), (0, true));
         assert_eq!(d.volumes_to_attach().count(), 0);
         assert_eq!(d.wanted(&"v2").count(), 0);
         assert!(
-            !d.set_volume("v1", VolumeSpec::single_node(())),
-            "still registered"
+            d.set_volume("v1", VolumeSpec::single_node(())).is_empty(),
+            "still registered, unchanged"
         );
-        assert!(d.set_volume("v1", VolumeSpec::multi_node(())), "changed");
+        assert_eq!(
+            d.set_volume("v1", VolumeSpec::multi_node(())),
+            vec!["v1"],
+            "changed"
+        );
         d.add_workload("c", "n1", &["v1"]).unwrap();
         assert!(d.is_desired(&"v1", &"n1"));
     }
@@ -548,8 +995,8 @@ mod tests {
             wanted(&d),
             vec![("n1", vec!["a", "b", "d"]), ("n2", vec!["c"])]
         );
-        d.remove_workload(&"b").unwrap();
-        d.remove_workload(&"c").unwrap();
+        d.remove_workload(&"b");
+        d.remove_workload(&"c");
         assert_eq!(wanted(&d), vec![("n1", vec!["a", "d"])]);
         assert_eq!(d.len(), 1);
         d.add_workload("a", "n2", &["v2", "v1", "v2"]).unwrap();
@@ -559,23 +1006,144 @@ mod tests {
     }
 
     #[test]
-    fn a_node_with_volumes_cannot_be_removed() {
+    fn a_removed_node_sends_its_workloads_back_to_waiting() {
         let mut d = dsw();
         d.add_workload("p", "n1", &["v1", "v2"]).unwrap();
+        d.add_workload("q", "n1", &[]).unwrap();
+        d.add_workload("r", "n2", &["v2"]).unwrap();
+        assert_eq!(d.remove_node(&"n1"), vec!["v1", "v2"]);
+        assert!(!d.has_node(&"n1"));
+        assert!(!d.is_desired(&"v1", &"n1") && !d.is_desired(&"v2", &"n1"));
+        assert!(d.is_desired(&"v2", &"n2"), "other nodes keep theirs");
+        assert_eq!(missing(&d, "p"), Some(vec![Missing::Node("n1")]));
+        assert_eq!(missing(&d, "q"), Some(vec![Missing::Node("n1")]));
+        assert_eq!(d.len(), 1);
+        // Removing it again, or a node never seen, is a no-op.
+        assert!(d.remove_node(&"n1").is_empty());
+        assert!(d.remove_node(&"n9").is_empty());
+        // It comes back: its workloads are placed again.
+        assert_eq!(d.add_node("n1"), vec!["v1", "v2"]);
+        assert_eq!(d.placement(&"p"), Some((&"n1", &["v1", "v2"][..])));
+        assert_eq!(d.placement(&"q"), Some((&"n1", &[][..])));
+        assert_eq!((d.len(), d.pending_len()), (3, 0));
+    }
+
+    #[test]
+    fn an_unregistered_volume_keeps_its_spec_and_its_workloads_wait() {
+        let mut d = dsw();
+        d.add_workload("p", "n1", &["v1", "v2"]).unwrap();
+        d.add_workload("q", "n2", &["v1"]).unwrap();
+        assert_eq!(d.unregister_volume(&"v1"), vec!["v1", "v2"]);
+        assert!(!d.is_registered(&"v1"));
+        assert!(d.spec(&"v1").is_some(), "kept for the detach");
+        assert!(d.is_empty());
+        assert_eq!(missing(&d, "p"), Some(vec![Missing::Volume("v1")]));
+        assert_eq!(missing(&d, "q"), Some(vec![Missing::Volume("v1")]));
+        // A new workload naming it waits too, and a second removal is a no-op.
+        d.add_workload("s", "n1", &["v1"]).unwrap();
+        assert!(d.unregister_volume(&"v1").is_empty());
+        assert!(d.unregister_volume(&"v9").is_empty());
+        // Registered again, everything waiting for it is placed.
+        d.set_volume("v1", VolumeSpec::single_node(()));
+        assert_eq!(d.pending_len(), 0);
+        assert_eq!(d.len(), 3);
+        // Forgetting works only for an unregistered volume.
+        d.forget_volume(&"v1");
+        assert!(d.spec(&"v1").is_some());
+        assert!(d.keep_spec("v8", VolumeSpec::single_node(())));
+        assert!(
+            !d.keep_spec("v1", VolumeSpec::multi_node(())),
+            "known already"
+        );
+        assert!(!d.is_registered(&"v8"));
+        d.add_workload("t", "n1", &["v8"]).unwrap();
+        assert_eq!(missing(&d, "t"), Some(vec![Missing::Volume("v8")]));
+        d.forget_volume(&"v8");
+        assert!(d.spec(&"v8").is_none());
+    }
+
+    #[test]
+    fn waiting_is_bounded_for_new_waits_only() {
+        let mut d = DesiredState::<T>::new(&Config {
+            max_pending_workloads: 2,
+            ..Config::default()
+        });
+        d.add_node("n1");
+        d.set_volume("v1", VolumeSpec::single_node(()));
+        d.add_workload("a", "n9", &[]).unwrap();
+        d.add_workload("b", "n1", &["v1"]).unwrap();
+        d.add_workload("c", "n1", &["v1"]).unwrap();
+        d.add_workload("b2", "n8", &[]).unwrap();
         assert_eq!(
-            d.remove_node(&"n1"),
-            Err(DesiredError::NodeHasVolumes {
-                node: "n1",
-                volumes: 2
+            d.add_workload("x", "n9", &["v9"]),
+            Err(DesiredError::TooManyPending {
+                workload: "x",
+                missing: vec![Missing::Node("n9"), Missing::Volume("v9")],
+                limit: 2
             })
         );
-        d.remove_workload(&"p").unwrap();
-        d.remove_node(&"n1").unwrap();
-        assert!(!d.has_node(&"n1"));
+        // A placed workload that would start to wait is refused too, and keeps its place.
+        assert!(d.add_workload("b", "n9", &["v1"]).is_err());
+        assert_eq!(d.placement(&"b"), Some((&"n1", &["v1"][..])));
+        // One that waits already may change what it waits for; one that needs no wait goes.
+        d.add_workload("a", "n7", &["v7"]).unwrap();
         assert_eq!(
-            d.remove_node(&"n1"),
-            Err(DesiredError::UnknownNode { node: "n1" })
+            missing(&d, "a"),
+            Some(vec![Missing::Node("n7"), Missing::Volume("v7")])
         );
+        d.add_workload("y", "n1", &[]).unwrap();
+        // A removal is never refused: its workloads wait beyond the bound.
+        d.unregister_volume(&"v1");
+        assert_eq!(d.pending_len(), 4);
+        assert!(d.add_workload("z", "n9", &[]).is_err());
+        d.remove_workload(&"a");
+        d.remove_workload(&"b2");
+        d.remove_workload(&"b");
+        assert_eq!(d.pending_len(), 1);
+        d.add_workload("z", "n9", &[]).unwrap();
+    }
+
+    #[test]
+    fn a_wait_is_stamped_by_the_next_poll_and_reported_once() {
+        let warn = Duration::from_secs(120);
+        let mut d = dsw();
+        let secs = Duration::from_secs;
+        assert_eq!(d.next_pending_wake(), None);
+        d.add_workload("p", "n9", &["v1"]).unwrap();
+        assert_eq!(d.pending(&"p").unwrap().since, None);
+        assert_eq!(d.next_pending_wake(), Some(Duration::ZERO), "to stamp it");
+        assert!(d.poll_pending(secs(10)).is_empty());
+        assert_eq!(d.pending(&"p").unwrap().since, Some(secs(10)));
+        assert_eq!(d.next_pending_wake(), Some(secs(10) + warn));
+        // Updated while it waits: the same wait.
+        d.add_workload("p", "n9", &["v2"]).unwrap();
+        assert!(d.poll_pending(secs(20)).is_empty());
+        assert_eq!(d.pending(&"p").unwrap().since, Some(secs(10)));
+        let due = d.poll_pending(secs(130));
+        assert_eq!(due.len(), 1);
+        assert_eq!(
+            (due[0].workload, due[0].node, &due[0].missing, due[0].since),
+            ("p", "n9", &vec![Missing::Node("n9")], Some(secs(10)))
+        );
+        assert_eq!(due[0].volumes, vec!["v2"]);
+        assert_eq!(d.next_pending_wake(), None, "once per wait");
+        assert!(d.poll_pending(secs(1000)).is_empty());
+        // Placed, then waiting again: a new wait, reported on its own time.
+        d.add_node("n9");
+        d.remove_node(&"n9");
+        assert_eq!(d.pending(&"p").unwrap().since, None);
+        assert!(d.poll_pending(secs(2000)).is_empty());
+        // A wait that ends before its warning is not reported.
+        d.add_workload("q", "n8", &[]).unwrap();
+        assert!(d.poll_pending(secs(2001)).is_empty());
+        d.remove_workload(&"q");
+        let due = d.poll_pending(secs(2000) + warn);
+        assert_eq!(
+            due.iter().map(|p| p.workload).collect::<Vec<_>>(),
+            vec!["p"]
+        );
+        assert!(d.poll_pending(secs(5000)).is_empty());
+        assert_eq!(d.next_pending_wake(), None);
     }
 
     #[test]
@@ -584,7 +1152,7 @@ mod tests {
         d.add_workload("p", "n2", &["v1"]).unwrap();
         d.set_multi_attach_reported(&"v1", &"n2", true);
         assert!(d.wanted_on(&"v1")[0].multi_attach_reported);
-        d.remove_workload(&"p").unwrap();
+        d.remove_workload(&"p");
         d.add_workload("p", "n2", &["v1"]).unwrap();
         assert!(
             !d.wanted_on(&"v1")[0].multi_attach_reported,
@@ -602,5 +1170,22 @@ mod tests {
         assert_eq!(pairs, vec![("v1", "n2"), ("v2", "n1"), ("v2", "n2")]);
         let wanted: Vec<_> = d.wanted(&"v2").map(|(n, w)| (*n, w.to_vec())).collect();
         assert_eq!(wanted, vec![("n1", vec!["a"]), ("n2", vec!["b"])]);
+    }
+
+    #[test]
+    fn listings_name_what_is_known() {
+        let mut d = dsw();
+        d.keep_spec("v8", VolumeSpec::single_node(()));
+        d.add_workload("a", "n1", &[]).unwrap();
+        d.add_workload("b", "n9", &[]).unwrap();
+        let sorted = |it: &mut dyn Iterator<Item = &&'static str>| {
+            let mut v: Vec<&str> = it.copied().collect();
+            v.sort();
+            v
+        };
+        assert_eq!(sorted(&mut d.nodes()), vec!["n1", "n2"]);
+        assert_eq!(sorted(&mut d.registered_volumes()), vec!["v1", "v2"]);
+        assert_eq!(sorted(&mut d.workloads()), vec!["a", "b"]);
+        assert_eq!(d.pending_workloads().count(), 1);
     }
 }

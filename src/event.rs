@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::config::CallKind;
+use crate::desired::{Missing, Names};
 use crate::domain::Domain;
 use crate::operation::ForceReason;
 
@@ -89,6 +90,20 @@ pub enum Event<D: Domain> {
         /// The backend's message.
         message: String,
     },
+    /// A workload has waited [`Config::pending_workload_warning`](crate::Config) or longer for
+    /// a node or volumes the controller was not told of (never seen, or removed); its volumes
+    /// are attached only once they are known. Emitted once per wait; the wait ends when what
+    /// it names arrives or the workload is removed.
+    WorkloadWaiting {
+        /// The workload.
+        workload: D::Workload,
+        /// The node it is scheduled on.
+        node: D::Node,
+        /// What it waits for.
+        missing: Vec<Missing<D>>,
+        /// How long it has waited so far.
+        waited: Duration,
+    },
     /// A call to the backend or the store got no answer within its deadline
     /// ([`CallTimeouts`](crate::CallTimeouts)) and was given up. Raised by the driver, never by
     /// the core; a timed-out attach or detach is then handled as an uncertain failure (it may
@@ -117,6 +132,7 @@ impl<D: Domain> Event<D> {
             Event::DetachFailed { .. } => "FailedDetachVolume",
             Event::DetachBlocked { .. } => "DetachBlocked",
             Event::WaitingForUnmount { .. } => "WaitingForUnmount",
+            Event::WorkloadWaiting { .. } => "WorkloadWaiting",
             Event::CallTimedOut { .. } => "CallTimedOut",
         }
     }
@@ -204,6 +220,16 @@ impl<D: Domain> fmt::Display for Event<D> {
             } => write!(
                 f,
                 "DetachVolume.Detach failed for volume {volume:?} on node {node:?}: {message}"
+            ),
+            Event::WorkloadWaiting {
+                workload,
+                node,
+                missing,
+                waited,
+            } => write!(
+                f,
+                "Workload {workload:?} scheduled on node {node:?} has waited {waited:?} for {} unknown to the controller; its volumes are attached once they are known",
+                Names(missing)
             ),
             Event::CallTimedOut {
                 call,

@@ -19,7 +19,7 @@
 //! ```
 //! use std::time::Duration;
 //! use attach_detach::{
-//!     AttachInfo, Config, Event, Ids, NodeFacts, NodeStatus, Operation, Reconciler,
+//!     AttachInfo, Config, Event, Ids, Input, NodeFacts, NodeStatus, Operation, Reconciler,
 //!     ReportedVolume, Revision, StoreError, VolumeSpec,
 //! };
 //!
@@ -46,11 +46,22 @@
 //! }
 //! assert!(!core.is_recovering());
 //!
-//! // 2. What the orchestrator's watches show: the node (its agent mounts nothing yet), a
-//! //    single-node volume, a pod that needs it there. The first pass plans the attach.
-//! core.node_updated(s("node-a"), NodeFacts { in_use: Some(vec![]), ..NodeFacts::default() });
-//! core.set_volume(s("pvc-1"), VolumeSpec::single_node(())).unwrap();
-//! core.add_workload(s("pod-1"), s("node-a"), &[s("pvc-1")]).unwrap();
+//! // 2. What the orchestrator's watches show, in the order they see it (any order will do):
+//! //    a pod that needs a single-node volume on a node, the node (its agent mounts nothing
+//! //    yet), and the volume. The pod waits until both are known; then the attach is planned.
+//! core.handle(Input::WorkloadScheduled {
+//!     workload: s("pod-1"),
+//!     node: s("node-a"),
+//!     volumes: vec![s("pvc-1")],
+//! }).unwrap();
+//! core.handle(Input::NodeUpdated {
+//!     node: s("node-a"),
+//!     facts: NodeFacts { in_use: Some(vec![]), ..NodeFacts::default() },
+//! }).unwrap();
+//! assert_eq!(core.desired().pending_len(), 1, "waits for its volume");
+//! core.handle(Input::SetVolume { volume: s("pvc-1"), spec: VolumeSpec::single_node(()) })
+//!     .unwrap();
+//! assert_eq!(core.desired().pending_len(), 0, "placed");
 //! now = core.next_deadline().unwrap();
 //! let ops = core.poll(now);
 //! let [Operation::Attach { id, .. }] = &ops[..] else { panic!("{ops:?}") };
@@ -66,7 +77,7 @@
 //!
 //! // 4. The pod goes. The volume leaves the node's report first (C5); then, before the
 //! //    detach, the core reads the node fresh: its watch may lag behind a new mount.
-//! core.remove_workload(&s("pod-1")).unwrap();
+//! core.handle(Input::WorkloadRemoved { workload: s("pod-1") }).unwrap();
 //! now = core.next_deadline().unwrap();
 //! let ops = core.poll(now);
 //! let [Operation::WriteStatus { id, attached, .. }] = &ops[..] else { panic!() };
@@ -88,7 +99,11 @@
 //! //    revision of the core's own acknowledged write, whatever a stale cache shows (seed
 //! //    002). Another writer got there first: the conflict makes the core read before
 //! //    writing again.
-//! core.add_workload(s("pod-1"), s("node-a"), &[s("pvc-1")]).unwrap();
+//! core.handle(Input::WorkloadScheduled {
+//!     workload: s("pod-1"),
+//!     node: s("node-a"),
+//!     volumes: vec![s("pvc-1")],
+//! }).unwrap();
 //! now = core.next_deadline().unwrap();
 //! let ops = core.poll(now);
 //! let [Operation::WriteStatus { id, expected, .. }] = &ops[..] else { panic!("{ops:?}") };
@@ -110,10 +125,20 @@
 //! }
 //! ```
 //!
+//! Everything the orchestrator says comes in as an [`Input`], the same values for
+//! [`Reconciler::handle`], a running controller's [`ControllerHandle::send`] and the start-up
+//! [`World`], shaped after what a kube-runtime watcher emits: upserts and deletions of volumes,
+//! nodes and workloads, in any order (a workload naming a node or a volume not known yet waits
+//! for it, visibly and within [`Config::max_pending_workloads`], and is named in an
+//! [`Event::WorkloadWaiting`] if it waits too long; a replayed deletion is a no-op), and the
+//! start and end of a relist of one kind ([`Input::RelistStarted`], [`Input::RelistDone`]), from
+//! which the core derives the deletions the watcher missed.
+//!
 //! Errors from the backend say whether the call certainly did nothing, may have taken effect
 //! (the attachment becomes [`AttachState::Uncertain`]), or found the volume attached elsewhere.
 //! Failed operations back off per kind (500 ms doubling to 2 min 2 s). Human-readable
-//! [`Event`]s (Multi-Attach, attach and detach results) come from [`Reconciler::take_events`];
+//! [`Event`]s (Multi-Attach, attach and detach results, long waits) come from
+//! [`Reconciler::take_events`];
 //! the tokio driver adds [`Event::CallTimedOut`] for each call it gives up at its deadline
 //! ([`CallTimeouts`]).
 //!
@@ -159,6 +184,7 @@ mod event;
 mod fault;
 mod fresh_read;
 mod gate;
+mod input;
 mod memory;
 mod operation;
 mod reconciler;
@@ -181,15 +207,16 @@ pub use backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 pub use config::UpstreamBugs;
 pub use config::{BackoffConfig, CallKind, CallTimeouts, Config, ConfigError};
 pub use controller::{
-    BuildError, Controller, ControllerError, ControllerHandle, EventRecorder, Input,
-    MemoryRecorder, Metrics, MetricsSnapshot, OperationSummary, Outcome, OutcomeCounts,
-    ShutdownReport, TimeoutCounts, World,
+    BuildError, Controller, ControllerError, ControllerHandle, EventRecorder, MemoryRecorder,
+    Metrics, MetricsSnapshot, OperationSummary, Outcome, OutcomeCounts, ShutdownReport,
+    TimeoutCounts, World,
 };
-pub use desired::{DesiredError, DesiredState};
+pub use desired::{DesiredError, DesiredState, Missing, PendingWorkload};
 pub use domain::{Domain, Id, Ids};
 pub use error::ErrorSource;
 pub use event::{Event, Holder};
 pub use gate::{OpKind, OperationGate};
+pub use input::{Input, Kind, Rejection};
 pub use memory::{BackendOp, CachedView, MemoryBackend, MemoryStore};
 pub use operation::{ForceReason, OpId, Operation};
 pub use reconciler::{Reconciler, ReconcilerError};

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, BinaryHeap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 use thiserror::Error;
 use tracing::{debug, info, warn};
@@ -14,10 +14,11 @@ use crate::actual::{ActualState, AttachState, NodeFacts};
 use crate::backend::{AttachInfo, BackendAttachment, BackendError};
 use crate::config::{Config, UpstreamBugs};
 use crate::desired::{DesiredError, DesiredState};
-use crate::domain::Domain;
+use crate::domain::{Domain, Id};
 use crate::event::{Event, Holder};
 use crate::fresh_read::judge_detach;
 use crate::gate::{OpKind, OperationGate, trim_map};
+use crate::input::{Input, Kind, Rejection, Relists};
 use crate::operation::{ForceReason, InFlight, OpId, Operation};
 use crate::recovery::{Load, Recovery, Statuses};
 use crate::status::StatusBook;
@@ -46,6 +47,14 @@ pub enum ReconcilerError<D: Domain> {
         volume: D::Volume,
         /// The nodes it is attached to.
         nodes: Vec<D::Node>,
+    },
+    /// A [`RelistDone`](Input::RelistDone) came without a
+    /// [`RelistStarted`](Input::RelistStarted) of the same kind since the last one: nothing
+    /// was seen, so nothing is removed.
+    #[error("a relist of {kind:?} ended that had not started; nothing was removed")]
+    NoRelist {
+        /// The kind named.
+        kind: Kind,
     },
     /// The result does not match the operation's kind.
     #[error("{id} is a {actual:?} operation, but a {given:?} result was given")]
@@ -102,7 +111,7 @@ const CONFLICTS_BEFORE_BACKOFF: u8 = 3;
 
 /// The attach/detach state machine, free of IO and clocks.
 ///
-/// Feed it changes (`set_volume`, `node_updated`, `add_workload`, ...), call [`poll`](Self::poll)
+/// Feed it changes ([`handle`](Self::handle) an [`Input`]), call [`poll`](Self::poll)
 /// with the current time when [`next_deadline`](Self::next_deadline) is due, run the
 /// [`Operation`]s it returns, and hand each result back (`attach_finished`, ...). Work per pass is
 /// proportional to what changed: changes mark volumes and nodes dirty, and timers wake what waits
@@ -149,6 +158,10 @@ pub struct Reconciler<D: Domain> {
     waiting_unmount: BTreeSet<(D::Node, D::Volume)>,
     /// Upstream's bug C6 only: nodes whose cached copy was read for the write now due.
     cache_consulted: BTreeSet<D::Node>,
+    /// The relists under way.
+    relists: Relists<D>,
+    /// The nodes the last input call removed, for [`removed_nodes`](Self::removed_nodes).
+    removed_nodes: Vec<D::Node>,
 }
 
 impl<D: Domain> Reconciler<D> {
@@ -164,8 +177,8 @@ impl<D: Domain> Reconciler<D> {
             waiting_unmount: BTreeSet::new(),
             cache_consulted: BTreeSet::new(),
             gate: OperationGate::new(config.backoff),
+            desired: DesiredState::new(&config),
             config,
-            desired: DesiredState::default(),
             actual: ActualState::default(),
             status: StatusBook::default(),
             in_flight: FxHashMap::default(),
@@ -182,6 +195,8 @@ impl<D: Domain> Reconciler<D> {
             next_sync: None,
             next_resync: None,
             changed_while_listing: None,
+            relists: Relists::default(),
+            removed_nodes: Vec::new(),
         }
     }
 
@@ -233,35 +248,161 @@ impl<D: Domain> Reconciler<D> {
 
     // ---- inputs -------------------------------------------------------------------------------
 
-    /// Registers or updates a volume's access mode and payload.
+    /// Applies one change the orchestrator saw: the core's only input from the orchestrator.
     ///
-    /// Refused with [`ReconcilerError::AccessConflict`] when it would make a volume that is
-    /// attached (or maybe attached) to several nodes single-node: the core could not honour
-    /// the new mode without picking a node to detach from, which is the orchestrator's call.
-    /// Registering a volume that was [removed](Self::remove_volume) but not yet forgotten
-    /// takes it back.
+    /// Inputs may come in any order, and a removal may be replayed (see [`Input`] for what each
+    /// does): a workload naming a node or a volume not known yet waits until they are, a node or
+    /// volume removed under its workloads sends them back to waiting, and removing something
+    /// unknown does nothing. Only real misuse is refused, and then nothing changed (except that
+    /// an upsert during a [relist](Input::RelistStarted) still counts its object as seen):
+    /// [`ReconcilerError::AccessConflict`], [`DesiredError::TooManyPending`],
+    /// [`ReconcilerError::NoRelist`].
     ///
     /// ```
-    /// use std::time::Duration;
-    /// use attach_detach::{BackendAttachment, Config, Ids, Operation, Reconciler, ReconcilerError, VolumeSpec};
-    /// let mut core: Reconciler<Ids<&str, &str, &str, ()>> = Reconciler::new(Config::default());
-    /// core.set_volume("shared", VolumeSpec::multi_node(())).unwrap();
-    /// // Recovery: the backend lists the volume attached to two nodes.
-    /// let on = |node| BackendAttachment { volume: "shared", node, spec: VolumeSpec::multi_node(()) };
-    /// for op in core.poll(Duration::ZERO) {
-    ///     match op {
-    ///         Operation::ListStatuses { id } => core.statuses_listed(Duration::ZERO, id, Ok(vec![])),
-    ///         Operation::ListAttachments { id } => {
-    ///             core.list_finished(Duration::ZERO, id, Ok(vec![on("n1"), on("n2")]))
-    ///         }
-    ///         other => panic!("{other:?} planned while recovering"),
-    ///     }
+    /// use attach_detach::{Config, Ids, Input, Missing, NodeFacts, Operation, Reconciler, VolumeSpec};
+    /// type D = Ids<&'static str, &'static str, &'static str, ()>;
+    /// let mut core = Reconciler::<D>::new(Config::default());
+    /// # for op in core.poll(std::time::Duration::ZERO) {
+    /// #     match op {
+    /// #         Operation::ListStatuses { id } => core.statuses_listed(Default::default(), id, Ok(vec![])),
+    /// #         op => core.list_finished(Default::default(), op.id(), Ok(vec![])),
+    /// #     }.unwrap();
+    /// # }
+    /// // The pod is seen before its node and its volume: it waits, and nothing is planned.
+    /// core.handle(Input::WorkloadScheduled { workload: "pod-1", node: "node-a", volumes: vec!["pvc-1"] })
     ///     .unwrap();
-    /// }
-    /// let err = core.set_volume("shared", VolumeSpec::single_node(())).unwrap_err();
-    /// assert!(matches!(err, ReconcilerError::AccessConflict { .. }));
+    /// assert_eq!(core.desired().pending_len(), 1);
+    /// core.handle(Input::NodeUpdated { node: "node-a", facts: NodeFacts::default() }).unwrap();
+    /// core.handle(Input::SetVolume { volume: "pvc-1", spec: VolumeSpec::single_node(()) })
+    ///     .unwrap();
+    /// // Now it is placed, and the next pass attaches its volume.
+    /// assert_eq!(core.desired().pending_len(), 0);
+    /// let ops = core.poll(core.next_deadline().unwrap());
+    /// assert!(ops.iter().any(|op| matches!(op, Operation::Attach { volume: "pvc-1", .. })));
+    /// // A watcher replaying a deletion is no error.
+    /// core.handle(Input::WorkloadRemoved { workload: "pod-1" }).unwrap();
+    /// core.handle(Input::WorkloadRemoved { workload: "pod-1" }).unwrap();
     /// ```
-    pub fn set_volume(
+    pub fn handle(&mut self, input: Input<D>) -> Result<(), ReconcilerError<D>> {
+        self.removed_nodes.clear();
+        self.apply(input)
+    }
+
+    /// Applies `inputs` in order, each as [`handle`](Self::handle) would, and returns those
+    /// refused with their index in the batch (empty when every one was accepted). A refusal
+    /// does not stop the batch: inputs are independent facts, and a relist's `RelistDone` must
+    /// still come after one of its upserts was refused.
+    ///
+    /// ```
+    /// use attach_detach::{Config, Ids, Input, Reconciler, ReconcilerError, Kind};
+    /// type D = Ids<&'static str, &'static str, &'static str, ()>;
+    /// let mut core = Reconciler::<D>::new(Config::default());
+    /// let refused = core.handle_all([
+    ///     Input::RelistDone { kind: Kind::Node },
+    ///     Input::WorkloadRemoved { workload: "never-seen" },
+    /// ]);
+    /// assert_eq!(refused.len(), 1);
+    /// assert_eq!(refused[0].index, 0);
+    /// assert_eq!(refused[0].error, ReconcilerError::NoRelist { kind: Kind::Node });
+    /// ```
+    #[must_use = "the inputs the core refused"]
+    pub fn handle_all(&mut self, inputs: impl IntoIterator<Item = Input<D>>) -> Vec<Rejection<D>> {
+        self.removed_nodes.clear();
+        let mut refused = Vec::new();
+        for (index, input) in inputs.into_iter().enumerate() {
+            if let Err(error) = self.apply(input) {
+                refused.push(Rejection { index, error });
+            }
+        }
+        refused
+    }
+
+    /// The nodes the last [`handle`](Self::handle) or [`handle_all`](Self::handle_all) call
+    /// removed, by [`Input::NodeRemoved`] or by a node [relist](Input::RelistDone), in order:
+    /// a driver that keeps per-node state of its own drops it for these, since a node object
+    /// of the same name later is a new object.
+    pub fn removed_nodes(&self) -> &[D::Node] {
+        &self.removed_nodes
+    }
+
+    fn apply(&mut self, input: Input<D>) -> Result<(), ReconcilerError<D>> {
+        match input {
+            Input::SetVolume { volume, spec } => {
+                if let Some(seen) = &mut self.relists.volumes {
+                    seen.insert(volume.clone());
+                }
+                self.set_volume(volume, spec)
+            }
+            Input::VolumeRemoved { volume } => {
+                self.remove_volume(&volume);
+                Ok(())
+            }
+            Input::NodeUpdated { node, facts } => {
+                if let Some(seen) = &mut self.relists.nodes {
+                    seen.insert(node.clone());
+                }
+                self.node_updated(node, facts);
+                Ok(())
+            }
+            Input::NodeRemoved { node } => {
+                self.node_removed(&node);
+                Ok(())
+            }
+            Input::WorkloadScheduled {
+                workload,
+                node,
+                volumes,
+            } => {
+                if let Some(seen) = &mut self.relists.workloads {
+                    seen.insert(workload.clone());
+                }
+                self.add_workload(workload, node, &volumes)
+            }
+            Input::WorkloadRemoved { workload } => {
+                self.remove_workload(&workload);
+                Ok(())
+            }
+            Input::RelistStarted { kind } => {
+                self.relists.start(kind);
+                Ok(())
+            }
+            Input::RelistDone { kind } => self.relist_done(kind),
+        }
+    }
+
+    /// Removes every object of `kind` not seen since its relist started, in id order.
+    fn relist_done(&mut self, kind: Kind) -> Result<(), ReconcilerError<D>> {
+        if !self.relists.listing(kind) {
+            return Err(ReconcilerError::NoRelist { kind });
+        }
+        match kind {
+            Kind::Volume => {
+                let seen = self.relists.volumes.take().unwrap_or_default();
+                let gone = unseen(self.desired.registered_volumes(), &seen);
+                for volume in gone {
+                    self.remove_volume(&volume);
+                }
+            }
+            Kind::Node => {
+                let seen = self.relists.nodes.take().unwrap_or_default();
+                let gone = unseen(self.desired.nodes(), &seen);
+                for node in gone {
+                    self.node_removed(&node);
+                }
+            }
+            Kind::Workload => {
+                let seen = self.relists.workloads.take().unwrap_or_default();
+                let gone = unseen(self.desired.workloads(), &seen);
+                for workload in gone {
+                    self.remove_workload(&workload);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Registers or updates a volume's access mode and payload; see [`Input::SetVolume`].
+    pub(crate) fn set_volume(
         &mut self,
         volume: D::Volume,
         spec: VolumeSpec<D::Payload>,
@@ -298,59 +439,34 @@ impl<D: Domain> Reconciler<D> {
             }
         }
         self.retiring.remove(&volume);
-        if self.desired.set_volume(volume.clone(), spec) {
-            self.dirty.insert(volume);
-        }
+        let changed = self.desired.set_volume(volume, spec);
+        self.dirty.extend(changed);
         Ok(())
     }
 
     /// Unregisters a volume (its PV or claim was deleted), so that volume churn does not grow
-    /// the core's state without bound.
+    /// the core's state without bound; see [`Input::VolumeRemoved`].
     ///
-    /// Refused with [`DesiredError::VolumeInUse`] while a workload uses it. A volume still
-    /// attached somewhere is detached first, as any volume no workload needs; its spec (the
-    /// payload the detach needs) is forgotten once no attachment is left. New workloads cannot
-    /// use it from now on, unless it is registered again.
-    ///
-    /// ```
-    /// use attach_detach::{Config, DesiredError, Ids, Reconciler, ReconcilerError, VolumeSpec};
-    /// let mut core: Reconciler<Ids<&str, &str, &str, ()>> = Reconciler::new(Config::default());
-    /// # use attach_detach::Operation;
-    /// # for op in core.poll(std::time::Duration::ZERO) {
-    /// #     match op {
-    /// #         Operation::ListStatuses { id } => core.statuses_listed(Default::default(), id, Ok(vec![])),
-    /// #         op => core.list_finished(Default::default(), op.id(), Ok(vec![])),
-    /// #     }.unwrap();
-    /// # }
-    /// core.set_volume("pvc-1", VolumeSpec::single_node(())).unwrap();
-    /// core.remove_volume(&"pvc-1").unwrap();
-    /// // Forgotten by the next pass, since nothing is attached or running for it.
-    /// assert!(core.poll(core.next_deadline().unwrap()).is_empty());
-    /// assert!(core.desired().spec(&"pvc-1").is_none());
-    /// assert!(matches!(
-    ///     core.remove_volume(&"pvc-1"),
-    ///     Err(ReconcilerError::Desired(DesiredError::UnknownVolume { .. }))
-    /// ));
-    /// ```
-    pub fn remove_volume(&mut self, volume: &D::Volume) -> Result<(), ReconcilerError<D>> {
-        if self.desired.spec(volume).is_none() || self.retiring.contains(volume) {
-            return Err(DesiredError::UnknownVolume {
-                volume: volume.clone(),
-            }
-            .into());
+    /// Workloads using it wait for it again. A volume still attached somewhere is detached
+    /// first, as any volume no workload needs; its spec (the payload the detach needs) is
+    /// forgotten once no attachment is left. A no-op unless registered.
+    pub(crate) fn remove_volume(&mut self, volume: &D::Volume) {
+        if !self.desired.is_registered(volume) {
+            return;
         }
-        self.desired.check_unused(volume)?;
         self.retiring.insert(volume.clone());
-        self.dirty.insert(volume.clone());
-        Ok(())
+        let changed = self.desired.unregister_volume(volume);
+        self.dirty.extend(changed);
     }
 
-    /// A node exists (new or updated) with these facts; it becomes managed.
-    pub fn node_updated(&mut self, node: D::Node, facts: NodeFacts<D::Volume>) {
+    /// A node exists (new or updated) with these facts; it becomes managed, and workloads that
+    /// waited for it are placed.
+    pub(crate) fn node_updated(&mut self, node: D::Node, facts: NodeFacts<D::Volume>) {
         // A node the store said it lacks is shown again: write its status afresh (50721), even
         // if its workloads kept it in the core all along.
         let appeared = !self.actual.node_present(&node) || self.status.is_missing(&node);
-        self.desired.add_node(node.clone());
+        let placed = self.desired.add_node(node.clone());
+        self.dirty.extend(placed);
         let affected = self.actual.set_node(node.clone(), facts);
         self.dirty.extend(affected);
         if appeared {
@@ -361,11 +477,12 @@ impl<D: Domain> Reconciler<D> {
         }
     }
 
-    /// The node object is gone. Refused while workloads are still placed on it.
-    pub fn node_removed(&mut self, node: &D::Node) -> Result<(), ReconcilerError<D>> {
-        if self.desired.has_node(node) {
-            self.desired.remove_node(node)?;
-        }
+    /// The node object is gone. Workloads placed on it wait for it again, and their volumes
+    /// are no longer desired there.
+    pub(crate) fn node_removed(&mut self, node: &D::Node) {
+        self.removed_nodes.push(node.clone());
+        let changed = self.desired.remove_node(node);
+        self.dirty.extend(changed);
         let affected = self.actual.remove_node(node);
         self.dirty.extend(affected);
         self.status.node_gone(node);
@@ -381,32 +498,41 @@ impl<D: Domain> Reconciler<D> {
                 false
             }
         });
-        Ok(())
     }
 
-    /// Places `workload` on `node` using `volumes` (replacing an earlier placement).
-    pub fn add_workload(
+    /// Places `workload` on `node` using `volumes` (replacing an earlier placement), or makes
+    /// it wait for what of them is not known.
+    pub(crate) fn add_workload(
         &mut self,
         workload: D::Workload,
         node: D::Node,
         volumes: &[D::Volume],
     ) -> Result<(), ReconcilerError<D>> {
-        if let Some(volume) = volumes.iter().find(|v| self.retiring.contains(v)) {
-            return Err(DesiredError::UnknownVolume {
-                volume: volume.clone(),
-            }
-            .into());
-        }
         let changed = self.desired.add_workload(workload, node, volumes)?;
         self.dirty.extend(changed);
         Ok(())
     }
 
-    /// The workload is gone: its volumes are no longer needed on its node by it.
-    pub fn remove_workload(&mut self, workload: &D::Workload) -> Result<(), ReconcilerError<D>> {
-        let changed = self.desired.remove_workload(workload)?;
+    /// The workload is gone (a no-op if unknown): its volumes are no longer needed on its node
+    /// by it.
+    pub(crate) fn remove_workload(&mut self, workload: &D::Workload) {
+        let changed = self.desired.remove_workload(workload);
         self.dirty.extend(changed);
-        Ok(())
+    }
+
+    /// Stamps the waits of workloads that began since the last pass, and names in an event
+    /// each that has waited [`Config::pending_workload_warning`].
+    fn warn_pending(&mut self, now: Duration) {
+        for p in self.desired.poll_pending(now) {
+            let waited = now.saturating_sub(p.since.unwrap_or(now));
+            warn!(workload = ?p.workload, node = ?p.node, missing = ?p.missing, ?waited, "a workload waits for a node or volumes the controller was not told of");
+            self.events.push(Event::WorkloadWaiting {
+                workload: p.workload,
+                node: p.node,
+                missing: p.missing,
+                waited,
+            });
+        }
     }
 
     /// Restart recovery: the store, read fresh, lists `attached` for `node` at `revision`.
@@ -446,7 +572,7 @@ impl<D: Domain> Reconciler<D> {
     /// orchestrator registers it meanwhile.
     fn adopt_spec(&mut self, volume: &D::Volume, spec: VolumeSpec<D::Payload>) {
         if self.desired.spec(volume).is_none() {
-            self.desired.set_volume(volume.clone(), spec);
+            self.desired.keep_spec(volume.clone(), spec);
             self.retiring.insert(volume.clone());
         }
     }
@@ -966,6 +1092,7 @@ impl<D: Domain> Reconciler<D> {
             self.node_timers.peek().map(|Reverse((t, _))| *t),
             self.next_sync.filter(|_| !self.actual.is_empty()),
             self.next_resync.filter(|_| self.desired.node_count() > 0),
+            self.desired.next_pending_wake(),
         ];
         for t in timers.into_iter().flatten() {
             earliest = Some(earliest.map_or(t, |e: Duration| e.min(t)));
@@ -1007,6 +1134,7 @@ impl<D: Domain> Reconciler<D> {
             let Reverse((_, node)) = self.node_timers.pop().expect("peeked");
             self.status.mark(node);
         }
+        self.warn_pending(now);
         match self.next_sync {
             None => self.next_sync = Some(now.saturating_add(self.config.sync_period)),
             Some(at) if at <= now => {
@@ -1603,6 +1731,13 @@ impl<D: Domain> Reconciler<D> {
     pub fn take_events(&mut self) -> Vec<Event<D>> {
         std::mem::take(&mut self.events)
     }
+}
+
+/// The members of `all` not in `seen`, sorted.
+fn unseen<'a, T: Id>(all: impl Iterator<Item = &'a T>, seen: &FxHashSet<T>) -> Vec<T> {
+    let mut gone: Vec<T> = all.filter(|x| !seen.contains(*x)).cloned().collect();
+    gone.sort();
+    gone
 }
 
 #[cfg(test)]

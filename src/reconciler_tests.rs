@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::config::UpstreamBugs;
+use crate::desired::Missing;
 use crate::domain::Ids;
 
 type T = Ids<&'static str, &'static str, &'static str>;
@@ -147,27 +148,46 @@ impl H {
             .entry(node)
             .or_insert((facts.clone(), Vec::new(), 1))
             .0 = facts.clone();
-        self.r.node_updated(node, facts);
+        self.input(Input::NodeUpdated { node, facts });
+    }
+
+    /// Feeds one input; the core must take it.
+    fn input(&mut self, input: Input<T>) {
+        self.r.handle(input).unwrap();
     }
 
     fn rwo(&mut self, volume: &'static str) {
-        self.r
-            .set_volume(volume, VolumeSpec::single_node(()))
-            .unwrap();
+        self.input(Input::SetVolume {
+            volume,
+            spec: VolumeSpec::single_node(()),
+        });
     }
 
     fn rwx(&mut self, volume: &'static str) {
-        self.r
-            .set_volume(volume, VolumeSpec::multi_node(()))
-            .unwrap();
+        self.input(Input::SetVolume {
+            volume,
+            spec: VolumeSpec::multi_node(()),
+        });
     }
 
     fn pod(&mut self, pod: &'static str, node: &'static str, volumes: &[&'static str]) {
-        self.r.add_workload(pod, node, volumes).unwrap();
+        self.input(Input::WorkloadScheduled {
+            workload: pod,
+            node,
+            volumes: volumes.to_vec(),
+        });
     }
 
     fn unpod(&mut self, pod: &'static str) {
-        self.r.remove_workload(&pod).unwrap();
+        self.input(Input::WorkloadRemoved { workload: pod });
+    }
+
+    fn unnode(&mut self, node: &'static str) {
+        self.input(Input::NodeRemoved { node });
+    }
+
+    fn unvolume(&mut self, volume: &'static str) {
+        self.input(Input::VolumeRemoved { volume });
     }
 
     /// One reconcile period later, a pass, with every operation it plans.
@@ -731,18 +751,40 @@ fn a_burst_on_one_node_is_one_write() {
 
 #[test]
 fn api_misuse_is_a_typed_error_and_changes_nothing() {
-    let mut h = H::new(Config::default());
+    let mut h = H::new(Config {
+        max_pending_workloads: 1,
+        ..Config::default()
+    });
+    // Out of order is no misuse: a workload on a node not seen yet waits for it.
     assert_eq!(
-        h.r.add_workload("p", "nowhere", &[]),
-        Err(ReconcilerError::Desired(DesiredError::UnknownNode {
-            node: "nowhere"
+        h.r.handle(Input::WorkloadScheduled {
+            workload: "p",
+            node: "nowhere",
+            volumes: vec![]
+        }),
+        Ok(())
+    );
+    // But only so many may wait.
+    assert_eq!(
+        h.r.handle(Input::WorkloadScheduled {
+            workload: "q",
+            node: "n1",
+            volumes: vec!["unknown"]
+        }),
+        Err(ReconcilerError::Desired(DesiredError::TooManyPending {
+            workload: "q",
+            missing: vec![Missing::Node("n1"), Missing::Volume("unknown")],
+            limit: 1
         }))
     );
+    assert!(h.r.desired().pending(&"q").is_none(), "nothing changed");
+    h.unpod("p");
+    // A relist cannot end that did not start.
+    assert_eq!(
+        h.r.handle(Input::RelistDone { kind: Kind::Node }),
+        Err(ReconcilerError::NoRelist { kind: Kind::Node })
+    );
     h.node("n1", &[]);
-    assert!(matches!(
-        h.r.add_workload("p", "n1", &["unknown"]),
-        Err(ReconcilerError::Desired(DesiredError::UnknownVolume { .. }))
-    ));
     assert_eq!(
         h.r.attach_finished(h.now, OpId(99), Ok(AttachInfo::default())),
         Err(ReconcilerError::UnknownOperation { id: OpId(99) })
@@ -766,12 +808,13 @@ fn api_misuse_is_a_typed_error_and_changes_nothing() {
     // The attach is still running and can finish normally.
     h.ok(attach);
     assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Attached);
-    assert!(matches!(
-        h.r.node_removed(&"n1"),
-        Err(ReconcilerError::Desired(
-            DesiredError::NodeHasVolumes { .. }
-        ))
-    ));
+    // Its node is deleted under it: accepted, and the workload waits for the node again.
+    h.unnode("n1");
+    assert_eq!(
+        h.r.desired().pending(&"p").map(|p| p.missing),
+        Some(vec![Missing::Node("n1")])
+    );
+    assert!(!h.r.desired().is_desired(&"v1", &"n1"));
 }
 
 #[test]
@@ -804,7 +847,7 @@ fn removed_node_is_rewritten_when_it_comes_back() {
     h.unpod("p1");
     // The node object is deleted and recreated under the same name, with an empty status
     // (upstream 50721): what it must report is written afresh.
-    h.r.node_removed(&"n1").unwrap();
+    h.unnode("n1");
     h.store.remove("n1");
     assert!(
         h.run_ok(secs(1)).is_empty(),
@@ -1161,36 +1204,56 @@ fn verify_settles_an_uncertain_detach_as_detached() {
     assert!(attached_on_n2, "the waiting workload got its volume");
 }
 
+/// A watcher may deliver a volume's deletion before its workloads': the volume goes, its
+/// workloads wait for it again, and it is detached only by the usual safe path (never while
+/// the node reports it in use).
 #[test]
-fn a_volume_in_use_cannot_be_removed() {
+fn a_volume_removed_in_use_sends_its_workloads_back_to_waiting() {
     let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.node("n1", &["v1"]);
+    h.unvolume("v1");
     assert_eq!(
-        h.r.remove_volume(&"v1"),
-        Err(ReconcilerError::Desired(DesiredError::VolumeInUse {
-            volume: "v1",
-            workloads: 1
-        }))
+        h.r.desired().pending(&"p1").map(|p| p.missing),
+        Some(vec![Missing::Volume("v1")])
     );
-    assert_eq!(
-        h.r.remove_volume(&"v9"),
-        Err(ReconcilerError::Desired(DesiredError::UnknownVolume {
-            volume: "v9"
-        }))
+    assert!(!h.r.desired().is_desired(&"v1", &"n1"));
+    h.run_ok(secs(5));
+    assert_eq!(h.count("detach"), 0, "still mounted: {:?}", h.log);
+    // Removing it again, or one never seen, is a no-op.
+    h.unvolume("v1");
+    h.unvolume("v9");
+    // Registered again: the workload is placed again, and nothing moved.
+    h.rwo("v1");
+    assert!(h.r.desired().is_desired(&"v1", &"n1"));
+    assert_eq!(h.r.desired().pending_len(), 0);
+    h.log.clear();
+    h.run_ok(secs(5));
+    assert_eq!(h.stored("n1"), Some(vec!["v1"]));
+    assert_eq!(h.count("attach") + h.count("detach"), 0, "{:?}", h.log);
+    // Removed for good, then its workload: the pod's deletion after its volume's.
+    h.unvolume("v1");
+    h.unpod("p1");
+    h.node("n1", &[]);
+    h.run_ok(secs(5));
+    assert_eq!(h.count("detach v1 n1"), 1);
+    assert!(h.r.actual().is_empty());
+    assert!(
+        h.r.desired().spec(&"v1").is_none(),
+        "forgotten once detached"
     );
 }
 
 /// Volume churn does not grow the core's state: a removed volume is detached, then forgotten,
-/// and new workloads cannot use it until it is registered again.
+/// and new workloads wait for it until it is registered again.
 #[test]
 fn a_removed_volume_is_detached_then_forgotten() {
     let mut h = H::attached_rwo(UpstreamBugs::default());
     h.unpod("p1");
-    h.r.remove_volume(&"v1").unwrap();
+    h.unvolume("v1");
+    h.pod("p2", "n2", &["v1"]);
     assert_eq!(
-        h.r.add_workload("p2", "n2", &["v1"]),
-        Err(ReconcilerError::Desired(DesiredError::UnknownVolume {
-            volume: "v1"
-        }))
+        h.r.desired().pending(&"p2").map(|p| p.missing),
+        Some(vec![Missing::Volume("v1")])
     );
     assert!(h.r.desired().spec(&"v1").is_some(), "kept for the detach");
     let detach = h.run_until_taking(OpKind::Detach);
@@ -1202,9 +1265,11 @@ fn a_removed_volume_is_detached_then_forgotten() {
         h.r.desired().spec(&"v1").is_none(),
         "forgotten once detached"
     );
-    // Registered again, it is a fresh volume with no backoff left from before.
+    assert_eq!(h.count("attach v1 n2"), 0, "p2 waits");
+    // Registered again, it is a fresh volume with no backoff left from before, and the
+    // workload that waited for it gets it.
     h.rwo("v1");
-    h.pod("p2", "n2", &["v1"]);
+    assert_eq!(h.r.desired().pending_len(), 0);
     h.log.clear();
     h.run_ok(secs(1));
     assert_eq!(h.count("attach v1 n2"), 1);
@@ -1220,7 +1285,10 @@ fn a_volume_attached_twice_cannot_become_single_node() {
     h.pod("p2", "n2", &["v1"]);
     h.run_ok(secs(1));
     assert_eq!(
-        h.r.set_volume("v1", VolumeSpec::single_node(())),
+        h.r.handle(Input::SetVolume {
+            volume: "v1",
+            spec: VolumeSpec::single_node(())
+        }),
         Err(ReconcilerError::AccessConflict {
             volume: "v1",
             nodes: vec!["n1", "n2"]
@@ -1233,7 +1301,7 @@ fn a_volume_attached_twice_cannot_become_single_node() {
     );
     h.unpod("p2");
     h.run_ok(secs(1));
-    h.r.set_volume("v1", VolumeSpec::single_node(())).unwrap();
+    h.rwo("v1");
 }
 
 /// A node deleted while it holds a single-node volume: by default the volume stays (its machine
@@ -1242,7 +1310,7 @@ fn a_volume_attached_twice_cannot_become_single_node() {
 fn a_deleted_node_pins_its_volume_and_says_so_once() {
     let mut h = H::attached_rwo(UpstreamBugs::default());
     h.unpod("p1");
-    h.r.node_removed(&"n1").unwrap();
+    h.unnode("n1");
     h.pod("p2", "n2", &["v1"]);
     h.run_ok(secs(60));
     assert_eq!(h.count("detach"), 0);
@@ -1273,7 +1341,7 @@ fn a_deleted_node_counts_as_fenced_when_configured() {
     h.pod("p1", "n1", &["v1"]);
     h.run_ok(secs(1));
     h.unpod("p1");
-    h.r.node_removed(&"n1").unwrap();
+    h.unnode("n1");
     h.pod("p2", "n2", &["v1"]);
     h.log.clear();
     h.run_ok(secs(1));
@@ -1337,10 +1405,10 @@ fn an_access_change_during_an_attach_leaks_no_gate_key() {
     h.rwo("v1");
     h.pod("p1", "n1", &["v1"]);
     let attach = h.tick_taking(OpKind::Attach);
-    h.r.set_volume("v1", VolumeSpec::multi_node(())).unwrap();
+    h.rwx("v1");
     h.ok(attach);
     h.run_ok(secs(1));
-    h.r.set_volume("v1", VolumeSpec::single_node(())).unwrap();
+    h.rwo("v1");
     h.unpod("p1");
     h.pod("p2", "n2", &["v1"]);
     h.log.clear();
@@ -1366,7 +1434,10 @@ fn narrowing_is_refused_while_attaches_run() {
         .collect();
     assert_eq!(attaches.len(), 2);
     assert!(matches!(
-        h.r.set_volume("v1", VolumeSpec::single_node(())),
+        h.r.handle(Input::SetVolume {
+            volume: "v1",
+            spec: VolumeSpec::single_node(())
+        }),
         Err(ReconcilerError::AccessConflict { .. })
     ));
     h.unpod("p2");
@@ -1376,7 +1447,10 @@ fn narrowing_is_refused_while_attaches_run() {
         .unwrap_or_else(|| unreachable!());
     assert!(
         matches!(
-            h.r.set_volume("v1", VolumeSpec::single_node(())),
+            h.r.handle(Input::SetVolume {
+                volume: "v1",
+                spec: VolumeSpec::single_node(())
+            }),
             Err(ReconcilerError::AccessConflict { .. })
         ),
         "one attach still runs"
@@ -1425,11 +1499,11 @@ fn node_churn_leaves_no_status_record_or_backoff_behind() {
         h.node(n, &[]);
         let read = h.tick_raw().pop().expect("the new node is read");
         h.fail_status(read, StoreError::transient("x"));
-        h.r.node_removed(&n).unwrap();
+        h.unnode(n);
         h.run_ok(secs(1));
         h.node(leak(format!("m{i}")), &[]);
         h.run_ok(secs(1));
-        h.r.node_removed(&leak(format!("m{i}"))).unwrap();
+        h.unnode(leak(format!("m{i}")));
     }
     h.run_ok(secs(1));
     assert_eq!(h.r.status().len(), 0);
@@ -1441,7 +1515,7 @@ fn node_churn_leaves_no_status_record_or_backoff_behind() {
 fn a_blocked_pair_is_forgotten_with_its_attachment() {
     let mut h = H::attached_rwo(UpstreamBugs::default());
     h.unpod("p1");
-    h.r.node_removed(&"n1").unwrap();
+    h.unnode("n1");
     h.run_ok(secs(1));
     assert_eq!(h.r.blocked.len(), 1);
     let end = h.now + secs(120);
@@ -1532,4 +1606,329 @@ fn an_unhealthy_unfenced_node_says_why_its_volume_stays() {
     h.run_ok(secs(60));
     let reasons: Vec<_> = h.r.take_events().iter().map(|e| e.reason()).collect();
     assert_eq!(reasons, vec!["DetachBlocked"]);
+}
+
+// ---- inputs in any order, relists ---------------------------------------------------------------
+
+fn waiting_for(h: &H, w: &'static str) -> Option<Vec<Missing<T>>> {
+    h.r.desired().pending(&w).map(|p| p.missing)
+}
+
+/// A pod seen before its node and its volume plans nothing until both are known, then attaches
+/// as if the inputs had come in order.
+#[test]
+fn a_workload_before_its_node_and_volume_waits_then_attaches() {
+    let mut h = H::new(Config::default());
+    h.pod("p1", "n1", &["v1"]);
+    assert_eq!(
+        waiting_for(&h, "p1"),
+        Some(vec![Missing::Node("n1"), Missing::Volume("v1")])
+    );
+    assert!(h.run_ok(secs(1)).is_empty());
+    h.node("n1", &[]);
+    assert_eq!(waiting_for(&h, "p1"), Some(vec![Missing::Volume("v1")]));
+    assert!(h.run_ok(secs(1)).is_empty(), "nothing to attach yet");
+    assert_eq!(h.log, vec!["read n1"], "only the new node's status is read");
+    h.rwo("v1");
+    assert_eq!(waiting_for(&h, "p1"), None);
+    assert_eq!(h.run_ok(secs(1)), vec!["attach v1 n1", "write n1 [v1]"]);
+    assert!(
+        h.r.take_events()
+            .iter()
+            .all(|e| e.reason() != "WorkloadWaiting")
+    );
+}
+
+/// A wait that outlives `pending_workload_warning` is named once, with what it waits for; the
+/// core wakes for it on its own (the warning time is a deadline), and a wait that ends sooner
+/// is never reported.
+#[test]
+fn a_long_wait_is_named_once_in_an_event() {
+    let warn = secs(120);
+    let mut h = H::new(Config::default());
+    h.node("n1", &[]);
+    h.run_ok(secs(1));
+    assert_eq!(h.r.next_deadline(), None);
+    h.pod("quick", "n2", &[]);
+    h.pod("p1", "n1", &["v9"]);
+    let seen_at = h.r.next_deadline().unwrap();
+    let stamped = h.now + TICK;
+    assert!(seen_at <= stamped, "the next pass stamps the waits");
+    h.tick();
+    assert_eq!(h.r.desired().pending(&"p1").unwrap().since, Some(stamped));
+    assert_eq!(
+        h.r.next_deadline(),
+        Some(stamped + warn),
+        "wakes for the warning"
+    );
+    h.node("n2", &[]);
+    h.run_ok(secs(1));
+    assert_eq!(h.r.next_deadline(), Some(stamped + warn));
+    // A driver sleeps until the deadline and polls then.
+    h.now = stamped + warn;
+    h.r.poll(h.now);
+    let waiting: Vec<_> =
+        h.r.take_events()
+            .into_iter()
+            .filter(|e| e.reason() == "WorkloadWaiting")
+            .collect();
+    assert_eq!(
+        waiting,
+        vec![Event::WorkloadWaiting {
+            workload: "p1",
+            node: "n1",
+            missing: vec![Missing::Volume("v9")],
+            waited: warn,
+        }]
+    );
+    assert!(waiting[0].is_warning());
+    assert_eq!(
+        waiting[0].to_string(),
+        "Workload \"p1\" scheduled on node \"n1\" has waited 120s for volume \"v9\" unknown to \
+         the controller; its volumes are attached once they are known"
+    );
+    assert_eq!(
+        h.r.next_deadline(),
+        None,
+        "reported once, then nothing to wake for"
+    );
+    h.run_ok(secs(600));
+    assert!(h.r.take_events().is_empty());
+    // The volume comes: the wait ends, the volume attaches.
+    h.rwo("v9");
+    assert_eq!(h.run_ok(secs(1)), vec!["attach v9 n1", "write n1 [v9]"]);
+}
+
+/// A node deleted under its workloads: they wait for it, their volumes are no longer desired
+/// there (so the deleted-node rule holds them, with one `DetachBlocked`), and when the node
+/// comes back they are placed again and nothing moved.
+#[test]
+fn a_node_deleted_under_its_workloads_gets_them_back_when_it_returns() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.r.take_events();
+    h.unnode("n1");
+    assert_eq!(waiting_for(&h, "p1"), Some(vec![Missing::Node("n1")]));
+    assert!(!h.r.desired().is_desired(&"v1", &"n1"));
+    h.log.clear();
+    h.run_ok(secs(60));
+    assert_eq!(h.count("detach"), 0);
+    let blocked = h.r.take_events();
+    assert_eq!(
+        blocked.iter().map(Event::reason).collect::<Vec<_>>(),
+        vec!["DetachBlocked"]
+    );
+    // Replayed, the deletion changes nothing more.
+    h.unnode("n1");
+    h.node("n1", &["v1"]);
+    assert_eq!(waiting_for(&h, "p1"), None);
+    assert!(h.r.desired().is_desired(&"v1", &"n1"));
+    h.run_ok(secs(5));
+    assert_eq!(h.count("detach") + h.count("attach"), 0, "{:?}", h.log);
+    assert_eq!(
+        h.stored("n1"),
+        Some(vec!["v1"]),
+        "rewritten for the new object"
+    );
+}
+
+/// With `deleted_node_is_fenced`, a node deleted with its workload still on it frees the
+/// volume for a workload elsewhere, as when the workload went first.
+#[test]
+fn a_deleted_node_with_workloads_counts_as_fenced_when_configured() {
+    let mut h = H::new(Config {
+        deleted_node_is_fenced: true,
+        ..Config::default()
+    });
+    h.node("n1", &[]);
+    h.node("n2", &[]);
+    h.rwo("v1");
+    h.pod("p1", "n1", &["v1"]);
+    h.run_ok(secs(1));
+    h.unnode("n1");
+    h.pod("p2", "n2", &["v1"]);
+    h.log.clear();
+    h.run_ok(secs(1));
+    assert_eq!(
+        h.count("detach v1 n1 forced:node-deleted"),
+        1,
+        "{:?}",
+        h.log
+    );
+    assert_eq!(h.count("attach v1 n2"), 1);
+}
+
+fn relist(h: &mut H, kind: Kind, upserts: Vec<Input<T>>) {
+    let inputs = std::iter::once(Input::RelistStarted { kind })
+        .chain(upserts)
+        .chain([Input::RelistDone { kind }]);
+    let refused = h.r.handle_all(inputs);
+    assert!(refused.is_empty(), "{refused:?}");
+}
+
+fn node_input(node: &'static str) -> Input<T> {
+    Input::NodeUpdated {
+        node,
+        facts: NodeFacts {
+            in_use: Some(vec![]),
+            ..NodeFacts::default()
+        },
+    }
+}
+
+fn volume_input(volume: &'static str) -> Input<T> {
+    Input::SetVolume {
+        volume,
+        spec: VolumeSpec::single_node(()),
+    }
+}
+
+fn workload_input(
+    workload: &'static str,
+    node: &'static str,
+    volumes: &[&'static str],
+) -> Input<T> {
+    Input::WorkloadScheduled {
+        workload,
+        node,
+        volumes: volumes.to_vec(),
+    }
+}
+
+/// A relist of workloads removes those not listed, placed or waiting; nodes and volumes stay.
+#[test]
+fn a_workload_relist_removes_the_workloads_not_listed() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.rwo("v2");
+    h.pod("p2", "n2", &["v2"]);
+    h.pod("waits", "n9", &[]);
+    h.run_ok(secs(1));
+    relist(
+        &mut h,
+        Kind::Workload,
+        vec![workload_input("p2", "n2", &["v2"])],
+    );
+    assert!(h.r.desired().placement(&"p1").is_none());
+    assert!(h.r.desired().placement(&"p2").is_some());
+    assert_eq!(h.r.desired().pending_len(), 0, "a waiting one goes too");
+    assert!(h.r.desired().has_node(&"n1") && h.r.desired().is_registered(&"v1"));
+    assert!(h.r.removed_nodes().is_empty());
+    h.log.clear();
+    h.run_ok(secs(1));
+    assert_eq!(h.log, vec!["write n1 []", "read n1", "detach v1 n1"]);
+}
+
+/// A relist of volumes unregisters those not listed: their workloads wait for them, and they
+/// are detached (once unmounted) and forgotten.
+#[test]
+fn a_volume_relist_removes_the_volumes_not_listed() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.rwo("v2");
+    h.rwo("v3");
+    h.pod("p2", "n2", &["v2"]);
+    h.run_ok(secs(1));
+    relist(
+        &mut h,
+        Kind::Volume,
+        vec![volume_input("v2"), volume_input("v3")],
+    );
+    assert!(!h.r.desired().is_registered(&"v1"));
+    assert!(h.r.desired().is_registered(&"v2") && h.r.desired().is_registered(&"v3"));
+    assert_eq!(waiting_for(&h, "p1"), Some(vec![Missing::Volume("v1")]));
+    assert!(h.r.desired().placement(&"p2").is_some());
+    h.log.clear();
+    h.run_ok(secs(1));
+    assert_eq!(h.log, vec!["write n1 []", "read n1", "detach v1 n1"]);
+    h.run_ok(secs(1));
+    assert!(h.r.desired().spec(&"v1").is_none(), "forgotten");
+}
+
+/// A relist of nodes removes those not listed, with the same effect as their removal: the
+/// workloads on them wait, the driver is told which nodes went.
+#[test]
+fn a_node_relist_drops_a_node_with_workloads_on_it() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.node("n3", &[]);
+    h.run_ok(secs(1));
+    relist(&mut h, Kind::Node, vec![node_input("n2")]);
+    assert_eq!(h.r.removed_nodes(), &["n1", "n3"], "in id order");
+    assert!(!h.r.desired().has_node(&"n1") && !h.r.desired().has_node(&"n3"));
+    assert!(h.r.desired().has_node(&"n2"));
+    assert_eq!(waiting_for(&h, "p1"), Some(vec![Missing::Node("n1")]));
+    assert!(!h.r.desired().is_desired(&"v1", &"n1"));
+    assert!(
+        h.r.desired().is_registered(&"v1"),
+        "other kinds are unaffected"
+    );
+    // The volume stays on the deleted node (its machine may still run), and says so.
+    h.run_ok(secs(10));
+    assert_eq!(h.count("detach"), 0);
+    // The next input call starts a fresh list of removed nodes.
+    h.pod("p9", "n2", &[]);
+    assert!(h.r.removed_nodes().is_empty());
+    // The node comes back: its workload is placed again.
+    h.node("n1", &["v1"]);
+    assert_eq!(waiting_for(&h, "p1"), None);
+    assert!(h.r.desired().is_desired(&"v1", &"n1"));
+}
+
+/// A second `RelistStarted` before the `RelistDone` starts over: what the first saw no longer
+/// counts. Upserts of the kind outside a relist, and of other kinds, count for nothing.
+#[test]
+fn a_restarted_relist_forgets_what_the_first_saw() {
+    let mut h = H::new(Config::default());
+    for n in ["n1", "n2", "n3"] {
+        h.node(n, &[]);
+    }
+    h.rwo("v1");
+    let refused = h.r.handle_all([
+        Input::RelistStarted { kind: Kind::Node },
+        node_input("n1"),
+        node_input("n2"),
+        // The watcher lost its stream and lists again.
+        Input::RelistStarted { kind: Kind::Node },
+        node_input("n2"),
+        volume_input("v1"),
+        Input::RelistDone { kind: Kind::Node },
+    ]);
+    assert!(refused.is_empty());
+    let mut nodes: Vec<_> = h.r.desired().nodes().copied().collect();
+    nodes.sort();
+    assert_eq!(nodes, vec!["n2"]);
+    assert!(h.r.desired().is_registered(&"v1"));
+    // Done ends it: another Done needs another Start.
+    assert_eq!(
+        h.r.handle(Input::RelistDone { kind: Kind::Node }),
+        Err(ReconcilerError::NoRelist { kind: Kind::Node })
+    );
+    assert_eq!(
+        h.r.desired().node_count(),
+        1,
+        "nothing removed by the refused one"
+    );
+}
+
+/// An upsert the core refuses during a relist still counts its object as seen: the object
+/// exists, and removing it for a content the core could not take would be far worse.
+#[test]
+fn a_refused_upsert_during_a_relist_still_counts_as_seen() {
+    let mut h = H::new(Config::default());
+    h.node("n1", &[]);
+    h.node("n2", &[]);
+    h.rwx("v1");
+    h.pod("p1", "n1", &["v1"]);
+    h.pod("p2", "n2", &["v1"]);
+    h.run_ok(secs(1));
+    let refused = h.r.handle_all([
+        Input::RelistStarted { kind: Kind::Volume },
+        volume_input("v1"),
+        Input::RelistDone { kind: Kind::Volume },
+    ]);
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0].index, 1);
+    assert!(matches!(
+        refused[0].error,
+        ReconcilerError::AccessConflict { .. }
+    ));
+    assert!(h.r.desired().is_registered(&"v1"));
+    assert_eq!(h.r.desired().len(), 2, "both still want it");
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use attach_detach::{
-    AttachInfo, Config, Ids, NodeFacts, NodeStatus, OpId, Operation, Reconciler, Revision,
+    AttachInfo, Config, Ids, Input, NodeFacts, NodeStatus, OpId, Operation, Reconciler, Revision,
     StoreError, VolumeSpec,
 };
 
@@ -84,10 +84,22 @@ fn answer_with(
 /// vol-1 attached to node-a, whose status write then found no node in the store.
 fn attached_with_status_missing() -> Reconciler<D> {
     let mut core = Reconciler::<D>::new(Config::default());
-    core.set_volume("vol-1", VolumeSpec::single_node(()))
-        .unwrap();
-    core.node_updated("node-a", unmounted());
-    core.add_workload("w1", "node-a", &["vol-1"]).unwrap();
+    let refused = core.handle_all([
+        Input::SetVolume {
+            volume: "vol-1",
+            spec: VolumeSpec::single_node(()),
+        },
+        Input::NodeUpdated {
+            node: "node-a",
+            facts: unmounted(),
+        },
+        Input::WorkloadScheduled {
+            workload: "w1",
+            node: "node-a",
+            volumes: vec!["vol-1"],
+        },
+    ]);
+    assert!(refused.is_empty(), "{refused:?}");
     let ops = run(
         &mut core,
         ms(0),
@@ -112,10 +124,13 @@ fn attached_with_status_missing() -> Reconciler<D> {
 #[test]
 fn a_node_seen_again_after_not_found_is_rewritten_even_with_workloads_on_it() {
     let mut core = attached_with_status_missing();
-    // Its workloads stay, so the orchestrator cannot remove the node from the core (refused)
-    // before it shows it again: the update alone must bring the status back (upstream 50721).
-    assert!(core.node_removed(&"node-a").is_err());
-    core.node_updated("node-a", unmounted());
+    // Its workloads stay, and the orchestrator never removed the node: the update alone must
+    // bring the status back (upstream 50721).
+    core.handle(Input::NodeUpdated {
+        node: "node-a",
+        facts: unmounted(),
+    })
+    .unwrap();
     let ops = run(&mut core, ms(2000), ms(1000), answer_with(|_| Ok(())));
     let written: Vec<_> = ops
         .iter()
@@ -132,7 +147,8 @@ fn a_node_seen_again_after_not_found_is_rewritten_even_with_workloads_on_it() {
 #[test]
 fn a_detach_does_not_wait_for_a_status_write_to_a_node_the_store_lacks() {
     let mut core = attached_with_status_missing();
-    core.remove_workload(&"w1").unwrap();
+    core.handle(Input::WorkloadRemoved { workload: "w1" })
+        .unwrap();
     let ops = run(
         &mut core,
         ms(2000),
@@ -160,10 +176,22 @@ fn a_forced_detach_from_a_deleted_node_does_not_wait_for_its_status() {
         ..Config::default()
     };
     let mut core = Reconciler::<D>::new(config.clone());
-    core.set_volume("vol-1", VolumeSpec::single_node(()))
-        .unwrap();
-    core.node_updated("node-a", NodeFacts::default());
-    core.add_workload("w1", "node-a", &["vol-1"]).unwrap();
+    let refused = core.handle_all([
+        Input::SetVolume {
+            volume: "vol-1",
+            spec: VolumeSpec::single_node(()),
+        },
+        Input::NodeUpdated {
+            node: "node-a",
+            facts: NodeFacts::default(),
+        },
+        Input::WorkloadScheduled {
+            workload: "w1",
+            node: "node-a",
+            volumes: vec!["vol-1"],
+        },
+    ]);
+    assert!(refused.is_empty(), "{refused:?}");
     run(&mut core, ms(0), ms(1000), answer_with(|_| Ok(())));
     assert_eq!(
         core.status().stored(&"node-a").map(|list| list.len()),
@@ -173,8 +201,13 @@ fn a_forced_detach_from_a_deleted_node_does_not_wait_for_its_status() {
 
     // The node is deleted with its workload; unheard from, it counts as mounted, so only the
     // opted-in timeout may detach it, and its status cannot be written any more.
-    core.remove_workload(&"w1").unwrap();
-    core.node_removed(&"node-a").unwrap();
+    assert!(
+        core.handle_all([
+            Input::WorkloadRemoved { workload: "w1" },
+            Input::NodeRemoved { node: "node-a" },
+        ])
+        .is_empty()
+    );
     let after = config.max_wait_for_unmount + Duration::from_secs(10);
     let ops = run(&mut core, ms(2000), after, answer_with(|_| Ok(())));
     assert!(

@@ -11,95 +11,16 @@ use super::metrics::{Metrics, MetricsSnapshot};
 use super::shutdown::ShutdownReport;
 use crate::actual::NodeFacts;
 use crate::domain::Domain;
-use crate::reconciler::{Reconciler, ReconcilerError};
+use crate::input::{Input, Rejection};
+use crate::reconciler::ReconcilerError;
 use crate::volume::VolumeSpec;
-
-/// A change in the orchestrator the controller must know about.
-///
-/// The same values describe the initial [`World`](crate::World), and
-/// [`apply_to`](Input::apply_to) feeds one straight into a [`Reconciler`] for users who drive the
-/// core themselves.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Input<D: Domain> {
-    /// A volume exists (or changed) with this access mode and backend payload.
-    SetVolume {
-        /// The volume.
-        volume: D::Volume,
-        /// Its access mode and payload.
-        spec: VolumeSpec<D::Payload>,
-    },
-    /// The volume is gone (its PV or claim was deleted). Refused while workloads use it; it
-    /// is detached where still attached, then forgotten.
-    VolumeRemoved {
-        /// The volume.
-        volume: D::Volume,
-    },
-    /// A node exists (or changed) with these facts.
-    NodeUpdated {
-        /// The node.
-        node: D::Node,
-        /// Health, fencing, volumes in use.
-        facts: NodeFacts<D::Volume>,
-    },
-    /// The node object was deleted. Refused while workloads are still placed on it.
-    NodeRemoved {
-        /// The node.
-        node: D::Node,
-    },
-    /// A workload was placed on a node (or moved) and needs these volumes there.
-    WorkloadScheduled {
-        /// The workload.
-        workload: D::Workload,
-        /// Where it runs.
-        node: D::Node,
-        /// The volumes it needs.
-        volumes: Vec<D::Volume>,
-    },
-    /// The workload is gone.
-    WorkloadRemoved {
-        /// The workload.
-        workload: D::Workload,
-    },
-}
-
-impl<D: Domain> Input<D> {
-    /// Applies this change to `core`; the core's state is unchanged when it refuses.
-    ///
-    /// ```
-    /// use attach_detach::{Config, Input, Ids, NodeFacts, Reconciler, ReconcilerError, DesiredError};
-    /// type D = Ids<&'static str, &'static str, &'static str, ()>;
-    /// let mut core = Reconciler::<D>::new(Config::default());
-    /// let misplaced = Input::WorkloadScheduled { workload: "w", node: "nowhere", volumes: vec![] };
-    /// assert_eq!(
-    ///     misplaced.apply_to(&mut core),
-    ///     Err(ReconcilerError::Desired(DesiredError::UnknownNode { node: "nowhere" }))
-    /// );
-    /// Input::NodeUpdated { node: "node-a", facts: NodeFacts::default() }.apply_to(&mut core).unwrap();
-    /// ```
-    pub fn apply_to(self, core: &mut Reconciler<D>) -> Result<(), ReconcilerError<D>> {
-        match self {
-            Input::SetVolume { volume, spec } => core.set_volume(volume, spec),
-            Input::VolumeRemoved { volume } => core.remove_volume(&volume),
-            Input::NodeUpdated { node, facts } => {
-                core.node_updated(node, facts);
-                Ok(())
-            }
-            Input::NodeRemoved { node } => core.node_removed(&node),
-            Input::WorkloadScheduled {
-                workload,
-                node,
-                volumes,
-            } => core.add_workload(workload, node, &volumes),
-            Input::WorkloadRemoved { workload } => core.remove_workload(&workload),
-        }
-    }
-}
 
 /// Why a [`ControllerHandle`] call did not go through.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ControllerError<D: Domain> {
-    /// The core refused the input (unknown node, unknown volume, ...); nothing changed.
+    /// The core refused the input (see [`Reconciler::handle`](crate::Reconciler::handle));
+    /// nothing changed.
     #[error(transparent)]
     Rejected(#[from] ReconcilerError<D>),
     /// The controller is shutting down or has stopped; the input was not applied.
@@ -121,7 +42,9 @@ pub(crate) type DeathNote = Arc<Mutex<Option<String>>>;
 
 /// What the controller's task receives.
 pub(crate) enum Command<D: Domain> {
-    Input(Input<D>, oneshot::Sender<Result<(), ReconcilerError<D>>>),
+    /// Inputs to apply in order, each as `Reconciler::handle` would; the answer lists those
+    /// refused.
+    Inputs(Vec<Input<D>>, oneshot::Sender<Vec<Rejection<D>>>),
     Shutdown(Duration, oneshot::Sender<ShutdownReport<D>>),
 }
 
@@ -129,7 +52,7 @@ pub(crate) enum Command<D: Domain> {
 /// its metrics, shuts it down.
 ///
 /// Inputs are applied in the order they are received; each call returns once the core has
-/// applied (or refused) the input. Dropping every handle stops the controller as
+/// applied (or refused) the input, or the batch. Dropping every handle stops the controller as
 /// [`shutdown`](Self::shutdown) with no grace would.
 pub struct ControllerHandle<D: Domain> {
     tx: mpsc::Sender<Command<D>>,
@@ -178,13 +101,69 @@ impl<D: Domain> ControllerHandle<D> {
     /// [`ControllerError::Stopped`] when the controller has stopped, and
     /// [`ControllerError::Died`] when its task panicked.
     pub async fn send(&self, input: Input<D>) -> Result<(), ControllerError<D>> {
+        match self.request(vec![input]).await?.pop() {
+            Some(rejection) => Err(ControllerError::Rejected(rejection.error)),
+            None => Ok(()),
+        }
+    }
+
+    /// Sends a batch of inputs as one message and waits until the core applied every one, in
+    /// order, as [`Reconciler::handle_all`](crate::Reconciler::handle_all) does: nothing else
+    /// (no other sender's input, no reconcile pass) runs between them.
+    ///
+    /// Returns the inputs the core refused, each with its index in the batch (empty when every
+    /// one was accepted); a refusal does not stop the batch. Fails only when the batch was not
+    /// applied: [`ControllerError::Stopped`] or [`ControllerError::Died`] (a panic while
+    /// applying it may have left it half applied; a new controller starts from a fresh world).
+    /// A watcher's whole relist (`RelistStarted`, the upserts, `RelistDone`) fits in one batch.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use attach_detach::{
+    ///     Config, Controller, Ids, Input, Kind, MemoryBackend, MemoryStore, NodeFacts,
+    ///     ReconcilerError, World,
+    /// };
+    /// type D = Ids<&'static str, &'static str, &'static str, ()>;
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap().block_on(async {
+    /// let world = World::new().node("node-a", NodeFacts::default()).node("node-b", NodeFacts::default());
+    /// let store = Arc::new(MemoryStore::<D>::new());
+    /// let (handle, task) =
+    ///     Controller::new(Config::default(), Arc::new(MemoryBackend::new()), store, world)
+    ///         .unwrap()
+    ///         .spawn();
+    /// // The node watcher relists: node-b was deleted while it was down.
+    /// let refused = handle
+    ///     .send_all([
+    ///         Input::RelistDone { kind: Kind::Volume }, // a stray end: refused, the rest goes on
+    ///         Input::RelistStarted { kind: Kind::Node },
+    ///         Input::NodeUpdated { node: "node-a", facts: NodeFacts::default() },
+    ///         Input::RelistDone { kind: Kind::Node },
+    ///     ])
+    ///     .await
+    ///     .unwrap();
+    /// assert_eq!(refused.len(), 1);
+    /// assert_eq!((refused[0].index, &refused[0].error), (0, &ReconcilerError::NoRelist { kind: Kind::Volume }));
+    /// handle.shutdown(std::time::Duration::ZERO).await.unwrap();
+    /// task.await.unwrap();
+    /// # });
+    /// ```
+    pub async fn send_all(
+        &self,
+        inputs: impl IntoIterator<Item = Input<D>>,
+    ) -> Result<Vec<Rejection<D>>, ControllerError<D>> {
+        self.request(inputs.into_iter().collect()).await
+    }
+
+    async fn request(
+        &self,
+        inputs: Vec<Input<D>>,
+    ) -> Result<Vec<Rejection<D>>, ControllerError<D>> {
         let (reply, answer) = oneshot::channel();
         self.tx
-            .send(Command::Input(input, reply))
+            .send(Command::Inputs(inputs, reply))
             .await
             .map_err(|_| self.gone())?;
-        answer.await.map_err(|_| self.gone())??;
-        Ok(())
+        answer.await.map_err(|_| self.gone())
     }
 
     /// Registers or updates a volume.

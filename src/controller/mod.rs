@@ -27,7 +27,7 @@ use tokio::task::{self, JoinError, JoinHandle, JoinSet};
 use tokio::time::{Instant, sleep_until};
 use tracing::{error, info, warn};
 
-pub use handle::{ControllerError, ControllerHandle, Input};
+pub use handle::{ControllerError, ControllerHandle};
 pub use metrics::{Metrics, MetricsSnapshot, Outcome, OutcomeCounts, TimeoutCounts};
 pub use recorder::{EventRecorder, MemoryRecorder};
 pub use shutdown::{OperationSummary, ShutdownReport};
@@ -41,6 +41,7 @@ use crate::backend::AttachBackend;
 use crate::config::{Config, ConfigError};
 use crate::domain::Domain;
 use crate::event::Event;
+use crate::input::{Input, Rejection};
 use crate::operation::Operation;
 use crate::reconciler::{Reconciler, ReconcilerError};
 use crate::store::NodeStatusStore;
@@ -73,7 +74,8 @@ pub enum BuildError<D: Domain> {
     /// [`Config::validate`] refused the configuration.
     #[error("invalid configuration: {0}")]
     Config(#[from] ConfigError),
-    /// The core refused an entry of the initial [`World`] (e.g. a workload on an unknown node).
+    /// The core refused an entry of the initial [`World`] (e.g. one workload more waiting for
+    /// a node or volume than [`Config::max_pending_workloads`] allows).
     #[error("invalid initial world: {0}")]
     World(#[from] ReconcilerError<D>),
 }
@@ -149,8 +151,8 @@ impl<D: Domain> Controller<D> {
     /// placements); the actual state is recovered from `store` and `backend` when it runs.
     ///
     /// Fails with [`BuildError::Config`] if [`Config::validate`] refuses `config`, and with
-    /// [`BuildError::World`] if the core refuses an entry of `world` (e.g. a workload on an
-    /// unknown node).
+    /// [`BuildError::World`] if the core refuses an entry of `world` (see
+    /// [`Reconciler::handle`]; inputs in any order are not refused).
     pub fn new(
         config: Config,
         backend: Arc<dyn AttachBackend<D>>,
@@ -420,8 +422,8 @@ impl<D: Domain> Driver<D> {
                     // Apply what else is queued too, in order, before the next pass.
                     loop {
                         match command {
-                            Some(Command::Input(input, reply)) => {
-                                let result = self.apply(input);
+                            Some(Command::Inputs(inputs, reply)) => {
+                                let result = self.apply(inputs);
                                 // The caller may have given up waiting; the input stands anyway.
                                 let _ = reply.send(result);
                             }
@@ -443,8 +445,8 @@ impl<D: Domain> Driver<D> {
         }
     }
 
-    fn apply(&mut self, input: Input<D>) -> Result<(), ReconcilerError<D>> {
-        input.apply_to(&mut self.core)
+    fn apply(&mut self, inputs: Vec<Input<D>>) -> Vec<Rejection<D>> {
+        self.core.handle_all(inputs)
     }
 
     /// Runs a reconcile pass if one is due at `now`, and starts what it plans.

@@ -1,8 +1,8 @@
 //! The orchestrator's view at controller start: the desired state to rebuild.
 
-use super::handle::Input;
 use crate::actual::NodeFacts;
 use crate::domain::Domain;
+use crate::input::Input;
 use crate::reconciler::{Reconciler, ReconcilerError};
 use crate::volume::VolumeSpec;
 
@@ -10,32 +10,33 @@ use crate::volume::VolumeSpec;
 /// starts (Kubernetes: the informers' initial lists).
 ///
 /// After a restart this is the only source of the desired state; the actual state comes from
-/// the store and the backend. Entries are applied volumes first, then nodes, then workloads, so
-/// the builder calls may come in any order.
+/// the store and the backend. It is just a list of [`Input`]s, applied in order with
+/// [`Reconciler::handle`] when the controller is built. Any order works: a workload listed
+/// before its node or its volumes waits until they come, as it would from a watcher. (A world
+/// listing more such workloads at once than
+/// [`Config::max_pending_workloads`](crate::Config) is refused: list volumes and nodes
+/// first.)
 ///
 /// ```
-/// use attach_detach::{Ids, NodeFacts, VolumeSpec, World};
+/// use attach_detach::{Ids, Input, NodeFacts, VolumeSpec, World};
 /// type D = Ids<&'static str, &'static str, &'static str, ()>;
 /// let world = World::<D>::new()
 ///     .workload("pod-1", "node-a", ["pvc-1"])
 ///     .node("node-a", NodeFacts::default())
 ///     .volume("pvc-1", VolumeSpec::single_node(()));
 /// assert_eq!(world.len(), 3);
+/// // The same, from inputs.
+/// let same: World<D> = world.inputs().iter().cloned().collect();
+/// assert_eq!(same, world);
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct World<D: Domain> {
-    volumes: Vec<Input<D>>,
-    nodes: Vec<Input<D>>,
-    workloads: Vec<Input<D>>,
+    inputs: Vec<Input<D>>,
 }
 
 impl<D: Domain> Default for World<D> {
     fn default() -> Self {
-        World {
-            volumes: Vec::new(),
-            nodes: Vec::new(),
-            workloads: Vec::new(),
-        }
+        World { inputs: Vec::new() }
     }
 }
 
@@ -45,53 +46,71 @@ impl<D: Domain> World<D> {
         Self::default()
     }
 
-    /// Adds a volume.
-    pub fn volume(mut self, volume: D::Volume, spec: VolumeSpec<D::Payload>) -> Self {
-        self.volumes.push(Input::SetVolume { volume, spec });
-        self
+    /// Adds a volume ([`Input::SetVolume`]).
+    pub fn volume(self, volume: D::Volume, spec: VolumeSpec<D::Payload>) -> Self {
+        self.input(Input::SetVolume { volume, spec })
     }
 
-    /// Adds a node.
-    pub fn node(mut self, node: D::Node, facts: NodeFacts<D::Volume>) -> Self {
-        self.nodes.push(Input::NodeUpdated { node, facts });
-        self
+    /// Adds a node ([`Input::NodeUpdated`]).
+    pub fn node(self, node: D::Node, facts: NodeFacts<D::Volume>) -> Self {
+        self.input(Input::NodeUpdated { node, facts })
     }
 
-    /// Places a workload on a node.
+    /// Places a workload on a node ([`Input::WorkloadScheduled`]).
     pub fn workload(
-        mut self,
+        self,
         workload: D::Workload,
         node: D::Node,
         volumes: impl IntoIterator<Item = D::Volume>,
     ) -> Self {
-        self.workloads.push(Input::WorkloadScheduled {
+        self.input(Input::WorkloadScheduled {
             workload,
             node,
             volumes: volumes.into_iter().collect(),
-        });
+        })
+    }
+
+    /// Adds any input.
+    pub fn input(mut self, input: Input<D>) -> Self {
+        self.inputs.push(input);
         self
+    }
+
+    /// The inputs, in the order they are applied.
+    pub fn inputs(&self) -> &[Input<D>] {
+        &self.inputs
     }
 
     /// Number of entries.
     pub fn len(&self) -> usize {
-        self.volumes.len() + self.nodes.len() + self.workloads.len()
+        self.inputs.len()
     }
 
     /// Whether the world is empty.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.inputs.is_empty()
     }
 
-    /// Applies every entry to `core`, stopping at the first the core refuses.
+    /// Applies every input to `core` with [`Reconciler::handle`], in order, stopping at the
+    /// first the core refuses.
     pub fn apply_to(self, core: &mut Reconciler<D>) -> Result<(), ReconcilerError<D>> {
-        for input in self
-            .volumes
-            .into_iter()
-            .chain(self.nodes)
-            .chain(self.workloads)
-        {
-            input.apply_to(core)?;
+        for input in self.inputs {
+            core.handle(input)?;
         }
         Ok(())
+    }
+}
+
+impl<D: Domain> FromIterator<Input<D>> for World<D> {
+    fn from_iter<I: IntoIterator<Item = Input<D>>>(inputs: I) -> Self {
+        World {
+            inputs: inputs.into_iter().collect(),
+        }
+    }
+}
+
+impl<D: Domain> Extend<Input<D>> for World<D> {
+    fn extend<I: IntoIterator<Item = Input<D>>>(&mut self, inputs: I) {
+        self.inputs.extend(inputs);
     }
 }

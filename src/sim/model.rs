@@ -10,8 +10,8 @@ use arbitrary::Arbitrary;
 
 use crate::{
     ActualState, AttachInfo, AttachState, BackendAttachment, BackendError, Config, DesiredState,
-    Ids, NodeFacts, NodeStatus, OpId, Operation, Reconciler, ReportedVolume, Revision, StoreError,
-    VolumeSpec,
+    Ids, Input, Missing, NodeFacts, NodeStatus, OpId, Operation, Reconciler, ReportedVolume,
+    Revision, StoreError, VolumeSpec,
 };
 
 type T = Ids<u8, u8, u8, ()>;
@@ -48,53 +48,105 @@ pub enum StateOp {
     Detached(u8, u8),
     /// `ActualState::set_withheld`.
     Withhold(u8, u8, bool),
+    /// `DesiredState::unregister_volume`.
+    UnregisterVolume(u8),
+    /// `DesiredState::poll_pending` at this many seconds since the start (never backwards).
+    PollPending(u8),
 }
+
+/// How many workloads may wait in [`check_state_ops`]: small, so that the limit is reached.
+const MAX_PENDING: usize = 3;
 
 #[derive(Default)]
 struct RefModel {
     nodes: BTreeSet<u8>,
+    /// Registered volumes.
     volumes: BTreeSet<u8>,
+    /// Every workload known, placed or waiting: what it asked for.
     workloads: BTreeMap<u8, (u8, BTreeSet<u8>)>,
     /// (volume, node) -> (attached or uncertain, withheld)
     attachments: BTreeMap<(u8, u8), (AttachState, bool)>,
 }
 
 impl RefModel {
-    fn desired(&self, v: u8, n: u8) -> bool {
+    /// Whether everything `w` names is known, so that it is placed.
+    fn ready(&self, n: u8, vs: &BTreeSet<u8>) -> bool {
+        self.nodes.contains(&n) && vs.iter().all(|v| self.volumes.contains(v))
+    }
+
+    fn placed(&self, w: u8) -> bool {
         self.workloads
-            .values()
-            .any(|(wn, vs)| *wn == n && vs.contains(&v))
+            .get(&w)
+            .is_some_and(|(n, vs)| self.ready(*n, vs))
+    }
+
+    fn pending(&self) -> usize {
+        self.workloads.keys().filter(|w| !self.placed(**w)).count()
+    }
+
+    fn desired(&self, v: u8, n: u8) -> bool {
+        !self.users(v, n).is_empty()
+    }
+
+    /// The placed workloads needing `v` on `n`, sorted.
+    fn users(&self, v: u8, n: u8) -> Vec<u8> {
+        self.workloads
+            .iter()
+            .filter(|(w, (wn, vs))| *wn == n && vs.contains(&v) && self.placed(**w))
+            .map(|(w, _)| *w)
+            .collect()
+    }
+
+    fn missing(&self, w: u8) -> Vec<Missing<T>> {
+        let Some((n, vs)) = self.workloads.get(&w) else {
+            return Vec::new();
+        };
+        let node = (!self.nodes.contains(n)).then_some(Missing::Node(*n));
+        node.into_iter()
+            .chain(
+                vs.iter()
+                    .filter(|v| !self.volumes.contains(v))
+                    .map(|v| Missing::Volume(*v)),
+            )
+            .collect()
     }
 }
 
 /// Applies `ops` to [`DesiredState`] and [`ActualState`] and to a reference model, comparing
 /// every observable after each step. Returns the first divergence.
+///
+/// The reference model of the desired state keeps every workload with what it asked for, and
+/// derives the rest: a workload is placed exactly when its node and all its volumes are known,
+/// and waits otherwise; at most three may start to wait. Each wait is reported once
+/// by `poll_pending`, no earlier than the warning delay after the poll that saw it begin.
 pub fn check_state_ops(ops: &[StateOp]) -> Result<(), String> {
-    let mut dsw: DesiredState<T> = DesiredState::default();
+    let warn_after = Duration::from_secs(30);
+    let mut dsw: DesiredState<T> = DesiredState::new(&Config {
+        max_pending_workloads: MAX_PENDING,
+        pending_workload_warning: warn_after,
+        ..Config::default()
+    });
     let mut asw: ActualState<T> = ActualState::default();
     let mut m = RefModel::default();
+    let mut now = Duration::ZERO;
+    // Per waiting workload: when the model saw its wait begin (stamped at the next poll), and
+    // whether it was reported.
+    let mut waits: BTreeMap<u8, (Option<Duration>, bool)> = BTreeMap::new();
     for (i, op) in ops.iter().enumerate() {
+        let before: BTreeSet<u8> = m
+            .workloads
+            .keys()
+            .filter(|w| !m.placed(**w))
+            .copied()
+            .collect();
         match op.clone() {
             StateOp::AddNode(n) => {
                 dsw.add_node(node(n));
                 m.nodes.insert(node(n));
             }
             StateOp::RemoveNode(n) => {
-                let n = node(n);
-                let busy = m
-                    .workloads
-                    .values()
-                    .any(|(wn, vs)| *wn == n && !vs.is_empty());
-                let expect_ok = m.nodes.contains(&n) && !busy;
-                let got = dsw.remove_node(&n);
-                if got.is_ok() != expect_ok {
-                    return Err(format!(
-                        "step {i} {op:?}: got {got:?}, model ok={expect_ok}"
-                    ));
-                }
-                if expect_ok {
-                    m.nodes.remove(&n);
-                }
+                dsw.remove_node(&node(n));
+                m.nodes.remove(&node(n));
             }
             StateOp::SetVolume(v, multi) => {
                 let spec = if multi {
@@ -105,11 +157,16 @@ pub fn check_state_ops(ops: &[StateOp]) -> Result<(), String> {
                 dsw.set_volume(volume(v), spec);
                 m.volumes.insert(volume(v));
             }
+            StateOp::UnregisterVolume(v) => {
+                dsw.unregister_volume(&volume(v));
+                m.volumes.remove(&volume(v));
+            }
             StateOp::AddWorkload(w, n, vs) => {
                 let (n, vs): (u8, BTreeSet<u8>) =
                     (node(n), vs.iter().take(4).map(|v| volume(*v)).collect());
                 let list: Vec<u8> = vs.iter().copied().collect();
-                let expect_ok = m.nodes.contains(&n) && vs.iter().all(|v| m.volumes.contains(v));
+                let waits_already = m.workloads.contains_key(&w) && !m.placed(w);
+                let expect_ok = m.ready(n, &vs) || waits_already || m.pending() < MAX_PENDING;
                 let got = dsw.add_workload(w, n, &list);
                 if got.is_ok() != expect_ok {
                     return Err(format!(
@@ -121,10 +178,8 @@ pub fn check_state_ops(ops: &[StateOp]) -> Result<(), String> {
                 }
             }
             StateOp::RemoveWorkload(w) => {
-                let got = dsw.remove_workload(&w);
-                if got.is_ok() != m.workloads.remove(&w).is_some() {
-                    return Err(format!("step {i} {op:?}: got {got:?}"));
-                }
+                dsw.remove_workload(&w);
+                m.workloads.remove(&w);
             }
             StateOp::Attached(v, n) => {
                 asw.set_attached(volume(v), node(n), None);
@@ -149,8 +204,42 @@ pub fn check_state_ops(ops: &[StateOp]) -> Result<(), String> {
                     e.1 = on;
                 }
             }
+            StateOp::PollPending(secs) => {
+                now = now.max(Duration::from_secs(u64::from(secs)));
+                let mut warned: Vec<u8> = dsw
+                    .poll_pending(now)
+                    .into_iter()
+                    .map(|p| p.workload)
+                    .collect();
+                warned.sort();
+                let mut expected = Vec::new();
+                for (w, (since, reported)) in &mut waits {
+                    let since = *since.get_or_insert(now);
+                    if !*reported && now >= since + warn_after {
+                        *reported = true;
+                        expected.push(*w);
+                    }
+                }
+                if warned != expected {
+                    return Err(format!(
+                        "step {i} {op:?}: warned about {warned:?}, model {expected:?}"
+                    ));
+                }
+            }
         }
-        compare(i, op, &dsw, &asw, &m)?;
+        // A wait begins when a workload starts to wait, and ends when it is placed or removed;
+        // a workload that waits on, whatever it now waits for, is the same wait.
+        let after: BTreeSet<u8> = m
+            .workloads
+            .keys()
+            .filter(|w| !m.placed(**w))
+            .copied()
+            .collect();
+        waits.retain(|w, _| after.contains(w));
+        for w in after.difference(&before) {
+            waits.insert(*w, (None, false));
+        }
+        compare(i, op, &dsw, &asw, &m, &waits)?;
     }
     Ok(())
 }
@@ -161,6 +250,7 @@ fn compare(
     dsw: &DesiredState<T>,
     asw: &ActualState<T>,
     m: &RefModel,
+    waits: &BTreeMap<u8, (Option<Duration>, bool)>,
 ) -> Result<(), String> {
     let fail = |what: String| Err(format!("after step {i} {op:?}: {what}"));
     let mut pairs: Vec<(u8, u8)> = dsw.volumes_to_attach().map(|(v, n)| (*v, *n)).collect();
@@ -185,12 +275,50 @@ fn compare(
                 ));
             }
         }
+        let wanted: Vec<(u8, Vec<u8>)> = {
+            let mut w: Vec<_> = dsw.wanted(&v).map(|(n, ws)| (*n, ws.to_vec())).collect();
+            w.sort();
+            w
+        };
+        let model: Vec<(u8, Vec<u8>)> = (0..NODES)
+            .map(|n| (n, m.users(v, n)))
+            .filter(|(_, ws)| !ws.is_empty())
+            .collect();
+        if wanted != model {
+            return fail(format!("wanted({v}) {wanted:?}, model {model:?}"));
+        }
+        if dsw.is_registered(&v) != m.volumes.contains(&v) {
+            return fail(format!("is_registered({v}) disagrees"));
+        }
     }
     if pairs != want {
         return fail(format!("volumes_to_attach {pairs:?}, model {want:?}"));
     }
     if dsw.len() != want.len() {
         return fail(format!("len {} model {}", dsw.len(), want.len()));
+    }
+    for w in 0..=u8::MAX {
+        let placed = dsw.placement(&w).map(|(n, vs)| (*n, vs.to_vec()));
+        let model = m
+            .workloads
+            .get(&w)
+            .filter(|_| m.placed(w))
+            .map(|(n, vs)| (*n, vs.iter().copied().collect::<Vec<_>>()));
+        if placed != model {
+            return fail(format!("placement({w}) {placed:?}, model {model:?}"));
+        }
+        let pending = dsw.pending(&w).map(|p| (p.missing, p.since));
+        let model = waits.get(&w).map(|(since, _)| (m.missing(w), *since));
+        if pending != model {
+            return fail(format!("pending({w}) {pending:?}, model {model:?}"));
+        }
+    }
+    if dsw.pending_len() != m.pending() || dsw.pending_workloads().count() != m.pending() {
+        return fail(format!(
+            "pending_len {} model {}",
+            dsw.pending_len(),
+            m.pending()
+        ));
     }
     for n in 0..NODES {
         if dsw.has_node(&n) != m.nodes.contains(&n) {
@@ -310,14 +438,12 @@ impl Truth {
     fn agents(&mut self, core: &mut Reconciler<T>) {
         for n in 0..NODES {
             if self.fenced.contains(&n) || self.down.contains(&n) {
-                core.node_updated(
-                    n,
-                    NodeFacts {
-                        healthy: false,
-                        fenced: self.fenced.contains(&n),
-                        in_use: self.last_in_use.get(&n).cloned(),
-                    },
-                );
+                let facts = NodeFacts {
+                    healthy: false,
+                    fenced: self.fenced.contains(&n),
+                    in_use: self.last_in_use.get(&n).cloned(),
+                };
+                update(core, n, facts);
                 continue;
             }
             let needs: BTreeSet<u8> = (0..8u8)
@@ -345,16 +471,20 @@ impl Truth {
                 mounted_here.collect()
             };
             self.last_in_use.insert(n, in_use.clone());
-            core.node_updated(
-                n,
-                NodeFacts {
-                    healthy: true,
-                    fenced: false,
-                    in_use: Some(in_use),
-                },
-            );
+            let facts = NodeFacts {
+                healthy: true,
+                fenced: false,
+                in_use: Some(in_use),
+            };
+            update(core, n, facts);
         }
     }
+}
+
+/// A node update, which the core never refuses.
+fn update(core: &mut Reconciler<T>, node: u8, facts: NodeFacts<u8>) {
+    let taken = core.handle(Input::NodeUpdated { node, facts });
+    debug_assert!(taken.is_ok(), "{taken:?}");
 }
 
 fn spec_of(v: u8) -> VolumeSpec<()> {
@@ -381,13 +511,22 @@ fn placements(core: &Reconciler<T>) -> Vec<(u8, u8, Vec<u8>)> {
 fn start(config: &Config, placements: &[(u8, u8, Vec<u8>)]) -> Result<Reconciler<T>, String> {
     let mut core: Reconciler<T> = Reconciler::new(config.clone());
     for v in 0..VOLUMES {
-        core.set_volume(v, spec_of(v)).map_err(|e| e.to_string())?;
+        core.handle(Input::SetVolume {
+            volume: v,
+            spec: spec_of(v),
+        })
+        .map_err(|e| e.to_string())?;
     }
     for n in 0..NODES {
-        core.node_updated(n, NodeFacts::default());
+        update(&mut core, n, NodeFacts::default());
     }
     for (w, n, vs) in placements {
-        core.add_workload(*w, *n, vs).map_err(|e| e.to_string())?;
+        core.handle(Input::WorkloadScheduled {
+            workload: *w,
+            node: *n,
+            volumes: vs.clone(),
+        })
+        .map_err(|e| e.to_string())?;
     }
     Ok(core)
 }
@@ -413,11 +552,16 @@ pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
         match step.clone() {
             PlanStep::Schedule(w, n, vs) => {
                 let vs: Vec<u8> = vs.iter().take(3).map(|v| volume(*v)).collect();
-                core.add_workload(w % 8, node(n), &vs)
-                    .map_err(|e| format!("step {i}: {e}"))?;
+                core.handle(Input::WorkloadScheduled {
+                    workload: w % 8,
+                    node: node(n),
+                    volumes: vs,
+                })
+                .map_err(|e| format!("step {i}: {e}"))?;
             }
             PlanStep::Remove(w) => {
-                let _ = core.remove_workload(&(w % 8));
+                core.handle(Input::WorkloadRemoved { workload: w % 8 })
+                    .map_err(|e| format!("step {i}: {e}"))?;
             }
             PlanStep::Facts(n, healthy, fence, report) => {
                 let n = node(n);
@@ -747,7 +891,10 @@ mod tests {
             (id.clone(), id.clone()).prop_map(|(v, n)| StateOp::Attached(v, n)),
             (id.clone(), id.clone()).prop_map(|(v, n)| StateOp::Uncertain(v, n)),
             (id.clone(), id.clone()).prop_map(|(v, n)| StateOp::Detached(v, n)),
-            (id.clone(), id, any::<bool>()).prop_map(|(v, n, b)| StateOp::Withhold(v, n, b)),
+            (id.clone(), id.clone(), any::<bool>())
+                .prop_map(|(v, n, b)| StateOp::Withhold(v, n, b)),
+            id.prop_map(StateOp::UnregisterVolume),
+            any::<u8>().prop_map(StateOp::PollPending),
         ]
     }
 

@@ -20,9 +20,10 @@ use super::world::{Phase, Power, SimNode, SimPod, Violation, World, fmt_time, jo
 use crate::actual::NodeFacts;
 use crate::config::{Config, UpstreamBugs};
 use crate::controller::{
-    Controller, ControllerHandle, EventRecorder, Input, ShutdownReport, World as Start,
+    Controller, ControllerHandle, EventRecorder, ShutdownReport, World as Start,
 };
 use crate::event::Event;
+use crate::input::Input;
 use crate::memory::MemoryStore;
 use crate::volume::VolumeSpec;
 
