@@ -189,6 +189,7 @@ mod memory;
 mod operation;
 mod reconciler;
 mod recovery;
+mod schedule;
 mod status;
 mod store;
 mod volume;

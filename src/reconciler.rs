@@ -1,7 +1,6 @@
 //! The reconciler: a pure, synchronous planner that turns changes into operations.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +20,7 @@ use crate::gate::{OpKind, OperationGate, trim_map};
 use crate::input::{Input, Kind, Rejection, Relists};
 use crate::operation::{ForceReason, InFlight, OpId, Operation};
 use crate::recovery::{Load, Recovery, Statuses};
+use crate::schedule::Schedule;
 use crate::status::StatusBook;
 use crate::store::{NodeStatus, ReportedVolume, Revision, StoreError};
 use crate::volume::{Access, VolumeSpec};
@@ -126,11 +126,8 @@ pub struct Reconciler<D: Domain> {
     status: StatusBook<D>,
     gate: OperationGate<GateKey<D>>,
     in_flight: FxHashMap<OpId, InFlight<D>>,
-    volume_timers: BinaryHeap<Reverse<(Duration, D::Volume)>>,
-    /// The earliest pending wake of each volume in `volume_timers`.
-    wakes: FxHashMap<D::Volume, Duration>,
-    node_timers: BinaryHeap<Reverse<(Duration, D::Node)>>,
-    dirty: BTreeSet<D::Volume>,
+    /// The dirty volumes, the timers and the pacing of passes.
+    schedule: Schedule<D>,
     /// Per node, the volumes whose detach waits for the node's next acknowledged status write;
     /// the write's result marks just those, instead of a scan of every volume on the node.
     awaiting_ack: FxHashMap<D::Node, SmallVec<[D::Volume; 2]>>,
@@ -140,9 +137,6 @@ pub struct Reconciler<D: Domain> {
     /// Volumes removed by the orchestrator whose spec is kept until they are detached.
     retiring: BTreeSet<D::Volume>,
     next_id: u64,
-    last_pass: Option<Duration>,
-    next_sync: Option<Duration>,
-    next_resync: Option<Duration>,
     /// While a listing runs: the attachments whose state an operation's result changed since
     /// it started, whose listed state is older than the core's.
     changed_while_listing: Option<BTreeSet<(D::Volume, D::Node)>>,
@@ -182,18 +176,12 @@ impl<D: Domain> Reconciler<D> {
             actual: ActualState::default(),
             status: StatusBook::default(),
             in_flight: FxHashMap::default(),
-            volume_timers: BinaryHeap::new(),
-            wakes: FxHashMap::default(),
-            node_timers: BinaryHeap::new(),
-            dirty: BTreeSet::new(),
+            schedule: Schedule::default(),
             awaiting_ack: FxHashMap::default(),
             events: Vec::new(),
             blocked: BTreeSet::new(),
             retiring: BTreeSet::new(),
             next_id: 0,
-            last_pass: None,
-            next_sync: None,
-            next_resync: None,
             changed_while_listing: None,
             relists: Relists::default(),
             removed_nodes: Vec::new(),
@@ -440,7 +428,7 @@ impl<D: Domain> Reconciler<D> {
         }
         self.retiring.remove(&volume);
         let changed = self.desired.set_volume(volume, spec);
-        self.dirty.extend(changed);
+        self.schedule.mark_all(changed);
         Ok(())
     }
 
@@ -456,7 +444,7 @@ impl<D: Domain> Reconciler<D> {
         }
         self.retiring.insert(volume.clone());
         let changed = self.desired.unregister_volume(volume);
-        self.dirty.extend(changed);
+        self.schedule.mark_all(changed);
     }
 
     /// A node exists (new or updated) with these facts; it becomes managed, and workloads that
@@ -466,9 +454,9 @@ impl<D: Domain> Reconciler<D> {
         // if its workloads kept it in the core all along.
         let appeared = !self.actual.node_present(&node) || self.status.is_missing(&node);
         let placed = self.desired.add_node(node.clone());
-        self.dirty.extend(placed);
+        self.schedule.mark_all(placed);
         let affected = self.actual.set_node(node.clone(), facts);
-        self.dirty.extend(affected);
+        self.schedule.mark_all(affected);
         if appeared {
             if !self.blocked.is_empty() {
                 self.blocked.retain(|(n, _)| *n != node);
@@ -482,9 +470,9 @@ impl<D: Domain> Reconciler<D> {
     pub(crate) fn node_removed(&mut self, node: &D::Node) {
         self.removed_nodes.push(node.clone());
         let changed = self.desired.remove_node(node);
-        self.dirty.extend(changed);
+        self.schedule.mark_all(changed);
         let affected = self.actual.remove_node(node);
-        self.dirty.extend(affected);
+        self.schedule.mark_all(affected);
         self.status.node_gone(node);
         // Its volumes are looked at again anyway; no write will be acknowledged for it, and
         // their detaches ask for a read of their own.
@@ -509,7 +497,7 @@ impl<D: Domain> Reconciler<D> {
         volumes: &[D::Volume],
     ) -> Result<(), ReconcilerError<D>> {
         let changed = self.desired.add_workload(workload, node, volumes)?;
-        self.dirty.extend(changed);
+        self.schedule.mark_all(changed);
         Ok(())
     }
 
@@ -517,7 +505,7 @@ impl<D: Domain> Reconciler<D> {
     /// by it.
     pub(crate) fn remove_workload(&mut self, workload: &D::Workload) {
         let changed = self.desired.remove_workload(workload);
-        self.dirty.extend(changed);
+        self.schedule.mark_all(changed);
     }
 
     /// Stamps the waits of workloads that began since the last pass, and names in an event
@@ -546,7 +534,7 @@ impl<D: Domain> Reconciler<D> {
         for r in &attached {
             self.actual
                 .set_attached(r.volume.clone(), node.clone(), r.device.clone());
-            self.dirty.insert(r.volume.clone());
+            self.schedule.mark(r.volume.clone());
         }
         self.status.read(node.clone(), attached, revision);
         self.status.mark(node);
@@ -564,7 +552,7 @@ impl<D: Domain> Reconciler<D> {
         if self.actual.state(&volume, &node) == AttachState::Detached {
             self.actual.set_uncertain(volume.clone(), node);
         }
-        self.dirty.insert(volume);
+        self.schedule.mark(volume);
     }
 
     /// Takes the backend's spec for a volume the orchestrator has not registered, so that the
@@ -611,18 +599,6 @@ impl<D: Domain> Reconciler<D> {
         self.desired
             .spec(volume)
             .map_or(Access::SingleNode, |s| s.access)
-    }
-
-    /// Marks `volume` again at `at`. One pending wake per volume, the earliest: a volume made
-    /// dirty over and over while it waits would otherwise stack a timer each time.
-    fn wake_volume_at(&mut self, at: Duration, volume: D::Volume) {
-        match self.wakes.get(&volume) {
-            Some(earlier) if *earlier <= at => {}
-            _ => {
-                self.wakes.insert(volume.clone(), at);
-                self.volume_timers.push(Reverse((at, volume)));
-            }
-        }
     }
 
     /// Whether an attach or detach of `volume` that concerns `node` is running, whichever
@@ -676,7 +652,7 @@ impl<D: Domain> Reconciler<D> {
             }
             Err(error) => {
                 let retry = self.gate.failed(key, OpKind::Attach, now);
-                self.wake_volume_at(retry, volume.clone());
+                self.schedule.wake_volume_at(retry, volume.clone());
                 match &error {
                     BackendError::Transient { .. } => {}
                     BackendError::Uncertain { .. } => {
@@ -696,7 +672,7 @@ impl<D: Domain> Reconciler<D> {
                 });
             }
         }
-        self.dirty.insert(volume);
+        self.schedule.mark(volume);
         Ok(())
     }
 
@@ -730,7 +706,7 @@ impl<D: Domain> Reconciler<D> {
             }
             Err(error) => {
                 let retry = self.gate.failed(key, OpKind::Detach, now);
-                self.wake_volume_at(retry, volume.clone());
+                self.schedule.wake_volume_at(retry, volume.clone());
                 if error.may_have_taken_effect() {
                     self.actual.set_uncertain(volume.clone(), node.clone());
                 }
@@ -745,7 +721,7 @@ impl<D: Domain> Reconciler<D> {
                 });
             }
         }
-        self.dirty.insert(volume);
+        self.schedule.mark(volume);
         Ok(())
     }
 
@@ -785,7 +761,7 @@ impl<D: Domain> Reconciler<D> {
                 (AttachState::Attached, false) => {
                     debug!(volume = ?volume, node = ?node, "backend says detached");
                     self.detached(&volume, &node);
-                    self.dirty.insert(volume);
+                    self.schedule.mark(volume);
                 }
                 // Uncertain settles both ways, as upstream's periodic verify does: an attach or
                 // detach that errored after (or without) doing its work is decided by what the
@@ -793,13 +769,13 @@ impl<D: Domain> Reconciler<D> {
                 (AttachState::Uncertain, false) => {
                     debug!(volume = ?volume, node = ?node, "backend says an uncertain attachment is gone");
                     self.detached(&volume, &node);
-                    self.dirty.insert(volume);
+                    self.schedule.mark(volume);
                 }
                 (AttachState::Uncertain, true) => {
                     let device = self.actual.device(&volume, &node).map(Arc::from);
                     self.actual
                         .set_attached(volume.clone(), node.clone(), device);
-                    self.dirty.insert(volume);
+                    self.schedule.mark(volume);
                 }
                 _ => {}
             }
@@ -860,7 +836,7 @@ impl<D: Domain> Reconciler<D> {
             warn!(volume = ?volume, node = ?node, "the backend lists an attachment the controller did not know of");
             self.adopt_spec(&volume, spec);
             self.actual.set_uncertain(volume.clone(), node);
-            self.dirty.insert(volume);
+            self.schedule.mark(volume);
         }
         Ok(())
     }
@@ -895,7 +871,7 @@ impl<D: Domain> Reconciler<D> {
                 debug!(node = ?node, "status write conflicted; reading the node fresh");
                 if self.status.write_conflicted(&node) >= CONFLICTS_BEFORE_BACKOFF {
                     let retry = self.gate.failed(key, OpKind::WriteStatus, now);
-                    self.node_timers.push(Reverse((retry, node.clone())));
+                    self.schedule.wake_node_at(retry, node.clone());
                 } else {
                     self.gate.succeeded(key, OpKind::WriteStatus);
                 }
@@ -903,7 +879,7 @@ impl<D: Domain> Reconciler<D> {
             Err(error) => {
                 warn!(node = ?node, %error, "writing node status failed");
                 let retry = self.gate.failed(key, OpKind::WriteStatus, now);
-                self.node_timers.push(Reverse((retry, node.clone())));
+                self.schedule.wake_node_at(retry, node.clone());
                 self.status
                     .write_failed(&node, error.may_have_taken_effect());
             }
@@ -972,7 +948,7 @@ impl<D: Domain> Reconciler<D> {
             Err(error) => {
                 warn!(node = ?node, %error, "reading node status failed");
                 let retry = self.gate.failed(key, OpKind::ReadStatus, now);
-                self.node_timers.push(Reverse((retry, node.clone())));
+                self.schedule.wake_node_at(retry, node.clone());
                 // The detaches keep waiting for the next read, planned when the retry is due.
                 let waiting = self.checks.entry(node.clone()).or_default();
                 for check in checks {
@@ -989,7 +965,7 @@ impl<D: Domain> Reconciler<D> {
                 Ok(()) => {
                     self.cleared
                         .insert((volume.clone(), node.clone()), (force, now));
-                    self.dirty.insert(volume);
+                    self.schedule.mark(volume);
                 }
                 Err(reason) => {
                     debug!(volume = ?volume, node = ?node, %reason, "detach held back by a fresh read");
@@ -1000,7 +976,8 @@ impl<D: Domain> Reconciler<D> {
                             reason,
                         });
                     }
-                    self.wake_volume_at(now.saturating_add(self.config.unmount_recheck), volume);
+                    self.schedule
+                        .wake_volume_at(now.saturating_add(self.config.unmount_recheck), volume);
                 }
             }
         }
@@ -1016,7 +993,7 @@ impl<D: Domain> Reconciler<D> {
             self.status.forget_idle(node);
         }
         if let Some(waiting) = self.awaiting_ack.remove(node) {
-            self.dirty.extend(waiting);
+            self.schedule.mark_all(waiting);
         }
         self.status.mark(node.clone());
     }
@@ -1084,24 +1061,14 @@ impl<D: Domain> Reconciler<D> {
             // Only the recovery listings, and their retries, until both are in.
             return recovery.wake_at();
         }
-        let has_work =
-            !self.dirty.is_empty() || self.status.has_dirty() || self.actual.has_report_changes();
-        let mut earliest = if has_work { Some(Duration::ZERO) } else { None };
-        let timers = [
-            self.volume_timers.peek().map(|Reverse((t, _))| *t),
-            self.node_timers.peek().map(|Reverse((t, _))| *t),
-            self.next_sync.filter(|_| !self.actual.is_empty()),
-            self.next_resync.filter(|_| self.desired.node_count() > 0),
+        let has_work = self.status.has_dirty() || self.actual.has_report_changes();
+        self.schedule.next_deadline(
+            has_work,
+            !self.actual.is_empty(),
+            self.desired.node_count() > 0,
             self.desired.next_pending_wake(),
-        ];
-        for t in timers.into_iter().flatten() {
-            earliest = Some(earliest.map_or(t, |e: Duration| e.min(t)));
-        }
-        let earliest = earliest?;
-        Some(match self.last_pass {
-            Some(last) => earliest.max(last.saturating_add(self.config.reconcile_period)),
-            None => earliest,
-        })
+            self.config.reconcile_period,
+        )
     }
 
     /// Runs a reconcile pass if one is due at `now` and returns the operations to start.
@@ -1115,46 +1082,26 @@ impl<D: Domain> Reconciler<D> {
             self.plan_recovery(now, &mut ops);
             return ops;
         }
-        self.last_pass = Some(now);
         self.trim();
-        while let Some(Reverse((at, _))) = self.volume_timers.peek() {
-            if *at > now {
-                break;
-            }
-            let Reverse((at, volume)) = self.volume_timers.pop().expect("peeked");
-            if self.wakes.get(&volume) == Some(&at) {
-                self.wakes.remove(&volume);
-            }
-            self.dirty.insert(volume);
-        }
-        while let Some(Reverse((at, _))) = self.node_timers.peek() {
-            if *at > now {
-                break;
-            }
-            let Reverse((_, node)) = self.node_timers.pop().expect("peeked");
+        let managing = self.desired.node_count() > 0;
+        let (nodes, due) = self.schedule.start_pass(
+            now,
+            self.config.sync_period,
+            self.config.resync_period,
+            managing,
+        );
+        for node in nodes {
             self.status.mark(node);
         }
         self.warn_pending(now);
-        match self.next_sync {
-            None => self.next_sync = Some(now.saturating_add(self.config.sync_period)),
-            Some(at) if at <= now => {
-                self.gate.forget_stale(now);
-                self.plan_verify(&mut ops);
-                self.next_sync = Some(now.saturating_add(self.config.sync_period));
-            }
-            Some(_) => {}
+        if due.sync {
+            self.gate.forget_stale(now);
+            self.plan_verify(&mut ops);
         }
-        if let Some(period) = self.config.resync_period {
-            match self.next_resync {
-                None => self.next_resync = Some(now.saturating_add(period)),
-                Some(at) if at <= now && self.desired.node_count() > 0 => {
-                    self.plan_list(&mut ops);
-                    self.next_resync = Some(now.saturating_add(period));
-                }
-                Some(_) => {}
-            }
+        if due.resync {
+            self.plan_list(&mut ops);
         }
-        let dirty = std::mem::take(&mut self.dirty);
+        let dirty = self.schedule.take_dirty();
         for volume in &dirty {
             self.reconcile_volume(now, volume, &mut ops);
         }
@@ -1178,18 +1125,7 @@ impl<D: Domain> Reconciler<D> {
         trim_map(&mut self.checks);
         trim_map(&mut self.in_flight);
         trim_map(&mut self.awaiting_ack);
-        trim_map(&mut self.wakes);
         self.gate.trim();
-        if self.volume_timers.capacity() > 64
-            && self.volume_timers.len() * 4 <= self.volume_timers.capacity()
-        {
-            self.volume_timers.shrink_to(self.volume_timers.len() * 2);
-        }
-        if self.node_timers.capacity() > 64
-            && self.node_timers.len() * 4 <= self.node_timers.capacity()
-        {
-            self.node_timers.shrink_to(self.node_timers.len() * 2);
-        }
     }
 
     fn next_op_id(&mut self) -> OpId {
@@ -1271,7 +1207,7 @@ impl<D: Domain> Reconciler<D> {
             Ok(()) => {}
             // A running operation re-marks the volume when it finishes.
             Err(None) => return,
-            Err(Some(retry)) => return self.wake_volume_at(retry, volume.clone()),
+            Err(Some(retry)) => return self.schedule.wake_volume_at(retry, volume.clone()),
         }
         let bugs = self.bugs();
         let facts = self.actual.node(node);
@@ -1304,7 +1240,7 @@ impl<D: Domain> Reconciler<D> {
                 Some(ForceReason::Timeout)
             } else {
                 if force_allowed {
-                    self.wake_volume_at(deadline, volume.clone());
+                    self.schedule.wake_volume_at(deadline, volume.clone());
                 }
                 self.report_blocked(
                     volume,
@@ -1330,7 +1266,7 @@ impl<D: Domain> Reconciler<D> {
                 // forcing is allowed a timer escalates it.
                 None => {
                     if force_allowed && !healthy {
-                        self.wake_volume_at(deadline, volume.clone());
+                        self.schedule.wake_volume_at(deadline, volume.clone());
                     }
                     None
                 }
@@ -1339,7 +1275,7 @@ impl<D: Domain> Reconciler<D> {
                 Some(true) => {
                     if !healthy {
                         if force_allowed {
-                            self.wake_volume_at(deadline, volume.clone());
+                            self.schedule.wake_volume_at(deadline, volume.clone());
                         } else {
                             self.report_blocked(
                                 volume,
@@ -1492,7 +1428,7 @@ impl<D: Domain> Reconciler<D> {
         match self.gate.may_start(&key, OpKind::Attach, now) {
             Ok(()) => {}
             Err(None) => return,
-            Err(Some(retry)) => return self.wake_volume_at(retry, volume.clone()),
+            Err(Some(retry)) => return self.schedule.wake_volume_at(retry, volume.clone()),
         }
         if spec.access == Access::SingleNode {
             let holders: SmallVec<[D::Node; 1]> = self
@@ -1657,7 +1593,7 @@ impl<D: Domain> Reconciler<D> {
             }
             if checks {
                 if let Err(Some(retry)) = self.gate.may_start(&key, OpKind::ReadStatus, now) {
-                    self.node_timers.push(Reverse((retry, node)));
+                    self.schedule.wake_node_at(retry, node);
                     continue;
                 }
                 let checks = self.checks.remove(&node).unwrap_or_default().into_vec();

@@ -1592,7 +1592,7 @@ fn a_waiting_volume_keeps_one_timer() {
         h.unpod("p2");
         h.tick();
     }
-    assert!(h.r.volume_timers.len() <= 2, "{}", h.r.volume_timers.len());
+    assert!(h.r.schedule.timers() <= 2, "{}", h.r.schedule.timers());
 }
 
 /// An unhealthy node that still reports the volume in use, with forcing off, says why the

@@ -1,0 +1,261 @@
+//! When the core has work: the volumes marked dirty, the timers that mark them (or a node's
+//! status) again later, the periodic verify and listing, and the pacing of passes.
+//!
+//! Work per pass is proportional to what changed: inputs and results mark volumes dirty, and
+//! timers wake what waits (a backoff, the unmount wait, a re-check), so an idle pass touches
+//! nothing and an idle core has no deadline at all.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap};
+use std::time::Duration;
+
+use rustc_hash::FxHashMap;
+
+use crate::domain::Domain;
+use crate::gate::trim_map;
+
+/// The periodic work a pass found due.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Periodic {
+    /// Verify every attachment (`Config::sync_period`).
+    pub(crate) sync: bool,
+    /// List every attachment the backend knows (`Config::resync_period`).
+    pub(crate) resync: bool,
+}
+
+/// The core's dirty set, timers and pass pacing.
+#[derive(Debug)]
+pub(crate) struct Schedule<D: Domain> {
+    /// Volumes to look at in the next pass.
+    dirty: BTreeSet<D::Volume>,
+    /// When to mark a volume dirty again.
+    volume_timers: BinaryHeap<Reverse<(Duration, D::Volume)>>,
+    /// The earliest pending wake of each volume in `volume_timers`.
+    wakes: FxHashMap<D::Volume, Duration>,
+    /// When to mark a node's status for another look (a store call's retry).
+    node_timers: BinaryHeap<Reverse<(Duration, D::Node)>>,
+    last_pass: Option<Duration>,
+    next_sync: Option<Duration>,
+    next_resync: Option<Duration>,
+}
+
+impl<D: Domain> Default for Schedule<D> {
+    fn default() -> Self {
+        Schedule {
+            dirty: BTreeSet::new(),
+            volume_timers: BinaryHeap::new(),
+            wakes: FxHashMap::default(),
+            node_timers: BinaryHeap::new(),
+            last_pass: None,
+            next_sync: None,
+            next_resync: None,
+        }
+    }
+}
+
+impl<D: Domain> Schedule<D> {
+    /// `volume` is looked at in the next pass.
+    pub(crate) fn mark(&mut self, volume: D::Volume) {
+        self.dirty.insert(volume);
+    }
+
+    /// Every volume of `volumes` is looked at in the next pass.
+    pub(crate) fn mark_all(&mut self, volumes: impl IntoIterator<Item = D::Volume>) {
+        self.dirty.extend(volumes);
+    }
+
+    /// Timers pending, for tests of what a long wait leaves behind.
+    #[cfg(test)]
+    pub(crate) fn timers(&self) -> usize {
+        self.volume_timers.len() + self.node_timers.len()
+    }
+
+    pub(crate) fn has_dirty(&self) -> bool {
+        !self.dirty.is_empty()
+    }
+
+    /// The volumes to look at in this pass.
+    pub(crate) fn take_dirty(&mut self) -> BTreeSet<D::Volume> {
+        std::mem::take(&mut self.dirty)
+    }
+
+    /// Marks `volume` again at `at`. One pending wake per volume, the earliest: a volume made
+    /// dirty over and over while it waits would otherwise stack a timer each time.
+    pub(crate) fn wake_volume_at(&mut self, at: Duration, volume: D::Volume) {
+        match self.wakes.get(&volume) {
+            Some(earlier) if *earlier <= at => {}
+            _ => {
+                self.wakes.insert(volume.clone(), at);
+                self.volume_timers.push(Reverse((at, volume)));
+            }
+        }
+    }
+
+    /// Has `node`'s status looked at again at `at`.
+    pub(crate) fn wake_node_at(&mut self, at: Duration, node: D::Node) {
+        self.node_timers.push(Reverse((at, node)));
+    }
+
+    /// When the next pass is due: at once when `has_work` (or anything is dirty), else at the
+    /// earliest timer, the periodic verify while `attached`, the periodic listing while
+    /// `managing` nodes, or `extra`; never sooner than `period` after the last pass. `None`:
+    /// nothing can happen until an input arrives.
+    pub(crate) fn next_deadline(
+        &self,
+        has_work: bool,
+        attached: bool,
+        managing: bool,
+        extra: Option<Duration>,
+        period: Duration,
+    ) -> Option<Duration> {
+        let now = (has_work || self.has_dirty()).then_some(Duration::ZERO);
+        let earliest = [
+            now,
+            self.volume_timers.peek().map(|Reverse((t, _))| *t),
+            self.node_timers.peek().map(|Reverse((t, _))| *t),
+            self.next_sync.filter(|_| attached),
+            self.next_resync.filter(|_| managing),
+            extra,
+        ]
+        .into_iter()
+        .flatten()
+        .min()?;
+        Some(match self.last_pass {
+            Some(last) => earliest.max(last.saturating_add(period)),
+            None => earliest,
+        })
+    }
+
+    /// Starts a pass at `now`: the volume timers due mark their volumes dirty, and the nodes
+    /// whose timers are due are returned, with the periodic work now due (which is then
+    /// scheduled again `sync` and `resync` later; `resync` is only due while `managing`).
+    pub(crate) fn start_pass(
+        &mut self,
+        now: Duration,
+        sync: Duration,
+        resync: Option<Duration>,
+        managing: bool,
+    ) -> (Vec<D::Node>, Periodic) {
+        self.last_pass = Some(now);
+        self.trim();
+        while let Some(Reverse((at, _))) = self.volume_timers.peek() {
+            if *at > now {
+                break;
+            }
+            let Reverse((at, volume)) = self.volume_timers.pop().expect("peeked");
+            if self.wakes.get(&volume) == Some(&at) {
+                self.wakes.remove(&volume);
+            }
+            self.dirty.insert(volume);
+        }
+        let mut nodes = Vec::new();
+        while let Some(Reverse((at, _))) = self.node_timers.peek() {
+            if *at > now {
+                break;
+            }
+            let Reverse((_, node)) = self.node_timers.pop().expect("peeked");
+            nodes.push(node);
+        }
+        let mut due = Periodic::default();
+        match self.next_sync {
+            Some(at) if at > now => {}
+            Some(_) => {
+                due.sync = true;
+                self.next_sync = Some(now.saturating_add(sync));
+            }
+            None => self.next_sync = Some(now.saturating_add(sync)),
+        }
+        if let Some(period) = resync {
+            match self.next_resync {
+                Some(at) if at > now || !managing => {}
+                Some(_) => {
+                    due.resync = true;
+                    self.next_resync = Some(now.saturating_add(period));
+                }
+                None => self.next_resync = Some(now.saturating_add(period)),
+            }
+        }
+        (nodes, due)
+    }
+
+    /// Gives back what a past burst left allocated (the heaps keep their peak capacity
+    /// otherwise).
+    fn trim(&mut self) {
+        trim_map(&mut self.wakes);
+        trim_heap(&mut self.volume_timers);
+        trim_heap(&mut self.node_timers);
+    }
+}
+
+/// Shrinks `heap` to twice its length once it is at most a quarter full (as `trim_map`).
+fn trim_heap<T: Ord>(heap: &mut BinaryHeap<T>) {
+    if heap.capacity() > 64 && heap.len() * 4 <= heap.capacity() {
+        heap.shrink_to(heap.len() * 2);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Ids;
+
+    type T = Ids<&'static str, &'static str, &'static str>;
+
+    fn s(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    #[test]
+    fn one_pending_wake_per_volume_the_earliest() {
+        let mut sched: Schedule<T> = Schedule::default();
+        sched.wake_volume_at(s(10), "v");
+        sched.wake_volume_at(s(20), "v");
+        sched.wake_volume_at(s(5), "v");
+        assert_eq!(
+            sched.volume_timers.len(),
+            2,
+            "the later wake is not stacked"
+        );
+        let period = Duration::from_millis(100);
+        assert_eq!(
+            sched.next_deadline(false, false, false, None, period),
+            Some(s(5))
+        );
+        sched.start_pass(s(5), s(60), None, false);
+        assert!(sched.take_dirty().contains("v"));
+        // The stale heap entry at 10 s still fires, harmlessly.
+        assert_eq!(
+            sched.next_deadline(false, false, false, None, period),
+            Some(s(10))
+        );
+    }
+
+    #[test]
+    fn an_idle_schedule_has_no_deadline_and_passes_are_paced() {
+        let mut sched: Schedule<T> = Schedule::default();
+        let period = Duration::from_millis(100);
+        assert_eq!(sched.next_deadline(false, true, true, None, period), None);
+        let (_, due) = sched.start_pass(s(1), s(60), Some(s(300)), true);
+        assert_eq!(due, Periodic::default(), "the first pass only schedules");
+        assert_eq!(
+            sched.next_deadline(false, true, false, None, period),
+            Some(s(61)),
+            "the verify while anything is attached; no listing without nodes"
+        );
+        assert_eq!(sched.next_deadline(false, false, false, None, period), None);
+        sched.mark("v");
+        assert_eq!(
+            sched.next_deadline(false, false, false, None, period),
+            Some(s(1) + period),
+            "work is due at once, but not sooner than a period after the last pass"
+        );
+        let (_, due) = sched.start_pass(s(301), s(60), Some(s(300)), true);
+        assert_eq!(
+            due,
+            Periodic {
+                sync: true,
+                resync: true
+            }
+        );
+    }
+}
