@@ -177,6 +177,7 @@ mod actual;
 mod backend;
 mod config;
 mod controller;
+mod decision;
 mod desired;
 mod domain;
 mod error;

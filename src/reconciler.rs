@@ -12,6 +12,9 @@ use tracing::{debug, info, warn};
 use crate::actual::{ActualState, AttachState, NodeFacts};
 use crate::backend::{AttachInfo, BackendAttachment, BackendError};
 use crate::config::{Config, UpstreamBugs};
+use crate::decision::{
+    Attach, AttachFacts, Detach, DetachFacts, Step, decide_attach, decide_detach,
+};
 use crate::desired::{DesiredError, DesiredState};
 use crate::domain::{Domain, Id};
 use crate::event::{Event, Holder};
@@ -1194,6 +1197,8 @@ impl<D: Domain> Reconciler<D> {
         }
     }
 
+    /// Gathers what the core knows about a detach of (`volume`, `node`), decides it
+    /// ([`decide_detach`]) and applies the decision.
     fn consider_detach(
         &mut self,
         now: Duration,
@@ -1210,133 +1215,95 @@ impl<D: Domain> Reconciler<D> {
             Err(Some(retry)) => return self.schedule.wake_volume_at(retry, volume.clone()),
         }
         let bugs = self.bugs();
-        let facts = self.actual.node(node);
-        let healthy = facts.is_some_and(|n| n.healthy);
-        let fenced = facts.is_some_and(|n| n.fenced);
-        let present = facts.is_some_and(|n| n.present);
-        let reported_in_use = facts.and_then(|n| n.reports_in_use(volume));
         let Some(a) = self.actual.get(volume, node) else {
             return;
         };
         let reported = a.is_reported();
         #[cfg(feature = "upstream-bugs")]
-        let assumed_mounted = a.assumed_mounted;
+        let sticky_mount = bugs.c4_sticky_assumed_mount && a.assumed_mounted;
         #[cfg(not(feature = "upstream-bugs"))]
-        let assumed_mounted = false;
-        let requested = self.actual.request_detach(volume, node, now);
-        let deadline = requested.saturating_add(self.config.max_wait_for_unmount);
-        let force_allowed = self.config.force_detach_on_timeout || bugs.c3_force_detach_unfenced;
-        let timed_out = force_allowed && !healthy && now >= deadline;
-        // Every detach planned here is confirmed by the driver's fresh read of the node right
-        // before the call (in use, fenced, healthy): the decision only says which facts justify
-        // it. A fenced node cannot write, whatever its last reports say.
-        let force = if fenced {
-            Some(ForceReason::OutOfService)
-        } else if !present {
-            // The node object is gone: no report will come, and its machine may still run.
-            if self.config.deleted_node_is_fenced {
-                Some(ForceReason::NodeDeleted)
-            } else if timed_out {
-                Some(ForceReason::Timeout)
-            } else {
-                if force_allowed {
-                    self.schedule.wake_volume_at(deadline, volume.clone());
+        let sticky_mount = false;
+        let unmount_deadline = self
+            .actual
+            .request_detach(volume, node, now)
+            .saturating_add(self.config.max_wait_for_unmount);
+        let node_facts = self.actual.node(node);
+        let present = node_facts.is_some_and(|n| n.present);
+        let pair = (volume.clone(), node.clone());
+        let facts = DetachFacts {
+            now,
+            unmount_deadline,
+            present,
+            healthy: node_facts.is_some_and(|n| n.healthy),
+            fenced: node_facts.is_some_and(|n| n.fenced),
+            in_use: node_facts.and_then(|n| n.reports_in_use(volume)),
+            force_allowed: self.config.force_detach_on_timeout || bugs.c3_force_detach_unfenced,
+            deleted_node_is_fenced: self.config.deleted_node_is_fenced,
+            sticky_mount,
+            store_settled: bugs.c5_detach_before_status_ack
+                || !present
+                || self.status.is_missing(node)
+                || self.status.confirmed_absent(node, volume),
+            // A clearance is good for the pass right after its read.
+            clearance: self.cleared.remove(&pair).map(|(force, at)| {
+                let until = at
+                    .saturating_add(self.config.reconcile_period)
+                    .saturating_add(CLEARANCE_SLACK);
+                (force, until)
+            }),
+        };
+        let (force, step, wake) = match decide_detach(&facts) {
+            Detach::Wait { wake } => {
+                if let Some(at) = wake {
+                    self.schedule.wake_volume_at(at, volume.clone());
                 }
-                self.report_blocked(
-                    volume,
-                    node,
-                    "the node object was deleted while the volume is attached; it stays \
-                     attached until the node returns or is fenced (or set \
-                     deleted_node_is_fenced if a deleted node's machine is always gone)",
-                );
                 return;
             }
-        } else {
-            // C4: follow the latest report; upstream's bug keeps an assumed mount sticky.
-            let mounted = reported_in_use
-                .map(|in_use| in_use || (bugs.c4_sticky_assumed_mount && assumed_mounted));
-            match mounted {
-                Some(false) => None,
-                // Mounted, or maybe (not heard from), on an unhealthy node past the unmount
-                // wait, with forcing allowed.
-                _ if timed_out => Some(ForceReason::Timeout),
-                // Not heard from yet means mounted, so the core cannot clear the detach itself;
-                // but waiting for a first report that may never come would leak the volume.
-                // The driver's fresh read of the node's in-use list decides instead, and where
-                // forcing is allowed a timer escalates it.
-                None => {
-                    if force_allowed && !healthy {
-                        self.schedule.wake_volume_at(deadline, volume.clone());
-                    }
-                    None
+            Detach::Blocked { reason, wake } => {
+                if let Some(at) = wake {
+                    self.schedule.wake_volume_at(at, volume.clone());
                 }
-                // Mounted: the node's next in-use report, a health change or a fence marks the
-                // volume again; a timer ends the unmount wait where a forced detach is allowed.
-                Some(true) => {
-                    if !healthy {
-                        if force_allowed {
-                            self.schedule.wake_volume_at(deadline, volume.clone());
-                        } else {
-                            self.report_blocked(
-                                volume,
-                                node,
-                                "the node is unhealthy and still reports the volume in use; \
-                                 fence it (out-of-service) once its machine is off, and the \
-                                 volume moves",
-                            );
-                        }
-                    }
-                    return;
-                }
+                return self.report_blocked(volume, node, reason);
             }
+            Detach::Go { force, step, wake } => (force, step, wake),
         };
+        if let Some(at) = wake {
+            self.schedule.wake_volume_at(at, volume.clone());
+        }
         if reported {
             // C5: first make the node stop listing it, so its agent does not start mounting it.
             self.actual.set_withheld(volume, node, true);
         }
-        if !bugs.c5_detach_before_status_ack
-            && present
-            && !self.status.is_missing(node)
-            && !self.status.confirmed_absent(node, volume)
-        {
-            // Wait for the store to acknowledge a list without the volume. Something certain
-            // ends the wait: marking the node makes the next status pass write it (the list
-            // now differs from what the store holds or is unknown), or a write already in
-            // flight is acknowledged, or a failed write's retry timer fires. An attach that
-            // landed after its workload left is never listed in the store, so it needs no
-            // write at all: `confirmed_absent` lets it go at once (issue 9, bug 1).
+        if step == Step::AwaitStore {
+            // Something certain ends the wait: marking the node makes the next status pass
+            // write it (the list now differs from what the store holds or is unknown), or a
+            // write already in flight is acknowledged, or a failed write's retry timer fires.
+            // An attach that landed after its workload left is never listed in the store, so
+            // it needs no write at all and is settled at once (issue 9, bug 1).
             self.status.mark(node.clone());
             return self.await_ack(volume, node);
         }
-        if !self.blocked.is_empty() {
-            self.blocked.remove(&(node.clone(), volume.clone()));
-        }
+        // The store settled: no longer waiting for its acknowledgement.
         if let Some(waiting) = self.awaiting_ack.get_mut(node) {
             waiting.retain(|v| v != volume);
             if waiting.is_empty() {
                 self.awaiting_ack.remove(node);
             }
         }
-        // The last word is a fresh read of the node: nothing irreversible on a view of
-        // unknown age. A clearance the read gave is good for this pass, under the same force.
-        let pair = (volume.clone(), node.clone());
-        match self.cleared.remove(&pair) {
-            Some((checked, at))
-                if checked == force
-                    && now
-                        <= at
-                            .saturating_add(self.config.reconcile_period)
-                            .saturating_add(CLEARANCE_SLACK) => {}
-            _ => {
-                let waiting = self.checks.entry(pair.1).or_default();
-                match waiting.iter_mut().find(|(v, _)| *v == pair.0) {
-                    Some(check) => check.1 = force,
-                    None => waiting.push((pair.0, force)),
-                }
-                // The node's next status pass plans the read (this pass, if nothing runs).
-                self.status.mark(node.clone());
-                return;
+        if step == Step::ReadNode {
+            // Nothing irreversible on a view of unknown age: the node's next status pass plans
+            // the read (this pass, if nothing runs for the node).
+            let (volume, node) = pair;
+            self.status.mark(node.clone());
+            let waiting = self.checks.entry(node).or_default();
+            match waiting.iter_mut().find(|(v, _)| *v == volume) {
+                Some(check) => check.1 = force,
+                None => waiting.push((volume, force)),
             }
+            return;
+        }
+        if !self.blocked.is_empty() {
+            self.blocked.remove(&(node.clone(), volume.clone()));
         }
         self.waiting_unmount.remove(&(node.clone(), volume.clone()));
         self.gate.start(key);
@@ -1397,6 +1364,8 @@ impl<D: Domain> Reconciler<D> {
         }
     }
 
+    /// Gathers what the core knows about an attach of (`volume`, `node`), decides it
+    /// ([`decide_attach`]) and applies the decision.
     fn consider_attach(
         &mut self,
         now: Duration,
@@ -1407,64 +1376,66 @@ impl<D: Domain> Reconciler<D> {
     ) {
         let key = gate_key::<D>(spec.access, volume, node);
         let bugs = self.bugs();
-        if let Some(a) = self.actual.get(volume, node) {
-            let (state, withheld) = (a.state, a.withheld);
+        let here = self.actual.get(volume, node).map(|a| (a.state, a.withheld));
+        if here.is_some() {
             // Needed again: a later detach starts a new unmount wait, and a new episode.
             self.actual.cancel_detach_request(volume, node);
             self.forget_detach_checks(volume, node);
             if !self.blocked.is_empty() {
                 self.blocked.remove(&(node.clone(), volume.clone()));
             }
-            if state == AttachState::Attached {
-                // C1: a volume the workload needs again is reported again at once, unless a
-                // detach is already running (its result decides).
-                if withheld && !bugs.c1_lose_report_on_failed_detach && !self.gate.is_running(&key)
-                {
+        }
+        let attached_here = here.is_some_and(|(state, _)| state == AttachState::Attached);
+        let single_node = spec.access == Access::SingleNode;
+        let facts = AttachFacts {
+            here: here.map(|(state, _)| state),
+            withheld: here.is_some_and(|(_, withheld)| withheld),
+            running: self.gate.is_running(&key),
+            gate: self.gate.may_start(&key, OpKind::Attach, now),
+            single_node,
+            // Only looked at for a volume not attached here yet.
+            elsewhere: if single_node && !attached_here {
+                self.actual
+                    .attachments(volume)
+                    .iter()
+                    .filter(|a| a.node != *node)
+                    .map(|a| (a.node.clone(), a.state))
+                    .collect()
+            } else {
+                SmallVec::new()
+            },
+            lose_report: bugs.c1_lose_report_on_failed_detach,
+            ignore_uncertain: bugs.c2_ignore_uncertain_holder,
+        };
+        match decide_attach(&facts) {
+            Attach::Attached { report_again } => {
+                if report_again {
                     self.actual.set_withheld(volume, node, false);
                 }
-                return;
+            }
+            Attach::Running => {}
+            Attach::RetryAt(retry) => self.schedule.wake_volume_at(retry, volume.clone()),
+            Attach::HeldBy(holders) => self.report_multi_attach(volume, node, &holders),
+            Attach::Go => {
+                self.gate.start(key);
+                let id = self.next_op_id();
+                debug!(%id, volume = ?volume, node = ?node, "planning attach");
+                self.in_flight.insert(
+                    id,
+                    InFlight::Attach {
+                        volume: volume.clone(),
+                        node: node.clone(),
+                        access: spec.access,
+                    },
+                );
+                ops.push(Operation::Attach {
+                    id,
+                    volume: volume.clone(),
+                    node: node.clone(),
+                    payload: spec.payload.clone(),
+                });
             }
         }
-        match self.gate.may_start(&key, OpKind::Attach, now) {
-            Ok(()) => {}
-            Err(None) => return,
-            Err(Some(retry)) => return self.schedule.wake_volume_at(retry, volume.clone()),
-        }
-        if spec.access == Access::SingleNode {
-            let holders: SmallVec<[D::Node; 1]> = self
-                .actual
-                .attachments(volume)
-                .iter()
-                .filter(|a| a.node != *node)
-                .filter(|a| match a.state {
-                    AttachState::Attached => true,
-                    AttachState::Uncertain => !bugs.c2_ignore_uncertain_holder,
-                    AttachState::Detached => false,
-                })
-                .map(|a| a.node.clone())
-                .collect();
-            if !holders.is_empty() {
-                self.report_multi_attach(volume, node, &holders);
-                return;
-            }
-        }
-        self.gate.start(key);
-        let id = self.next_op_id();
-        debug!(%id, volume = ?volume, node = ?node, "planning attach");
-        self.in_flight.insert(
-            id,
-            InFlight::Attach {
-                volume: volume.clone(),
-                node: node.clone(),
-                access: spec.access,
-            },
-        );
-        ops.push(Operation::Attach {
-            id,
-            volume: volume.clone(),
-            node: node.clone(),
-            payload: spec.payload.clone(),
-        });
     }
 
     fn report_multi_attach(&mut self, volume: &D::Volume, node: &D::Node, holders: &[D::Node]) {
