@@ -964,6 +964,16 @@ impl<D: Domain> Reconciler<D> {
             }
         };
         for (volume, force) in checks {
+            if status
+                .as_ref()
+                .is_some_and(|s| s.attached.iter().any(|r| r.volume == volume))
+            {
+                // The store lists the volume for the node again (another writer): its agent
+                // may start mounting it, so the read justifies nothing. The volume goes back
+                // to waiting for the store to acknowledge a list without it, then a new read.
+                self.schedule.mark(volume);
+                continue;
+            }
             match judge_detach(status.as_ref(), &volume, force) {
                 Ok(()) => {
                     self.cleared

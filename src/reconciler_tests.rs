@@ -436,6 +436,28 @@ fn mounted_volume_waits_for_unmount_then_detaches() {
     assert_eq!(h.run_ok(secs(1)), vec!["write n1 []", "detach v1 n1"]);
 }
 
+/// Another writer lists v1 on n1 again after the core's removal was acknowledged, and the fresh
+/// read before the detach sees it: the agent may start mounting it, so that read justifies
+/// nothing. The core writes the removal again, and only a read after that clears the detach.
+#[test]
+fn a_fresh_read_that_lists_the_volume_again_justifies_nothing() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.unpod("p1");
+    let write = h.tick().pop().unwrap();
+    assert_eq!(render(&write), "write n1 []");
+    h.ok(write);
+    let read = h.tick_raw().pop().expect("the read before the detach");
+    assert_eq!(render(&read), "read n1");
+    h.store.get_mut("n1").unwrap().1 = vec![ReportedVolume {
+        volume: "v1",
+        device: None,
+    }];
+    h.ok(read);
+    h.log.clear();
+    h.run_ok(secs(1));
+    assert_eq!(h.log, vec!["write n1 []", "read n1", "detach v1 n1"]);
+}
+
 /// A clearance from a fresh read is for the next pass, however long the reconcile period: with
 /// passes 3 s apart the detach still goes (a fixed time-to-live shorter than the period would
 /// re-read the node for ever).
