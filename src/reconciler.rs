@@ -155,6 +155,8 @@ pub struct Reconciler<D: Domain> {
     waiting_unmount: BTreeSet<(D::Node, D::Volume)>,
     /// Upstream's bug C6 only: nodes whose cached copy was read for the write now due.
     cache_consulted: BTreeSet<D::Node>,
+    /// Nodes whose last store call was a read: a write wanted too goes next.
+    read_last: BTreeSet<D::Node>,
     /// The relists under way.
     relists: Relists<D>,
     /// The nodes the last input call removed, for [`removed_nodes`](Self::removed_nodes).
@@ -173,6 +175,7 @@ impl<D: Domain> Reconciler<D> {
             cleared: FxHashMap::default(),
             waiting_unmount: BTreeSet::new(),
             cache_consulted: BTreeSet::new(),
+            read_last: BTreeSet::new(),
             gate: OperationGate::new(config.backoff),
             desired: DesiredState::new(&config),
             config,
@@ -481,6 +484,8 @@ impl<D: Domain> Reconciler<D> {
         // their detaches ask for a read of their own.
         self.awaiting_ack.remove(node);
         self.checks.remove(node);
+        self.read_last.remove(node);
+        self.cache_consulted.remove(node);
         // Nor is any retry of its status write or verify due: a node of the same name later
         // is a new object.
         self.gate.forget_where(|key| match key {
@@ -963,14 +968,19 @@ impl<D: Domain> Reconciler<D> {
                 return Ok(());
             }
         };
+        // Upstream's C5 detaches whatever the store lists.
+        let rewritable =
+            self.actual.node_present(&node) && !self.bugs().c5_detach_before_status_ack;
         for (volume, force) in checks {
-            if status
-                .as_ref()
-                .is_some_and(|s| s.attached.iter().any(|r| r.volume == volume))
+            if rewritable
+                && status
+                    .as_ref()
+                    .is_some_and(|s| s.attached.iter().any(|r| r.volume == volume))
             {
                 // The store lists the volume for the node again (another writer): its agent
                 // may start mounting it, so the read justifies nothing. The volume goes back
                 // to waiting for the store to acknowledge a list without it, then a new read.
+                // (A deleted node's status is never rewritten: the read's other facts decide.)
                 self.schedule.mark(volume);
                 continue;
             }
@@ -1564,7 +1574,8 @@ impl<D: Domain> Reconciler<D> {
     fn plan_status(&mut self, now: Duration, ops: &mut Vec<Operation<D>>) {
         for node in self.status.take_dirty() {
             let checks = self.checks.get(&node).is_some_and(|c| !c.is_empty());
-            if !checks && !self.actual.node_present(&node) {
+            let present = self.actual.node_present(&node);
+            if !checks && !present {
                 // Nothing to write to; it is rewritten when it appears (50721).
                 continue;
             }
@@ -1572,25 +1583,32 @@ impl<D: Domain> Reconciler<D> {
             if self.gate.is_running(&key) {
                 continue;
             }
-            if checks {
+            // Compared borrowed: a node whose store already holds its report costs no copy.
+            let wants_write = present
+                && self.gate.may_start(&key, OpKind::WriteStatus, now).is_ok()
+                && self.status.needs_write(
+                    &node,
+                    self.actual
+                        .reported(&node)
+                        .map(|(v, d)| (v, d.map(|d| &**d))),
+                );
+            // When detaches wait for a read and the report for a write, the two take turns,
+            // so that neither starves the other on a busy node.
+            let read_turn = checks && (!wants_write || !self.read_last.contains(&node));
+            let unknown_revision = wants_write && self.status.revision(&node).is_none();
+            if read_turn || unknown_revision {
                 if let Err(Some(retry)) = self.gate.may_start(&key, OpKind::ReadStatus, now) {
                     self.schedule.wake_node_at(retry, node);
                     continue;
                 }
+                // A read also gives the revision to write against: one read serves both.
                 let checks = self.checks.remove(&node).unwrap_or_default().into_vec();
+                self.read_last.insert(node.clone());
                 self.plan_read(node, checks, false, ops);
                 continue;
             }
-            if self.gate.may_start(&key, OpKind::WriteStatus, now).is_err() {
-                continue;
-            }
-            // Compared borrowed: a node whose store already holds its report costs no copy.
-            if !self.status.needs_write(
-                &node,
-                self.actual
-                    .reported(&node)
-                    .map(|(v, d)| (v, d.map(|d| &**d))),
-            ) {
+            self.read_last.remove(&node);
+            if !wants_write {
                 continue;
             }
             if self.bugs().c6_diff_against_stale_read && self.cache_consulted.insert(node.clone()) {
@@ -1598,12 +1616,10 @@ impl<D: Domain> Reconciler<D> {
                 self.plan_read(node, Vec::new(), true, ops);
                 continue;
             }
+            self.cache_consulted.remove(&node);
             let Some(expected) = self.status.revision(&node).cloned() else {
-                // No revision to write against (a new node, or someone else wrote): read first.
-                self.plan_read(node, Vec::new(), false, ops);
                 continue;
             };
-            self.cache_consulted.remove(&node);
             let report = self.actual.report(&node);
             self.gate.start(key);
             let id = self.next_op_id();
