@@ -217,7 +217,7 @@ pub use desired::{DesiredError, DesiredState, Missing, PendingWorkload};
 pub use domain::{Domain, Id, Ids};
 pub use error::ErrorSource;
 pub use event::{Event, Holder};
-pub use gate::{OpKind, OperationGate};
+pub use gate::OpKind;
 pub use input::{Input, Kind, Rejection};
 pub use memory::{BackendOp, CachedView, MemoryBackend, MemoryStore};
 pub use operation::{ForceReason, OpId, Operation};
