@@ -16,10 +16,12 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use attach_detach::{
-    Access, AttachInfo, AttachState, Config, Ids, Input, NodeFacts, NodeStatus, OpKind, Operation,
-    Reconciler, Revision, VolumeSpec,
+use attach_detach::Ids;
+use attach_detach::config::Config;
+use attach_detach::core::{
+    Access, AttachState, Input, NodeFacts, OpKind, Operation, Reconciler, VolumeSpec,
 };
+use attach_detach::traits::{AttachInfo, NodeStatus, Revision};
 use criterion::{BenchmarkId, Criterion};
 
 type T = Ids<u32, u32, u32, ()>;

@@ -25,7 +25,7 @@ pub enum AttachState {
 /// What the orchestrator knows about a node, fed in as it changes.
 ///
 /// ```
-/// use attach_detach::NodeFacts;
+/// use attach_detach::core::NodeFacts;
 /// let fresh: NodeFacts<&str> = NodeFacts::default();   // healthy, not fenced, not heard from
 /// assert_eq!(fresh.in_use, None);
 /// let fenced = NodeFacts { healthy: false, fenced: true, in_use: Some(vec!["pvc-1"]) };
@@ -152,7 +152,8 @@ impl<D: Domain> ActualNode<D> {
 /// list instead of one lookup per volume in the cluster-wide table.
 ///
 /// ```
-/// use attach_detach::{ActualState, AttachState, Ids};
+/// use attach_detach::Ids;
+/// use attach_detach::core::{ActualState, AttachState};
 /// let mut asw: ActualState<Ids<&str, &str, &str>> = ActualState::default();
 /// asw.set_attached("pvc-1", "node-a", Some("/dev/sdb".into()));
 /// assert_eq!(asw.state(&"pvc-1", &"node-a"), AttachState::Attached);

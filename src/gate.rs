@@ -28,7 +28,7 @@ use crate::config::BackoffConfig;
 /// The kinds of operation the core plans. Backoff is kept per kind, so that a failing attach does
 /// not hold back a detach of the same volume (upstream 75209).
 ///
-/// Exhaustive, like [`Operation`](crate::Operation): one kind per operation.
+/// Exhaustive, like [`Operation`](crate::core::Operation): one kind per operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum OpKind {
     /// Attach a volume to a node.

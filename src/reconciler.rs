@@ -251,7 +251,9 @@ impl<D: Domain> Reconciler<D> {
     /// [`ReconcilerError::NoRelist`].
     ///
     /// ```
-    /// use attach_detach::{Config, Ids, Input, Missing, NodeFacts, Operation, Reconciler, VolumeSpec};
+    /// use attach_detach::Ids;
+    /// use attach_detach::config::Config;
+    /// use attach_detach::core::{Input, Missing, NodeFacts, Operation, Reconciler, VolumeSpec};
     /// type D = Ids<&'static str, &'static str, &'static str, ()>;
     /// let mut core = Reconciler::<D>::new(Config::default());
     /// # for op in core.poll(std::time::Duration::ZERO) {
@@ -286,7 +288,9 @@ impl<D: Domain> Reconciler<D> {
     /// still come after one of its upserts was refused.
     ///
     /// ```
-    /// use attach_detach::{Config, Ids, Input, Reconciler, ReconcilerError, Kind};
+    /// use attach_detach::Ids;
+    /// use attach_detach::config::Config;
+    /// use attach_detach::core::{Input, Kind, Reconciler, ReconcilerError};
     /// type D = Ids<&'static str, &'static str, &'static str, ()>;
     /// let mut core = Reconciler::<D>::new(Config::default());
     /// let refused = core.handle_all([
