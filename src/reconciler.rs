@@ -899,7 +899,7 @@ impl<D: Domain> Reconciler<D> {
     /// The fresh read of a node's status planned as `id` finished.
     ///
     /// What it shows becomes what the store is known to hold (list and revision), and it
-    /// decides each detach that waited for it ([`judge_detach`]): a justified one is planned
+    /// decides each detach that waited for it: a justified one is planned
     /// by the next pass; one held back (say, the node's agent still reports the volume in use)
     /// is no failure: it costs no backoff, no failure event and no status write, and is looked
     /// at again on the node's next report or after [`Config::unmount_recheck`], with one
