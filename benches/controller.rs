@@ -18,10 +18,11 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use attach_detach::{
-    Config, Controller, ControllerHandle, Ids, MemoryBackend, MemoryStore, NodeFacts,
-    ShutdownReport, VolumeSpec, World,
-};
+use attach_detach::Ids;
+use attach_detach::config::Config;
+use attach_detach::controller::{Controller, ControllerHandle, ShutdownReport, World};
+use attach_detach::core::{NodeFacts, VolumeSpec};
+use attach_detach::memory::{MemoryBackend, MemoryStore};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;

@@ -25,7 +25,7 @@ pub enum AttachState {
 /// What the orchestrator knows about a node, fed in as it changes.
 ///
 /// ```
-/// use attach_detach::NodeFacts;
+/// use attach_detach::core::NodeFacts;
 /// let fresh: NodeFacts<&str> = NodeFacts::default();   // healthy, not fenced, not heard from
 /// assert_eq!(fresh.in_use, None);
 /// let fenced = NodeFacts { healthy: false, fenced: true, in_use: Some(vec!["pvc-1"]) };
@@ -151,16 +151,8 @@ impl<D: Domain> ActualNode<D> {
 /// node's index carries that flag beside each volume, so a node's report is read from one sorted
 /// list instead of one lookup per volume in the cluster-wide table.
 ///
-/// ```
-/// use attach_detach::{ActualState, AttachState, Ids};
-/// let mut asw: ActualState<Ids<&str, &str, &str>> = ActualState::default();
-/// asw.set_attached("pvc-1", "node-a", Some("/dev/sdb".into()));
-/// assert_eq!(asw.state(&"pvc-1", &"node-a"), AttachState::Attached);
-/// assert_eq!(asw.report(&"node-a")[0].volume, "pvc-1");
-/// asw.set_uncertain("pvc-1", "node-b");
-/// assert_eq!(asw.state(&"pvc-1", &"node-b"), AttachState::Uncertain);
-/// assert!(asw.report(&"node-b").is_empty(), "uncertain volumes are not reported");
-/// ```
+/// It changes only as the core's operations finish and the orchestrator's nodes report; read it
+/// through [`Reconciler::actual`](crate::core::Reconciler::actual).
 #[derive(Debug)]
 pub struct ActualState<D: Domain> {
     volumes: FxHashMap<D::Volume, SmallVec<[Attachment<D>; 1]>>,
@@ -290,7 +282,12 @@ impl<D: Domain> ActualState<D> {
     }
 
     /// Records a confirmed attach; the volume is reported (a later detach withholds it again).
-    pub fn set_attached(&mut self, volume: D::Volume, node: D::Node, device: Option<Arc<str>>) {
+    pub(crate) fn set_attached(
+        &mut self,
+        volume: D::Volume,
+        node: D::Node,
+        device: Option<Arc<str>>,
+    ) {
         match self.get_mut(&volume, &node) {
             Some(a) => {
                 a.state = AttachState::Attached;
@@ -306,7 +303,7 @@ impl<D: Domain> ActualState<D> {
     }
 
     /// Records that the volume may be attached to the node. It stops being reported.
-    pub fn set_uncertain(&mut self, volume: D::Volume, node: D::Node) {
+    pub(crate) fn set_uncertain(&mut self, volume: D::Volume, node: D::Node) {
         match self.get_mut(&volume, &node) {
             Some(a) => {
                 a.state = AttachState::Uncertain;
@@ -338,7 +335,7 @@ impl<D: Domain> ActualState<D> {
     }
 
     /// Forgets the attachment: the volume is detached from the node.
-    pub fn set_detached(&mut self, volume: &D::Volume, node: &D::Node) {
+    pub(crate) fn set_detached(&mut self, volume: &D::Volume, node: &D::Node) {
         let Some(list) = self.volumes.get_mut(volume) else {
             return;
         };
@@ -364,7 +361,7 @@ impl<D: Domain> ActualState<D> {
     }
 
     /// Drops the volume from the node's report ahead of a detach (`true`), or puts it back.
-    pub fn set_withheld(&mut self, volume: &D::Volume, node: &D::Node, withheld: bool) {
+    pub(crate) fn set_withheld(&mut self, volume: &D::Volume, node: &D::Node, withheld: bool) {
         if let Some(a) = self.get_mut(volume, node) {
             a.withheld = withheld;
             self.sync_reported(volume, node);
@@ -411,7 +408,11 @@ impl<D: Domain> ActualState<D> {
 
     /// Records what the orchestrator says about `node`, which now exists. Returns the volumes
     /// attached there whose decisions may change.
-    pub fn set_node(&mut self, node: D::Node, facts: NodeFacts<D::Volume>) -> Vec<D::Volume> {
+    pub(crate) fn set_node(
+        &mut self,
+        node: D::Node,
+        facts: NodeFacts<D::Volume>,
+    ) -> Vec<D::Volume> {
         let n = self
             .nodes
             .entry(node.clone())
@@ -459,7 +460,7 @@ impl<D: Domain> ActualState<D> {
 
     /// The node object is gone. Its attachments stay until detached; it counts as unhealthy and
     /// unheard from. Returns the volumes attached there.
-    pub fn remove_node(&mut self, node: &D::Node) -> Vec<D::Volume> {
+    pub(crate) fn remove_node(&mut self, node: &D::Node) -> Vec<D::Volume> {
         let Some(n) = self.nodes.get_mut(node) else {
             return Vec::new();
         };
@@ -488,6 +489,7 @@ impl<D: Domain> ActualState<D> {
     /// What is known of `node` for a detach of `volume`: whether it is healthy, whether it is
     /// fenced, and whether it reports `volume` in use (`None` until it has reported). For the
     /// benchmarks' replay of upstream's full scan.
+    #[cfg(feature = "internals")]
     #[doc(hidden)]
     pub fn detach_facts(
         &self,

@@ -47,7 +47,7 @@ pub struct BackendAttachment<D: Domain> {
 /// not compared).
 ///
 /// ```
-/// use attach_detach::BackendError;
+/// use attach_detach::traits::BackendError;
 /// let e: BackendError<String> = BackendError::uncertain("timeout");
 /// assert!(e.may_have_taken_effect());
 /// assert_eq!(e.to_string(), "backend call may have taken effect: timeout");
@@ -212,7 +212,8 @@ impl<N: Eq> Eq for BackendError<N> {}
 /// ```
 /// use std::sync::Arc;
 /// use async_trait::async_trait;
-/// use attach_detach::{AttachBackend, AttachInfo, BackendAttachment, BackendError, Ids};
+/// use attach_detach::Ids;
+/// use attach_detach::traits::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 /// type D = Ids<String, String, String, ()>;
 ///
 /// /// A backend whose storage is always down.

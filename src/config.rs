@@ -1,8 +1,20 @@
 //! Tunables of the core and the driver, with upstream's defaults except where upstream is
 //! unsafe, and the checks that keep them usable.
+//!
+//! A [`Config`] is what [`Reconciler::new`](crate::core::Reconciler::new) and
+//! [`Controller::new`](crate::controller::Controller::new) take; the other types are its parts.
+//! [`Config::default()`] is safe as it is: you need this module to tune the periods, the
+//! backoff or the call timeouts, and (with the `upstream-bugs` feature, for tests only) to put
+//! an upstream bug back.
 
 use std::fmt;
 use std::time::Duration;
+
+// Public only with the `upstream-bugs` feature; the core reads it either way.
+#[cfg(not(feature = "upstream-bugs"))]
+pub(crate) use crate::upstream_bugs::UpstreamBugs;
+#[cfg(feature = "upstream-bugs")]
+pub use crate::upstream_bugs::UpstreamBugs;
 
 /// How the core paces itself and how far it may go to free a volume, and how long the driver
 /// waits for each call to the outside.
@@ -12,9 +24,9 @@ use std::time::Duration;
 /// that still mounts it when the node is fenced (see seed 004). [`CallTimeouts`] explains its
 /// own defaults.
 ///
-/// [`Controller::new`](crate::Controller::new) refuses a configuration that
-/// [`validate`](Config::validate) refuses; a user driving the [`Reconciler`](crate::Reconciler)
-/// by hand should call it too.
+/// [`Controller::new`](crate::controller::Controller::new) refuses a configuration that
+/// [`validate`](Config::validate) refuses; a user driving the
+/// [`Reconciler`](crate::core::Reconciler) by hand should call it too.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// Minimum time between two reconcile passes; changes that arrive in between are batched.
@@ -45,16 +57,16 @@ pub struct Config {
     ///
     /// Off by default: a node object can be deleted while its machine still runs and writes
     /// (an operator's `kubectl delete node`), so its volumes stay attached, and a single-node
-    /// volume stays pinned there (with a [`DetachBlocked`](crate::Event::DetachBlocked)
+    /// volume stays pinned there (with a [`DetachBlocked`](crate::core::Event::DetachBlocked)
     /// event), until the node comes back and reports, or is fenced. Turn it on when your
     /// orchestrator deletes a node object only once its machine is gone, as cloud node
     /// lifecycle controllers do (Kubernetes' deletes a Node whose instance the cloud reports
     /// terminated).
     pub deleted_node_is_fenced: bool,
     /// At most this many workloads may wait for a node or a volume the core was not told of
-    /// (see [`Input::WorkloadScheduled`](crate::Input::WorkloadScheduled)); beyond it, a
+    /// (see [`Input::WorkloadScheduled`](crate::core::Input::WorkloadScheduled)); beyond it, a
     /// workload that would wait is refused with
-    /// [`DesiredError::TooManyPending`](crate::DesiredError::TooManyPending).
+    /// [`DesiredError::TooManyPending`](crate::core::DesiredError::TooManyPending).
     ///
     /// Out-of-order inputs are normal with watchers (a pod may be seen before its node or its
     /// volume), so workloads wait rather than being refused; but a workload naming a node or a
@@ -65,7 +77,7 @@ pub struct Config {
     /// they take no more room than before). 0 refuses every out-of-order workload.
     pub max_pending_workloads: usize,
     /// A workload that still waits for a node or a volume after this long is named once in an
-    /// [`Event::WorkloadWaiting`](crate::Event::WorkloadWaiting), with what it waits for.
+    /// [`Event::WorkloadWaiting`](crate::core::Event::WorkloadWaiting), with what it waits for.
     ///
     /// Counted from the first reconcile pass that saw it wait. Short waits are normal (watchers
     /// deliver kinds in no set order); two minutes is long past any informer's lag.
@@ -122,7 +134,7 @@ impl Config {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use attach_detach::{BackoffConfig, Config, ConfigError};
+    /// use attach_detach::config::{BackoffConfig, Config, ConfigError};
     /// assert_eq!(Config::default().validate(), Ok(()));
     /// let busy = Config {
     ///     reconcile_period: Duration::ZERO,
@@ -227,20 +239,20 @@ pub enum ConfigError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum CallKind {
-    /// [`AttachBackend::attach`](crate::AttachBackend::attach).
+    /// [`AttachBackend::attach`](crate::traits::AttachBackend::attach).
     Attach,
-    /// [`AttachBackend::detach`](crate::AttachBackend::detach).
+    /// [`AttachBackend::detach`](crate::traits::AttachBackend::detach).
     Detach,
-    /// [`AttachBackend::verify`](crate::AttachBackend::verify).
+    /// [`AttachBackend::verify`](crate::traits::AttachBackend::verify).
     Verify,
-    /// [`NodeStatusStore::read`](crate::NodeStatusStore::read): the fresh read before a status
-    /// write or before a detach.
+    /// [`NodeStatusStore::read`](crate::traits::NodeStatusStore::read): the fresh read before a
+    /// status write or before a detach.
     StatusRead,
-    /// [`NodeStatusStore::write`](crate::NodeStatusStore::write).
+    /// [`NodeStatusStore::write`](crate::traits::NodeStatusStore::write).
     StatusWrite,
-    /// [`NodeStatusStore::list`](crate::NodeStatusStore::list), at recovery.
+    /// [`NodeStatusStore::list`](crate::traits::NodeStatusStore::list), at recovery.
     StoreList,
-    /// [`AttachBackend::list`](crate::AttachBackend::list), at recovery.
+    /// [`AttachBackend::list`](crate::traits::AttachBackend::list), at recovery.
     BackendList,
 }
 
@@ -271,7 +283,7 @@ impl CallKind {
 
     /// Whether a call of this kind that timed out may nevertheless have changed something:
     /// only an attach or a detach may (the driver then reports it as
-    /// [`BackendError::Uncertain`](crate::BackendError::Uncertain)).
+    /// [`BackendError::Uncertain`](crate::traits::BackendError::Uncertain)).
     pub fn may_take_effect(self) -> bool {
         matches!(self, CallKind::Attach | CallKind::Detach)
     }
@@ -286,11 +298,11 @@ impl fmt::Display for CallKind {
 /// How long the driver waits for one call to the outside before it gives up on it.
 ///
 /// A call that gets no answer in time is treated as failed: a timed-out attach or detach as
-/// [`BackendError::Uncertain`](crate::BackendError::Uncertain) (it may still take effect), a
-/// timed-out verify or store call as transient (it changed nothing the driver relies on), and a
+/// [`BackendError::Uncertain`](crate::traits::BackendError::Uncertain) (it may still take effect),
+/// a timed-out verify or store call as transient (it changed nothing the driver relies on), and a
 /// timed-out recovery listing is retried with the backoff. Each timeout raises an
-/// [`Event::CallTimedOut`](crate::Event::CallTimedOut) and is counted in the metrics. Without a
-/// deadline a single hung call pins its volume, or at start-up the whole controller, forever.
+/// [`Event::CallTimedOut`](crate::core::Event::CallTimedOut) and is counted in the metrics. Without
+/// a deadline a single hung call pins its volume, or at start-up the whole controller, forever.
 ///
 /// The defaults:
 ///
@@ -306,19 +318,20 @@ impl fmt::Display for CallKind {
 ///   much longer than one call; while it hangs nothing is planned at all, so it must still end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CallTimeouts {
-    /// [`AttachBackend::attach`](crate::AttachBackend::attach).
+    /// [`AttachBackend::attach`](crate::traits::AttachBackend::attach).
     pub attach: Duration,
-    /// [`AttachBackend::detach`](crate::AttachBackend::detach).
+    /// [`AttachBackend::detach`](crate::traits::AttachBackend::detach).
     pub detach: Duration,
-    /// [`AttachBackend::verify`](crate::AttachBackend::verify).
+    /// [`AttachBackend::verify`](crate::traits::AttachBackend::verify).
     pub verify: Duration,
-    /// [`NodeStatusStore::write`](crate::NodeStatusStore::write), each compare-and-set call.
+    /// [`NodeStatusStore::write`](crate::traits::NodeStatusStore::write), each compare-and-set
+    /// call.
     pub status_write: Duration,
-    /// [`NodeStatusStore::read`](crate::NodeStatusStore::read), each call (before a write, after
-    /// a conflict, before a detach).
+    /// [`NodeStatusStore::read`](crate::traits::NodeStatusStore::read), each call (before a write,
+    /// after a conflict, before a detach).
     pub status_read: Duration,
-    /// [`NodeStatusStore::list`](crate::NodeStatusStore::list) and
-    /// [`AttachBackend::list`](crate::AttachBackend::list) at recovery.
+    /// [`NodeStatusStore::list`](crate::traits::NodeStatusStore::list) and
+    /// [`AttachBackend::list`](crate::traits::AttachBackend::list) at recovery.
     pub list: Duration,
 }
 
@@ -379,46 +392,6 @@ impl Default for BackoffConfig {
             max: Duration::from_millis(2 * 60_000 + 2_000),
         }
     }
-}
-
-/// Switches that put back the upstream behaviour each correction replaces.
-///
-/// They exist so that every regression test can be shown to fail against the bug it guards
-/// against, and so the simulator can replay an incident as it happened. Never enable them in
-/// production. Public only with the `upstream-bugs` feature; without it the core reads
-/// [`UpstreamBugs::NONE`], a constant, so every bug branch compiles away.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct UpstreamBugs {
-    /// C1 (49053, 72181, 88565): a failed detach does not put the volume back in the node's
-    /// reported list, and an "already attached" volume is never re-reported.
-    pub c1_lose_report_on_failed_detach: bool,
-    /// C2: an Uncertain attachment does not count as a holder for Multi-Attach.
-    pub c2_ignore_uncertain_holder: bool,
-    /// C3 (seed 004): a mounted volume is force-detached from an unhealthy node after the unmount
-    /// wait even if the node is not fenced and `force_detach_on_timeout` is off.
-    pub c3_force_detach_unfenced: bool,
-    /// C4 (141385): an attachment first seen without a mount report stays "mounted" until the
-    /// node's in-use report changes for that volume, instead of following the latest report.
-    pub c4_sticky_assumed_mount: bool,
-    /// C5: the detach starts as soon as the volume is dropped from the report, without waiting
-    /// for the status write to be acknowledged.
-    pub c5_detach_before_status_ack: bool,
-    /// C6 (122413): before a status write, the core reads the orchestrator's cached copy of the
-    /// node (`Operation::ReadStatus { from_cache: true }`) and skips the write when that copy,
-    /// which may be stale, already matches.
-    pub c6_diff_against_stale_read: bool,
-}
-
-impl UpstreamBugs {
-    /// Every correction in place.
-    pub const NONE: UpstreamBugs = UpstreamBugs {
-        c1_lose_report_on_failed_detach: false,
-        c2_ignore_uncertain_holder: false,
-        c3_force_detach_unfenced: false,
-        c4_sticky_assumed_mount: false,
-        c5_detach_before_status_ack: false,
-        c6_diff_against_stale_read: false,
-    };
 }
 
 #[cfg(test)]

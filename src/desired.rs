@@ -43,9 +43,9 @@ pub enum DesiredError<D: Domain> {
 /// Something a waiting workload names that the core does not know: never seen, or removed.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Missing<D: Domain> {
-    /// A node the orchestrator has not announced ([`Input::NodeUpdated`](crate::Input)).
+    /// A node the orchestrator has not announced ([`Input::NodeUpdated`](crate::core::Input)).
     Node(D::Node),
-    /// A volume the orchestrator has not registered ([`Input::SetVolume`](crate::Input)).
+    /// A volume the orchestrator has not registered ([`Input::SetVolume`](crate::core::Input)).
     Volume(D::Volume),
 }
 
@@ -86,7 +86,7 @@ pub struct PendingWorkload<D: Domain> {
     /// What it waits for: the node first if missing, then the missing volumes, sorted. Never
     /// empty.
     pub missing: Vec<Missing<D>>,
-    /// When the core first saw it wait: the time of the first [`poll`](crate::Reconciler::poll)
+    /// When the core first saw it wait: the time of the first [`poll`](crate::core::Reconciler::poll)
     /// after it began to (the core has no clock of its own); `None` before that poll.
     pub since: Option<Duration>,
 }
@@ -215,11 +215,13 @@ impl<D: Domain> VolumeEntry<D> {
 /// *waits* (it is [pending](Self::pending_workloads)) and desires nothing until all it names is
 /// known; a node or volume removed under its workloads sends them back to waiting.
 ///
-/// It changes only through [`Reconciler::handle`](crate::Reconciler::handle); read it through
-/// [`Reconciler::desired`](crate::Reconciler::desired).
+/// It changes only through [`Reconciler::handle`](crate::core::Reconciler::handle); read it through
+/// [`Reconciler::desired`](crate::core::Reconciler::desired).
 ///
 /// ```
-/// use attach_detach::{Config, Ids, Input, Missing, NodeFacts, Reconciler, VolumeSpec};
+/// use attach_detach::Ids;
+/// use attach_detach::config::Config;
+/// use attach_detach::core::{Input, Missing, NodeFacts, Reconciler, VolumeSpec};
 /// let mut core: Reconciler<Ids<&str, &str, &str>> = Reconciler::new(Config::default());
 /// core.handle(Input::WorkloadScheduled { workload: "pod-1", node: "node-a", volumes: vec!["pvc-1"] })
 ///     .unwrap();

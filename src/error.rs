@@ -5,8 +5,8 @@ use std::error::Error;
 use std::fmt;
 use std::sync::Arc;
 
-/// The underlying error of a [`BackendError`](crate::BackendError) or a
-/// [`StoreError`](crate::StoreError): the cloud SDK's, the gRPC status, the HTTP client's.
+/// The underlying error of a [`BackendError`](crate::traits::BackendError) or a
+/// [`StoreError`](crate::traits::StoreError): the cloud SDK's, the gRPC status, the HTTP client's.
 ///
 /// Shared rather than boxed so that the errors stay `Clone`: the core and the tests copy
 /// results around.

@@ -72,7 +72,8 @@ pub enum Event<D: Domain> {
     /// A detach was held back because a fresh read of the node did not justify it (its agent
     /// reports the volume in use, its fence was lifted, it is healthy again): no call was
     /// made, nothing failed. The detach is looked at again on the node's next report or after
-    /// [`Config::unmount_recheck`](crate::Config::unmount_recheck). Emitted once per episode.
+    /// [`Config::unmount_recheck`](crate::config::Config::unmount_recheck). Emitted once per
+    /// episode.
     WaitingForUnmount {
         /// The volume.
         volume: D::Volume,
@@ -90,10 +91,10 @@ pub enum Event<D: Domain> {
         /// The backend's message.
         message: String,
     },
-    /// A workload has waited [`Config::pending_workload_warning`](crate::Config) or longer for
-    /// a node or volumes the controller was not told of (never seen, or removed); its volumes
-    /// are attached only once they are known. Emitted once per wait; the wait ends when what
-    /// it names arrives or the workload is removed.
+    /// A workload has waited [`Config::pending_workload_warning`](crate::config::Config) or longer
+    /// for a node or volumes the controller was not told of (never seen, or removed); its volumes
+    /// are attached only once they are known. Emitted once per wait; the wait ends when what it
+    /// names arrives or the workload is removed.
     WorkloadWaiting {
         /// The workload.
         workload: D::Workload,
@@ -105,9 +106,9 @@ pub enum Event<D: Domain> {
         waited: Duration,
     },
     /// A call to the backend or the store got no answer within its deadline
-    /// ([`CallTimeouts`](crate::CallTimeouts)) and was given up. Raised by the driver, never by
-    /// the core; a timed-out attach or detach is then handled as an uncertain failure (it may
-    /// still take effect), any other call as a transient one, a recovery listing is retried.
+    /// ([`CallTimeouts`](crate::config::CallTimeouts)) and was given up. Raised by the driver,
+    /// never by the core; a timed-out attach or detach is then handled as an uncertain failure (it
+    /// may still take effect), any other call as a transient one, a recovery listing is retried.
     CallTimedOut {
         /// What was called.
         call: CallKind,

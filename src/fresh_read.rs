@@ -3,10 +3,10 @@
 //! The core decides detaches from its own view of a node, fed by the orchestrator's watches,
 //! which can be older than a mount that started before the volume left the node's status, or
 //! than a fence lifted since. So every detach, forced or not, is planned only after a fresh
-//! read of the node ([`Operation::ReadStatus`](crate::Operation::ReadStatus)) and only if that
-//! read justifies it. The removal is acknowledged before the read is planned (C5), and an
-//! agent reports a volume in use before mounting it, so the read sees every mount that could
-//! still happen.
+//! read of the node ([`Operation::ReadStatus`](crate::core::Operation::ReadStatus)) and only if
+//! that read justifies it. The removal is acknowledged before the read is planned (C5), and an
+//! agent reports a volume in use before mounting it, so the read sees every mount that could still
+//! happen.
 
 use crate::domain::Domain;
 use crate::operation::ForceReason;

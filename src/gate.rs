@@ -28,7 +28,7 @@ use crate::config::BackoffConfig;
 /// The kinds of operation the core plans. Backoff is kept per kind, so that a failing attach does
 /// not hold back a detach of the same volume (upstream 75209).
 ///
-/// Exhaustive, like [`Operation`](crate::Operation): one kind per operation.
+/// Exhaustive, like [`Operation`](crate::core::Operation): one kind per operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum OpKind {
     /// Attach a volume to a node.
@@ -58,22 +58,8 @@ struct Retry {
 ///
 /// The key says what must not run twice at once: a single-node volume, a (volume, node) pair of
 /// a multi-node volume, or a node whose status is written.
-///
-/// ```
-/// use std::time::Duration;
-/// use attach_detach::{BackoffConfig, OpKind, OperationGate};
-/// let mut gate = OperationGate::new(BackoffConfig::default());
-/// let now = Duration::ZERO;
-/// assert!(gate.may_start(&"vol-1", OpKind::Attach, now).is_ok());
-/// gate.start("vol-1");
-/// assert!(gate.is_running(&"vol-1"));
-/// let retry_at = gate.failed("vol-1", OpKind::Attach, now);
-/// assert_eq!(retry_at, Duration::from_millis(500));
-/// assert_eq!(gate.may_start(&"vol-1", OpKind::Attach, now), Err(Some(retry_at)));
-/// assert!(gate.may_start(&"vol-1", OpKind::Detach, now).is_ok());
-/// ```
 #[derive(Debug)]
-pub struct OperationGate<K> {
+pub(crate) struct OperationGate<K> {
     config: BackoffConfig,
     running: FxHashSet<K>,
     retries: FxHashMap<(K, OpKind), Retry>,
@@ -81,7 +67,7 @@ pub struct OperationGate<K> {
 
 impl<K: Clone + Eq + Hash> OperationGate<K> {
     /// An empty gate.
-    pub fn new(config: BackoffConfig) -> Self {
+    pub(crate) fn new(config: BackoffConfig) -> Self {
         OperationGate {
             config,
             running: FxHashSet::default(),
@@ -91,7 +77,12 @@ impl<K: Clone + Eq + Hash> OperationGate<K> {
 
     /// Whether an operation of `kind` on `key` may start at `now`: `Err(None)` while another
     /// operation on the key runs, `Err(Some(t))` while in backoff until `t`.
-    pub fn may_start(&self, key: &K, kind: OpKind, now: Duration) -> Result<(), Option<Duration>> {
+    pub(crate) fn may_start(
+        &self,
+        key: &K,
+        kind: OpKind,
+        now: Duration,
+    ) -> Result<(), Option<Duration>> {
         if self.running.contains(key) {
             return Err(None);
         }
@@ -102,24 +93,24 @@ impl<K: Clone + Eq + Hash> OperationGate<K> {
     }
 
     /// Whether an operation on `key` is running.
-    pub fn is_running(&self, key: &K) -> bool {
+    pub(crate) fn is_running(&self, key: &K) -> bool {
         self.running.contains(key)
     }
 
     /// Marks an operation on `key` as running.
-    pub fn start(&mut self, key: K) {
+    pub(crate) fn start(&mut self, key: K) {
         self.running.insert(key);
     }
 
     /// The operation on `key` succeeded: the key is free and its backoff for `kind` forgotten.
-    pub fn succeeded(&mut self, key: K, kind: OpKind) {
+    pub(crate) fn succeeded(&mut self, key: K, kind: OpKind) {
         self.running.remove(&key);
         self.retries.remove(&(key, kind));
     }
 
     /// The operation on `key` failed at `now`: the key is free, and `kind` may retry at the
     /// returned time.
-    pub fn failed(&mut self, key: K, kind: OpKind, now: Duration) -> Duration {
+    pub(crate) fn failed(&mut self, key: K, kind: OpKind, now: Duration) -> Duration {
         self.running.remove(&key);
         let initial = self.config.initial;
         let max = self.config.max;
@@ -131,11 +122,6 @@ impl<K: Clone + Eq + Hash> OperationGate<K> {
         retry.until = now.saturating_add(delay);
         retry.next_delay = delay.saturating_mul(2).min(max);
         retry.until
-    }
-
-    /// Frees `key` without touching backoff: the operation was abandoned (e.g. lost in a restart).
-    pub fn release(&mut self, key: &K) {
-        self.running.remove(key);
     }
 
     /// Forgets every backoff that ran out at least one longest wait before `now`: a failure
@@ -159,12 +145,14 @@ impl<K: Clone + Eq + Hash> OperationGate<K> {
     }
 
     /// Number of keys in backoff or running; for memory accounting and tests.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.running.len() + self.retries.len()
     }
 
     /// Whether nothing runs and nothing is in backoff.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.running.is_empty() && self.retries.is_empty()
     }
 }

@@ -1,8 +1,9 @@
 //! The one vocabulary of changes the core takes in: what an orchestrator's watchers see.
 //!
-//! The same [`Input`] values feed the core ([`Reconciler::handle`](crate::Reconciler::handle)),
-//! a running controller ([`ControllerHandle::send`](crate::ControllerHandle::send)) and the
-//! start-up [`World`](crate::World).
+//! The same [`Input`] values feed the core
+//! ([`Reconciler::handle`](crate::core::Reconciler::handle)), a running controller
+//! ([`ControllerHandle::send`](crate::controller::ControllerHandle::send)) and the start-up
+//! [`World`](crate::controller::World).
 
 use rustc_hash::FxHashSet;
 
@@ -29,10 +30,10 @@ pub enum Kind {
 /// - A workload that names a node or a volume the core has not been told of yet (or one that
 ///   was removed) is accepted and *waits*: it contributes nothing to the desired state until
 ///   everything it names is known, and is then placed. What waits, and for what, is visible in
-///   [`DesiredState::pending_workloads`](crate::DesiredState::pending_workloads); a workload
-///   still waiting after [`Config::pending_workload_warning`](crate::Config) is named once in an
-///   [`Event::WorkloadWaiting`](crate::Event::WorkloadWaiting); at most
-///   [`Config::max_pending_workloads`](crate::Config) may wait for something never seen.
+///   [`DesiredState::pending_workloads`](crate::core::DesiredState::pending_workloads); a workload
+///   still waiting after [`Config::pending_workload_warning`](crate::config::Config) is named once
+///   in an [`Event::WorkloadWaiting`](crate::core::Event::WorkloadWaiting); at most
+///   [`Config::max_pending_workloads`](crate::config::Config) may wait for something never seen.
 /// - A node or a volume removed while workloads use it is removed: those workloads wait for it
 ///   again, and the volumes are no longer desired there (so they are detached by the usual,
 ///   safe path: never from a node that still mounts them unless it is fenced).
@@ -78,7 +79,7 @@ pub enum Input<D: Domain> {
     ///
     /// Workloads placed on it wait for it again (they are placed again if it comes back), and
     /// their volumes are no longer desired there; a volume still attached to the deleted node
-    /// is detached as [`Config::deleted_node_is_fenced`](crate::Config) says. A no-op for a
+    /// is detached as [`Config::deleted_node_is_fenced`](crate::config::Config) says. A no-op for a
     /// node not known.
     NodeRemoved {
         /// The node.
@@ -87,9 +88,9 @@ pub enum Input<D: Domain> {
     /// A workload was placed on a node (or moved) and needs these volumes there.
     ///
     /// If the node or a volume is not known yet, the workload waits for it (see above);
-    /// refused with [`DesiredError::TooManyPending`](crate::DesiredError::TooManyPending)
-    /// when it would wait and [`Config::max_pending_workloads`](crate::Config) workloads wait
-    /// already.
+    /// refused with [`DesiredError::TooManyPending`](crate::core::DesiredError::TooManyPending)
+    /// when it would wait and [`Config::max_pending_workloads`](crate::config::Config) workloads
+    /// wait already.
     WorkloadScheduled {
         /// The workload.
         workload: D::Workload,
@@ -113,7 +114,9 @@ pub enum Input<D: Domain> {
     /// unaffected.
     ///
     /// ```
-    /// use attach_detach::{Config, Ids, Input, Kind, NodeFacts, Reconciler};
+    /// use attach_detach::Ids;
+    /// use attach_detach::config::Config;
+    /// use attach_detach::core::{Input, Kind, NodeFacts, Reconciler};
     /// type D = Ids<&'static str, &'static str, &'static str, ()>;
     /// let mut core = Reconciler::<D>::new(Config::default());
     /// let node = |n| Input::NodeUpdated { node: n, facts: NodeFacts::default() };
@@ -141,7 +144,9 @@ pub enum Input<D: Domain> {
     /// was seen, and removing every object of the kind on a stray message would be a disaster.
     ///
     /// ```
-    /// use attach_detach::{Config, Ids, Input, Kind, NodeFacts, Reconciler, ReconcilerError, VolumeSpec};
+    /// use attach_detach::Ids;
+    /// use attach_detach::config::Config;
+    /// use attach_detach::core::{Input, Kind, NodeFacts, Reconciler, ReconcilerError, VolumeSpec};
     /// type D = Ids<&'static str, &'static str, &'static str, ()>;
     /// let mut core = Reconciler::<D>::new(Config::default());
     /// let refused = core.handle_all([
@@ -184,8 +189,8 @@ impl<D: Domain> Input<D> {
 }
 
 /// An input of a batch the core refused, with its place in the batch
-/// ([`Reconciler::handle_all`](crate::Reconciler::handle_all),
-/// [`ControllerHandle::send_all`](crate::ControllerHandle::send_all)).
+/// ([`Reconciler::handle_all`](crate::core::Reconciler::handle_all),
+/// [`ControllerHandle::send_all`](crate::controller::ControllerHandle::send_all)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rejection<D: Domain> {
     /// The input's index in the batch, from 0.

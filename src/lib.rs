@@ -8,6 +8,20 @@
 //! [`Operation`]s, plus a thin tokio driver that runs them through two traits,
 //! [`AttachBackend`] (cloud, CSI, SAN) and [`NodeStatusStore`] (API server, etcd, ...).
 //!
+//! # Where things are
+//!
+//! - [`core`]: the state machine and its vocabulary: the [`Reconciler`], the [`Input`]s it
+//!   takes, the [`Operation`]s it plans, the [`Event`]s it raises, read-only views of its state.
+//! - [`config`]: [`Config`] and its parts, for the core and the driver alike.
+//! - [`traits`]: what you implement, [`AttachBackend`] and [`NodeStatusStore`], and the types
+//!   they take and return.
+//! - [`controller`]: the tokio driver, [`Controller`], with its handle, metrics and event
+//!   recorders.
+//! - [`memory`]: in-memory backend and store with fault injection, for tests and examples.
+//! - `sim` (feature `sim`): the deterministic incident simulator.
+//! - At the root, what every module is generic over: the [`Domain`] of identifiers (node,
+//!   volume, workload, per-volume payload), [`Id`], and [`Ids`] to name one.
+//!
 //! # Driving the core by hand
 //!
 //! The core never sleeps, spawns or reads a clock: time is an argument. It plans every step
@@ -18,10 +32,10 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use attach_detach::{
-//!     AttachInfo, Config, Event, Ids, Input, NodeFacts, NodeStatus, Operation, Reconciler,
-//!     ReportedVolume, Revision, StoreError, VolumeSpec,
-//! };
+//! use attach_detach::Ids;
+//! use attach_detach::config::Config;
+//! use attach_detach::core::{Event, Input, NodeFacts, Operation, Reconciler, VolumeSpec};
+//! use attach_detach::traits::{AttachInfo, NodeStatus, ReportedVolume, Revision, StoreError};
 //!
 //! // Kubernetes-style names; the payload would be a CSI handle, here nothing.
 //! type K8s = Ids<String, String, String, ()>;
@@ -171,12 +185,34 @@
 //! view of the node may be older than a mount that began before the volume left the node's
 //! status, or than a lifted fence. A read that does not justify the detach holds it back,
 //! which is no failure ([`Event::WaitingForUnmount`]).
+//!
+//! [`AttachBackend`]: traits::AttachBackend
+//! [`AttachState::Uncertain`]: core::AttachState::Uncertain
+//! [`CallTimeouts`]: config::CallTimeouts
+//! [`Config`]: config::Config
+//! [`Config::max_pending_workloads`]: config::Config::max_pending_workloads
+//! [`Controller`]: controller::Controller
+//! [`ControllerHandle::send`]: controller::ControllerHandle::send
+//! [`Event`]: core::Event
+//! [`Event::CallTimedOut`]: core::Event::CallTimedOut
+//! [`Event::WaitingForUnmount`]: core::Event::WaitingForUnmount
+//! [`Event::WorkloadWaiting`]: core::Event::WorkloadWaiting
+//! [`Input`]: core::Input
+//! [`Input::RelistDone`]: core::Input::RelistDone
+//! [`Input::RelistStarted`]: core::Input::RelistStarted
+//! [`NodeStatusStore`]: traits::NodeStatusStore
+//! [`Operation`]: core::Operation
+//! [`Operation::ReadStatus`]: core::Operation::ReadStatus
+//! [`Reconciler`]: core::Reconciler
+//! [`Reconciler::handle`]: core::Reconciler::handle
+//! [`Reconciler::take_events`]: core::Reconciler::take_events
+//! [`World`]: controller::World
 #![deny(missing_docs)]
 
 mod actual;
 mod backend;
-mod config;
-mod controller;
+pub mod config;
+pub mod controller;
 mod decision;
 mod desired;
 mod domain;
@@ -186,13 +222,14 @@ mod fault;
 mod fresh_read;
 mod gate;
 mod input;
-mod memory;
+pub mod memory;
 mod operation;
 mod reconciler;
 mod recovery;
 mod schedule;
 mod status;
 mod store;
+mod upstream_bugs;
 mod volume;
 
 #[cfg(feature = "sim")]
@@ -203,25 +240,50 @@ pub mod sim;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
-pub use actual::{ActualState, AttachState, Attachment, NodeFacts};
-pub use backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
-#[cfg(feature = "upstream-bugs")]
-pub use config::UpstreamBugs;
-pub use config::{BackoffConfig, CallKind, CallTimeouts, Config, ConfigError};
-pub use controller::{
-    BuildError, Controller, ControllerError, ControllerHandle, EventRecorder, MemoryRecorder,
-    Metrics, MetricsSnapshot, OperationSummary, Outcome, OutcomeCounts, ShutdownReport,
-    TimeoutCounts, World,
-};
-pub use desired::{DesiredError, DesiredState, Missing, PendingWorkload};
 pub use domain::{Domain, Id, Ids};
-pub use error::ErrorSource;
-pub use event::{Event, Holder};
-pub use gate::{OpKind, OperationGate};
-pub use input::{Input, Kind, Rejection};
-pub use memory::{BackendOp, CachedView, MemoryBackend, MemoryStore};
-pub use operation::{ForceReason, OpId, Operation};
-pub use reconciler::{Reconciler, ReconcilerError};
-pub use status::StatusBook;
-pub use store::{NodeStatus, NodeStatusStore, ReportedVolume, Revision, StoreError};
-pub use volume::{Access, VolumeSpec};
+
+pub mod core {
+    //! The state machine and its vocabulary: the pure [`Reconciler`], what goes into it and
+    //! what comes out.
+    //!
+    //! Every user needs part of it: the [`Input`]s that tell the core (or a running
+    //! [`Controller`](crate::controller::Controller)) what the orchestrator sees, with the
+    //! [`VolumeSpec`] and [`NodeFacts`] they carry, and the [`Event`]s worth showing a human.
+    //! The rest matters when you drive the core yourself: the [`Operation`]s it plans for you
+    //! to run, and read-only views of its desired state ([`DesiredState`]), actual state
+    //! ([`ActualState`]) and node statuses ([`StatusBook`]).
+
+    // The core, and its errors.
+    pub use crate::desired::DesiredError;
+    pub use crate::reconciler::{Reconciler, ReconcilerError};
+
+    // In: the changes the orchestrator saw.
+    pub use crate::actual::NodeFacts;
+    pub use crate::input::{Input, Kind, Rejection};
+    pub use crate::volume::{Access, VolumeSpec};
+
+    // Out: the calls to make, and what to tell a human.
+    pub use crate::event::{Event, Holder};
+    pub use crate::gate::OpKind;
+    pub use crate::operation::{ForceReason, OpId, Operation};
+
+    // Read-only views of the core's state.
+    pub use crate::actual::{ActualState, AttachState, Attachment};
+    pub use crate::desired::{DesiredState, Missing, PendingWorkload};
+    pub use crate::status::StatusBook;
+}
+
+pub mod traits {
+    //! What you implement to plug the crate into your storage and your orchestrator, and what
+    //! their methods take and return: [`AttachBackend`] (cloud disks, CSI, a SAN) and
+    //! [`NodeStatusStore`] (the API server, etcd, ...).
+    //!
+    //! You need it to write an adapter, and to drive the core yourself: the core's
+    //! [`Operation`](crate::core::Operation)s carry [`ReportedVolume`]s and [`Revision`]s, and
+    //! its `*_finished` methods take these results. The in-memory doubles in
+    //! [`memory`](crate::memory) implement both traits.
+
+    pub use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
+    pub use crate::error::ErrorSource;
+    pub use crate::store::{NodeStatus, NodeStatusStore, ReportedVolume, Revision, StoreError};
+}

@@ -79,7 +79,9 @@ impl<D: Domain> BackendState<D> {
 /// and defaults to single-node.
 ///
 /// ```
-/// use attach_detach::{AttachBackend, BackendError, BackendOp, Ids, MemoryBackend};
+/// use attach_detach::Ids;
+/// use attach_detach::memory::{BackendOp, MemoryBackend};
+/// use attach_detach::traits::{AttachBackend, BackendError};
 /// type D = Ids<String, String, String, ()>;
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 /// let backend = MemoryBackend::<D>::new();
@@ -430,7 +432,9 @@ impl<D: Domain> StoreState<D> {
 /// node that is removed and added again.
 ///
 /// ```
-/// use attach_detach::{Ids, MemoryStore, NodeStatusStore, ReportedVolume, StoreError};
+/// use attach_detach::Ids;
+/// use attach_detach::memory::MemoryStore;
+/// use attach_detach::traits::{NodeStatusStore, ReportedVolume, StoreError};
 /// type D = Ids<String, String, String, ()>;
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 /// let store = MemoryStore::<D>::new();
@@ -664,7 +668,9 @@ impl<D: Domain> NodeStatusStore<D> for MemoryStore<D> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use attach_detach::{Ids, MemoryStore, NodeStatusStore, StoreError};
+/// use attach_detach::Ids;
+/// use attach_detach::memory::MemoryStore;
+/// use attach_detach::traits::{NodeStatusStore, StoreError};
 /// type D = Ids<String, String, String, ()>;
 /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap().block_on(async {
 /// let store = MemoryStore::<D>::new();

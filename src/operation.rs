@@ -43,7 +43,7 @@ impl ForceReason {
 }
 
 /// Work for the driver. Each finishes with exactly one call back into the
-/// [`Reconciler`](crate::Reconciler) naming its id.
+/// [`Reconciler`](crate::core::Reconciler) naming its id.
 ///
 /// Deliberately not `#[non_exhaustive]`: a driver must carry out every operation and report
 /// its result, or the core waits on it forever, so a new kind of operation is a breaking change
@@ -79,10 +79,11 @@ pub enum Operation<D: Domain> {
         /// ([`Operation::ReadStatus`]) justified it, so a driver just makes the call.
         force: Option<ForceReason>,
     },
-    /// Read `node`'s status fresh from the store ([`NodeStatusStore::read`](crate::NodeStatusStore::read),
-    /// never a cache); report back with `status_read`. Planned before a write whose revision
-    /// is unknown, and right before every detach, whose justification (the node's in-use
-    /// list, its fence, its health) must not come from a view of unknown age.
+    /// Read `node`'s status fresh from the store
+    /// ([`NodeStatusStore::read`](crate::traits::NodeStatusStore::read), never a cache); report
+    /// back with `status_read`. Planned before a write whose revision is unknown, and right before
+    /// every detach, whose justification (the node's in-use list, its fence, its health) must not
+    /// come from a view of unknown age.
     ReadStatus {
         /// Result id.
         id: OpId,
@@ -103,15 +104,16 @@ pub enum Operation<D: Domain> {
         /// The volumes believed attached there, with payloads.
         volumes: Vec<(D::Volume, D::Payload)>,
     },
-    /// List every attachment the backend knows ([`AttachBackend::list`](crate::AttachBackend::list));
-    /// report back with `list_finished`. Planned every `Config::resync_period`, it finds
-    /// attachments the core does not know of, such as one made by a call that a previous
-    /// controller started and lost in a restart, which lands after the new one recovered.
+    /// List every attachment the backend knows
+    /// ([`AttachBackend::list`](crate::traits::AttachBackend::list)); report back with
+    /// `list_finished`. Planned every `Config::resync_period`, it finds attachments the core does
+    /// not know of, such as one made by a call that a previous controller started and lost in a
+    /// restart, which lands after the new one recovered.
     ListAttachments {
         /// Result id.
         id: OpId,
     },
-    /// List every node's status ([`NodeStatusStore::list`](crate::NodeStatusStore::list));
+    /// List every node's status ([`NodeStatusStore::list`](crate::traits::NodeStatusStore::list));
     /// report back with `statuses_listed`. Planned once, by a new core, together with
     /// [`Operation::ListAttachments`]: nothing else is planned until both are handed back
     /// (restart recovery).
@@ -120,7 +122,7 @@ pub enum Operation<D: Domain> {
         id: OpId,
     },
     /// Make the store's record of `node` list exactly `attached`, if the record is still at
-    /// revision `expected` ([`NodeStatusStore::write`](crate::NodeStatusStore::write), a
+    /// revision `expected` ([`NodeStatusStore::write`](crate::traits::NodeStatusStore::write), a
     /// compare-and-set); report back with `status_written`.
     WriteStatus {
         /// Result id.

@@ -228,6 +228,7 @@ impl<D: Domain> Reconciler<D> {
     /// operation on the same key is running, or `kind` is in backoff there. Upstream's
     /// `IsOperationPending` check, exposed so the benchmarks can replay upstream's full scan on
     /// this crate's structures; the reconciler itself never scans.
+    #[cfg(feature = "internals")]
     #[doc(hidden)]
     pub fn operation_blocked(
         &self,
@@ -253,7 +254,9 @@ impl<D: Domain> Reconciler<D> {
     /// [`ReconcilerError::NoRelist`].
     ///
     /// ```
-    /// use attach_detach::{Config, Ids, Input, Missing, NodeFacts, Operation, Reconciler, VolumeSpec};
+    /// use attach_detach::Ids;
+    /// use attach_detach::config::Config;
+    /// use attach_detach::core::{Input, Missing, NodeFacts, Operation, Reconciler, VolumeSpec};
     /// type D = Ids<&'static str, &'static str, &'static str, ()>;
     /// let mut core = Reconciler::<D>::new(Config::default());
     /// # for op in core.poll(std::time::Duration::ZERO) {
@@ -288,7 +291,9 @@ impl<D: Domain> Reconciler<D> {
     /// still come after one of its upserts was refused.
     ///
     /// ```
-    /// use attach_detach::{Config, Ids, Input, Reconciler, ReconcilerError, Kind};
+    /// use attach_detach::Ids;
+    /// use attach_detach::config::Config;
+    /// use attach_detach::core::{Input, Kind, Reconciler, ReconcilerError};
     /// type D = Ids<&'static str, &'static str, &'static str, ()>;
     /// let mut core = Reconciler::<D>::new(Config::default());
     /// let refused = core.handle_all([
@@ -899,7 +904,7 @@ impl<D: Domain> Reconciler<D> {
     /// The fresh read of a node's status planned as `id` finished.
     ///
     /// What it shows becomes what the store is known to hold (list and revision), and it
-    /// decides each detach that waited for it ([`judge_detach`]): a justified one is planned
+    /// decides each detach that waited for it: a justified one is planned
     /// by the next pass; one held back (say, the node's agent still reports the volume in use)
     /// is no failure: it costs no backoff, no failure event and no status write, and is looked
     /// at again on the node's next report or after [`Config::unmount_recheck`], with one

@@ -26,7 +26,7 @@ use crate::error::{ErrorSource, as_source, same_source, write_detail};
 /// (but not `Revision::from("07")`), and they hash alike.
 ///
 /// ```
-/// use attach_detach::Revision;
+/// use attach_detach::traits::Revision;
 /// // An etcd mod_revision, a Kubernetes resourceVersion.
 /// let etcd = Revision::from(1234_i64);
 /// let kube = Revision::from("1234".to_string());
@@ -234,7 +234,7 @@ pub struct NodeStatus<D: Domain> {
 /// are both absent or both display the same text (the sources' own sources are not compared).
 ///
 /// ```
-/// use attach_detach::{Revision, StoreError};
+/// use attach_detach::traits::{Revision, StoreError};
 /// let e = StoreError::conflict(Revision::from(7));
 /// assert_eq!(e.to_string(), "node status changed concurrently, current revision is 7");
 ///

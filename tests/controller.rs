@@ -11,13 +11,19 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use tokio::time::sleep;
 
+use attach_detach::Ids;
 #[cfg(feature = "upstream-bugs")]
-use attach_detach::UpstreamBugs;
-use attach_detach::{
-    AttachBackend, AttachInfo, BackendAttachment, BackendError, BackendOp, BackoffConfig,
-    BuildError, Config, ConfigError, Controller, ControllerError, ControllerHandle, Event,
-    EventRecorder, Ids, MemoryBackend, MemoryRecorder, MemoryStore, NodeFacts, NodeStatus,
-    NodeStatusStore, ReportedVolume, Revision, ShutdownReport, StoreError, VolumeSpec, World,
+use attach_detach::config::UpstreamBugs;
+use attach_detach::config::{BackoffConfig, Config, ConfigError};
+use attach_detach::controller::{
+    BuildError, Controller, ControllerError, ControllerHandle, EventRecorder, MemoryRecorder,
+    ShutdownReport, World,
+};
+use attach_detach::core::{Event, NodeFacts, VolumeSpec};
+use attach_detach::memory::{BackendOp, MemoryBackend, MemoryStore};
+use attach_detach::traits::{
+    AttachBackend, AttachInfo, BackendAttachment, BackendError, NodeStatus, NodeStatusStore,
+    ReportedVolume, Revision, StoreError,
 };
 
 type D = Ids<&'static str, &'static str, &'static str, ()>;

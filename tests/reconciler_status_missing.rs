@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use attach_detach::{
-    AttachInfo, Config, Ids, Input, NodeFacts, NodeStatus, OpId, Operation, Reconciler, Revision,
-    StoreError, VolumeSpec,
-};
+use attach_detach::Ids;
+use attach_detach::config::Config;
+use attach_detach::core::{Input, NodeFacts, OpId, Operation, Reconciler, VolumeSpec};
+use attach_detach::traits::{AttachInfo, NodeStatus, Revision, StoreError};
 
 type D = Ids<&'static str, &'static str, &'static str, ()>;
 

@@ -12,10 +12,12 @@ use parking_lot::Mutex;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 
-use attach_detach::{
-    BackendError, BackendOp, Config, Controller, Ids, MemoryBackend, MemoryStore, NodeFacts,
-    VolumeSpec, World,
-};
+use attach_detach::Ids;
+use attach_detach::config::Config;
+use attach_detach::controller::{Controller, World};
+use attach_detach::core::{NodeFacts, VolumeSpec};
+use attach_detach::memory::{BackendOp, MemoryBackend, MemoryStore};
+use attach_detach::traits::BackendError;
 
 type D = Ids<&'static str, &'static str, &'static str, ()>;
 

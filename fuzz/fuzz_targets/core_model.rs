@@ -5,7 +5,7 @@
 
 use arbitrary::Arbitrary;
 use attach_detach::sim::model::{PlanStep, StateOp, check_planner, check_state_ops};
-use attach_detach::{Config, UpstreamBugs};
+use attach_detach::config::{Config, UpstreamBugs};
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]

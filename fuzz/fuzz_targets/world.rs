@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use arbitrary::Arbitrary;
-use attach_detach::Access;
+use attach_detach::core::Access;
 use attach_detach::sim::library::LIBRARY;
 use attach_detach::sim::run;
 use attach_detach::sim::scenario::{Action, Scenario, Settings, Step, UpstreamBug, parse};

@@ -19,7 +19,7 @@ use crate::volume::VolumeSpec;
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ControllerError<D: Domain> {
-    /// The core refused the input (see [`Reconciler::handle`](crate::Reconciler::handle));
+    /// The core refused the input (see [`Reconciler::handle`](crate::core::Reconciler::handle));
     /// nothing changed.
     #[error(transparent)]
     Rejected(#[from] ReconcilerError<D>),
@@ -48,8 +48,8 @@ pub(crate) enum Command<D: Domain> {
     Shutdown(Duration, oneshot::Sender<ShutdownReport<D>>),
 }
 
-/// A cloneable handle onto a running [`Controller`](crate::Controller): feeds it inputs, reads
-/// its metrics, shuts it down.
+/// A cloneable handle onto a running [`Controller`](crate::controller::Controller): feeds it
+/// inputs, reads its metrics, shuts it down.
 ///
 /// Inputs are applied in the order they are received; each call returns once the core has
 /// applied (or refused) the input, or the batch. Dropping every handle stops the controller as
@@ -108,7 +108,7 @@ impl<D: Domain> ControllerHandle<D> {
     }
 
     /// Sends a batch of inputs as one message and waits until the core applied every one, in
-    /// order, as [`Reconciler::handle_all`](crate::Reconciler::handle_all) does: nothing else
+    /// order, as [`Reconciler::handle_all`](crate::core::Reconciler::handle_all) does: nothing else
     /// (no other sender's input, no reconcile pass) runs between them.
     ///
     /// Returns the inputs the core refused, each with its index in the batch (empty when every
@@ -119,10 +119,11 @@ impl<D: Domain> ControllerHandle<D> {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use attach_detach::{
-    ///     Config, Controller, Ids, Input, Kind, MemoryBackend, MemoryStore, NodeFacts,
-    ///     ReconcilerError, World,
-    /// };
+    /// use attach_detach::Ids;
+    /// use attach_detach::config::Config;
+    /// use attach_detach::controller::{Controller, World};
+    /// use attach_detach::core::{Input, Kind, NodeFacts, ReconcilerError};
+    /// use attach_detach::memory::{MemoryBackend, MemoryStore};
     /// type D = Ids<&'static str, &'static str, &'static str, ()>;
     /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap().block_on(async {
     /// let world = World::new().node("node-a", NodeFacts::default()).node("node-b", NodeFacts::default());

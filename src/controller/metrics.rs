@@ -68,11 +68,12 @@ fn reason_index(reason: ForceReason) -> usize {
 /// The controller's live counters: plain atomics, cheap to bump from any task.
 ///
 /// Read them through [`snapshot`](Metrics::snapshot) (or
-/// [`ControllerHandle::metrics`](crate::ControllerHandle::metrics)); export the snapshot to
-/// whatever metrics system you use.
+/// [`ControllerHandle::metrics`](crate::controller::ControllerHandle::metrics)); export the
+/// snapshot to whatever metrics system you use.
 ///
 /// ```
-/// use attach_detach::{Metrics, OpKind, Outcome};
+/// use attach_detach::controller::{Metrics, Outcome};
+/// use attach_detach::core::OpKind;
 /// let metrics = Metrics::default();
 /// metrics.operation_finished(OpKind::Attach, Outcome::Succeeded);
 /// assert_eq!(metrics.snapshot().operations(OpKind::Attach).succeeded, 1);
@@ -205,7 +206,7 @@ impl OutcomeCounts {
     }
 }
 
-/// How many calls of each kind timed out (see [`CallTimeouts`](crate::CallTimeouts)).
+/// How many calls of each kind timed out (see [`CallTimeouts`](crate::config::CallTimeouts)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TimeoutCounts {
     /// Attach calls, each then handled as an uncertain failure.
@@ -278,13 +279,13 @@ pub struct MetricsSnapshot {
     pub forced_detaches_node_deleted: u64,
     /// Calls to the backend or the store given up at their deadline, by kind.
     pub timeouts: TimeoutCounts,
-    /// Times the [`EventRecorder`](crate::EventRecorder) panicked; the controller logs each and
-    /// carries on.
+    /// Times the [`EventRecorder`](crate::controller::EventRecorder) panicked; the controller logs
+    /// each and carries on.
     pub recorder_panics: u64,
     /// How long the oldest call the controller still waits for (an operation or a recovery
     /// listing) has been running, when the snapshot was taken; `None` when none runs. Every call
-    /// has a deadline ([`CallTimeouts`](crate::CallTimeouts)), so this stays bounded; an age
-    /// near those deadlines means the backend or the store is hanging.
+    /// has a deadline ([`CallTimeouts`](crate::config::CallTimeouts)), so this stays bounded; an
+    /// age near those deadlines means the backend or the store is hanging.
     pub oldest_running: Option<Duration>,
 }
 

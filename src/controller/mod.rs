@@ -1,5 +1,11 @@
 //! The tokio driver: runs the core's operations through the backend and the store, feeds their
 //! results back, and sleeps until the core's next deadline. It makes no decision of its own.
+//!
+//! You need it unless you drive the [`Reconciler`] yourself: build a [`Controller`] from a
+//! [`Config`], your backend and store and the [`World`] the orchestrator shows at start-up,
+//! [`spawn`](Controller::spawn) it, and send it [`Input`]s through its [`ControllerHandle`]. Its
+//! [`Metrics`], where its [`Event`]s go ([`EventRecorder`]) and what it hands back when it stops
+//! ([`ShutdownReport`]) are here too.
 
 mod deadline;
 mod handle;
@@ -54,7 +60,10 @@ const INPUT_QUEUE: usize = 1024;
 /// ```
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use attach_detach::{BuildError, Config, ConfigError, Controller, Ids, MemoryBackend, MemoryStore, World};
+/// use attach_detach::Ids;
+/// use attach_detach::config::{Config, ConfigError};
+/// use attach_detach::controller::{BuildError, Controller, World};
+/// use attach_detach::memory::{MemoryBackend, MemoryStore};
 /// type D = Ids<&'static str, &'static str, &'static str, ()>;
 /// let never = Config { sync_period: Duration::MAX, ..Config::default() };
 /// let refused = Controller::new(
@@ -94,7 +103,11 @@ pub enum BuildError<D: Domain> {
 /// ```
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use attach_detach::{Config, Controller, Ids, MemoryBackend, MemoryStore, NodeFacts, VolumeSpec, World};
+/// use attach_detach::Ids;
+/// use attach_detach::config::Config;
+/// use attach_detach::controller::{Controller, World};
+/// use attach_detach::core::{NodeFacts, VolumeSpec};
+/// use attach_detach::memory::{MemoryBackend, MemoryStore};
 /// type D = Ids<&'static str, &'static str, &'static str, ()>;
 /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap().block_on(async {
 /// let backend = MemoryBackend::<D>::new();

@@ -14,7 +14,9 @@ use crate::event::Event;
 /// logged through `tracing`, so a recorder is optional.
 ///
 /// ```
-/// use attach_detach::{Event, EventRecorder, Ids};
+/// use attach_detach::Ids;
+/// use attach_detach::controller::EventRecorder;
+/// use attach_detach::core::Event;
 /// type D = Ids<String, String, String, ()>;
 ///
 /// /// Prints warnings only.
@@ -40,7 +42,9 @@ pub trait EventRecorder<D: Domain>: Send + Sync {
 /// controller another.
 ///
 /// ```
-/// use attach_detach::{Event, EventRecorder, Ids, MemoryRecorder};
+/// use attach_detach::Ids;
+/// use attach_detach::controller::{EventRecorder, MemoryRecorder};
+/// use attach_detach::core::Event;
 /// type D = Ids<&'static str, &'static str, &'static str, ()>;
 /// let recorder = MemoryRecorder::<D>::new();
 /// recorder.record(&Event::AttachSucceeded { volume: "vol-1", node: "node-a" });

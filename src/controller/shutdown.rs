@@ -43,7 +43,7 @@ impl<D: Domain> OperationSummary<D> {
     }
 }
 
-/// The result of [`ControllerHandle::shutdown`](crate::ControllerHandle::shutdown).
+/// The result of [`ControllerHandle::shutdown`](crate::controller::ControllerHandle::shutdown).
 ///
 /// An abandoned attach or detach may still complete in the backend; the next controller's
 /// recovery reads the backend and the store and finds it either way.

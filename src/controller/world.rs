@@ -14,11 +14,13 @@ use crate::volume::VolumeSpec;
 /// [`Reconciler::handle`] when the controller is built. Any order works: a workload listed
 /// before its node or its volumes waits until they come, as it would from a watcher. (A world
 /// listing more such workloads at once than
-/// [`Config::max_pending_workloads`](crate::Config) is refused: list volumes and nodes
+/// [`Config::max_pending_workloads`](crate::config::Config) is refused: list volumes and nodes
 /// first.)
 ///
 /// ```
-/// use attach_detach::{Ids, Input, NodeFacts, VolumeSpec, World};
+/// use attach_detach::Ids;
+/// use attach_detach::controller::World;
+/// use attach_detach::core::{Input, NodeFacts, VolumeSpec};
 /// type D = Ids<&'static str, &'static str, &'static str, ()>;
 /// let world = World::<D>::new()
 ///     .workload("pod-1", "node-a", ["pvc-1"])

@@ -8,11 +8,16 @@ use std::time::Duration;
 
 use arbitrary::Arbitrary;
 
-use crate::{
-    ActualState, AttachInfo, AttachState, BackendAttachment, BackendError, Config, DesiredState,
-    Ids, Input, Missing, NodeFacts, NodeStatus, OpId, Operation, Reconciler, ReportedVolume,
-    Revision, StoreError, VolumeSpec,
-};
+use crate::Ids;
+use crate::actual::{ActualState, AttachState, NodeFacts};
+use crate::backend::{AttachInfo, BackendAttachment, BackendError};
+use crate::config::Config;
+use crate::desired::{DesiredState, Missing};
+use crate::input::Input;
+use crate::operation::{OpId, Operation};
+use crate::reconciler::Reconciler;
+use crate::store::{NodeStatus, ReportedVolume, Revision, StoreError};
+use crate::volume::VolumeSpec;
 
 type T = Ids<u8, u8, u8, ()>;
 
@@ -941,19 +946,19 @@ mod tests {
     fn planner_property_finds_planted_bugs() {
         use proptest::test_runner::{Config as PtConfig, RngAlgorithm, TestRng, TestRunner};
         for bugs in [
-            crate::UpstreamBugs {
+            crate::config::UpstreamBugs {
                 c5_detach_before_status_ack: true,
                 ..Default::default()
             },
-            crate::UpstreamBugs {
+            crate::config::UpstreamBugs {
                 c2_ignore_uncertain_holder: true,
                 ..Default::default()
             },
-            crate::UpstreamBugs {
+            crate::config::UpstreamBugs {
                 c1_lose_report_on_failed_detach: true,
                 ..Default::default()
             },
-            crate::UpstreamBugs {
+            crate::config::UpstreamBugs {
                 c4_sticky_assumed_mount: true,
                 ..Default::default()
             },

@@ -92,7 +92,7 @@ pub(crate) struct World {
     pub(crate) attached: BTreeMap<String, BTreeSet<String>>,
     /// Attach calls the backend has started and not finished, per (volume, node): a cloud
     /// lists a volume that is still attaching, and so does this backend (see
-    /// [`AttachBackend::list`](crate::AttachBackend::list)).
+    /// [`AttachBackend::list`](crate::traits::AttachBackend::list)).
     pub(crate) attaching: BTreeMap<(String, String), u32>,
     /// Detach calls under way, likewise: an attach of the same pair is refused meanwhile.
     pub(crate) detaching: BTreeMap<(String, String), u32>,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::keyword::Keyword;
 use super::types::{Action, Expectation, MAX_DURATION, Scenario, Step, UpstreamBug};
 use super::{ParseError, ParseErrorKind};
-use crate::Access;
+use crate::volume::Access;
 
 type Result<T, E = ParseErrorKind> = std::result::Result<T, E>;
 

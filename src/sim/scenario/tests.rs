@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::parser::parse_duration;
 use super::*;
-use crate::Access;
+use crate::volume::Access;
 
 fn ok(text: &str) -> Scenario {
     match parse(text) {
