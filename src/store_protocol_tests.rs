@@ -11,6 +11,8 @@
 use std::collections::BTreeMap;
 
 use super::*;
+#[cfg(feature = "upstream-bugs")]
+use crate::config::UpstreamBugs;
 use crate::domain::Ids;
 
 type T = Ids<&'static str, &'static str, &'static str>;
@@ -172,6 +174,8 @@ struct P {
     /// The store call running for each node, with the trace index of its planning.
     store_calls: BTreeMap<&'static str, (OpId, usize)>,
     events: Vec<Event<T>>,
+    /// Operations [`P::run_slow`] answers later, with the pass that answers them.
+    slow: Vec<(usize, Operation<T>)>,
 }
 
 impl P {
@@ -189,12 +193,21 @@ impl P {
             trace: Vec::new(),
             store_calls: BTreeMap::new(),
             events: Vec::new(),
+            slow: Vec::new(),
         }
     }
 
     /// A core recovered from an empty store and backend.
     fn new(config: Config) -> Self {
         P::recovered_from(config, &[], &[])
+    }
+
+    #[cfg(feature = "upstream-bugs")]
+    fn with_bugs(bugs: UpstreamBugs) -> Self {
+        P::new(Config {
+            upstream_bugs: bugs,
+            ..Config::default()
+        })
     }
 
     /// A core recovered from a store listing `statuses` (node, list, revision), which the fake
@@ -361,6 +374,35 @@ impl P {
                 if op.kind() != OpKind::Verify {
                     seen.push(render(&op));
                 }
+                self.ok(op);
+            }
+        }
+        seen
+    }
+
+    /// Ticks for `d` with slow answers: each store call is answered `store` passes after the
+    /// one that planned it, each backend call `backend` passes after (as [`P::ok`] does).
+    /// Returns what was planned, less the periodic verifies.
+    fn run_slow(&mut self, d: Duration, store: usize, backend: usize) -> Vec<String> {
+        let end = self.now + d;
+        let mut seen = Vec::new();
+        while self.now < end {
+            for op in self.tick() {
+                if op.kind() != OpKind::Verify {
+                    seen.push(render(&op));
+                }
+                let delay = match op.kind() {
+                    OpKind::ReadStatus | OpKind::WriteStatus => store,
+                    _ => backend,
+                };
+                self.slow.push((self.pass + delay, op));
+            }
+            let pass = self.pass;
+            let (due, later) = std::mem::take(&mut self.slow)
+                .into_iter()
+                .partition(|(at, _)| *at <= pass);
+            self.slow = later;
+            for (_, op) in due {
                 self.ok(op);
             }
         }
@@ -545,6 +587,13 @@ impl P {
             .into_iter()
             .map(|(_, s)| s)
             .collect()
+    }
+
+    fn count_planned(&self, prefix: &str) -> usize {
+        self.names_since(0)
+            .iter()
+            .filter(|s| s.starts_with(prefix))
+            .count()
     }
 
     fn count_events(&self, reason: &str) -> usize {
@@ -965,4 +1014,491 @@ fn a_detach_from_a_node_the_store_lacks_is_cleared_by_the_not_found_read() {
         ["write n1 [] @2", "read n1", "detach v1 n1"]
     );
     assert_eq!(p.count_events("WaitingForUnmount"), 0);
+}
+
+// ---- 5. the fresh read before a detach --------------------------------------------------------
+
+#[test]
+fn every_detach_follows_a_fresh_read_of_its_node_in_an_earlier_pass() {
+    // Checked on every pass by the harness; here a run with many detaches of every kind.
+    let mut p = P::new(Config::default());
+    for n in ["n1", "n2", "n3"] {
+        p.node(n, using(&[]));
+    }
+    p.r.set_volume("v4", VolumeSpec::multi_node(())).unwrap();
+    p.pod("p1", "n1", &["v1"]);
+    p.pod("p2", "n1", &["v2"]);
+    p.pod("p3", "n2", &["v3"]);
+    p.pod("p4", "n2", &["v4"]);
+    p.pod("p5", "n3", &["v4"]);
+    p.pod("p6", "n3", &["v5"]);
+    p.run(secs(2));
+    for pod in ["p1", "p3", "p4", "p5"] {
+        p.unpod(pod);
+    }
+    // v3's detach fails once: its retry needs a read of its own.
+    let mut failed = false;
+    let end = p.now + secs(5);
+    while p.now < end {
+        for op in p.tick() {
+            match op {
+                Operation::Detach {
+                    id, volume: "v3", ..
+                } if !failed => {
+                    failed = true;
+                    let error = BackendError::transient("injected");
+                    p.r.detach_finished(p.now, id, Err(error)).unwrap();
+                }
+                op => p.ok(op),
+            }
+        }
+    }
+    assert!(failed);
+    // n3 is fenced while still using v5: a forced detach, confirmed by the read.
+    p.node("n3", facts(false, true, Some(&["v5"])));
+    p.unpod("p6");
+    // p2 moves from n1 to n2.
+    p.unpod("p2");
+    p.pod("p2b", "n2", &["v2"]);
+    p.run(secs(5));
+    let detaches = p.names_since(0);
+    let detaches: Vec<_> = detaches
+        .iter()
+        .filter(|s| s.starts_with("detach"))
+        .collect();
+    assert_eq!(
+        detaches,
+        [
+            "detach v1 n1",
+            "detach v3 n2",
+            "detach v4 n2",
+            "detach v4 n3",
+            "detach v3 n2",
+            "detach v2 n1",
+            "detach v5 n3 forced:out-of-service",
+        ]
+    );
+    assert!(
+        p.r.desired()
+            .wanted_on(&"v2")
+            .iter()
+            .any(|w| w.node == "n2")
+    );
+    assert_eq!(p.r.actual().state(&"v2", &"n2"), AttachState::Attached);
+}
+
+/// n1 holds v1; the core's view of n1 is `core`, the store's `store`. p1 leaves: the removal
+/// is written, then the fresh read finds `store`. Returns once that read is answered.
+fn held_back(config: Config, core: NodeFacts<&'static str>, store: NodeFacts<&'static str>) -> P {
+    let mut p = P::attached(config);
+    p.core_facts("n1", core);
+    p.store_facts("n1", store);
+    p.unpod("p1");
+    for _ in 0..200 {
+        let ops = p.tick();
+        let read = ops.iter().any(|op| op.kind() == OpKind::ReadStatus);
+        for op in ops {
+            p.ok(op);
+        }
+        if read {
+            return p;
+        }
+    }
+    panic!("no read planned: {:?}", p.names_since(0))
+}
+
+/// The hold-back, once the read is answered: no detach for a while, one event that says why.
+fn assert_held_back(p: &mut P, why: &str) {
+    assert_eq!(p.stored("n1"), Some(vec![]), "the removal was written");
+    let m = p.mark();
+    p.run(secs(3));
+    assert_eq!(p.count_planned("detach"), 0, "{:?}", p.names_since(m));
+    assert_eq!(p.r.actual().state(&"v1", &"n1"), AttachState::Attached);
+    let waits: Vec<_> = p
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::WaitingForUnmount {
+                volume: "v1",
+                node: "n1",
+                reason,
+            } => Some(reason.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(waits.len(), 1, "{:?}", p.events);
+    assert!(waits[0].contains(why), "{:?}", waits[0]);
+}
+
+#[test]
+fn a_detach_is_held_back_when_the_read_shows_the_volume_in_use() {
+    let mut p = held_back(Config::default(), using(&[]), using(&["v1"]));
+    assert_held_back(&mut p, "its agent reports it in use");
+}
+
+#[test]
+fn a_detach_is_held_back_when_the_store_has_no_in_use_report() {
+    let mut p = held_back(Config::default(), using(&[]), facts(true, false, None));
+    assert_held_back(&mut p, "the store holds no in-use report");
+}
+
+#[test]
+fn an_out_of_service_detach_is_held_back_when_the_fence_was_lifted() {
+    let mut p = held_back(
+        Config::default(),
+        facts(false, true, Some(&["v1"])),
+        facts(false, false, Some(&["v1"])),
+    );
+    assert!(p.names_since(0).iter().all(|s| !s.contains("forced")));
+    assert_held_back(&mut p, "no longer fenced");
+}
+
+#[test]
+fn a_timeout_detach_is_held_back_when_the_node_is_healthy_again() {
+    let config = Config {
+        force_detach_on_timeout: true,
+        max_wait_for_unmount: secs(10),
+        ..Config::default()
+    };
+    let mut p = held_back(
+        config,
+        facts(false, false, Some(&["v1"])),
+        facts(true, false, Some(&["v1"])),
+    );
+    assert!(p.now >= secs(10), "the unmount wait ran out first");
+    assert_held_back(&mut p, "healthy again");
+    // Had the node stayed unhealthy, the same read would have let the forced detach go.
+    let mut p = held_back(
+        Config {
+            force_detach_on_timeout: true,
+            max_wait_for_unmount: secs(10),
+            ..Config::default()
+        },
+        facts(false, false, Some(&["v1"])),
+        facts(false, false, Some(&["v1"])),
+    );
+    assert_eq!(p.run(ms(100)), ["detach v1 n1 forced:timeout"]);
+}
+
+#[test]
+fn a_hold_back_is_reported_once_per_episode_across_rechecks() {
+    let mut p = held_back(Config::default(), using(&[]), using(&["v1"]));
+    let m = p.mark();
+    p.run(secs(16));
+    assert_eq!(p.names_since(m), ["read n1", "read n1", "read n1"]);
+    assert_eq!(p.count_events("WaitingForUnmount"), 1);
+    // p1 comes back: the episode ends. It leaves again: a new one.
+    p.pod("p1b", "n1", &["v1"]);
+    p.run(secs(1));
+    p.unpod("p1b");
+    p.run(secs(11));
+    assert_eq!(p.count_events("WaitingForUnmount"), 2, "{:?}", p.events);
+    assert_eq!(p.count_planned("detach"), 0);
+}
+
+#[test]
+fn a_hold_back_is_no_failure_no_backoff_and_no_status_write() {
+    let config = Config {
+        sync_period: secs(3600),
+        ..Config::default()
+    };
+    let mut p = held_back(config, using(&[]), using(&["v1"]));
+    assert!(!p.r.operation_blocked(&"v1", &"n1", OpKind::Detach, p.now));
+    // Eleven re-checks, every 5 s: a backoff doubling from 500 ms would be past 2 minutes by
+    // now, and would hold the detach back once the agent unmounts.
+    let m = p.mark();
+    p.run(secs(57));
+    let since = p.names_since(m);
+    assert_eq!(since, vec!["read n1"; 11], "only the re-checks");
+    assert_eq!(p.count_events("FailedDetachVolume"), 0);
+    assert!(!p.r.operation_blocked(&"v1", &"n1", OpKind::Detach, p.now));
+    // The agent unmounts; the next re-check lets the detach go, in the pass right after.
+    p.store_facts("n1", using(&[]));
+    let read = p.next_ops(secs(5));
+    assert_eq!(rendered(&read), ["read n1"]);
+    for op in read {
+        p.ok(op);
+    }
+    assert_eq!(p.tick_names(), ["detach v1 n1"]);
+}
+
+#[test]
+fn a_held_back_detach_is_read_again_after_unmount_recheck() {
+    let config = Config {
+        unmount_recheck: secs(3),
+        ..Config::default()
+    };
+    let mut p = held_back(config, using(&[]), using(&["v1"]));
+    let held_at = p.now;
+    let m = p.mark();
+    p.run(ms(9050));
+    assert_eq!(
+        p.planned_since(m),
+        [
+            (held_at + secs(3), "read n1".to_string()),
+            (held_at + secs(6), "read n1".to_string()),
+            (held_at + secs(9), "read n1".to_string()),
+        ]
+    );
+}
+
+#[test]
+fn a_report_that_frees_the_volume_reads_again_before_the_recheck_timer() {
+    let mut p = held_back(Config::default(), using(&[]), using(&["v1"]));
+    let held_at = p.now;
+    // The core catches up with the agent's report, then hears it unmounted.
+    p.core_facts("n1", using(&["v1"]));
+    assert!(p.run(secs(1)).is_empty(), "mounted: nothing to read");
+    p.node("n1", using(&[]));
+    let m = p.mark();
+    p.run(ms(300));
+    assert_eq!(
+        p.planned_since(m),
+        [
+            (held_at + ms(1100), "read n1".to_string()),
+            (held_at + ms(1200), "detach v1 n1".to_string()),
+        ]
+    );
+}
+
+#[test]
+fn a_pod_coming_back_cancels_a_read_under_way() {
+    let mut p = P::attached(Config::default());
+    p.unpod("p1");
+    assert_eq!(p.run(ms(100)), ["write n1 [] @2"]);
+    let read = p.one();
+    assert_eq!(render(&read), "read n1");
+    p.pod("p1b", "n1", &["v1"]);
+    assert!(p.tick().is_empty(), "the node's store call runs");
+    // The read would have justified the detach.
+    p.ok(read);
+    assert_eq!(p.run(secs(3)), ["write n1 [v1] @3"]);
+    assert_eq!(p.count_planned("detach"), 0);
+}
+
+#[test]
+fn a_pod_coming_back_cancels_a_check_waiting_for_its_read() {
+    let mut p = P::attached(Config::default());
+    p.unpod("p1");
+    assert_eq!(p.run(ms(100)), ["write n1 [] @2"]);
+    let read = p.one();
+    p.fail(read, transient());
+    // The detach waits for the read's retry; p1 comes back meanwhile.
+    p.pod("p1b", "n1", &["v1"]);
+    assert_eq!(p.run(ms(100)), ["write n1 [v1] @3"]);
+    assert_eq!(
+        p.run(secs(3)),
+        Vec::<String>::new(),
+        "no read is due for it"
+    );
+    // It leaves again at once: the detach waits for a read after the new removal.
+    p.unpod("p1b");
+    assert_eq!(
+        p.run(secs(1)),
+        ["write n1 [] @4", "read n1", "detach v1 n1"]
+    );
+}
+
+#[test]
+fn a_pod_coming_back_discards_the_clearance_of_its_detach() {
+    let mut p = P::attached(Config::default());
+    p.unpod("p1");
+    assert_eq!(p.run(ms(200)), ["write n1 [] @2", "read n1"]);
+    // The read cleared the detach; before the pass that would plan it, p1 comes back.
+    p.pod("p1b", "n1", &["v1"]);
+    assert_eq!(p.run(ms(100)), ["write n1 [v1] @3"]);
+    // And leaves again, all within the clearance's second.
+    p.unpod("p1b");
+    assert_eq!(
+        p.run(ms(400)),
+        ["write n1 [] @4", "read n1", "detach v1 n1"],
+        "the store listed v1 again since the first read: the detach needs a new one"
+    );
+}
+
+/// The read clears the detach; the next pass comes `late` after it. Returns what it plans.
+fn clearance_polled_late(late: Duration) -> Vec<String> {
+    let mut p = P::attached(Config::default());
+    p.unpod("p1");
+    assert_eq!(p.run(ms(200)), ["write n1 [] @2", "read n1"]);
+    p.now += late;
+    let ops = p.poll();
+    rendered(&ops)
+}
+
+#[test]
+fn a_clearance_polled_late_by_more_than_a_second_is_discarded_and_the_node_read_again() {
+    // Good for the next pass, due a reconcile period after the read, and a second of slack.
+    let period = Config::default().reconcile_period;
+    assert_eq!(
+        clearance_polled_late(period + secs(1)),
+        ["detach v1 n1"],
+        "a second late is fine"
+    );
+    assert_eq!(clearance_polled_late(period + ms(1001)), ["read n1"]);
+    assert_eq!(clearance_polled_late(secs(30)), ["read n1"]);
+}
+
+// ---- 6. failed reads --------------------------------------------------------------------------
+
+#[test]
+fn a_failed_read_backs_off_then_reads_again() {
+    let mut p = P::attached(Config::default());
+    p.unpod("p1");
+    assert_eq!(p.run(ms(100)), ["write n1 [] @2"]);
+    let read = p.one();
+    let t0 = p.now;
+    p.fail(read, transient());
+    assert_eq!(
+        p.stored("n1"),
+        Some(vec![]),
+        "a failed read decides nothing"
+    );
+    assert_eq!(p.r.status().revision(&"n1"), Some(&rev(3)));
+    let read = p.next_ops(secs(1));
+    assert_eq!(
+        (p.now - t0, rendered(&read)),
+        (ms(500), vec!["read n1".to_string()])
+    );
+    p.fail(read.into_iter().next().unwrap(), transient());
+    let read = p.next_ops(secs(2));
+    assert_eq!(
+        (p.now - t0, rendered(&read)),
+        (ms(1500), vec!["read n1".to_string()])
+    );
+    for op in read {
+        p.ok(op);
+    }
+    assert_eq!(p.tick_names(), ["detach v1 n1"]);
+}
+
+#[test]
+fn a_failed_read_is_no_detach_failure() {
+    let mut p = P::attached(Config::default());
+    p.unpod("p1");
+    assert_eq!(p.run(ms(100)), ["write n1 [] @2"]);
+    let read = p.one();
+    p.fail(read, transient());
+    assert_eq!(p.count_events("FailedDetachVolume"), 0);
+    assert_eq!(p.count_events("WaitingForUnmount"), 0);
+    assert!(!p.r.operation_blocked(&"v1", &"n1", OpKind::Detach, p.now));
+    assert_eq!(p.run(secs(1)), ["read n1", "detach v1 n1"]);
+    assert_eq!(p.count_events("FailedDetachVolume"), 0);
+}
+
+// ---- 7. one store call per node ---------------------------------------------------------------
+
+#[test]
+fn one_store_call_per_node_at_a_time_under_slow_answers() {
+    // Store calls answer three passes late, backend calls two; every change meanwhile wants a
+    // write or a read of the same node. The harness panics if a second call of a node starts.
+    let mut p = P::new(Config::default());
+    p.node("n1", using(&[]));
+    for i in 0..100 {
+        match i {
+            1 => p.pod("p1", "n1", &["v1"]),
+            2 => p.pod("p2", "n1", &["v2"]),
+            4 => p.pod("p3", "n1", &["v3"]),
+            6 => p.other_writer("n1", None),
+            12 => p.unpod("p1"),
+            13 => p.unpod("p2"),
+            15 => p.pod("p4", "n1", &["v4"]),
+            // v5's attach lands after its pod left: its detach needs no write, only a read,
+            // while writes for the others are under way.
+            16 => p.pod("p5", "n1", &["v5"]),
+            17 => p.unpod("p5"),
+            24 => p.unpod("p3"),
+            25 => p.unpod("p4"),
+            _ => {}
+        }
+        p.run_slow(TICK, 3, 2);
+    }
+    assert!(p.slow.is_empty());
+    assert_eq!(p.count_planned("detach"), 5, "{:?}", p.names_since(0));
+    assert!(p.r.actual().is_empty());
+    assert_eq!(p.store_list("n1"), Vec::<&str>::new());
+}
+
+#[test]
+fn detaches_on_one_node_share_one_read() {
+    let mut p = P::new(Config::default());
+    p.node("n1", using(&[]));
+    p.pod("p1", "n1", &["v1", "v2", "v3"]);
+    p.run(secs(1));
+    assert_eq!(p.store_list("n1"), ["v1", "v2", "v3"]);
+    p.unpod("p1");
+    let m = p.mark();
+    p.run(secs(1));
+    assert_eq!(
+        p.names_since(m),
+        [
+            "write n1 [] @2",
+            "read n1",
+            "detach v1 n1",
+            "detach v2 n1",
+            "detach v3 n1"
+        ]
+    );
+}
+
+// ---- 8. upstream's C6 -------------------------------------------------------------------------
+
+#[cfg(feature = "upstream-bugs")]
+/// Seed 002 at the core: p1 leaves n1 and comes back while the orchestrator's cached copy of
+/// n1 lags (it still lists v1). Returns the fake store's final list for n1, and the core.
+fn c6_scenario(bug: bool) -> (Vec<&'static str>, P) {
+    let mut p = P::with_bugs(UpstreamBugs {
+        c6_diff_against_stale_read: bug,
+        ..UpstreamBugs::default()
+    });
+    p.node("n1", using(&[]));
+    p.pod("p1", "n1", &["v1"]);
+    p.run(secs(1));
+    assert_eq!(p.store_list("n1"), ["v1"]);
+    // The cache catches up with the write, then lags from here on.
+    p.cache.insert("n1", p.store["n1"].status());
+    p.unpod("p1");
+    p.run(secs(1));
+    assert_eq!(p.store_list("n1"), Vec::<&str>::new());
+    assert_eq!(p.r.actual().state(&"v1", &"n1"), AttachState::Detached);
+    p.pod("p1b", "n1", &["v1"]);
+    p.run(secs(2));
+    assert_eq!(p.r.actual().state(&"v1", &"n1"), AttachState::Attached);
+    (p.store_list("n1"), p)
+}
+
+#[cfg(feature = "upstream-bugs")]
+#[test]
+fn c6_with_the_bug_a_matching_stale_cache_skips_the_write() {
+    let (list, p) = c6_scenario(true);
+    assert_eq!(list, Vec::<&str>::new(), "the node never learns v1 is back");
+    assert_eq!(
+        p.stored("n1"),
+        Some(vec!["v1"]),
+        "the core believes it wrote it"
+    );
+    let planned = p.names_since(0);
+    // Every write was preceded by a read of the cache; the last one matched.
+    let writes: Vec<_> = planned.iter().filter(|s| s.starts_with("write")).collect();
+    assert_eq!(writes, ["write n1 [v1] @1", "write n1 [] @2"]);
+    assert_eq!(planned.last().unwrap(), "read n1 (cache)");
+    for (i, s) in planned.iter().enumerate() {
+        if s.starts_with("write") {
+            assert!(
+                planned[..i]
+                    .iter()
+                    .rev()
+                    .take(2)
+                    .any(|s| s == "read n1 (cache)")
+            );
+        }
+    }
+}
+
+#[cfg(feature = "upstream-bugs")]
+#[test]
+fn c6_without_the_bug_the_same_scenario_writes() {
+    let (list, p) = c6_scenario(false);
+    assert_eq!(list, ["v1"]);
+    assert!(p.names_since(0).iter().all(|s| !s.contains("cache")));
 }
