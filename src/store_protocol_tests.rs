@@ -1502,3 +1502,28 @@ fn c6_without_the_bug_the_same_scenario_writes() {
     assert_eq!(list, ["v1"]);
     assert!(p.names_since(0).iter().all(|s| !s.contains("cache")));
 }
+
+/// Another writer (say, a previous leader whose write was delayed) lists v1 on n1 again after
+/// the core's removal was acknowledged, and the fresh read before the detach sees it: the store
+/// lists v1 and the agent may start mounting it at any time until the removal is written
+/// again. That read cannot justify the detach; a read after the new removal must. (On 6d612f9
+/// the read's clearance outlived the rewrite and the detach followed it at once; a clearance
+/// now lasts one pass.)
+#[test]
+fn a_read_that_lists_the_volume_again_does_not_clear_its_detach() {
+    let mut p = P::attached(Config::default());
+    p.unpod("p1");
+    assert_eq!(p.run(ms(100)), ["write n1 [] @2"]);
+    let read = p.one();
+    assert_eq!(render(&read), "read n1");
+    p.other_writer("n1", Some(&["v1"]));
+    p.ok(read);
+    assert_eq!(p.stored("n1"), Some(vec!["v1"]));
+    let m = p.mark();
+    // Whether the core holds the detach back on that read (and re-checks later) or drops the
+    // clearance once the removal must be written again, a read after the rewrite comes first.
+    p.run(secs(10));
+    let since = p.names_since(m);
+    assert_eq!(since[0], "write n1 [] @4");
+    assert_eq!(since[since.len() - 2..], ["read n1", "detach v1 n1"]);
+}
