@@ -1679,5 +1679,8 @@ fn unseen<'a, T: Id>(all: impl Iterator<Item = &'a T>, seen: &FxHashSet<T>) -> V
 }
 
 #[cfg(test)]
+#[path = "store_protocol_tests.rs"]
+mod store_protocol_tests;
+#[cfg(test)]
 #[path = "reconciler_tests.rs"]
 mod tests;
