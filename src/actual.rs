@@ -489,7 +489,7 @@ impl<D: Domain> ActualState<D> {
     /// What is known of `node` for a detach of `volume`: whether it is healthy, whether it is
     /// fenced, and whether it reports `volume` in use (`None` until it has reported). For the
     /// benchmarks' replay of upstream's full scan.
-    #[cfg(feature = "internals")]
+    #[cfg(any(test, feature = "internals"))]
     #[doc(hidden)]
     pub fn detach_facts(
         &self,

@@ -228,7 +228,7 @@ impl<D: Domain> Reconciler<D> {
     /// operation on the same key is running, or `kind` is in backoff there. Upstream's
     /// `IsOperationPending` check, exposed so the benchmarks can replay upstream's full scan on
     /// this crate's structures; the reconciler itself never scans.
-    #[cfg(feature = "internals")]
+    #[cfg(any(test, feature = "internals"))]
     #[doc(hidden)]
     pub fn operation_blocked(
         &self,
