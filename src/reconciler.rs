@@ -549,7 +549,7 @@ impl<D: Domain> Reconciler<D> {
                 .set_attached(r.volume.clone(), node.clone(), r.device.clone());
             self.schedule.mark(r.volume.clone());
         }
-        self.status.read(node.clone(), attached, revision);
+        self.status.read(node.clone(), &attached, &revision);
         self.status.mark(node);
     }
 
@@ -937,7 +937,7 @@ impl<D: Domain> Reconciler<D> {
                     // nothing, whatever the store really holds (122413).
                     debug!(node = ?node, "C6: status write skipped on a cached copy");
                     self.cache_consulted.remove(&node);
-                    self.status.read(node.clone(), report, cached.revision);
+                    self.status.read(node.clone(), &report, &cached.revision);
                 }
             }
             self.status_settled(&node);
@@ -946,11 +946,8 @@ impl<D: Domain> Reconciler<D> {
         let status = match result {
             Ok(status) => {
                 self.gate.succeeded(key, OpKind::ReadStatus);
-                self.status.read(
-                    node.clone(),
-                    status.attached.clone(),
-                    status.revision.clone(),
-                );
+                self.status
+                    .read(node.clone(), &status.attached, &status.revision);
                 Some(status)
             }
             Err(StoreError::NotFound { .. }) => {

@@ -448,10 +448,12 @@ fn a_fresh_read_that_lists_the_volume_again_justifies_nothing() {
     h.ok(write);
     let read = h.tick_raw().pop().expect("the read before the detach");
     assert_eq!(render(&read), "read n1");
-    h.store.get_mut("n1").unwrap().1 = vec![ReportedVolume {
+    let n1 = h.store.get_mut("n1").unwrap();
+    n1.1 = vec![ReportedVolume {
         volume: "v1",
         device: None,
     }];
+    n1.2 += 1;
     h.ok(read);
     h.log.clear();
     h.run_ok(secs(1));

@@ -147,17 +147,22 @@ impl<D: Domain> StatusBook<D> {
 
     /// A fresh read (or the store's listing at recovery) found `list` for `node`, at
     /// `revision`: both are now known.
-    pub(crate) fn read(
-        &mut self,
-        node: D::Node,
-        mut list: Vec<ReportedVolume<D>>,
-        revision: Revision,
-    ) {
-        list.sort_by(|a, b| a.volume.cmp(&b.volume));
+    pub(crate) fn read(&mut self, node: D::Node, list: &[ReportedVolume<D>], revision: &Revision) {
         let record = self.nodes.entry(node).or_default();
-        record.stored = Some(Packed::pack(&list));
         record.missing = false;
-        record.revision = Some(revision);
+        let same = record.revision.as_ref() == Some(revision)
+            && record.stored.as_ref().is_some_and(|stored| {
+                stored.matches(list.iter().map(|r| (&r.volume, r.device.as_deref())))
+            });
+        if same {
+            // What our own acknowledged write (or an earlier read) left: already packed. Most
+            // reads before a detach find just that, and comparing costs no allocation.
+            return;
+        }
+        let mut sorted = list.to_vec();
+        sorted.sort_by(|a, b| a.volume.cmp(&b.volume));
+        record.stored = Some(Packed::pack(&sorted));
+        record.revision = Some(revision.clone());
     }
 
     /// The revision the next write of `node` is conditional on; `None` when a fresh read must
@@ -352,11 +357,7 @@ mod tests {
             device: Some(d.into()),
         };
         let list = vec![rv("a"), with("b", "/dev/b")];
-        book.read(
-            "n",
-            vec![list[1].clone(), list[0].clone()],
-            Revision::from(1),
-        );
+        book.read("n", &[list[1].clone(), list[0].clone()], &Revision::from(1));
         assert_eq!(book.stored(&"n"), Some(list.clone()), "sorted by volume");
         assert!(!needs(&book, "n", &list));
         assert!(
@@ -373,7 +374,7 @@ mod tests {
             with("c", ""),
             with("d", "/dev/d"),
         ];
-        book.read("n", mixed.clone(), Revision::from(2));
+        book.read("n", &mixed, &Revision::from(2));
         assert_eq!(
             book.stored(&"n"),
             Some(mixed.clone()),
@@ -394,7 +395,7 @@ mod tests {
     #[test]
     fn a_missing_node_is_rewritten_when_it_reappears() {
         let mut book: StatusBook<T> = StatusBook::default();
-        book.read("n", vec![rv("a")], Revision::from(1));
+        book.read("n", &[rv("a")], &Revision::from(1));
         book.start_write("n", &[]);
         book.not_found(&"n");
         assert!(!needs(&book, "n", &[rv("a")]));
