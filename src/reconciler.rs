@@ -1358,8 +1358,10 @@ impl<D: Domain> Reconciler<D> {
     }
 
     /// Drops what a planned detach of (`volume`, `node`) waited on: a pending fresh read, a
-    /// clearance, a reported hold-back. A read already running for it decides nothing then,
-    /// since its clearance is only used by a detach that still stands.
+    /// clearance, a reported hold-back. A read already running for it may still clear it;
+    /// that clearance only serves a detach that stands again by the very next pass, and the
+    /// store never listed the volume in between (a returning workload's volume is listed only
+    /// after the read, which a later write would show).
     fn forget_detach_checks(&mut self, volume: &D::Volume, node: &D::Node) {
         if let Some(waiting) = self.checks.get_mut(node) {
             waiting.retain(|(v, _)| v != volume);
