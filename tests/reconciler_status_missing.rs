@@ -81,9 +81,8 @@ fn answer_with(
     }
 }
 
-/// vol-1 attached to node-a, whose status write then found no node in the store.
-fn attached_with_status_missing() -> Reconciler<D> {
-    let mut core = Reconciler::<D>::new(Config::default());
+/// Registers vol-1 and node-a (with `facts`), and places w1 there using vol-1.
+fn place_w1(core: &mut Reconciler<D>, facts: NodeFacts<&'static str>) {
     let refused = core.handle_all([
         Input::SetVolume {
             volume: "vol-1",
@@ -91,7 +90,7 @@ fn attached_with_status_missing() -> Reconciler<D> {
         },
         Input::NodeUpdated {
             node: "node-a",
-            facts: unmounted(),
+            facts,
         },
         Input::WorkloadScheduled {
             workload: "w1",
@@ -100,6 +99,12 @@ fn attached_with_status_missing() -> Reconciler<D> {
         },
     ]);
     assert!(refused.is_empty(), "{refused:?}");
+}
+
+/// vol-1 attached to node-a, whose status write then found no node in the store.
+fn attached_with_status_missing() -> Reconciler<D> {
+    let mut core = Reconciler::<D>::new(Config::default());
+    place_w1(&mut core, unmounted());
     let ops = run(
         &mut core,
         ms(0),
@@ -176,22 +181,7 @@ fn a_forced_detach_from_a_deleted_node_does_not_wait_for_its_status() {
         ..Config::default()
     };
     let mut core = Reconciler::<D>::new(config.clone());
-    let refused = core.handle_all([
-        Input::SetVolume {
-            volume: "vol-1",
-            spec: VolumeSpec::single_node(()),
-        },
-        Input::NodeUpdated {
-            node: "node-a",
-            facts: NodeFacts::default(),
-        },
-        Input::WorkloadScheduled {
-            workload: "w1",
-            node: "node-a",
-            volumes: vec!["vol-1"],
-        },
-    ]);
-    assert!(refused.is_empty(), "{refused:?}");
+    place_w1(&mut core, NodeFacts::default());
     run(&mut core, ms(0), ms(1000), answer_with(|_| Ok(())));
     assert_eq!(
         core.status().stored(&"node-a").map(|list| list.len()),

@@ -1164,8 +1164,9 @@ async fn multi_attach_is_recorded_once_and_the_volume_moves_when_freed() {
     h.finish().await;
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_removed_node_is_read_afresh_when_it_comes_back() {
+/// Nodes A and B, settled, and a store whose one read answers an empty status at revision 50;
+/// returns the harness and the log of status writes.
+async fn two_nodes_whose_store_reads_revision_50() -> (Harness, Log<Write>) {
     let epoch = Instant::now();
     let mut store = store(&[A, B]);
     store
@@ -1185,6 +1186,12 @@ async fn a_removed_node_is_read_afresh_when_it_comes_back() {
             .node(B, facts(&[])),
     );
     sleep(secs(1)).await;
+    (h, writes)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_removed_node_is_read_afresh_when_it_comes_back() {
+    let (h, writes) = two_nodes_whose_store_reads_revision_50().await;
     h.handle.node_removed(B).await.unwrap();
     h.handle.node_updated(B, facts(&[])).await.unwrap();
     h.handle
@@ -1201,25 +1208,7 @@ async fn a_removed_node_is_read_afresh_when_it_comes_back() {
 /// forgets what it wrote to it.
 #[tokio::test(start_paused = true)]
 async fn a_node_dropped_by_a_relist_is_read_afresh_when_it_comes_back() {
-    let epoch = Instant::now();
-    let mut store = store(&[A, B]);
-    store
-        .expect_read()
-        .times(1)
-        .returning(|_| Ok(empty_status(50)));
-    let writes = accept_writes(&mut store, epoch);
-    let mut backend = backend();
-    accept_attaches(&mut backend, epoch);
-    let h = Harness::start(
-        Config::default(),
-        backend,
-        store,
-        World::new()
-            .volume(V1, VolumeSpec::single_node(1))
-            .node(A, facts(&[]))
-            .node(B, facts(&[])),
-    );
-    sleep(secs(1)).await;
+    let (h, writes) = two_nodes_whose_store_reads_revision_50().await;
     let refused = h
         .handle
         .send_all([
