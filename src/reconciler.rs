@@ -928,9 +928,9 @@ impl<D: Domain> Reconciler<D> {
         if from_cache {
             self.gate.succeeded(key, OpKind::ReadStatus);
             if let Ok(cached) = result {
-                let mut report = self.actual.report(&node);
+                // `report` is in volume order already.
+                let report = self.actual.report(&node);
                 let mut seen = cached.attached;
-                report.sort_by(|a, b| a.volume.cmp(&b.volume));
                 seen.sort_by(|a, b| a.volume.cmp(&b.volume));
                 if seen == report {
                     // The copy matches: upstream clears its "update needed" flag and writes
@@ -1251,7 +1251,6 @@ impl<D: Domain> Reconciler<D> {
             .saturating_add(self.config.max_wait_for_unmount);
         let node_facts = self.actual.node(node);
         let present = node_facts.is_some_and(|n| n.present);
-        let pair = (volume.clone(), node.clone());
         let facts = DetachFacts {
             now,
             unmount_deadline,
@@ -1266,8 +1265,14 @@ impl<D: Domain> Reconciler<D> {
                 || !present
                 || self.status.is_missing(node)
                 || self.status.confirmed_absent(node, volume),
-            // A clearance is good for the pass right after its read.
-            clearance: self.cleared.remove(&pair).map(|(force, at)| {
+            // A clearance is good for the pass right after its read. (Most passes have none:
+            // no key is built for the lookup then.)
+            clearance: if self.cleared.is_empty() {
+                None
+            } else {
+                self.cleared.remove(&(volume.clone(), node.clone()))
+            }
+            .map(|(force, at)| {
                 let until = at
                     .saturating_add(self.config.reconcile_period)
                     .saturating_add(CLEARANCE_SLACK);
@@ -1315,12 +1320,11 @@ impl<D: Domain> Reconciler<D> {
         if step == Step::ReadNode {
             // Nothing irreversible on a view of unknown age: the node's next status pass plans
             // the read (this pass, if nothing runs for the node).
-            let (volume, node) = pair;
             self.status.mark(node.clone());
-            let waiting = self.checks.entry(node).or_default();
-            match waiting.iter_mut().find(|(v, _)| *v == volume) {
+            let waiting = self.checks.entry(node.clone()).or_default();
+            match waiting.iter_mut().find(|(v, _)| v == volume) {
                 Some(check) => check.1 = force,
-                None => waiting.push((volume, force)),
+                None => waiting.push((volume.clone(), force)),
             }
             return;
         }
