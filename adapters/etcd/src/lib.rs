@@ -1,0 +1,26 @@
+//! etcd v3 for [`attach_detach`]: a compare-and-set node status store, watches turned into
+//! controller inputs, and high availability with fenced leadership.
+//!
+//! An orchestrator that is not Kubernetes keeps its cluster state in etcd and runs its
+//! controller as two or more replicas. This crate gives it:
+//!
+//! - [`EtcdStatusStore`], the [`NodeStatusStore`](attach_detach::traits::NodeStatusStore) over
+//!   the keys of a documented [`KeyLayout`];
+//! - [`Fence`], the leader key every write of the elected replica compares, so that a deposed
+//!   leader's write fails even before it notices;
+//! - [`ClusterWriter`], what an orchestrator and its node agents write.
+#![deny(missing_docs)]
+
+mod cluster;
+mod codec;
+mod error;
+mod fence;
+mod layout;
+mod store;
+
+pub use cluster::ClusterWriter;
+pub use codec::{EtcdDomain, KeyId};
+pub use error::{DecodeError, Deposed, EtcdError};
+pub use fence::Fence;
+pub use layout::{KeyKind, KeyLayout};
+pub use store::{EtcdStatusStore, WriteStats};
