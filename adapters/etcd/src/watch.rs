@@ -81,6 +81,14 @@ const STOP_POLL: Duration = Duration::from_millis(100);
 /// call. The watch starts at the revision after the listing, when the call after the listing is
 /// made, so a listing handed over but not followed up before etcd compacted is detected too.
 ///
+/// A watch only fails if its connection does: give the client
+/// [`ConnectOptions::with_keep_alive`](etcd_client::ConnectOptions::with_keep_alive), so that
+/// a connection that died without a reset is noticed, and
+/// [`with_require_leader`](etcd_client::ConnectOptions::with_require_leader), so that a watch on
+/// a member cut off from its cluster's leader fails instead of waiting in silence. A
+/// request timeout ([`with_timeout`](etcd_client::ConnectOptions::with_timeout)) does not end an
+/// idle watch.
+///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use attach_detach::Ids;
