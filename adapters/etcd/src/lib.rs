@@ -17,6 +17,7 @@ mod error;
 mod fence;
 mod layout;
 mod store;
+mod watch;
 
 pub use cluster::ClusterWriter;
 pub use codec::{EtcdDomain, KeyId};
@@ -24,3 +25,4 @@ pub use error::{DecodeError, Deposed, EtcdError};
 pub use fence::Fence;
 pub use layout::{KeyKind, KeyLayout};
 pub use store::{EtcdStatusStore, WriteStats};
+pub use watch::InputWatcher;
