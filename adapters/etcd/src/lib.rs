@@ -16,6 +16,7 @@ mod codec;
 mod error;
 mod fence;
 mod layout;
+mod range;
 mod store;
 mod watch;
 

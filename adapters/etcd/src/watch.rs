@@ -15,18 +15,14 @@ use std::time::Duration;
 use attach_detach::controller::{ControllerError, ControllerHandle};
 use attach_detach::core::{Input, Kind, NodeFacts};
 use etcd_client::{
-    Client, Error as ClientError, EventType, GetOptions, KeyValue, WatchOptions, WatchResponse,
-    WatchStream,
+    Client, Error as ClientError, EventType, KeyValue, WatchOptions, WatchResponse, WatchStream,
 };
 use tracing::{debug, info, warn};
 
 use crate::codec::{EtcdDomain, decode_volume, decode_volumes, decode_workload, parse_id};
 use crate::error::{DecodeError, EtcdError};
 use crate::layout::{KeyKind, KeyLayout};
-
-/// How many keys one page of a listing asks for: bounded pages keep each response well under
-/// gRPC's 4 MiB message limit however large the cluster (as the status store's listings do).
-const PAGE: i64 = 1_000;
+use crate::range::read_prefix;
 
 /// How often [`InputWatcher::run`] looks whether the controller stopped while nothing changes
 /// in etcd.
@@ -368,40 +364,10 @@ impl<D: EtcdDomain> InputWatcher<D> {
     /// Every key under the cluster prefix at one revision, page by page, as a relist batch;
     /// the caches are rebuilt from it.
     async fn relist(&mut self) -> Result<Vec<Input<D>>, EtcdError> {
-        let prefix = self.layout.cluster();
-        let end = prefix_end(&prefix);
-        let mut kv = self.client.kv_client();
-        let context = || format!("listing {}cluster/", self.layout.prefix());
-        let mut start = prefix.clone();
-        let mut revision = 0;
-        let mut kvs = Vec::new();
-        loop {
-            let options = GetOptions::new()
-                .with_range(end.clone())
-                .with_limit(PAGE)
-                .with_revision(revision);
-            let mut response = kv
-                .get(start.clone(), Some(options))
-                .await
-                .map_err(EtcdError::client(context()))?;
-            if revision == 0 {
-                revision = response.header().map_or(0, |h| h.revision());
-                if revision == 0 {
-                    return Err(EtcdError::client(context())(ClientError::Internal(
-                        "etcd's answer had no header revision".into(),
-                    )));
-                }
-            }
-            let more = response.more();
-            let page = response.take_kvs();
-            let Some(last) = page.last() else { break };
-            start = last.key().to_vec();
-            start.push(0);
-            kvs.extend(page);
-            if !more {
-                break;
-            }
-        }
+        let context = format!("listing {}cluster/", self.layout.prefix());
+        let (kvs, revision) = read_prefix(&self.client, &self.layout.cluster(), 0)
+            .await
+            .map_err(EtcdError::client(context))?;
         let batch = self.rebuild(kvs);
         self.revision = revision;
         self.relists += 1;
@@ -642,16 +608,4 @@ async fn stopped<D: EtcdDomain>(handle: &ControllerHandle<D>) {
             return;
         }
     }
-}
-
-/// The end of the range of keys starting with `prefix` (as the status store computes it).
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
 }
