@@ -8,9 +8,12 @@
 //!   the keys of a documented [`KeyLayout`];
 //! - [`Fence`], the leader key every write of the elected replica compares, so that a deposed
 //!   leader's write fails even before it notices;
-//! - [`ClusterWriter`], what an orchestrator and its node agents write.
+//! - [`ClusterWriter`], what an orchestrator and its node agents write;
+//! - [`SimulatedCloud`] and [`SimulatedAgents`], stand-ins for a cloud and for node agents
+//!   whose state lives in etcd, for examples and tests.
 #![deny(missing_docs)]
 
+mod cloud;
 mod cluster;
 mod codec;
 mod error;
@@ -18,6 +21,7 @@ mod fence;
 mod layout;
 mod store;
 
+pub use cloud::{CloudAttachment, CloudConfig, CloudState, SimulatedAgents, SimulatedCloud};
 pub use cluster::ClusterWriter;
 pub use codec::{EtcdDomain, KeyId};
 pub use error::{DecodeError, Deposed, EtcdError};
