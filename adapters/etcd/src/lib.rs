@@ -9,6 +9,7 @@
 //! - [`Fence`], the leader key every write of the elected replica compares, so that a deposed
 //!   leader's write fails even before it notices;
 //! - [`ClusterWriter`], what an orchestrator and its node agents write;
+//! - [`Candidate`], a replica's campaign and the [`Leadership`] it wins;
 //! - [`SimulatedCloud`] and [`SimulatedAgents`], stand-ins for a cloud and for node agents
 //!   whose state lives in etcd, for examples and tests.
 #![deny(missing_docs)]
@@ -19,6 +20,7 @@ mod codec;
 mod error;
 mod fence;
 mod layout;
+mod leader;
 mod store;
 
 pub use cloud::{CloudAttachment, CloudConfig, CloudState, SimulatedAgents, SimulatedCloud};
@@ -27,4 +29,5 @@ pub use codec::{EtcdDomain, KeyId};
 pub use error::{DecodeError, Deposed, EtcdError};
 pub use fence::Fence;
 pub use layout::{KeyKind, KeyLayout};
+pub use leader::{Candidate, CandidateConfig, LeaderError, Leadership, Loss, current_leader};
 pub use store::{EtcdStatusStore, WriteStats};
