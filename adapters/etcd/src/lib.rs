@@ -9,7 +9,8 @@
 //! - [`Fence`], the leader key every write of the elected replica compares, so that a deposed
 //!   leader's write fails even before it notices;
 //! - [`ClusterWriter`], what an orchestrator and its node agents write;
-//! - [`Candidate`], a replica's campaign and the [`Leadership`] it wins;
+//! - [`Replica`], a controller replica: it campaigns ([`Candidate`]), and while it leads runs
+//!   a controller whose writes carry its [`Fence`];
 //! - [`SimulatedCloud`] and [`SimulatedAgents`], stand-ins for a cloud and for node agents
 //!   whose state lives in etcd, for examples and tests.
 #![deny(missing_docs)]
@@ -21,7 +22,9 @@ mod error;
 mod fence;
 mod layout;
 mod leader;
+mod replica;
 mod store;
+mod watch_standin;
 
 pub use cloud::{CloudAttachment, CloudConfig, CloudState, SimulatedAgents, SimulatedCloud};
 pub use cluster::ClusterWriter;
@@ -30,4 +33,5 @@ pub use error::{DecodeError, Deposed, EtcdError};
 pub use fence::Fence;
 pub use layout::{KeyKind, KeyLayout};
 pub use leader::{Candidate, CandidateConfig, LeaderError, Leadership, Loss, current_leader};
+pub use replica::{BackendFactory, Replica, ReplicaConfig, ReplicaError, ReplicaHandle, Role};
 pub use store::{EtcdStatusStore, WriteStats};
