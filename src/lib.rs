@@ -19,6 +19,7 @@
 //!   recorders.
 //! - [`memory`]: in-memory backend and store with fault injection, for tests and examples.
 //! - `sim` (feature `sim`): the deterministic incident simulator.
+//! - `conformance` (feature `conformance`): test suites for your store and backend.
 //! - At the root, what every module is generic over: the [`Domain`] of identifiers (node,
 //!   volume, workload, per-volume payload), [`Id`], and [`Ids`] to name one.
 //!
@@ -234,6 +235,9 @@ mod volume;
 
 #[cfg(feature = "sim")]
 pub mod sim;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
 
 /// The README's examples, compiled as doctests so they cannot rot.
 #[cfg(doctest)]

@@ -142,3 +142,61 @@ mod tonic_code {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tonic::{Code, Status};
+
+    use super::*;
+
+    #[test]
+    fn only_a_write_that_may_have_been_applied_is_uncertain() {
+        let status = |code| ClientError::GRpcStatus(Status::new(code, "etcd says no"));
+        for code in [
+            Code::Unavailable,
+            Code::DeadlineExceeded,
+            Code::Cancelled,
+            Code::Unknown,
+            Code::Internal,
+        ] {
+            let write = store_error(status(code), CallKind::Write, "writing node n1");
+            assert!(write.may_have_taken_effect(), "{code:?}: {write:?}");
+            assert_eq!(
+                write.to_string(),
+                "store call may have taken effect: writing node n1"
+            );
+            let read = store_error(status(code), CallKind::Read, "reading node n1");
+            assert!(
+                matches!(read, StoreError::Transient { .. }),
+                "{code:?}: {read:?}"
+            );
+        }
+        for code in [
+            Code::InvalidArgument,
+            Code::PermissionDenied,
+            Code::ResourceExhausted,
+            Code::FailedPrecondition,
+        ] {
+            let write = store_error(status(code), CallKind::Write, "writing node n1");
+            assert!(
+                matches!(write, StoreError::Transient { .. }),
+                "{code:?}: {write:?}"
+            );
+        }
+        // The client's error is kept as the source.
+        let e = store_error(status(Code::Unavailable), CallKind::Write, "w");
+        let source = std::error::Error::source(&e).unwrap();
+        assert!(source.to_string().contains("etcd says no"), "{source}");
+        let bad = undecodable(
+            b"/p/attached/n1",
+            DecodeError::Id {
+                what: "volume",
+                text: "x".into(),
+            },
+        );
+        assert_eq!(
+            bad.to_string(),
+            "store call failed and did nothing: cannot read /p/attached/n1"
+        );
+    }
+}
