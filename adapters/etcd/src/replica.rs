@@ -319,6 +319,15 @@ impl<D: EtcdDomain> Replica<D> {
         })
     }
 
+    /// Publishes `role` to the handles, if it changed.
+    fn set_role(&self, role: Role) {
+        self.shared.role.send_if_modified(|current| {
+            let changed = *current != role;
+            *current = role;
+            changed
+        });
+    }
+
     /// A handle to watch the replica while it runs.
     pub fn handle(&self) -> ReplicaHandle<D> {
         ReplicaHandle {
@@ -339,7 +348,7 @@ impl<D: EtcdDomain> Replica<D> {
         .with_stall(self.shared.stall.subscribe());
         let mut shutdown = std::pin::pin!(shutdown);
         let result = loop {
-            self.shared.role.send_replace(Role::StandingBy);
+            self.set_role(Role::StandingBy);
             tracing::info!(name = %self.name, "standing by");
             let campaign = tokio::select! {
                 biased;
@@ -367,7 +376,7 @@ impl<D: EtcdDomain> Replica<D> {
                 Err(e) => break Err(e),
             }
         };
-        self.shared.role.send_replace(Role::Stopped);
+        self.set_role(Role::Stopped);
         result
     }
 
@@ -408,7 +417,7 @@ impl<D: EtcdDomain> Replica<D> {
             state.fence = Some(fence.clone());
             state.terms
         };
-        self.shared.role.send_replace(Role::Leading { term });
+        self.set_role(Role::Leading { term });
         tracing::info!(name = %self.name, term, revision = fence.revision(), "leading");
 
         enum Why {
