@@ -97,9 +97,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             std::process::exit(2);
         }
     };
+    // Keep-alive and require-leader for the watch; no request timeout, which would cut a
+    // standby's campaign short (every call of the replica has its own deadline).
     let options = etcd_client::ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(3))
-        .with_timeout(Duration::from_secs(10));
+        .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5))
+        .with_require_leader(true);
     let client = etcd_client::Client::connect(&args.endpoints, Some(options)).await?;
     let layout = KeyLayout::new(args.prefix.clone());
     let seed = u64::from(std::process::id());

@@ -22,9 +22,10 @@ mod error;
 mod fence;
 mod layout;
 mod leader;
+mod range;
 mod replica;
 mod store;
-mod watch_standin;
+mod watch;
 
 pub use cloud::{CloudAttachment, CloudConfig, CloudState, SimulatedAgents, SimulatedCloud};
 pub use cluster::ClusterWriter;
@@ -35,3 +36,4 @@ pub use layout::{KeyKind, KeyLayout};
 pub use leader::{Candidate, CandidateConfig, LeaderError, Leadership, Loss, current_leader};
 pub use replica::{BackendFactory, Replica, ReplicaConfig, ReplicaError, ReplicaHandle, Role};
 pub use store::{EtcdStatusStore, WriteStats};
+pub use watch::InputWatcher;

@@ -19,7 +19,7 @@ use crate::fence::Fence;
 use crate::layout::KeyLayout;
 use crate::leader::{Candidate, CandidateConfig, LeaderError, Leadership, Loss};
 use crate::store::EtcdStatusStore;
-use crate::watch_standin::InputWatcher;
+use crate::watch::InputWatcher;
 
 /// Builds a term's backend from its fence: a backend that keeps its own record in etcd puts
 /// [`Fence::compare`] in its writes (see [`SimulatedCloud::fenced`](crate::SimulatedCloud::fenced)).
@@ -131,6 +131,13 @@ impl fmt::Display for Role {
 ///
 /// A replica that was paused past its lease may still run its controller for a moment: every
 /// write it makes is refused by etcd (the fence), and the first refusal ends its term.
+///
+/// Give it a client without a request timeout
+/// ([`ConnectOptions::with_timeout`](etcd_client::ConnectOptions::with_timeout)), or one longer
+/// than [`CandidateConfig::campaign_timeout`]: it would also end a standby's campaign early
+/// (which then starts again, with a new lease). Every call the replica makes has its own
+/// deadline. The watcher wants keep-alive and require-leader (see
+/// [`InputWatcher`](crate::InputWatcher)).
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {

@@ -7,16 +7,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use attach_detach::traits::{NodeStatus, NodeStatusStore, ReportedVolume, Revision, StoreError};
-use etcd_client::{Client, Compare, CompareOp, GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Client, Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse};
 
 use crate::codec::{EtcdDomain, decode_attached, decode_volumes, encode_attached, parse_id};
 use crate::error::{CallKind, store_error, undecodable};
 use crate::fence::Fence;
 use crate::layout::{KeyKind, KeyLayout};
-
-/// How many keys one page of a listing asks for: bounded pages keep each response well under
-/// gRPC's 4 MiB message limit however large the cluster.
-const PAGE: i64 = 1_000;
+use crate::range::read_prefix;
 
 /// The node status store over etcd: a node's status is its keys of the [`KeyLayout`], read in
 /// one transaction and written with compare-and-set on the `attached` key's `mod_revision`.
@@ -149,66 +146,25 @@ impl<D: EtcdDomain> EtcdStatusStore<D> {
         })
     }
 
-    /// One page of the keys of `kind` at `revision` (0: the current one), from `start`.
-    async fn page(
-        &self,
-        kind: KeyKind,
-        start: Vec<u8>,
-        revision: i64,
-    ) -> Result<(Vec<KeyValue>, bool, i64), StoreError> {
-        let range = self.layout.range(kind);
-        let options = GetOptions::new()
-            .with_range(prefix_end(&range))
-            .with_limit(PAGE)
-            .with_revision(revision);
-        let response = self
-            .client
-            .kv_client()
-            .get(start, Some(options))
-            .await
-            .map_err(|e| store_error(e, CallKind::Read, "listing node statuses"))?;
-        let at = response.header().map_or(revision, |h| h.revision());
-        let more = response.more();
-        let mut response = response;
-        Ok((response.take_kvs(), more, at))
-    }
-
-    /// Every key of `kind` at `revision` (0: the current one; the revision read is returned),
-    /// by id.
+    /// Every key of `kind` at `revision` (0: the current one; the revision read is
+    /// returned), by id.
     async fn all(
         &self,
         kind: KeyKind,
-        mut revision: i64,
+        revision: i64,
     ) -> Result<(BTreeMap<String, KeyValue>, i64), StoreError> {
-        let mut out = BTreeMap::new();
-        let mut start = self.layout.range(kind);
-        loop {
-            let (kvs, more, at) = self.page(kind, start.clone(), revision).await?;
-            revision = at;
-            for kv in kvs {
-                if let Some((_, id)) = self.layout.parse(kv.key()) {
-                    out.insert(id.to_owned(), kv.clone());
-                }
-                start = kv.key().to_vec();
-                start.push(0);
-            }
-            if !more {
-                return Ok((out, revision));
-            }
-        }
+        let (kvs, revision) = read_prefix(&self.client, &self.layout.range(kind), revision)
+            .await
+            .map_err(|e| store_error(e, CallKind::Read, "listing node statuses"))?;
+        let by_id = kvs
+            .into_iter()
+            .filter_map(|kv| {
+                let (_, id) = self.layout.parse(kv.key())?;
+                Some((id.to_owned(), kv))
+            })
+            .collect();
+        Ok((by_id, revision))
     }
-}
-
-/// The end of the range of keys starting with `prefix`.
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
 }
 
 /// The single key a get inside a transaction found, if any.
@@ -342,17 +298,5 @@ impl<D: EtcdDomain> NodeStatusStore<D> for EtcdStatusStore<D> {
                 Ok((node, status))
             })
             .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn prefix_end_is_the_first_key_after_the_prefix() {
-        assert_eq!(prefix_end(b"/p/a/"), b"/p/a0");
-        assert_eq!(prefix_end(&[b'a', 0xff]), b"b");
-        assert_eq!(prefix_end(&[0xff]), [0]);
     }
 }

@@ -75,10 +75,14 @@ fn replica_config(ttl: Duration) -> ReplicaConfig {
     }
 }
 
+/// A replica's client: keep-alive and require-leader for its watch (see `InputWatcher`), and
+/// no request timeout, which would also cut a standby's campaign short (every call of the
+/// replica has its own deadline).
 async fn connect(endpoint: &str) -> Client {
     let options = etcd_client::ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(2))
-        .with_timeout(Duration::from_secs(5));
+        .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
+        .with_require_leader(true);
     Client::connect([endpoint], Some(options))
         .await
         .expect("connect to the test etcd")
@@ -385,7 +389,7 @@ async fn a_leader_paused_past_its_lease_is_replaced_and_its_writes_are_refused_b
     // of the shared cloud.
     let mut replicas = Vec::new();
     for name in ["a", "b"] {
-        let client = etcd.client().await;
+        let client = connect(&etcd.endpoint()).await;
         let cloud = SimulatedCloud::<D>::new(client.clone(), layout.clone(), cloud_config.clone());
         let factory_cloud = cloud.clone();
         let replica = Replica::<D>::new(
