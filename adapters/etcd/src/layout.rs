@@ -9,6 +9,8 @@
 //! {prefix}/cluster/fence/{node}       the fencing agent or an operator: present once the node is fenced
 //! {prefix}/attached/{node}            the controller: [{"volume":"v1","device":"/dev/..."}]
 //! {prefix}/leader/...                 the election of controller replicas
+//! {prefix}/cloud/{volume}             SimulatedCloud (examples, tests): where the volume is attached
+//! {prefix}/violations/{id}            SimulatedCloud: an invariant it saw broken, as text
 //! ```
 //!
 //! Everything the controller takes as input is under `{prefix}/cluster/`, so one prefix watch
@@ -36,11 +38,16 @@ pub enum KeyKind {
     Fence,
     /// `attached/{node}`: the controller's attached list.
     Attached,
+    /// `cloud/{volume}`: the attachment record of [`SimulatedCloud`](crate::SimulatedCloud), a
+    /// stand-in for a cloud in examples and tests. Outside `cluster/`: not a controller input.
+    Cloud,
+    /// `violations/{id}`: an invariant [`SimulatedCloud`](crate::SimulatedCloud) saw broken.
+    Violation,
 }
 
 impl KeyKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [KeyKind; 7] = [
+    pub const ALL: [KeyKind; 9] = [
         KeyKind::Node,
         KeyKind::Volume,
         KeyKind::Workload,
@@ -48,6 +55,8 @@ impl KeyKind {
         KeyKind::Alive,
         KeyKind::Fence,
         KeyKind::Attached,
+        KeyKind::Cloud,
+        KeyKind::Violation,
     ];
 
     fn segment(self) -> &'static str {
@@ -59,6 +68,8 @@ impl KeyKind {
             KeyKind::Alive => "cluster/alive/",
             KeyKind::Fence => "cluster/fence/",
             KeyKind::Attached => "attached/",
+            KeyKind::Cloud => "cloud/",
+            KeyKind::Violation => "violations/",
         }
     }
 }
@@ -161,11 +172,12 @@ mod tests {
                 .key(KeyKind::Node, "x")
                 .starts_with(&layout.cluster())
         );
-        assert!(
-            !layout
-                .key(KeyKind::Attached, "x")
-                .starts_with(&layout.cluster())
-        );
+        for kind in [KeyKind::Attached, KeyKind::Cloud, KeyKind::Violation] {
+            assert!(
+                !layout.key(kind, "x").starts_with(&layout.cluster()),
+                "{kind:?}"
+            );
+        }
         assert_eq!(KeyLayout::new("/p"), layout);
     }
 }

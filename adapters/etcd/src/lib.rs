@@ -8,22 +8,32 @@
 //!   the keys of a documented [`KeyLayout`];
 //! - [`Fence`], the leader key every write of the elected replica compares, so that a deposed
 //!   leader's write fails even before it notices;
-//! - [`ClusterWriter`], what an orchestrator and its node agents write.
+//! - [`ClusterWriter`], what an orchestrator and its node agents write;
+//! - [`Replica`], a controller replica: it campaigns ([`Candidate`]), and while it leads runs
+//!   a controller whose writes carry its [`Fence`];
+//! - [`SimulatedCloud`] and [`SimulatedAgents`], stand-ins for a cloud and for node agents
+//!   whose state lives in etcd, for examples and tests.
 #![deny(missing_docs)]
 
+mod cloud;
 mod cluster;
 mod codec;
 mod error;
 mod fence;
 mod layout;
+mod leader;
 mod range;
+mod replica;
 mod store;
 mod watch;
 
+pub use cloud::{CloudAttachment, CloudConfig, CloudState, SimulatedAgents, SimulatedCloud};
 pub use cluster::ClusterWriter;
 pub use codec::{EtcdDomain, KeyId};
 pub use error::{DecodeError, Deposed, EtcdError};
 pub use fence::Fence;
 pub use layout::{KeyKind, KeyLayout};
+pub use leader::{Candidate, CandidateConfig, LeaderError, Leadership, Loss, current_leader};
+pub use replica::{BackendFactory, Replica, ReplicaConfig, ReplicaError, ReplicaHandle, Role};
 pub use store::{EtcdStatusStore, WriteStats};
 pub use watch::InputWatcher;

@@ -436,7 +436,8 @@ impl<D: EtcdDomain> InputWatcher<D> {
                 }
                 KeyKind::Alive => self.facts.entry(id.to_owned()).or_default().alive = true,
                 KeyKind::Fence => self.facts.entry(id.to_owned()).or_default().fenced = true,
-                KeyKind::Attached => {}
+                // Outside `cluster/`: never listed or watched here.
+                KeyKind::Attached | KeyKind::Cloud | KeyKind::Violation => {}
             }
         }
         // An in-use key that does not decode leaves an entry with nothing set: drop it, so the
@@ -527,7 +528,8 @@ impl<D: EtcdDomain> InputWatcher<D> {
                 }
                 KeyKind::Alive => self.update_facts(id, &mut out, |f| f.alive = put),
                 KeyKind::Fence => self.update_facts(id, &mut out, |f| f.fenced = put),
-                KeyKind::Attached => {}
+                // Outside `cluster/`: never listed or watched here.
+                KeyKind::Attached | KeyKind::Cloud | KeyKind::Violation => {}
             }
         }
         out
