@@ -193,8 +193,11 @@ struct Observed {
 async fn observe(client: &Client, layout: &KeyLayout) -> Observed {
     let cloud = SimulatedCloud::<D>::new(client.clone(), layout.clone(), CloudConfig::default());
     let store = EtcdStatusStore::<D>::new(client.clone(), layout.clone());
-    let record = cloud.record().await.unwrap();
+    // Statuses first: a volume a node has in use was attached in the cloud before the agent
+    // mounted it, and detaching it (after an unmount, through a cloud call that takes time)
+    // cannot finish between these two reads.
     let statuses = store.list().await.unwrap();
+    let record = cloud.record().await.unwrap();
     Observed {
         cloud: record
             .into_iter()
@@ -227,20 +230,23 @@ fn invariants(cluster: &Cluster, seen: &Observed) -> Result<(), String> {
             seen.violations
         ));
     }
-    let mut holders: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    // The cloud's record and the statuses are two reads, not one snapshot: each is checked on
+    // its own (a move between the two reads would otherwise look like a volume on two nodes).
+    let mut in_record: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for (volume, node, _) in &seen.cloud {
-        holders.entry(volume).or_default().insert(node);
+        in_record.entry(volume).or_default().insert(node);
     }
+    let mut in_status: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for (node, volumes) in &seen.attached {
         for volume in volumes {
-            holders.entry(volume).or_default().insert(node);
+            in_status.entry(volume).or_default().insert(node);
         }
     }
-    for (volume, nodes) in holders {
-        if !cluster.multi.contains(volume) && nodes.len() > 1 {
-            return Err(format!(
-                "I1: single-node {volume} on {nodes:?} (cloud or status)"
-            ));
+    for (source, holders) in [("cloud", in_record), ("status", in_status)] {
+        for (volume, nodes) in holders {
+            if !cluster.multi.contains(volume) && nodes.len() > 1 {
+                return Err(format!("I1: single-node {volume} on {nodes:?} ({source})"));
+            }
         }
     }
     let in_cloud: BTreeSet<(&str, &str)> = seen
