@@ -1,0 +1,6 @@
+//! Kubernetes for [`attach_detach`], through kube-rs.
+#![deny(missing_docs)]
+
+mod domain;
+
+pub use domain::{CsiVolume, Kube, attachment_name, pod_key, split_unique_name, unique_name};
