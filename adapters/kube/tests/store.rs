@@ -605,3 +605,47 @@ async fn the_fake_lists_in_pages_and_expires_tokens() {
     // Page 1, an expired page 2, then pages 1 to 3 again.
     assert_eq!(lists, 5, "{:?}", fake.requests());
 }
+
+/// The fake's JSON-patch `test` is Kubernetes' (evanphx/json-patch v4's `TestAllTest` cases):
+/// `null` matches an absent member but not an empty list, and the parent must exist.
+#[tokio::test]
+async fn the_fake_tests_like_the_api_server() {
+    let fake = FakeApi::new();
+    fake.add_ready_node("n1");
+    fake.put_node(json!({"metadata": {"name": "bare"}}));
+    let patch = |expected: Value| {
+        serde_json::to_vec(&status_patch(
+            expected,
+            json!([{"name": v(1), "devicePath": ""}]),
+        ))
+        .unwrap()
+    };
+    let send = |node: &str, body: &[u8]| {
+        fake.answer(
+            &http::Method::PATCH,
+            &format!("/api/v1/nodes/{node}/status"),
+            "",
+            Some(JSON_PATCH),
+            body,
+        )
+        .0
+    };
+    // Absent: null matches, a list does not.
+    assert_eq!(send("n1", &patch(json!([]))), 422);
+    assert_eq!(send("n1", &patch(Value::Null)), 200);
+    // Present: null no longer matches; the list does.
+    assert_eq!(send("n1", &patch(Value::Null)), 422);
+    let list = fake.node("n1").unwrap()["status"]["volumesAttached"].clone();
+    assert_eq!(send("n1", &patch(list)), 200);
+    // No status at all: the test's parent is missing.
+    assert_eq!(send("bare", &patch(Value::Null)), 422);
+    // Another patch type is refused.
+    let merge = fake.answer(
+        &http::Method::PATCH,
+        "/api/v1/nodes/n1/status",
+        "",
+        Some("application/merge-patch+json"),
+        b"{}",
+    );
+    assert_eq!(merge.0, 415);
+}
