@@ -2,5 +2,9 @@
 #![deny(missing_docs)]
 
 mod domain;
+mod informers;
 
 pub use domain::{CsiVolume, Kube, attachment_name, pod_key, split_unique_name, unique_name};
+pub use informers::{
+    DriverChange, InformerState, Informers, OUT_OF_SERVICE_TAINT, ObjectIndex, PodRef, node_facts,
+};
