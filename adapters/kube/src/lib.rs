@@ -2,9 +2,11 @@
 #![deny(missing_docs)]
 
 mod domain;
+mod events;
 mod informers;
 
 pub use domain::{CsiVolume, Kube, attachment_name, pod_key, split_unique_name, unique_name};
+pub use events::{KubeEvent, KubeEventRecorder, REPORTING_CONTROLLER, kube_events, publish};
 pub use informers::{
     DriverChange, InformerState, Informers, OUT_OF_SERVICE_TAINT, ObjectIndex, PodRef, node_facts,
 };
