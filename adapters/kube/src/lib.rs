@@ -4,9 +4,11 @@
 mod domain;
 mod events;
 mod informers;
+mod leader;
 
 pub use domain::{CsiVolume, Kube, attachment_name, pod_key, split_unique_name, unique_name};
 pub use events::{KubeEvent, KubeEventRecorder, REPORTING_CONTROLLER, kube_events, publish};
 pub use informers::{
     DriverChange, InformerState, Informers, OUT_OF_SERVICE_TAINT, ObjectIndex, PodRef, node_facts,
 };
+pub use leader::{LeaderConfig, LeaderError, Term, lead};
