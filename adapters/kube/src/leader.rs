@@ -1,30 +1,5 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease: run the controller only while holding it.
-//!
-//! # No fencing: what a Lease does not give
-//!
-//! A Kubernetes Lease is advisory. The API server does not know that a write comes from a
-//! leader, and refuses nothing a deposed leader sends: a replica paused (GC, a stalled node, a
-//! partition) past its lease keeps believing it leads until it looks again, and a write it had
-//! in flight lands after the next leader started. etcd's election can fence (every write
-//! carries a compare on the leader key, see the etcd adapter); a Lease cannot.
-//!
-//! What limits the damage here:
-//! - the holder steps down on its own before the lease can pass to another replica: it
-//!   re-reads the Lease and stops its controller once `renewTime + duration - grace` (its own
-//!   clock wrote `renewTime`) is past without a renewal it could see, even when it cannot
-//!   reach the API server at all. `grace` is the clock skew tolerated between replicas;
-//! - the status store writes `Node.status.volumesAttached` with a field-level compare-and-set
-//!   (a JSON patch whose `test` op carries the list the writer last read): a deposed leader's
-//!   late write of a node's status is refused (422) if the new leader changed that list
-//!   meanwhile, instead of overwriting it as upstream's unconditional patch would;
-//! - VolumeAttachments are idempotent by name (upstream's `csi-<sha256>`): a late create by the
-//!   old leader is an `AlreadyExists` or creates what the new leader would, a late delete
-//!   removes an attachment the new leader no longer wants or will create again; the new
-//!   leader's recovery lists them, and every detach is preceded by a fresh read of the node.
-//!
-//! What remains: a late write that does not conflict (the old leader detaches a volume the new
-//! leader has not looked at yet) can land once. The window is one in-flight call, bounded by
-//! the controller's call deadlines and `loss_grace`.
+//! See [`lead`] for why a Lease gives no fencing and what limits the damage.
 
 use std::future::Future;
 use std::time::Duration;
@@ -164,7 +139,7 @@ async fn until_lost(api: &Api<Lease>, config: &LeaderConfig, mut deadline: Times
 ///
 /// Campaigns with `kube-lease-manager` (creating the Lease if needed); once elected and the
 /// Lease confirmed by a fresh read, calls `start_term` and watches: the lease lost (another
-/// holder, or not confirmed in time, see the module's fencing notes) shuts the controller down
+/// holder, or not confirmed in time, see below) shuts the controller down
 /// with [`LeaderConfig::loss_grace`] and campaigns again; `shutdown` shuts it down with
 /// [`LeaderConfig::shutdown_grace`] and releases the Lease so a standby takes over at once.
 /// A controller that stops by itself ends its term, and a new one starts while the lease is
@@ -172,6 +147,32 @@ async fn until_lost(api: &Api<Lease>, config: &LeaderConfig, mut deadline: Times
 ///
 /// Every term starts afresh: the controller recovers the actual state from the store and the
 /// backend, and the informers list the cluster again.
+///
+/// # No fencing: what a Lease does not give
+///
+/// A Kubernetes Lease is advisory. The API server does not know that a write comes from a
+/// leader, and refuses nothing a deposed leader sends: a replica paused (GC, a stalled node, a
+/// partition) past its lease keeps believing it leads until it looks again, and a write it had
+/// in flight lands after the next leader started. etcd's election can fence (every write
+/// carries a compare on the leader key, see the etcd adapter); a Lease cannot.
+///
+/// What limits the damage here:
+/// - the holder steps down on its own before the lease can pass to another replica: it
+///   re-reads the Lease and stops its controller once `renewTime + duration - grace` (its own
+///   clock wrote `renewTime`) is past without a renewal it could see, even when it cannot
+///   reach the API server at all. `grace` is the clock skew tolerated between replicas;
+/// - the status store writes `Node.status.volumesAttached` with a field-level compare-and-set
+///   (a JSON patch whose `test` op carries the list the writer last read): a deposed leader's
+///   late write of a node's status is refused (422) if the new leader changed that list
+///   meanwhile, instead of overwriting it as upstream's unconditional patch would;
+/// - VolumeAttachments are idempotent by name (upstream's `csi-<sha256>`): a late create by the
+///   old leader is an `AlreadyExists` or creates what the new leader would, a late delete
+///   removes an attachment the new leader no longer wants or will create again; the new
+///   leader's recovery lists them, and every detach is preceded by a fresh read of the node.
+///
+/// What remains: a late write that does not conflict (the old leader detaches a volume the new
+/// leader has not looked at yet) can land once. The window is one in-flight call, bounded by
+/// the controller's call deadlines and `loss_grace`.
 pub async fn lead<F, Fut, E>(
     client: Client,
     config: LeaderConfig,
