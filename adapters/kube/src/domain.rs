@@ -71,6 +71,11 @@ pub fn attachment_name(handle: &str, driver: &str, node: &str) -> String {
     name
 }
 
+/// The taint that says a node is fenced: "out of service", put by an operator or a fencing
+/// agent once the machine is known powered off or isolated (Kubernetes' non-graceful node
+/// shutdown). Any effect counts, as upstream's reconciler checks it.
+pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
+
 /// The `namespace/name` a pod is known by.
 pub fn pod_key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")

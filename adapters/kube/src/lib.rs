@@ -3,7 +3,15 @@
 
 mod domain;
 mod error;
+mod events;
+mod informers;
+mod leader;
 mod store;
 
-pub use domain::{CsiVolume, Kube, attachment_name, pod_key, split_unique_name, unique_name};
-pub use store::{KubeStatusStore, OUT_OF_SERVICE_TAINT, StatusWriteStats};
+pub use domain::{
+    CsiVolume, Kube, OUT_OF_SERVICE_TAINT, attachment_name, pod_key, split_unique_name, unique_name,
+};
+pub use events::{KubeEvent, KubeEventRecorder, REPORTING_CONTROLLER, kube_events, publish};
+pub use informers::{DriverChange, InformerState, Informers, ObjectIndex, PodRef, node_facts};
+pub use leader::{LeaderConfig, LeaderError, Term, lead};
+pub use store::{KubeStatusStore, StatusWriteStats};

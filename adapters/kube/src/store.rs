@@ -23,9 +23,7 @@ const NODES: &str = "/api/v1/nodes";
 /// The JSON pointer of the one field this store writes.
 const ATTACHED_PATH: &str = "/status/volumesAttached";
 
-/// The taint that says a node is fenced: "out of service", put by an operator or a fencing
-/// agent once the machine is known powered off (Kubernetes' non-graceful node shutdown).
-pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
+use crate::domain::OUT_OF_SERVICE_TAINT;
 
 /// How many nodes one page of [`list`](NodeStatusStore::list) asks for.
 const PAGE: u32 = 500;
