@@ -2,5 +2,7 @@
 #![deny(missing_docs)]
 
 mod domain;
+mod drivers;
 
 pub use domain::{CsiVolume, Kube, attachment_name, pod_key, split_unique_name, unique_name};
+pub use drivers::CsiDrivers;
