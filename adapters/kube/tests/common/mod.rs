@@ -1,0 +1,3 @@
+//! Fakes shared by the integration tests.
+
+pub mod fake_va;
