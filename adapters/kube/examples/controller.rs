@@ -84,8 +84,8 @@ async fn main() -> Result<(), BoxError> {
     Ok(())
 }
 
-/// The status store, the backend and the CSIDriver registry: written on other branches
-/// (`KubeStatusStore`, `VolumeAttachmentBackend`, `CsiDrivers`).
+/// The status store, the backend and the CSIDriver registry (`KubeStatusStore`,
+/// `VolumeAttachmentBackend`, `CsiDrivers`).
 mod wiring {
     use std::sync::Arc;
 
@@ -102,14 +102,13 @@ mod wiring {
         pub on_driver: Box<dyn FnMut(DriverChange) + Send>,
     }
 
-    // TODO(lead, after merging kube-store and kube-backend): delete the two `cfg` lines below
-    // (and the stand-in after them); the code is written against those branches' names.
-    #[cfg(any())]
+    /// The store and the backend of a term, and the feed of CSIDriver objects into the
+    /// backend's registry of which drivers need an attach.
     pub fn parts(client: Client) -> Result<Parts, BoxError> {
         use attach_detach_kube::{CsiDrivers, KubeStatusStore, VolumeAttachmentBackend};
         let drivers = CsiDrivers::default();
         let store = KubeStatusStore::new(client.clone());
-        let backend = VolumeAttachmentBackend::new(client, drivers.clone(), Default::default());
+        let backend = VolumeAttachmentBackend::new(client, drivers.clone());
         Ok(Parts {
             store: Arc::new(store),
             backend: Arc::new(backend),
@@ -118,16 +117,5 @@ mod wiring {
                 DriverChange::Removed(name) => drivers.remove(&name),
             }),
         })
-    }
-
-    /// Stand-in until the store and the backend are merged.
-    #[cfg(not(any()))]
-    pub fn parts(client: Client) -> Result<Parts, BoxError> {
-        let _ = client;
-        Err(
-            "this build has no KubeStatusStore / VolumeAttachmentBackend yet: \
-             see the TODO in examples/controller.rs"
-                .into(),
-        )
     }
 }

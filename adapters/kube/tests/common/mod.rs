@@ -1,11 +1,13 @@
 //! Test doubles of the Kubernetes API server, on kube's documented mock service
 //! (`tower_test::mock::pair` behind `kube::Client::new`): a scripted one that asserts each
-//! request exactly ([`script`]), and a stateful one that serves nodes ([`fake_api`]).
+//! request exactly ([`script`]), and stateful ones that serve nodes ([`fake_api`]) and
+//! VolumeAttachments with PersistentVolumes and an external-attacher ([`fake_va`]).
 
 // Each test crate uses some of these helpers, not all.
 #![allow(dead_code)]
 
 pub mod fake_api;
+pub mod fake_va;
 pub mod script;
 
 use serde_json::{Value, json};
