@@ -1,0 +1,700 @@
+//! The CSI attach path as an [`AttachBackend`]: attaching a volume is creating its
+//! `storage.k8s.io/v1` VolumeAttachment and waiting for the driver's external-attacher to set
+//! `status.attached`; detaching is deleting it and waiting until it is gone. This is what
+//! upstream's CSI attacher (`pkg/volume/csi/csi_attacher.go`) does for kube-controller-manager's
+//! attach/detach controller, so the external-attachers already deployed answer it unchanged.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::fmt::Debug;
+use std::future::Future;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use attach_detach::core::{Access, VolumeSpec};
+use attach_detach::traits::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::storage::v1::{
+    VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
+};
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams, WatchEvent, WatchParams};
+use serde::de::DeserializeOwned;
+use tokio::time::{Instant, timeout_at};
+use tracing::{debug, warn};
+
+use crate::domain::{CsiVolume, Kube, attachment_name, unique_name};
+use crate::drivers::CsiDrivers;
+
+/// The errors of this backend: its nodes are node names.
+type Error = BackendError<String>;
+
+/// How long to wait before watching again after a watch that ended without telling anything,
+/// so that a server closing every watch at once is not hammered. Upstream polls from 500 ms.
+const REWATCH_PAUSE: Duration = Duration::from_millis(500);
+
+/// Which VolumeAttachments [`VolumeAttachmentBackend::list`](AttachBackend::list) reports as
+/// this controller's.
+///
+/// Only the listing needs it: attach, detach and verify are asked about given volumes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ManagedDrivers {
+    /// Every driver that needs attach by the [`CsiDrivers`] registry, drivers without a
+    /// CSIDriver object included. The default, and the safe choice when this controller is the
+    /// cluster's only attach/detach controller (kube-controller-manager's is disabled): it
+    /// creates VolumeAttachments for unknown drivers too, so the listing must report them, or
+    /// an attach a previous run started and lost would land unknown to the next one.
+    AttachRequired,
+    /// Only these drivers (CSIDriver names, the attachments' `spec.attacher`), among those
+    /// that need attach: for a controller that shares the cluster with another one handling
+    /// the other drivers.
+    Only(BTreeSet<String>),
+}
+
+/// How a [`VolumeAttachmentBackend`] behaves.
+///
+/// ```
+/// use std::time::Duration;
+/// use attach_detach_kube::{KubeBackendConfig, ManagedDrivers};
+/// let config = KubeBackendConfig {
+///     timeout: Duration::from_secs(300),
+///     drivers: ManagedDrivers::Only(["ebs.csi.aws.com".to_owned()].into()),
+///     ..KubeBackendConfig::default()
+/// };
+/// # let _ = config;
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubeBackendConfig {
+    /// How long an attach waits for `status.attached`, and a detach for the object to be
+    /// gone, counted from the call's start (the create or delete included): then the call
+    /// fails as [`BackendError::Uncertain`], since the external-attacher may still finish it.
+    /// Two minutes by default, upstream's `csiTimeout`. Reads (verify, list) are bounded by it
+    /// too.
+    pub timeout: Duration,
+    /// Which attachments the listing reports as this controller's.
+    pub drivers: ManagedDrivers,
+    /// How many objects each page of a LIST asks for (`limit`), so that a cluster with many
+    /// attachments or volumes is read in bounded answers. 500 by default, as client-go's
+    /// informers page.
+    pub page_size: u32,
+}
+
+impl Default for KubeBackendConfig {
+    fn default() -> Self {
+        KubeBackendConfig {
+            timeout: Duration::from_secs(120),
+            drivers: ManagedDrivers::AttachRequired,
+            page_size: 500,
+        }
+    }
+}
+
+/// The [`AttachBackend`] of the [`Kube`] domain over `storage.k8s.io/v1` VolumeAttachments, as
+/// upstream's CSI attacher drives them; the driver's external-attacher does the real work
+/// (ControllerPublish, ControllerUnpublish).
+///
+/// - **attach** creates the VolumeAttachment named by [`attachment_name`] (`spec.attacher` the
+///   driver, `spec.nodeName` the node, `spec.source.persistentVolumeName` the PV), an existing
+///   one counting as created, then watches it until `status.attached` is true. It answers
+///   `device: None`: a CSI node plugin finds its volume from the publish context, not from a
+///   device path the controller hands over. It fails as [`BackendError::Transient`] if the
+///   object is being deleted (a detach of the pair is under way: the contract forbids
+///   reporting success before it ends) or disappears, and as [`BackendError::Uncertain`] on
+///   `status.attachError` (the external-attacher retries on its own, so the volume may still
+///   attach) or when the timeout passes.
+/// - **detach** deletes the object (already gone counts as done) and watches it until it is
+///   gone, which the external-attacher allows (by removing its finalizer) only after
+///   ControllerUnpublish succeeded; `status.detachError` or the timeout fail it as
+///   [`BackendError::Uncertain`].
+/// - **verify** reads the VolumeAttachments once; **list** reads them and the
+///   PersistentVolumes once each.
+///
+/// Volumes of a driver that needs no attach ([`CsiDrivers::attach_required`] is false) are
+/// attached by nothing: attach and detach succeed without an API call, and verify counts them
+/// as attached.
+///
+/// A failed call keeps kube's error as its [`source`](std::error::Error::source). A request
+/// the API server refused (4xx: bad request, forbidden, invalid, too many requests) did
+/// nothing and is [`Transient`](BackendError::Transient); a create or a delete without a clear
+/// refusal (5xx, no answer, a broken connection) may have landed and is
+/// [`Uncertain`](BackendError::Uncertain); a failed read is transient. Once the create or
+/// delete is done, anything that ends the wait early is uncertain.
+///
+/// The watches are of the one object (`fieldSelector=metadata.name=...`), from the
+/// resourceVersion of the create's or delete's answer. A watch that ends or breaks (410 Gone
+/// included) is followed by a new read of the object and a new watch, all within the call's
+/// timeout (after a pause of half a second unless the watch brought news). That read is a
+/// LIST of the one object rather than a GET, for the list's resourceVersion: an object's own
+/// is that of its last change, which may be older than the history the server keeps for
+/// watches, and watching from it would only earn another 410.
+///
+/// ```no_run
+/// use attach_detach_kube::{CsiDrivers, VolumeAttachmentBackend};
+/// # async fn run() -> Result<(), kube::Error> {
+/// let client = kube::Client::try_default().await?;
+/// let drivers = CsiDrivers::new(); // fed by an informer of CSIDriver objects
+/// let backend = VolumeAttachmentBackend::new(client, drivers);
+/// # let _ = backend;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct VolumeAttachmentBackend {
+    attachments: Api<VolumeAttachment>,
+    volumes: Api<PersistentVolume>,
+    drivers: CsiDrivers,
+    config: KubeBackendConfig,
+}
+
+impl VolumeAttachmentBackend {
+    /// A backend with the default [`KubeBackendConfig`], asking `drivers` which drivers need
+    /// attach.
+    pub fn new(client: Client, drivers: CsiDrivers) -> Self {
+        Self::with_config(client, drivers, KubeBackendConfig::default())
+    }
+
+    /// A backend configured by `config`.
+    pub fn with_config(client: Client, drivers: CsiDrivers, config: KubeBackendConfig) -> Self {
+        VolumeAttachmentBackend {
+            attachments: Api::all(client.clone()),
+            volumes: Api::all(client),
+            drivers,
+            config,
+        }
+    }
+
+    /// The registry the backend asks which drivers need attach: feed it from CSIDriver
+    /// objects.
+    pub fn drivers(&self) -> &CsiDrivers {
+        &self.drivers
+    }
+
+    /// The backend's configuration.
+    pub fn config(&self) -> &KubeBackendConfig {
+        &self.config
+    }
+
+    /// Whether the listing reports the attachments of `driver`.
+    fn manages(&self, driver: &str) -> bool {
+        self.drivers.attach_required(driver)
+            && match &self.config.drivers {
+                ManagedDrivers::AttachRequired => true,
+                ManagedDrivers::Only(drivers) => drivers.contains(driver),
+            }
+    }
+
+    /// The VolumeAttachment `name` (`None`: gone), read by a LIST of it alone, with the
+    /// version to watch from: the list's, which is current, where the object's own may be
+    /// older than the server keeps watch history for (and would answer 410 Gone).
+    async fn read_one(
+        &self,
+        name: &str,
+    ) -> Result<(Option<VolumeAttachment>, String), kube::Error> {
+        let params = ListParams::default().fields(&format!("metadata.name={name}"));
+        let list = self.attachments.list(&params).await?;
+        let version = list.metadata.resource_version.unwrap_or_default();
+        Ok((list.items.into_iter().next(), version))
+    }
+
+    /// Watches the VolumeAttachment `name` until `judge` decides or `deadline` passes,
+    /// starting from `current`, its state (`None`: gone) at `version`.
+    ///
+    /// `judge` sees each new state of the object (`None` once it is gone, which it must
+    /// decide) and answers `Some` when the wait is over. `what` names the call in errors.
+    async fn wait(
+        &self,
+        name: &str,
+        what: &str,
+        (mut current, mut version): (Option<VolumeAttachment>, String),
+        deadline: Instant,
+        judge: impl Fn(Option<&VolumeAttachment>) -> Option<Result<(), Error>>,
+    ) -> Result<(), Error> {
+        let timed_out = || {
+            BackendError::uncertain(format!(
+                "{what}: not done within {:?}; the external-attacher may still finish it",
+                self.config.timeout
+            ))
+        };
+        let lost = |error: kube::Error| {
+            BackendError::uncertain(format!("{what}: lost track of the VolumeAttachment"))
+                .with_source(error)
+        };
+        loop {
+            if let Some(done) = judge(current.as_ref()) {
+                return done;
+            }
+            let watched = timeout_at(deadline, self.watch(name, &version, deadline, &judge));
+            let progressed = match watched.await {
+                Err(_) => return Err(timed_out()),
+                Ok(Watched::Done(done)) => return done,
+                Ok(Watched::Failed(error)) => return Err(lost(error)),
+                Ok(Watched::Broken { progressed }) => progressed,
+            };
+            if !progressed {
+                let pause = tokio::time::sleep(REWATCH_PAUSE);
+                if timeout_at(deadline, pause).await.is_err() {
+                    return Err(timed_out());
+                }
+            }
+            (current, version) = match timeout_at(deadline, self.read_one(name)).await {
+                Err(_) => return Err(timed_out()),
+                Ok(Ok(read)) => read,
+                Ok(Err(error)) => return Err(lost(error)),
+            };
+        }
+    }
+
+    /// One watch of the VolumeAttachment `name` from `version`, until `judge` decides or the
+    /// watch ends.
+    async fn watch(
+        &self,
+        name: &str,
+        version: &str,
+        deadline: Instant,
+        judge: &impl Fn(Option<&VolumeAttachment>) -> Option<Result<(), Error>>,
+    ) -> Watched {
+        // The server ends the watch by the deadline too (rounded up to a whole second).
+        let left = deadline.saturating_duration_since(Instant::now());
+        let seconds = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+        let params = WatchParams::default()
+            .fields(&format!("metadata.name={name}"))
+            .timeout(u32::try_from(seconds.max(1)).unwrap_or(u32::MAX));
+        let stream = match self.attachments.watch(&params, version).await {
+            Ok(stream) => stream,
+            // The version is too old to watch from: read the object again.
+            Err(error) if status_code(&error) == Some(410) => {
+                debug!(name, %error, "watch expired; reading the VolumeAttachment again");
+                return Watched::Broken { progressed: false };
+            }
+            Err(error) => return Watched::Failed(error),
+        };
+        let mut stream = std::pin::pin!(stream);
+        let mut progressed = false;
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(WatchEvent::Added(va) | WatchEvent::Modified(va)) => {
+                    if let Some(done) = judge(Some(&va)) {
+                        return Watched::Done(done);
+                    }
+                    progressed = true;
+                }
+                Ok(WatchEvent::Deleted(_)) => match judge(None) {
+                    Some(done) => return Watched::Done(done),
+                    None => progressed = true,
+                },
+                Ok(WatchEvent::Bookmark(_)) => {}
+                // 410 Gone, most often: the version fell out of the server's history.
+                Ok(WatchEvent::Error(status)) => {
+                    debug!(name, ?status, "watch ended with an error");
+                    return Watched::Broken { progressed };
+                }
+                Err(error) => {
+                    debug!(name, %error, "watch broke");
+                    return Watched::Broken { progressed };
+                }
+            }
+        }
+        Watched::Broken { progressed }
+    }
+
+    /// Runs a read within the configured timeout; a failure or a timeout is transient.
+    async fn read<T>(
+        &self,
+        what: impl FnOnce() -> String,
+        call: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, Error> {
+        let deadline = Instant::now() + self.config.timeout;
+        match timeout_at(deadline, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(BackendError::transient(what()).with_source(error)),
+            Err(elapsed) => Err(BackendError::transient(what()).with_source(elapsed)),
+        }
+    }
+}
+
+/// How one watch ended.
+enum Watched {
+    /// The judge decided.
+    Done(Result<(), Error>),
+    /// The watch ended or broke before: read the object again and watch anew, after a pause
+    /// unless the watch brought news (so that a server ending or refusing every watch at
+    /// once is not hammered).
+    Broken {
+        /// Whether the watch brought a change of the object.
+        progressed: bool,
+    },
+    /// The watch could not be opened.
+    Failed(kube::Error),
+}
+
+/// The VolumeAttachment upstream's CSI attacher creates for `volume` on `node`.
+fn desired(name: &str, volume: &CsiVolume, node: &str) -> VolumeAttachment {
+    VolumeAttachment {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..ObjectMeta::default()
+        },
+        spec: VolumeAttachmentSpec {
+            attacher: volume.driver.clone(),
+            node_name: node.to_owned(),
+            source: VolumeAttachmentSource {
+                persistent_volume_name: Some(volume.pv.clone()),
+                ..VolumeAttachmentSource::default()
+            },
+        },
+        status: None,
+    }
+}
+
+/// Where an attach stands, given the object's state, in upstream's order
+/// (`verifyAttachmentStatus`): gone or being deleted fails, attached succeeds, an attach
+/// error fails, anything else waits.
+fn attach_progress(what: &str, va: Option<&VolumeAttachment>) -> Option<Result<(), Error>> {
+    let Some(va) = va else {
+        return Some(Err(BackendError::transient(format!(
+            "{what}: the VolumeAttachment was deleted before the volume was attached"
+        ))));
+    };
+    if va.metadata.deletion_timestamp.is_some() {
+        return Some(Err(BackendError::transient(format!(
+            "{what}: the VolumeAttachment is being deleted (a detach is under way); \
+             attach again once it is gone"
+        ))));
+    }
+    let status = va.status.as_ref()?;
+    if status.attached {
+        return Some(Ok(()));
+    }
+    let error = status.attach_error.as_ref()?;
+    Some(Err(BackendError::uncertain(format!(
+        "{what}: the external-attacher failed (it keeps trying): {}",
+        error.message.as_deref().unwrap_or("no message")
+    ))))
+}
+
+/// Where a detach stands, given the object's state: gone succeeds, a detach error fails, an
+/// object no longer being deleted (created again by an attach since) fails, anything else
+/// waits.
+fn detach_progress(what: &str, va: Option<&VolumeAttachment>) -> Option<Result<(), Error>> {
+    let Some(va) = va else {
+        return Some(Ok(()));
+    };
+    if let Some(error) = va.status.as_ref().and_then(|s| s.detach_error.as_ref()) {
+        return Some(Err(BackendError::uncertain(format!(
+            "{what}: the external-attacher failed (it keeps trying): {}",
+            error.message.as_deref().unwrap_or("no message")
+        ))));
+    }
+    if va.metadata.deletion_timestamp.is_none() {
+        return Some(Err(BackendError::uncertain(format!(
+            "{what}: the VolumeAttachment was created again (an attach is under way)"
+        ))));
+    }
+    None
+}
+
+#[async_trait]
+impl AttachBackend<Kube> for VolumeAttachmentBackend {
+    /// Creates the VolumeAttachment and waits for `status.attached`; see
+    /// [`VolumeAttachmentBackend`]. `volume` is not read: `payload` names everything.
+    async fn attach(
+        &self,
+        volume: &String,
+        node: &String,
+        payload: &CsiVolume,
+    ) -> Result<AttachInfo, Error> {
+        if !self.drivers.attach_required(&payload.driver) {
+            debug!(
+                volume,
+                node,
+                driver = payload.driver,
+                "driver needs no attach"
+            );
+            return Ok(AttachInfo::default());
+        }
+        let deadline = Instant::now() + self.config.timeout;
+        let name = attachment_name(&payload.handle, &payload.driver, node);
+        let what = format!("attach of {volume} to {node} (VolumeAttachment {name})");
+        let (params, object) = (PostParams::default(), desired(&name, payload, node));
+        let create = self.attachments.create(&params, &object);
+        let current = match timeout_at(deadline, create).await {
+            Ok(Ok(created)) => {
+                let version = created
+                    .metadata
+                    .resource_version
+                    .clone()
+                    .unwrap_or_default();
+                (Some(created), version)
+            }
+            // AlreadyExists: ours from an earlier call, or one a detach is deleting; which
+            // one, the object says. Nothing was written, so a failed read is transient.
+            Ok(Err(error)) if status_code(&error) == Some(409) => {
+                debug!(name, "VolumeAttachment already exists");
+                match timeout_at(deadline, self.read_one(&name)).await {
+                    Ok(Ok(read)) => read,
+                    Ok(Err(error)) => {
+                        return Err(BackendError::transient(format!(
+                            "{what}: it exists, but reading it failed"
+                        ))
+                        .with_source(error));
+                    }
+                    Err(elapsed) => {
+                        return Err(BackendError::transient(format!(
+                            "{what}: it exists, but reading it took too long"
+                        ))
+                        .with_source(elapsed));
+                    }
+                }
+            }
+            Ok(Err(error)) => return Err(write_failure(error, format!("{what}: create"))),
+            Err(elapsed) => {
+                return Err(
+                    BackendError::uncertain(format!("{what}: no answer to the create"))
+                        .with_source(elapsed),
+                );
+            }
+        };
+        self.wait(&name, &what, current, deadline, |va| {
+            attach_progress(&what, va)
+        })
+        .await?;
+        // CSI needs no device path: the node plugin learns where the volume is from the
+        // publish context the external-attacher stores in `status.attachmentMetadata`.
+        Ok(AttachInfo { device: None })
+    }
+
+    /// Deletes the VolumeAttachment and waits until it is gone; see
+    /// [`VolumeAttachmentBackend`].
+    async fn detach(
+        &self,
+        volume: &String,
+        node: &String,
+        payload: &CsiVolume,
+    ) -> Result<(), Error> {
+        if !self.drivers.attach_required(&payload.driver) {
+            debug!(
+                volume,
+                node,
+                driver = payload.driver,
+                "driver needs no detach"
+            );
+            return Ok(());
+        }
+        let deadline = Instant::now() + self.config.timeout;
+        let name = attachment_name(&payload.handle, &payload.driver, node);
+        let what = format!("detach of {volume} from {node} (VolumeAttachment {name})");
+        let params = DeleteParams::default();
+        let delete = self.attachments.delete(&name, &params);
+        let answer = match timeout_at(deadline, delete).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(error)) if status_code(&error) == Some(404) => return Ok(()),
+            Ok(Err(error)) => return Err(write_failure(error, format!("{what}: delete"))),
+            Err(elapsed) => {
+                return Err(
+                    BackendError::uncertain(format!("{what}: no answer to the delete"))
+                        .with_source(elapsed),
+                );
+            }
+        };
+        // The server answers the object, or a Status once it is gone. An object without
+        // finalizers is removed at once (VolumeAttachments have no graceful deletion); one
+        // with the external-attacher's finalizer stays, marked deleted, until it detached.
+        let current = answer.left().filter(|va| {
+            va.metadata
+                .finalizers
+                .as_ref()
+                .is_some_and(|f| !f.is_empty())
+        });
+        let version = current
+            .as_ref()
+            .and_then(|va| va.metadata.resource_version.clone())
+            .unwrap_or_default();
+        self.wait(&name, &what, (current, version), deadline, |va| {
+            detach_progress(&what, va)
+        })
+        .await
+    }
+
+    /// One LIST of the VolumeAttachments: an asked volume counts as attached to `node` while
+    /// its object for `node` exists, whether its attach is still under way (as the contract
+    /// asks) or its detach is (the volume is attached until the external-attacher removed
+    /// its finalizer, so settling an uncertain detach as done before would let the core
+    /// attach a single-node volume elsewhere while it is still here). Volumes of a driver
+    /// needing no attach count as attached, without a LIST if all are.
+    async fn verify(
+        &self,
+        node: &String,
+        volumes: &[(String, CsiVolume)],
+    ) -> Result<Vec<String>, Error> {
+        let asked: Vec<(&String, Option<String>)> = volumes
+            .iter()
+            .map(|(volume, payload)| {
+                let name = self
+                    .drivers
+                    .attach_required(&payload.driver)
+                    .then(|| attachment_name(&payload.handle, &payload.driver, node));
+                (volume, name)
+            })
+            .collect();
+        let present: HashSet<String> = if asked.iter().any(|(_, name)| name.is_some()) {
+            self.read(
+                || format!("verify of {node}: list VolumeAttachments"),
+                list_all(&self.attachments, self.config.page_size),
+            )
+            .await?
+            .into_iter()
+            .filter(|va| va.spec.node_name == *node)
+            .filter_map(|va| va.metadata.name)
+            .collect()
+        } else {
+            HashSet::new()
+        };
+        Ok(asked
+            .into_iter()
+            .filter(|(_, name)| name.as_ref().is_none_or(|name| present.contains(name)))
+            .map(|(volume, _)| volume.clone())
+            .collect())
+    }
+
+    /// One LIST of the VolumeAttachments of the managed drivers (see [`ManagedDrivers`]),
+    /// joined with one LIST of the PersistentVolumes for each volume's unique name, access
+    /// mode and payload.
+    ///
+    /// Objects whose attach is under way count, as the contract asks, and so do objects being
+    /// deleted: until the external-attacher removed its finalizer the volume may still be
+    /// attached, and a restarted core must know it (it detaches it again if nothing needs it,
+    /// which waits for the deletion to end). Skipped, with a warning: an object for an inline
+    /// volume (no PersistentVolume), one whose PersistentVolume is gone or not CSI, and one
+    /// whose name is not the one this backend would give it (its PersistentVolume was
+    /// replaced by another of the same name): its volume cannot be named, and a detach
+    /// computed from the current PersistentVolume would not delete it.
+    async fn list(&self) -> Result<Vec<BackendAttachment<Kube>>, Error> {
+        let attachments: Vec<VolumeAttachment> = self
+            .read(
+                || "list VolumeAttachments".to_owned(),
+                list_all(&self.attachments, self.config.page_size),
+            )
+            .await?
+            .into_iter()
+            .filter(|va| self.manages(&va.spec.attacher))
+            .collect();
+        if attachments.is_empty() {
+            return Ok(Vec::new());
+        }
+        let volumes: BTreeMap<String, PersistentVolume> = self
+            .read(
+                || "list PersistentVolumes".to_owned(),
+                list_all(&self.volumes, self.config.page_size),
+            )
+            .await?
+            .into_iter()
+            .filter_map(|pv| Some((pv.metadata.name.clone()?, pv)))
+            .collect();
+        Ok(attachments
+            .iter()
+            .filter_map(|va| match attachment_of(va, &volumes) {
+                Ok(attachment) => Some(attachment),
+                Err(why) => {
+                    let name = va.metadata.name.as_deref().unwrap_or_default();
+                    warn!(attachment = name, why, "skipping a VolumeAttachment");
+                    None
+                }
+            })
+            .collect())
+    }
+}
+
+/// The attachment `va` stands for, with its volume from `volumes`, or why it cannot be told.
+fn attachment_of(
+    va: &VolumeAttachment,
+    volumes: &BTreeMap<String, PersistentVolume>,
+) -> Result<BackendAttachment<Kube>, String> {
+    let Some(pv) = va.spec.source.persistent_volume_name.as_deref() else {
+        return Err("an inline volume, without a PersistentVolume".to_owned());
+    };
+    let Some(volume) = volumes.get(pv) else {
+        return Err(format!("its PersistentVolume {pv} is gone"));
+    };
+    let Some(csi) = volume.spec.as_ref().and_then(|spec| spec.csi.as_ref()) else {
+        return Err(format!("its PersistentVolume {pv} is not a CSI volume"));
+    };
+    let node = &va.spec.node_name;
+    let expected = attachment_name(&csi.volume_handle, &csi.driver, node);
+    if va.metadata.name.as_deref() != Some(expected.as_str()) {
+        return Err(format!(
+            "its PersistentVolume {pv} (handle {}) would be attached as {expected}",
+            csi.volume_handle
+        ));
+    }
+    Ok(BackendAttachment {
+        volume: unique_name(&csi.driver, &csi.volume_handle),
+        node: node.clone(),
+        spec: VolumeSpec {
+            access: access(volume),
+            payload: CsiVolume {
+                pv: pv.to_owned(),
+                driver: csi.driver.clone(),
+                handle: csi.volume_handle.clone(),
+            },
+        },
+    })
+}
+
+/// A PersistentVolume's access as upstream's attach/detach controller judges it
+/// (`isMultiAttachAllowed`): multi-node if any access mode is `ReadWriteMany` or
+/// `ReadOnlyMany`, or if none is given ("we don't know for sure; let the attacher fail");
+/// single-node otherwise (`ReadWriteOnce`, `ReadWriteOncePod`).
+fn access(volume: &PersistentVolume) -> Access {
+    let modes = volume
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.access_modes.as_deref())
+        .unwrap_or_default();
+    if modes.is_empty()
+        || modes
+            .iter()
+            .any(|mode| mode == "ReadWriteMany" || mode == "ReadOnlyMany")
+    {
+        Access::MultiNode
+    } else {
+        Access::SingleNode
+    }
+}
+
+/// Every object of `api`, read `page_size` at a time.
+async fn list_all<K>(api: &Api<K>, page_size: u32) -> Result<Vec<K>, kube::Error>
+where
+    K: Clone + Debug + DeserializeOwned,
+{
+    let mut items = Vec::new();
+    let mut params = ListParams::default().limit(page_size);
+    loop {
+        let page = api.list(&params).await?;
+        items.extend(page.items);
+        match page.metadata.continue_.as_deref() {
+            Some(token) if !token.is_empty() => params = params.continue_token(token),
+            _ => return Ok(items),
+        }
+    }
+}
+
+/// The HTTP status the API server answered a failed call with, if it answered.
+fn status_code(error: &kube::Error) -> Option<u16> {
+    match error {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+/// Sorts the failure of a write (create, delete). A 4xx answer other than 408 is a refusal
+/// before anything was written (400 bad request, 403 forbidden, 422 invalid, 429 too many
+/// requests): transient. Anything else (a 5xx, which an API server also answers when etcd
+/// timed out after the write; a 408; no answer; an answer that cannot be read) may hide a
+/// write that landed: uncertain.
+fn write_failure(error: kube::Error, what: String) -> Error {
+    match status_code(&error) {
+        Some(code) if (400..500).contains(&code) && code != 408 => BackendError::transient(what),
+        _ => BackendError::uncertain(what),
+    }
+    .with_source(error)
+}

@@ -1,0 +1,97 @@
+//! The Kubernetes vocabulary: nodes by name, volumes by their unique CSI name, pods by
+//! `namespace/name`, and the CSI facts a VolumeAttachment needs.
+
+use attach_detach::Ids;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The [`Domain`](attach_detach::Domain) of this adapter:
+/// - a node is its `metadata.name`;
+/// - a volume is its unique name as kubelet and the Node status spell it,
+///   `kubernetes.io/csi/{driver}^{volumeHandle}` (see [`unique_name`]);
+/// - a workload is a pod, `namespace/name`;
+/// - the payload is the [`CsiVolume`] behind the unique name.
+pub type Kube = Ids<String, String, String, CsiVolume>;
+
+/// What a VolumeAttachment needs to know of a CSI volume.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CsiVolume {
+    /// The PersistentVolume's name (`spec.source.persistentVolumeName` of the attachment).
+    pub pv: String,
+    /// The CSI driver (`spec.csi.driver` of the PV; the attachment's `spec.attacher`).
+    pub driver: String,
+    /// The volume handle (`spec.csi.volumeHandle` of the PV).
+    pub handle: String,
+}
+
+impl CsiVolume {
+    /// The unique volume name of this volume: what [`Kube`]'s volumes are called.
+    pub fn unique_name(&self) -> String {
+        unique_name(&self.driver, &self.handle)
+    }
+}
+
+/// Kubelet's and the Node status's name of a CSI volume: `kubernetes.io/csi/{driver}^{handle}`
+/// (upstream's `csiPlugin.GetVolumeName`, prefixed with the plugin name).
+///
+/// ```
+/// use attach_detach_kube::unique_name;
+/// assert_eq!(unique_name("ebs.csi.aws.com", "vol-0abc"), "kubernetes.io/csi/ebs.csi.aws.com^vol-0abc");
+/// ```
+pub fn unique_name(driver: &str, handle: &str) -> String {
+    format!("kubernetes.io/csi/{driver}^{handle}")
+}
+
+/// The driver and handle of a unique CSI volume name, or `None` for another plugin's volume.
+///
+/// ```
+/// use attach_detach_kube::split_unique_name;
+/// assert_eq!(split_unique_name("kubernetes.io/csi/d^h^x"), Some(("d", "h^x")));
+/// assert_eq!(split_unique_name("kubernetes.io/aws-ebs/vol-1"), None);
+/// ```
+pub fn split_unique_name(name: &str) -> Option<(&str, &str)> {
+    name.strip_prefix("kubernetes.io/csi/")?.split_once('^')
+}
+
+/// The name of the VolumeAttachment of `handle` of `driver` on `node`, as upstream's CSI
+/// attacher computes it: `csi-` and the hex SHA-256 of handle, driver and node concatenated.
+///
+/// ```
+/// use attach_detach_kube::attachment_name;
+/// let name = attachment_name("vol-1", "ebs.csi.aws.com", "node-a");
+/// assert!(name.starts_with("csi-") && name.len() == 4 + 64);
+/// ```
+pub fn attachment_name(handle: &str, driver: &str, node: &str) -> String {
+    let digest = Sha256::digest(format!("{handle}{driver}{node}").as_bytes());
+    let mut name = String::with_capacity(4 + 64);
+    name.push_str("csi-");
+    for byte in digest {
+        name.push_str(&format!("{byte:02x}"));
+    }
+    name
+}
+
+/// The taint that says a node is fenced: "out of service", put by an operator or a fencing
+/// agent once the machine is known powered off or isolated (Kubernetes' non-graceful node
+/// shutdown). Any effect counts, as upstream's reconciler checks it.
+pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
+
+/// The `namespace/name` a pod is known by.
+pub fn pod_key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_attachment_name_is_upstreams() {
+        // sha256("vol-1" + "ebs.csi.aws.com" + "node-a"), computed independently with
+        // `printf %s vol-1ebs.csi.aws.comnode-a | sha256sum`.
+        assert_eq!(
+            attachment_name("vol-1", "ebs.csi.aws.com", "node-a"),
+            "csi-7ba6b8ed285c3c863d675c3b4567d68ede4307ae1a37202e02bf2c4b9f42f28b"
+        );
+    }
+}

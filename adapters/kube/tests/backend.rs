@@ -1,0 +1,1068 @@
+//! `VolumeAttachmentBackend` against kube's documented mock: each test scripts the API server,
+//! asserting every request exactly (method, path and query, content type, JSON body) and
+//! answering it; then the backend conformance kit against the stateful fake of
+//! `common/fake_va.rs`.
+
+mod common;
+
+use std::error::Error as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use attach_detach::conformance::{self, BackendHarness, HarnessError};
+use attach_detach::core::{Access, VolumeSpec};
+use attach_detach::traits::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
+use attach_detach_kube::{
+    CsiDrivers, CsiVolume, Kube, KubeBackendConfig, ManagedDrivers, VolumeAttachmentBackend,
+    attachment_name, unique_name,
+};
+use common::fake_va::{Attacher, FakeVa};
+use common::status_body as status_json;
+use http::{Method, Request, Response, StatusCode};
+use kube::client::Body;
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+use tower_test::mock::SendResponse;
+
+const DRIVER: &str = "ebs.csi.aws.com";
+const NODE: &str = "node-a";
+const VAS: &str = "/apis/storage.k8s.io/v1/volumeattachments";
+const PVS: &str = "/api/v1/persistentvolumes";
+
+type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+type Reply = SendResponse<Response<Body>>;
+
+/// The scripted API server's side of the mock, shared by the script and the test.
+#[derive(Clone)]
+struct Server(Arc<Mutex<Handle>>);
+
+impl Server {
+    /// The next request, which must be `method` on `uri` (path and query, exactly) with
+    /// `body` (JSON, with a JSON content type) or no body; returns its responder.
+    async fn expect(&self, method: Method, uri: &str, body: Option<Value>) -> Reply {
+        let (request, reply) = self.0.lock().await.next_request().await.expect("a request");
+        let (parts, got) = request.into_parts();
+        assert_eq!(parts.method, method, "method of {uri}");
+        assert_eq!(parts.uri.to_string(), uri);
+        let got = got.collect_bytes().await.expect("a body");
+        match body {
+            Some(expected) => {
+                assert_eq!(
+                    parts.headers.get(http::header::CONTENT_TYPE).unwrap(),
+                    "application/json",
+                    "content type of {method} {uri}"
+                );
+                let got: Value = serde_json::from_slice(&got).expect("a JSON body");
+                assert_eq!(got, expected, "body of {method} {uri}");
+            }
+            None => assert!(got.is_empty(), "{method} {uri} has no body"),
+        }
+        reply
+    }
+
+    /// Asserts that the client sent nothing more (call once the backend is dropped).
+    async fn done(&self) {
+        if let Some((request, _)) = self.0.lock().await.next_request().await {
+            panic!("unexpected request {} {}", request.method(), request.uri());
+        }
+    }
+}
+
+/// A backend over the mock, with `drivers` and `config`, and the server's side.
+fn backend_with(
+    drivers: CsiDrivers,
+    config: KubeBackendConfig,
+) -> (VolumeAttachmentBackend, Server) {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let server = Server(Arc::new(Mutex::new(handle)));
+    (
+        VolumeAttachmentBackend::with_config(client, drivers, config),
+        server,
+    )
+}
+
+fn backend() -> (VolumeAttachmentBackend, Server) {
+    backend_with(CsiDrivers::new(), KubeBackendConfig::default())
+}
+
+/// Runs `call` against the backend while `script` plays the server, then checks the server
+/// saw nothing more.
+async fn run<T, F>(
+    backend: VolumeAttachmentBackend,
+    server: Server,
+    script: impl FnOnce(Server) -> F,
+    call: impl AsyncFnOnce(&VolumeAttachmentBackend) -> T,
+) -> T
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let played = tokio::spawn(script(server.clone()));
+    let answer = call(&backend).await;
+    drop(backend);
+    played.await.expect("the script ran to its end");
+    server.done().await;
+    answer
+}
+
+fn volume(n: u32) -> (String, CsiVolume) {
+    let payload = CsiVolume {
+        pv: format!("pv-{n}"),
+        driver: DRIVER.to_owned(),
+        handle: format!("vol-{n}"),
+    };
+    (payload.unique_name(), payload)
+}
+
+fn name(n: u32, node: &str) -> String {
+    attachment_name(&format!("vol-{n}"), DRIVER, node)
+}
+
+/// The VolumeAttachment of volume `n` on `node`, as the server holds it at `version`.
+fn va(n: u32, node: &str, version: u32) -> Value {
+    json!({
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "VolumeAttachment",
+        "metadata": {"name": name(n, node), "resourceVersion": version.to_string(), "uid": "u-1"},
+        "spec": {"attacher": DRIVER, "nodeName": node, "source": {"persistentVolumeName": format!("pv-{n}")}},
+    })
+}
+
+fn with(mut object: Value, field: &str, value: Value) -> Value {
+    object[field] = value;
+    object
+}
+
+fn attached(object: Value) -> Value {
+    let mut object = with(object, "status", json!({"attached": true}));
+    object["metadata"]["finalizers"] = json!(["external-attacher/ebs-csi-aws-com"]);
+    object
+}
+
+fn deleting(object: Value) -> Value {
+    let mut object = attached(object);
+    object["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    object
+}
+
+fn reply(code: u16, body: Value) -> Response<Body> {
+    Response::builder()
+        .status(code)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Body::from(serde_json::to_vec(&body).unwrap()))
+        .unwrap()
+}
+
+fn failure(code: u16, reason: &str) -> Response<Body> {
+    reply(
+        code,
+        status_json(code, reason, &format!("the server says {reason}")),
+    )
+}
+
+/// A watch answer carrying `events` (type, object), ending after them.
+fn events(events: &[(&str, Value)]) -> Response<Body> {
+    let mut body = Vec::new();
+    for (kind, object) in events {
+        serde_json::to_writer(&mut body, &json!({"type": kind, "object": object})).unwrap();
+        body.push(b'\n');
+    }
+    Response::builder()
+        .status(StatusCode::OK)
+        .body(Body::from(body))
+        .unwrap()
+}
+
+fn item(n: u32) -> String {
+    format!("{VAS}/{}?", name(n, NODE))
+}
+
+/// The read of volume `n`'s object alone: a LIST by name, for a current version to watch
+/// from.
+fn read(n: u32) -> String {
+    format!("{VAS}?&fieldSelector=metadata.name%3D{}", name(n, NODE))
+}
+
+/// The answer to [`read`]: `items` at list version `version`.
+fn one(items: Vec<Value>, version: u32) -> Response<Body> {
+    reply(
+        200,
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachmentList",
+               "metadata": {"resourceVersion": version.to_string()}, "items": items}),
+    )
+}
+
+fn watch(n: u32, version: u32, seconds: u32) -> String {
+    format!(
+        "{VAS}?&watch=true&timeoutSeconds={seconds}&fieldSelector=metadata.name%3D{}&allowWatchBookmarks=true&resourceVersion={version}",
+        name(n, NODE)
+    )
+}
+
+fn create() -> String {
+    format!("{VAS}?")
+}
+
+/// The body of the create of volume `n` on NODE.
+fn created(n: u32) -> Value {
+    json!({
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "VolumeAttachment",
+        "metadata": {"name": name(n, NODE)},
+        "spec": {"attacher": DRIVER, "nodeName": NODE, "source": {"persistentVolumeName": format!("pv-{n}")}},
+    })
+}
+
+async fn attach(b: &VolumeAttachmentBackend, n: u32) -> Result<AttachInfo, BackendError<String>> {
+    let (v, p) = volume(n);
+    b.attach(&v, &NODE.to_owned(), &p).await
+}
+
+async fn detach(b: &VolumeAttachmentBackend, n: u32) -> Result<(), BackendError<String>> {
+    let (v, p) = volume(n);
+    b.detach(&v, &NODE.to_owned(), &p).await
+}
+
+/// The kube error behind a backend error, and its status code (`None`: no answer).
+fn kube_code(error: &BackendError<String>) -> Option<u16> {
+    let source = error.source().expect("the kube error is kept");
+    match source.downcast_ref::<kube::Error>().expect("a kube::Error") {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+fn is_transient(e: &BackendError<String>) -> bool {
+    matches!(e, BackendError::Transient { .. })
+}
+
+fn is_uncertain(e: &BackendError<String>) -> bool {
+    matches!(e, BackendError::Uncertain { .. })
+}
+
+#[tokio::test(start_paused = true)]
+async fn attach_creates_the_object_and_waits_for_attached() {
+    let (b, server) = backend();
+    let answer = run(
+        b,
+        server,
+        |s: Server| async move {
+            s.expect(Method::POST, &create(), Some(created(1)))
+                .await
+                .send_response(reply(201, va(1, NODE, 10)));
+            s.expect(Method::GET, &watch(1, 10, 120), None)
+                .await
+                .send_response(events(&[
+                    ("BOOKMARK", json!({"kind": "VolumeAttachment", "apiVersion": "storage.k8s.io/v1", "metadata": {"resourceVersion": "11"}})),
+                    ("MODIFIED", with(va(1, NODE, 12), "status", json!({"attached": false}))),
+                    ("MODIFIED", attached(va(1, NODE, 13))),
+                ]));
+        },
+        async |b: &VolumeAttachmentBackend| attach(b, 1).await,
+    )
+    .await;
+    // CSI hands the node no device path.
+    assert_eq!(answer, Ok(AttachInfo { device: None }));
+}
+
+#[tokio::test(start_paused = true)]
+async fn attach_of_an_existing_object_succeeds() {
+    let (b, server) = backend();
+    let answer = run(
+        b,
+        server,
+        |s: Server| async move {
+            s.expect(Method::POST, &create(), Some(created(1)))
+                .await
+                .send_response(failure(409, "AlreadyExists"));
+            s.expect(Method::GET, &read(1), None)
+                .await
+                .send_response(one(vec![attached(va(1, NODE, 7))], 50));
+        },
+        async |b: &VolumeAttachmentBackend| attach(b, 1).await,
+    )
+    .await;
+    assert_eq!(answer, Ok(AttachInfo { device: None }));
+
+    // Existing but not attached yet: wait for it like a new one.
+    let (b, server) = backend();
+    let answer = run(
+        b,
+        server,
+        |s: Server| async move {
+            s.expect(Method::POST, &create(), Some(created(1)))
+                .await
+                .send_response(failure(409, "AlreadyExists"));
+            s.expect(Method::GET, &read(1), None)
+                .await
+                .send_response(one(vec![va(1, NODE, 7)], 50));
+            // From the list's version: the object's may be too old to watch from.
+            s.expect(Method::GET, &watch(1, 50, 120), None)
+                .await
+                .send_response(events(&[("MODIFIED", attached(va(1, NODE, 8)))]));
+        },
+        async |b: &VolumeAttachmentBackend| attach(b, 1).await,
+    )
+    .await;
+    assert_eq!(answer, Ok(AttachInfo { device: None }));
+}
+
+#[tokio::test(start_paused = true)]
+async fn attach_error_is_uncertain_with_its_message() {
+    let (b, server) = backend();
+    let answer = run(
+        b,
+        server,
+        |s: Server| async move {
+            s.expect(Method::POST, &create(), Some(created(1)))
+                .await
+                .send_response(reply(201, va(1, NODE, 10)));
+            let failed = with(
+                va(1, NODE, 11),
+                "status",
+                json!({"attached": false, "attachError": {"message": "rpc error: code = ResourceExhausted desc = too many volumes", "time": "2026-01-01T00:00:00Z"}}),
+            );
+            s.expect(Method::GET, &watch(1, 10, 120), None)
+                .await
+                .send_response(events(&[("MODIFIED", failed)]));
+        },
+        async |b: &VolumeAttachmentBackend| attach(b, 1).await,
+    )
+    .await;
+    let e = answer.unwrap_err();
+    assert!(is_uncertain(&e), "{e}");
+    assert!(
+        e.message()
+            .contains("rpc error: code = ResourceExhausted desc = too many volumes"),
+        "{e}"
+    );
+    assert!(e.message().contains(&name(1, NODE)), "{e}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn attach_times_out_as_uncertain() {
+    let (b, server) = backend_with(
+        CsiDrivers::new(),
+        KubeBackendConfig {
+            timeout: Duration::from_secs(30),
+            ..KubeBackendConfig::default()
+        },
+    );
+    let (answer, took) = run(
+        b,
+        server,
+        |s: Server| async move {
+            s.expect(Method::POST, &create(), Some(created(1)))
+                .await
+                .send_response(reply(201, va(1, NODE, 10)));
+            // The watch is never answered: the external-attacher is silent.
+            let held = s.expect(Method::GET, &watch(1, 10, 30), None).await;
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            drop(held);
+        },
+        async |b: &VolumeAttachmentBackend| {
+            let start = tokio::time::Instant::now();
+            (attach(b, 1).await, start.elapsed())
+        },
+    )
+    .await;
+    let e = answer.unwrap_err();
+    assert!(is_uncertain(&e), "{e}");
+    assert!(e.message().contains("not done within 30s"), "{e}");
+    assert_eq!(took, Duration::from_secs(30));
+}
+
+#[tokio::test(start_paused = true)]
+async fn attach_while_a_detach_is_under_way_is_transient() {
+    // The object exists and is being deleted.
+    let (b, server) = backend();
+    let answer = run(
+        b,
+        server,
+        |s: Server| async move {
+            s.expect(Method::POST, &create(), Some(created(1)))
+                .await
+                .send_response(failure(409, "AlreadyExists"));
+            s.expect(Method::GET, &read(1), None)
+                .await
+                .send_response(one(vec![deleting(va(1, NODE, 7))], 50));
+        },
+        async |b: &VolumeAttachmentBackend| attach(b, 1).await,
+    )
+    .await;
+    let e = answer.unwrap_err();
+    assert!(is_transient(&e), "{e}");
+    assert!(e.message().contains("being deleted"), "{e}");
+
+    // A deletion starts while the attach waits; then the object goes.
+    for (last, expected) in [
+        (("MODIFIED", deleting(va(1, NODE, 11))), "being deleted"),
+        (("DELETED", va(1, NODE, 11)), "was deleted"),
+    ] {
+        let (b, server) = backend();
+        let answer = run(
+            b,
+            server,
+            move |s: Server| async move {
+                s.expect(Method::POST, &create(), Some(created(1)))
+                    .await
+                    .send_response(reply(201, va(1, NODE, 10)));
+                s.expect(Method::GET, &watch(1, 10, 120), None)
+                    .await
+                    .send_response(events(&[last]));
+            },
+            async |b: &VolumeAttachmentBackend| attach(b, 1).await,
+        )
+        .await;
+        let e = answer.unwrap_err();
+        assert!(is_transient(&e), "{e}");
+        assert!(e.message().contains(expected), "{e}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_broken_watch_is_followed_by_a_read_and_a_new_watch() {
+    let (b, server) = backend();
+    let (answer, took) = run(
+        b,
+        server,
+        |s: Server| async move {
+            s.expect(Method::POST, &create(), Some(created(1)))
+                .await
+                .send_response(reply(201, va(1, NODE, 10)));
+            // 410 Gone: the version is too old to watch from; read again (after a pause).
+            s.expect(Method::GET, &watch(1, 10, 120), None)
+                .await
+                .send_response(failure(410, "Expired"));
+            s.expect(Method::GET, &read(1), None)
+                .await
+                .send_response(one(vec![va(1, NODE, 19)], 20));
+            // The same, as an ERROR event inside the watch; the deadline is 119.5 s away.
+            s.expect(Method::GET, &watch(1, 20, 120), None)
+                .await
+                .send_response(events(&[(
+                    "ERROR",
+                    status_json(410, "Expired", "too old resource version"),
+                )]));
+            s.expect(Method::GET, &read(1), None)
+                .await
+                .send_response(one(vec![va(1, NODE, 19)], 30));
+            // A watch that ends after news: read again at once.
+            s.expect(Method::GET, &watch(1, 30, 119), None)
+                .await
+                .send_response(events(&[(
+                    "MODIFIED",
+                    with(va(1, NODE, 31), "status", json!({"attached": false})),
+                )]));
+            s.expect(Method::GET, &read(1), None)
+                .await
+                .send_response(one(vec![va(1, NODE, 31)], 40));
+            // A watch that ends without a word: read again after a pause.
+            s.expect(Method::GET, &watch(1, 40, 119), None)
+                .await
+                .send_response(events(&[]));
+            s.expect(Method::GET, &read(1), None)
+                .await
+                .send_response(one(vec![va(1, NODE, 31)], 50));
+            s.expect(Method::GET, &watch(1, 50, 119), None)
+                .await
+                .send_response(events(&[("MODIFIED", attached(va(1, NODE, 51)))]));
+        },
+        async |b: &VolumeAttachmentBackend| {
+            let start = tokio::time::Instant::now();
+            (attach(b, 1).await, start.elapsed())
+        },
+    )
+    .await;
+    assert_eq!(answer, Ok(AttachInfo { device: None }));
+    assert_eq!(took, Duration::from_millis(1500));
+}
+
+#[tokio::test(start_paused = true)]
+async fn detach_deletes_the_object_and_waits_until_it_is_gone() {
+    let (b, server) = backend();
+    let answer = run(
+        b,
+        server,
+        |s: Server| async move {
+            s.expect(Method::DELETE, &item(1), Some(json!({})))
+                .await
+                .send_response(reply(200, deleting(va(1, NODE, 20))));
+            s.expect(Method::GET, &watch(1, 20, 120), None)
+                .await
+                .send_response(events(&[("DELETED", deleting(va(1, NODE, 21)))]));
+        },
+        async |b: &VolumeAttachmentBackend| detach(b, 1).await,
+    )
+    .await;
+    assert_eq!(answer, Ok(()));
+
+    // Without a finalizer (never attached), the object is gone at once: no watch.
+    let (b, server) = backend();
+    let answer = run(
+        b,
+        server,
+        |s: Server| async move {
+            s.expect(Method::DELETE, &item(1), Some(json!({})))
+                .await
+                .send_response(reply(200, va(1, NODE, 20)));
+        },
+        async |b: &VolumeAttachmentBackend| detach(b, 1).await,
+    )
+    .await;
+    assert_eq!(answer, Ok(()));
+
+    // Already gone (404) is done.
+    let (b, server) = backend();
+    let answer = run(
+        b,
+        server,
+        |s: Server| async move {
+            s.expect(Method::DELETE, &item(1), Some(json!({})))
+                .await
+                .send_response(failure(404, "NotFound"));
+        },
+        async |b: &VolumeAttachmentBackend| detach(b, 1).await,
+    )
+    .await;
+    assert_eq!(answer, Ok(()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn detach_error_and_timeout_are_uncertain() {
+    let (b, server) = backend();
+    let answer = run(
+        b,
+        server,
+        |s: Server| async move {
+            s.expect(Method::DELETE, &item(1), Some(json!({})))
+                .await
+                .send_response(reply(200, deleting(va(1, NODE, 20))));
+            let mut failed = deleting(va(1, NODE, 21));
+            failed["status"]["detachError"] =
+                json!({"message": "rpc error: code = Internal desc = volume is busy"});
+            s.expect(Method::GET, &watch(1, 20, 120), None)
+                .await
+                .send_response(events(&[("MODIFIED", failed)]));
+        },
+        async |b: &VolumeAttachmentBackend| detach(b, 1).await,
+    )
+    .await;
+    let e = answer.unwrap_err();
+    assert!(is_uncertain(&e), "{e}");
+    assert!(e.message().contains("volume is busy"), "{e}");
+
+    let (b, server) = backend();
+    let answer = run(
+        b,
+        server,
+        |s: Server| async move {
+            s.expect(Method::DELETE, &item(1), Some(json!({})))
+                .await
+                .send_response(reply(200, deleting(va(1, NODE, 20))));
+            let held = s.expect(Method::GET, &watch(1, 20, 120), None).await;
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            drop(held);
+        },
+        async |b: &VolumeAttachmentBackend| detach(b, 1).await,
+    )
+    .await;
+    let e = answer.unwrap_err();
+    assert!(is_uncertain(&e), "{e}");
+    assert!(e.message().contains("not done within 120s"), "{e}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_driver_that_needs_no_attach_makes_no_request() {
+    let drivers = CsiDrivers::new();
+    drivers.set(DRIVER, false);
+    let (b, server) = backend_with(drivers, KubeBackendConfig::default());
+    run(
+        b,
+        server,
+        |_: Server| async {},
+        async |b: &VolumeAttachmentBackend| {
+            assert_eq!(attach(b, 1).await, Ok(AttachInfo { device: None }));
+            assert_eq!(detach(b, 1).await, Ok(()));
+            let (v, p) = volume(1);
+            // Counted as attached: it needs nothing.
+            assert_eq!(
+                b.verify(&NODE.to_owned(), &[(v.clone(), p)]).await,
+                Ok(vec![v])
+            );
+            // Asked about nothing, verify reads nothing either.
+            assert_eq!(b.verify(&NODE.to_owned(), &[]).await, Ok(vec![]));
+        },
+    )
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn write_failures_are_transient_when_refused_and_uncertain_otherwise() {
+    for (code, reason, transient) in [
+        (400, "BadRequest", true),
+        (403, "Forbidden", true),
+        (422, "Invalid", true),
+        (429, "TooManyRequests", true),
+        (500, "InternalError", false),
+        (503, "ServiceUnavailable", false),
+        (504, "Timeout", false),
+    ] {
+        let (b, server) = backend();
+        let answer = run(
+            b,
+            server,
+            move |s: Server| async move {
+                s.expect(Method::POST, &create(), Some(created(1)))
+                    .await
+                    .send_response(failure(code, reason));
+            },
+            async |b: &VolumeAttachmentBackend| attach(b, 1).await,
+        )
+        .await;
+        let e = answer.unwrap_err();
+        assert_eq!(is_transient(&e), transient, "create answered {code}: {e}");
+        assert_eq!(is_uncertain(&e), !transient, "create answered {code}: {e}");
+        assert_eq!(kube_code(&e), Some(code));
+
+        let (b, server) = backend();
+        let answer = run(
+            b,
+            server,
+            move |s: Server| async move {
+                s.expect(Method::DELETE, &item(1), Some(json!({})))
+                    .await
+                    .send_response(failure(code, reason));
+            },
+            async |b: &VolumeAttachmentBackend| detach(b, 1).await,
+        )
+        .await;
+        let e = answer.unwrap_err();
+        assert_eq!(is_transient(&e), transient, "delete answered {code}: {e}");
+        assert_eq!(kube_code(&e), Some(code));
+    }
+
+    // No answer at all (a broken connection): the write may have landed.
+    for detaching in [false, true] {
+        let (b, server) = backend();
+        let answer = run(
+            b,
+            server,
+            move |s: Server| async move {
+                let (method, uri, body) = if detaching {
+                    (Method::DELETE, item(1), json!({}))
+                } else {
+                    (Method::POST, create(), created(1))
+                };
+                s.expect(method, &uri, Some(body))
+                    .await
+                    .send_error("connection reset by peer");
+            },
+            async move |b: &VolumeAttachmentBackend| {
+                if detaching {
+                    detach(b, 1).await
+                } else {
+                    attach(b, 1).await.map(drop)
+                }
+            },
+        )
+        .await;
+        let e = answer.unwrap_err();
+        assert!(is_uncertain(&e), "{e}");
+        assert_eq!(kube_code(&e), None);
+    }
+
+    // A create that is never answered: uncertain once the timeout passed.
+    let (b, server) = backend();
+    let answer = run(
+        b,
+        server,
+        |s: Server| async move {
+            let held = s.expect(Method::POST, &create(), Some(created(1))).await;
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            drop(held);
+        },
+        async |b: &VolumeAttachmentBackend| attach(b, 1).await,
+    )
+    .await;
+    let e = answer.unwrap_err();
+    assert!(is_uncertain(&e), "{e}");
+    assert!(e.message().contains("no answer to the create"), "{e}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_after_the_write_are_uncertain_and_reads_transient() {
+    // The create landed, then the watch cannot be opened: the attach may still land.
+    let (b, server) = backend();
+    let answer = run(
+        b,
+        server,
+        |s: Server| async move {
+            s.expect(Method::POST, &create(), Some(created(1)))
+                .await
+                .send_response(reply(201, va(1, NODE, 10)));
+            s.expect(Method::GET, &watch(1, 10, 120), None)
+                .await
+                .send_response(failure(403, "Forbidden"));
+        },
+        async |b: &VolumeAttachmentBackend| attach(b, 1).await,
+    )
+    .await;
+    let e = answer.unwrap_err();
+    assert!(is_uncertain(&e), "{e}");
+    assert_eq!(kube_code(&e), Some(403));
+
+    // AlreadyExists, then the read of the existing object fails: nothing was written.
+    let (b, server) = backend();
+    let answer = run(
+        b,
+        server,
+        |s: Server| async move {
+            s.expect(Method::POST, &create(), Some(created(1)))
+                .await
+                .send_response(failure(409, "AlreadyExists"));
+            s.expect(Method::GET, &read(1), None)
+                .await
+                .send_response(failure(500, "InternalError"));
+        },
+        async |b: &VolumeAttachmentBackend| attach(b, 1).await,
+    )
+    .await;
+    let e = answer.unwrap_err();
+    assert!(is_transient(&e), "{e}");
+    assert_eq!(kube_code(&e), Some(500));
+
+    // A failed LIST is transient, answered or not.
+    for broken in [false, true] {
+        let (b, server) = backend();
+        let answer = run(
+            b,
+            server,
+            move |s: Server| async move {
+                let reply = s
+                    .expect(Method::GET, &format!("{VAS}?&limit=500"), None)
+                    .await;
+                if broken {
+                    reply.send_error("connection reset by peer");
+                } else {
+                    reply.send_response(failure(500, "InternalError"));
+                }
+            },
+            async |b: &VolumeAttachmentBackend| {
+                let (v, p) = volume(1);
+                b.verify(&NODE.to_owned(), &[(v, p)]).await
+            },
+        )
+        .await;
+        let e = answer.unwrap_err();
+        assert!(is_transient(&e), "{e}");
+        assert_eq!(kube_code(&e), (!broken).then_some(500));
+    }
+}
+
+/// A page of a list of `kind`.
+fn page(kind: &str, items: Vec<Value>, next: Option<&str>) -> Response<Body> {
+    let mut metadata = json!({"resourceVersion": "99"});
+    if let Some(next) = next {
+        metadata["continue"] = json!(next);
+    }
+    reply(
+        200,
+        json!({"apiVersion": "v1", "kind": kind, "metadata": metadata, "items": items}),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn verify_answers_from_one_paged_list() {
+    // 1 attached here, 2 attached to another node only, 3 being attached, 4 being detached,
+    // 5 nowhere, 6 of a driver needing no attach.
+    let drivers = CsiDrivers::new();
+    drivers.set("nfs.csi.k8s.io", false);
+    let (b, server) = backend_with(
+        drivers,
+        KubeBackendConfig {
+            page_size: 2,
+            ..KubeBackendConfig::default()
+        },
+    );
+    let answer = run(
+        b,
+        server,
+        |s: Server| async move {
+            s.expect(Method::GET, &format!("{VAS}?&limit=2"), None)
+                .await
+                .send_response(page(
+                    "VolumeAttachmentList",
+                    vec![attached(va(1, NODE, 1)), attached(va(2, "node-b", 2))],
+                    Some("next-1"),
+                ));
+            s.expect(
+                Method::GET,
+                &format!("{VAS}?&limit=2&continue=next-1"),
+                None,
+            )
+            .await
+            .send_response(page(
+                "VolumeAttachmentList",
+                vec![va(3, NODE, 3), deleting(va(4, NODE, 4))],
+                None,
+            ));
+        },
+        async |b: &VolumeAttachmentBackend| {
+            let mut asked: Vec<(String, CsiVolume)> = (1..=5).map(volume).collect();
+            let nfs = CsiVolume {
+                pv: "pv-6".into(),
+                driver: "nfs.csi.k8s.io".into(),
+                handle: "share".into(),
+            };
+            asked.push((nfs.unique_name(), nfs));
+            b.verify(&NODE.to_owned(), &asked).await
+        },
+    )
+    .await;
+    let expected: Vec<String> = [1, 3, 4]
+        .map(|n| volume(n).0)
+        .into_iter()
+        .chain([unique_name("nfs.csi.k8s.io", "share")])
+        .collect();
+    assert_eq!(answer, Ok(expected));
+}
+
+/// A CSI PersistentVolume `pv-{n}` of `vol-{n}` of `driver` with `modes`.
+fn pv(n: u32, driver: &str, modes: &[&str]) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": format!("pv-{n}")},
+        "spec": {"accessModes": modes, "csi": {"driver": driver, "volumeHandle": format!("vol-{n}")}},
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn list_joins_the_attachments_with_their_volumes() {
+    let drivers = CsiDrivers::new();
+    drivers.set("nfs.csi.k8s.io", false);
+    let (b, server) = backend_with(drivers, KubeBackendConfig::default());
+    let other_node = "node-b";
+    let answer = run(
+        b,
+        server,
+        move |s: Server| async move {
+            let nfs = json!({
+                "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+                "metadata": {"name": attachment_name("share", "nfs.csi.k8s.io", NODE)},
+                "spec": {"attacher": "nfs.csi.k8s.io", "nodeName": NODE, "source": {"persistentVolumeName": "pv-9"}},
+            });
+            let inline = json!({
+                "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+                "metadata": {"name": "csi-inline"},
+                "spec": {"attacher": DRIVER, "nodeName": NODE, "source": {"inlineVolumeSpec": {"csi": {"driver": DRIVER, "volumeHandle": "vol-i"}}}},
+            });
+            let mut renamed = attached(va(7, NODE, 7));
+            renamed["metadata"]["name"] = json!(name(70, NODE));
+            s.expect(Method::GET, &format!("{VAS}?&limit=500"), None)
+                .await
+                .send_response(page("VolumeAttachmentList", vec![
+                    attached(va(1, NODE, 1)),           // RWO, attached
+                    va(2, NODE, 2),                     // RWX, attach under way
+                    attached(va(2, other_node, 3)),     // RWX, on the other node too
+                    deleting(va(3, NODE, 4)),           // RWOP, detach under way
+                    attached(va(4, NODE, 5)),           // its PV is gone
+                    attached(va(5, NODE, 6)),           // its PV is not CSI
+                    renamed,                            // its PV has another handle now
+                    nfs,                                // a driver that needs no attach
+                    inline,                             // an inline volume
+                ], None));
+            let mut not_csi = pv(5, DRIVER, &["ReadWriteOnce"]);
+            not_csi["spec"] = json!({"accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/mnt"}});
+            s.expect(Method::GET, &format!("{PVS}?&limit=500"), None)
+                .await
+                .send_response(page("PersistentVolumeList", vec![
+                    pv(1, DRIVER, &["ReadWriteOnce"]),
+                    pv(2, DRIVER, &["ReadWriteOnce", "ReadWriteMany"]),
+                    pv(3, DRIVER, &["ReadWriteOncePod"]),
+                    not_csi,
+                    pv(7, DRIVER, &["ReadWriteOnce"]),
+                ], None));
+        },
+        async |b: &VolumeAttachmentBackend| b.list().await,
+    )
+    .await;
+    let at = |n: u32, node: &str, access: Access| BackendAttachment::<Kube> {
+        volume: volume(n).0,
+        node: node.to_owned(),
+        spec: VolumeSpec {
+            access,
+            payload: volume(n).1,
+        },
+    };
+    assert_eq!(
+        answer,
+        Ok(vec![
+            at(1, NODE, Access::SingleNode),
+            at(2, NODE, Access::MultiNode),
+            at(2, other_node, Access::MultiNode),
+            at(3, NODE, Access::SingleNode),
+        ])
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn list_reports_only_the_managed_drivers() {
+    let config = KubeBackendConfig {
+        drivers: ManagedDrivers::Only(["other.csi.example.com".to_owned()].into()),
+        ..KubeBackendConfig::default()
+    };
+    let (b, server) = backend_with(CsiDrivers::new(), config);
+    let answer = run(
+        b,
+        server,
+        |s: Server| async move {
+            s.expect(Method::GET, &format!("{VAS}?&limit=500"), None)
+                .await
+                .send_response(page(
+                    "VolumeAttachmentList",
+                    vec![attached(va(1, NODE, 1))],
+                    None,
+                ));
+            // Nothing managed: no PersistentVolume is read.
+        },
+        async |b: &VolumeAttachmentBackend| b.list().await,
+    )
+    .await;
+    assert_eq!(answer, Ok(vec![]));
+}
+
+/// The conformance kit's view of the fake API server.
+struct Harness {
+    fake: FakeVa,
+    backend: VolumeAttachmentBackend,
+}
+
+#[async_trait]
+impl BackendHarness<Kube> for Harness {
+    fn backend(&self) -> &dyn AttachBackend<Kube> {
+        &self.backend
+    }
+
+    fn node(&self, n: usize) -> String {
+        format!("node-{n}")
+    }
+
+    async fn volume(&self, n: usize, access: Access) -> Result<(String, CsiVolume), HarnessError> {
+        let modes: &[&str] = match access {
+            Access::SingleNode => &["ReadWriteOnce"],
+            Access::MultiNode => &["ReadWriteMany"],
+        };
+        let payload = self
+            .fake
+            .add_volume(&format!("pv-{n}"), DRIVER, &format!("vol-{n}"), modes);
+        Ok((payload.unique_name(), payload))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_backend_conforms_over_a_stateful_fake() {
+    let fake = FakeVa::new();
+    let backend = VolumeAttachmentBackend::new(fake.client(), CsiDrivers::new());
+    let harness = Harness {
+        fake: fake.clone(),
+        backend,
+    };
+    if let Err(failures) = conformance::check_backend(&harness).await {
+        panic!("{failures}");
+    }
+    // Everything the suite attached, it detached.
+    assert!(fake.attachments().is_empty(), "{:?}", fake.attachments());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_fake_plays_a_slow_and_a_failing_attacher() {
+    let fake = FakeVa::new();
+    let config = KubeBackendConfig {
+        timeout: Duration::from_secs(10),
+        ..KubeBackendConfig::default()
+    };
+    let backend = VolumeAttachmentBackend::with_config(fake.client(), CsiDrivers::new(), config);
+    let payload = fake.add_volume("pv-1", DRIVER, "vol-1", &["ReadWriteOnce"]);
+    let (v, n) = (payload.unique_name(), NODE.to_owned());
+
+    // The attacher is down: the attach times out as uncertain, and counts as attached.
+    fake.set_attacher(Attacher {
+        running: false,
+        ..Attacher::default()
+    });
+    let e = backend.attach(&v, &n, &payload).await.unwrap_err();
+    assert!(is_uncertain(&e), "{e}");
+    assert_eq!(
+        backend.verify(&n, &[(v.clone(), payload.clone())]).await,
+        Ok(vec![v.clone()])
+    );
+    assert_eq!(backend.list().await.unwrap().len(), 1);
+
+    // It comes back failing: the attach error is reported.
+    fake.set_attacher(Attacher {
+        attach_error: Some("disk quota exceeded".into()),
+        ..Attacher::default()
+    });
+    let e = backend.attach(&v, &n, &payload).await.unwrap_err();
+    assert!(
+        is_uncertain(&e) && e.message().contains("disk quota exceeded"),
+        "{e}"
+    );
+
+    // Healed: the attach succeeds; the detach waits for the attacher, then the object is gone.
+    fake.set_attacher(Attacher::default());
+    assert_eq!(
+        backend.attach(&v, &n, &payload).await,
+        Ok(AttachInfo { device: None })
+    );
+    fake.set_attacher(Attacher {
+        detach_delay: Duration::from_secs(5),
+        ..Attacher::default()
+    });
+    let start = tokio::time::Instant::now();
+    assert_eq!(backend.detach(&v, &n, &payload).await, Ok(()));
+    assert!(start.elapsed() >= Duration::from_secs(5));
+    assert!(fake.attachments().is_empty());
+
+    // While a detach is under way (the attacher is down), an attach is refused as transient
+    // and verify still counts the volume.
+    assert_eq!(
+        backend.attach(&v, &n, &payload).await,
+        Ok(AttachInfo { device: None })
+    );
+    fake.set_attacher(Attacher {
+        running: false,
+        ..Attacher::default()
+    });
+    let e = backend.detach(&v, &n, &payload).await.unwrap_err();
+    assert!(is_uncertain(&e), "{e}");
+    let e = backend.attach(&v, &n, &payload).await.unwrap_err();
+    assert!(is_transient(&e), "{e}");
+    assert_eq!(
+        backend.verify(&n, &[(v.clone(), payload.clone())]).await,
+        Ok(vec![v.clone()])
+    );
+
+    // An expired watch version: the backend reads again and watches anew.
+    fake.add_volume("pv-2", DRIVER, "vol-2", &["ReadWriteOnce"]); // a later revision
+    fake.compact();
+    let before = fake.requests().len();
+    fake.set_attacher(Attacher {
+        detach_delay: Duration::from_secs(2),
+        ..Attacher::default()
+    });
+    assert_eq!(backend.detach(&v, &n, &payload).await, Ok(()));
+    let name = attachment_name("vol-1", DRIVER, NODE);
+    let watch = format!(
+        "GET {VAS}?&watch=true&timeoutSeconds=10&fieldSelector=metadata.name%3D{name}&allowWatchBookmarks=true&resourceVersion="
+    );
+    let seen = &fake.requests()[before..];
+    assert_eq!(seen[0], format!("DELETE {VAS}/{name}?"));
+    assert!(seen[1].starts_with(&watch), "{seen:?}"); // answered 410 Gone
+    let read = format!("GET {VAS}?&fieldSelector=metadata.name%3D{name}");
+    assert_eq!(seen[2], read); // read again
+    assert!(seen[3].starts_with(&watch), "{seen:?}"); // and watched anew
+    assert!(fake.attachments().is_empty());
+}
