@@ -20,7 +20,8 @@
 //! The fake external-attacher, [`Attacher`], attaches each new VolumeAttachment (adds its
 //! finalizer, sets `status.attached`) after `attach_delay`, and removes a deleted one after
 //! `detach_delay`; it can be stopped (an attacher that is down) or made to fail attaches with
-//! `status.attachError`. Time is tokio's, so `start_paused` tests run it instantly.
+//! `status.attachError` or detaches with `status.detachError`. Time is tokio's, so
+//! `start_paused` tests run it instantly.
 //!
 //! To combine it with fakes of other resources, route each request whose path
 //! [`FakeVa::serves`] to [`FakeVa::respond`] (in a task of its own: a watch waits); or let
@@ -65,6 +66,10 @@ pub struct Attacher {
     /// When set, attaches fail: the object gets `status.attachError` with this message
     /// instead of `status.attached` (and is attached once this is cleared).
     pub attach_error: Option<String>,
+    /// When set, detaches fail: a deleted object gets `status.detachError` with this message
+    /// (after `detach_delay`) and keeps its finalizer, so it stays; once this is cleared, it
+    /// is removed after `detach_delay`, as the external-attacher's retry succeeds.
+    pub detach_error: Option<String>,
 }
 
 impl Default for Attacher {
@@ -74,6 +79,7 @@ impl Default for Attacher {
             attach_delay: Duration::from_millis(20),
             detach_delay: Duration::from_millis(20),
             attach_error: None,
+            detach_error: None,
         }
     }
 }
@@ -450,7 +456,14 @@ impl FakeVa {
                 .as_ref()
                 .and_then(|s| s.attach_error.as_ref())
                 .is_some_and(|e| e.message == attacher.attach_error);
-            let (due, work) = if deleting {
+            let failed_detach_already = va
+                .status
+                .as_ref()
+                .and_then(|s| s.detach_error.as_ref())
+                .is_some_and(|e| e.message == attacher.detach_error);
+            let (due, work) = if deleting && attacher.detach_error.is_some() {
+                (since + attacher.detach_delay, !failed_detach_already)
+            } else if deleting {
                 (since + attacher.detach_delay, true)
             } else if !attached && !failed_already {
                 (since + attacher.attach_delay, true)
@@ -465,6 +478,16 @@ impl FakeVa {
                 continue;
             }
             changed = true;
+            if deleting && let Some(message) = &attacher.detach_error {
+                // ControllerUnpublish failed: the finalizer stays, the error is reported.
+                let mut va = va;
+                va.status.get_or_insert_with(Default::default).detach_error = Some(VolumeError {
+                    message: Some(message.clone()),
+                    ..VolumeError::default()
+                });
+                state.record(name, "MODIFIED", Some(va));
+                continue;
+            }
             if deleting {
                 state.record(name, "DELETED", None);
                 continue;

@@ -1,11 +1,13 @@
 //! Test doubles of the Kubernetes API server, on kube's documented mock service
 //! (`tower_test::mock::pair` behind `kube::Client::new`): a scripted one that asserts each
 //! request exactly ([`script`]), and stateful ones that serve nodes ([`fake_api`]) and
-//! VolumeAttachments with PersistentVolumes and an external-attacher ([`fake_va`]).
+//! VolumeAttachments with PersistentVolumes and an external-attacher ([`fake_va`]), and both
+//! behind one client with a kubelet simulation ([`cluster`]).
 
 // Each test crate uses some of these helpers, not all.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod fake_api;
 pub mod fake_va;
 pub mod script;
