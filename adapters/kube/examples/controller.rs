@@ -13,8 +13,7 @@
 //! the pods and nodes, and the informers feed the controller until the lease is lost or the
 //! process is told to stop (Ctrl-C, SIGTERM).
 //!
-//! No log subscriber is installed (this crate does not depend on one): add
-//! `tracing-subscriber` to see the controller's logs.
+//! Logs go to stderr through `tracing-subscriber`, filtered by `RUST_LOG` (default `info`).
 
 use std::error::Error;
 use std::sync::Arc;
@@ -64,6 +63,13 @@ async fn stopped() {
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let client = Client::try_default().await?;
     let leader = LeaderConfig {
         namespace: std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "kube-system".into()),
