@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use attach_detach_kube::OUT_OF_SERVICE_TAINT;
-use http::{Method, header};
+use http::Method;
 use kube::Client;
 use serde_json::{Value, json};
 
@@ -85,21 +85,7 @@ impl Cluster {
                     tokio::spawn(async move { send.send_response(va.respond(request).await) });
                     continue;
                 }
-                let (parts, body) = request.into_parts();
-                let body = body.collect_bytes().await.expect("request body");
-                let content_type = parts
-                    .headers
-                    .get(header::CONTENT_TYPE)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned);
-                let (code, answer) = api.answer(
-                    &parts.method,
-                    parts.uri.path(),
-                    parts.uri.query().unwrap_or(""),
-                    content_type.as_deref(),
-                    &body,
-                );
-                send.send_response(json_response(code, &answer));
+                send.send_response(api.respond(request).await);
             }
         });
         client

@@ -80,22 +80,30 @@ impl FakeApi {
     /// atomic), until every client is gone.
     pub async fn serve(self: Arc<Self>, mut handle: ApiHandle) {
         while let Some((request, respond)) = handle.next_request().await {
-            let (parts, body) = request.into_parts();
-            let body = body.collect_bytes().await.expect("request body");
-            let content_type = parts
-                .headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
-            let (code, answer) = self.answer(
-                &parts.method,
-                parts.uri.path(),
-                parts.uri.query().unwrap_or(""),
-                content_type.as_deref(),
-                &body,
-            );
-            respond.send_response(json_response(code, &answer));
+            respond.send_response(self.respond(request).await);
         }
+    }
+
+    /// The answer to one request, read whole (see [`FakeApi::answer`]).
+    pub async fn respond(
+        &self,
+        request: http::Request<kube::client::Body>,
+    ) -> http::Response<kube::client::Body> {
+        let (parts, body) = request.into_parts();
+        let body = body.collect_bytes().await.expect("request body");
+        let content_type = parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let (code, answer) = self.answer(
+            &parts.method,
+            parts.uri.path(),
+            parts.uri.query().unwrap_or(""),
+            content_type.as_deref(),
+            &body,
+        );
+        json_response(code, &answer)
     }
 
     /// The answer to one request: the fake's single routing point.
@@ -234,7 +242,7 @@ impl State {
     }
 
     fn list(&mut self, query: &str) -> (u16, Value) {
-        let params: BTreeMap<String, String> = url_pairs(query);
+        let params: BTreeMap<String, String> = super::query_pairs(query);
         let limit: usize = params
             .get("limit")
             .and_then(|l| l.parse().ok())
@@ -356,42 +364,4 @@ fn apply(doc: &mut Value, op: &Value, ignore_tests: bool) -> Result<(), String> 
             .ok_or_else(|| format!("remove operation does not apply: missing {path}")),
         other => Err(format!("unsupported op {other:?}")),
     }
-}
-
-/// A query string's pairs, percent-decoded.
-fn url_pairs(query: &str) -> BTreeMap<String, String> {
-    query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|pair| {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            (decode(k), decode(v))
-        })
-        .collect()
-}
-
-/// Percent-decoding of a query component (`+` is a space).
-fn decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
-                match u8::from_str_radix(hex, 16) {
-                    Ok(b) => {
-                        out.push(b);
-                        i += 3;
-                        continue;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
-            }
-            b'+' => out.push(b' '),
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }

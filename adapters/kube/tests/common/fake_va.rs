@@ -275,7 +275,7 @@ impl FakeVa {
         let (parts, body) = request.into_parts();
         let bytes = body.collect_bytes().await.unwrap_or_default();
         let path = parts.uri.path().to_owned();
-        let query = parse_query(parts.uri.query().unwrap_or_default());
+        let query = super::query_pairs(parts.uri.query().unwrap_or_default());
         self.state().requests.push(format!(
             "{} {}",
             parts.method,
@@ -647,43 +647,4 @@ fn not_found(resource: &str, name: &str) -> Response<Body> {
 /// The name a `fieldSelector=metadata.name=...` selects, if the query has one.
 fn name_selector(query: &BTreeMap<String, String>) -> Option<&str> {
     query.get("fieldSelector")?.strip_prefix("metadata.name=")
-}
-
-/// The query's pairs, percent-decoded.
-fn parse_query(query: &str) -> BTreeMap<String, String> {
-    query
-        .split('&')
-        .filter(|pair| !pair.is_empty())
-        .map(|pair| {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            (decode(key), decode(value))
-        })
-        .collect()
-}
-
-fn decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (b'+', _) => {
-                out.push(b' ');
-                i += 1;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }

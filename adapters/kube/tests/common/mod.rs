@@ -12,6 +12,8 @@ pub mod fake_api;
 pub mod fake_va;
 pub mod script;
 
+use std::collections::BTreeMap;
+
 use serde_json::{Value, json};
 
 /// A Kubernetes `Status` body for a failed call, as the API server answers one.
@@ -25,4 +27,43 @@ pub fn status_body(code: u16, reason: &str, message: &str) -> Value {
         "reason": reason,
         "code": code,
     })
+}
+
+/// The query's pairs, percent-decoded.
+pub fn query_pairs(query: &str) -> BTreeMap<String, String> {
+    query
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (percent_decode(key), percent_decode(value))
+        })
+        .collect()
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (b'+', _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
