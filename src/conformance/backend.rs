@@ -91,15 +91,6 @@ where
     D: Domain,
     H: BackendHarness<D> + ?Sized,
 {
-    macro_rules! check {
-        ($name:ident, $about:expr) => {
-            Check {
-                name: stringify!($name),
-                about: $about,
-                run: |h| Box::pin($name::<D, H>(h)),
-            }
-        };
-    }
     vec![
         check!(
             attach_shows_in_verify_and_list,

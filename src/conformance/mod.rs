@@ -111,6 +111,18 @@ use std::time::Duration;
 
 use crate::domain::Domain;
 
+/// One entry of a check list: the check function `$name` (generic over the list's `D` and
+/// `H`), named after itself, with the promise it tests.
+macro_rules! check {
+    ($name:ident, $about:expr) => {
+        Check {
+            name: stringify!($name),
+            about: $about,
+            run: |h| Box::pin($name::<D, H>(h)),
+        }
+    };
+}
+
 pub mod backend;
 mod report;
 pub mod store;

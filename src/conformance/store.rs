@@ -72,15 +72,6 @@ where
     D: Domain,
     H: StoreHarness<D> + ?Sized,
 {
-    macro_rules! check {
-        ($name:ident, $about:expr) => {
-            Check {
-                name: stringify!($name),
-                about: $about,
-                run: |h| Box::pin($name::<D, H>(h)),
-            }
-        };
-    }
     vec![
         check!(
             read_of_missing_node_is_not_found,

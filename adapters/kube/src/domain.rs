@@ -76,6 +76,25 @@ pub fn attachment_name(handle: &str, driver: &str, node: &str) -> String {
 /// shutdown). Any effect counts, as upstream's reconciler checks it.
 pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
 
+/// A node's facts from its parts, the one rule the status store's reads and the Node
+/// informer share: healthy when its `Ready` condition is `"True"`; fenced when it carries
+/// [`OUT_OF_SERVICE_TAINT`]; its in-use list is `volumesInUse`, unknown (`None`) while it has
+/// no `Ready` condition at all (its kubelet never reported).
+pub(crate) fn facts_of<'a>(
+    mut conditions: impl Iterator<Item = (&'a str, &'a str)>,
+    mut taints: impl Iterator<Item = &'a str>,
+    in_use: Option<&[String]>,
+) -> attach_detach::core::NodeFacts<String> {
+    let ready = conditions
+        .find(|(kind, _)| *kind == "Ready")
+        .map(|(_, status)| status);
+    attach_detach::core::NodeFacts {
+        healthy: ready == Some("True"),
+        fenced: taints.any(|key| key == OUT_OF_SERVICE_TAINT),
+        in_use: ready.map(|_| in_use.map(<[String]>::to_vec).unwrap_or_default()),
+    }
+}
+
 /// The `namespace/name` a pod is known by.
 pub fn pod_key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")

@@ -22,9 +22,7 @@ use kube::runtime::{WatchStreamExt, watcher as watch};
 use kube::{Api, Client, Resource};
 use tracing::{debug, info, warn};
 
-use crate::domain::{CsiVolume, Kube, pod_key};
-
-use crate::domain::OUT_OF_SERVICE_TAINT;
+use crate::domain::{CsiVolume, Kube, facts_of, pod_key};
 
 /// A change to the set of CSIDrivers, for the registry the backend reads `attachRequired` from.
 #[derive(Clone, Debug, PartialEq)]
@@ -181,7 +179,7 @@ enum Source {
 ///
 /// **Nodes** (kind [`Kind::Node`]). [`Input::NodeUpdated`] with [`NodeFacts`]: `healthy` is a
 /// `Ready` condition whose status is `"True"`, `fenced` is the presence of the
-/// [`OUT_OF_SERVICE_TAINT`], `in_use` is `status.volumesInUse`, or `None` while the node has no
+/// [`OUT_OF_SERVICE_TAINT`](crate::OUT_OF_SERVICE_TAINT), `in_use` is `status.volumesInUse`, or `None` while the node has no
 /// `Ready` condition at all (its kubelet never reported: every attached volume counts as
 /// mounted). Sent again only when the facts change, except in a relist. A deleted node is
 /// [`Input::NodeRemoved`].
@@ -900,23 +898,20 @@ fn access_of(modes: Option<&[String]>) -> Access {
 /// A node's facts (see [`InformerState`]).
 pub fn node_facts(node: &Node) -> NodeFacts<String> {
     let status = node.status.as_ref();
-    let ready = status
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
-    let fenced = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|t| t.iter().any(|t| t.key == OUT_OF_SERVICE_TAINT));
-    NodeFacts {
-        healthy: ready.is_some_and(|c| c.status == "True"),
-        fenced,
-        in_use: ready.map(|_| {
-            status
-                .and_then(|s| s.volumes_in_use.clone())
-                .unwrap_or_default()
-        }),
-    }
+    facts_of(
+        status
+            .and_then(|s| s.conditions.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .map(|c| (c.type_.as_str(), c.status.as_str())),
+        node.spec
+            .as_ref()
+            .and_then(|s| s.taints.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .map(|t| t.key.as_str()),
+        status.and_then(|s| s.volumes_in_use.as_deref()),
+    )
 }
 
 /// One event of any of the five watchers. Variants differ in size; one lives at a time, so

@@ -14,7 +14,7 @@ use kube::core::Request;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::domain::Kube;
+use crate::domain::{Kube, facts_of};
 use crate::error::{CallKind, is_status, store_error};
 
 /// Where nodes live in the API.
@@ -22,8 +22,6 @@ const NODES: &str = "/api/v1/nodes";
 
 /// The JSON pointer of the one field this store writes.
 const ATTACHED_PATH: &str = "/status/volumesAttached";
-
-use crate::domain::OUT_OF_SERVICE_TAINT;
 
 /// How many nodes one page of [`list`](NodeStatusStore::list) asks for.
 const PAGE: u32 = 500;
@@ -36,7 +34,7 @@ const PAGE: u32 = 500;
 /// | --- | --- |
 /// | `attached` | `status.volumesAttached`: `name` is the volume's unique name, `devicePath` its device (`""`: none) |
 /// | `in_use` | `status.volumesInUse`, written by kubelet; `None` while kubelet has never posted the node's status (no `Ready` condition at all), since an absent list then means "unknown", not "nothing mounted" |
-/// | `fenced` | whether the node carries a taint [`OUT_OF_SERVICE_TAINT`], of any effect |
+/// | `fenced` | whether the node carries a taint [`OUT_OF_SERVICE_TAINT`](crate::OUT_OF_SERVICE_TAINT), of any effect |
 /// | `healthy` | whether the `Ready` condition's status is `"True"` (no `Ready` condition: `false`, the node has never answered) |
 /// | `revision` | the JSON text of `status.volumesAttached` as read (see below) |
 ///
@@ -395,24 +393,20 @@ impl NodeView {
                     .map(Arc::from),
             })
             .collect();
-        let ready = self
-            .status
-            .conditions
-            .iter()
-            .flatten()
-            .find(|c| c.type_ == "Ready");
-        let in_use = ready.map(|_| self.status.volumes_in_use.clone().unwrap_or_default());
-        let fenced = self
-            .spec
-            .taints
-            .iter()
-            .flatten()
-            .any(|t| t.key == OUT_OF_SERVICE_TAINT);
+        let facts = facts_of(
+            self.status
+                .conditions
+                .iter()
+                .flatten()
+                .map(|c| (c.type_.as_str(), c.status.as_str())),
+            self.spec.taints.iter().flatten().map(|t| t.key.as_str()),
+            self.status.volumes_in_use.as_deref(),
+        );
         Ok(NodeStatus {
             attached,
-            in_use,
-            fenced: Some(fenced),
-            healthy: Some(ready.is_some_and(|c| c.status == "True")),
+            in_use: facts.in_use,
+            fenced: Some(facts.fenced),
+            healthy: Some(facts.healthy),
             revision,
         })
     }
