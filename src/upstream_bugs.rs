@@ -27,6 +27,12 @@ pub struct UpstreamBugs {
     /// node (`Operation::ReadStatus { from_cache: true }`) and skips the write when that copy,
     /// which may be stale, already matches.
     pub c6_diff_against_stale_read: bool,
+    /// L1: not upstream's, but this crate's own leak (issue 9, bug 1), put back so that the
+    /// fuzzers and the model check can show they would find it again: the detach of an
+    /// attachment the node's status never listed (an attach that landed after its workload
+    /// left) waits for a status write, although the wanted list already equals the stored one
+    /// and so no write is ever planned. The volume stays attached forever.
+    pub l1_await_unplanned_ack: bool,
 }
 
 impl UpstreamBugs {
@@ -38,5 +44,6 @@ impl UpstreamBugs {
         c4_sticky_assumed_mount: false,
         c5_detach_before_status_ack: false,
         c6_diff_against_stale_read: false,
+        l1_await_unplanned_ack: false,
     };
 }

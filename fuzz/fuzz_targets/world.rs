@@ -78,7 +78,7 @@ enum Event {
 }
 
 fn planted() -> Option<UpstreamBug> {
-    // PLANT_BUG=c1|c2|c3|c5|c6 switches an upstream bug back in, to measure how fast the
+    // PLANT_BUG=c1|c2|c3|c5|c6|l1 switches an upstream bug back in, to measure how fast the
     // fuzzer finds it.
     std::env::var("PLANT_BUG")
         .ok()
@@ -88,6 +88,7 @@ fn planted() -> Option<UpstreamBug> {
             "c3" => Some(UpstreamBug::C3),
             "c5" => Some(UpstreamBug::C5),
             "c6" => Some(UpstreamBug::C6),
+            "l1" => Some(UpstreamBug::L1),
             _ => None,
         })
 }

@@ -82,6 +82,7 @@ pub fn config_of(scenario: &Scenario) -> Config {
             c4_sticky_assumed_mount: on(UpstreamBug::C4),
             c5_detach_before_status_ack: on(UpstreamBug::C5),
             c6_diff_against_stale_read: on(UpstreamBug::C6),
+            l1_await_unplanned_ack: on(UpstreamBug::L1),
         },
         ..Config::default()
     }

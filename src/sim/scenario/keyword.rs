@@ -48,6 +48,7 @@ impl Keyword for UpstreamBug {
         ("c4", UpstreamBug::C4),
         ("c5", UpstreamBug::C5),
         ("c6", UpstreamBug::C6),
+        ("l1", UpstreamBug::L1),
     ];
 }
 

@@ -118,6 +118,9 @@ pub enum UpstreamBug {
     C5,
     /// Reproduction `c6`.
     C6,
+    /// Reproduction `l1`: not upstream's, this crate's own leak put back
+    /// ([`UpstreamBugs::l1_await_unplanned_ack`](crate::config::UpstreamBugs)).
+    L1,
 }
 
 /// One `at` line: an action at a point in virtual time.
