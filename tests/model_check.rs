@@ -1,9 +1,10 @@
 //! Exhaustive model check of the core (issue #14): every interleaving of a small cluster,
 //! explored with [stateright] over the REAL [`Reconciler`], not a re-implementation.
 //!
-//! Run: `cargo test --features sim --test model_check -- --nocapture` (the figures are printed).
-//! The heavier worlds are `#[ignore]`d so that `cargo test --all-features` stays quick; run them
-//! with `--ignored`.
+//! Run: `cargo test --release --features sim --test model_check -- --nocapture` (the figures
+//! and counterexamples are printed). The heavier worlds are `#[ignore]`d so that `cargo test
+//! --all-features` stays quick; CI runs `three_nodes_keep_every_property` in release, and the
+//! rest are run by hand with `-- --ignored`.
 //!
 //! # The world
 //!
@@ -56,27 +57,61 @@
 //! false one: every state's successors are computed by replaying a real trace, and every
 //! counterexample is a real execution of the real core, printed step by step.
 //!
+//! # Time
+//!
+//! Time moves only by passes ([`Action::Poll`] jumps to the core's next deadline). A call in
+//! flight may span passes a reconcile period apart, but no far timer (the unmount wait, a
+//! backoff, the hourly verify) fires while a call is in flight: calls take milliseconds, those
+//! timers seconds or more, and the driver cuts a hung call at its deadline, which the
+//! timed-out outcomes stand for. The worlds whose counterexamples are replayed in the
+//! simulator go further: every call ends before the next pass, and only the outcomes a
+//! scenario file can state are offered ([`Bounds::replayable`]).
+//!
 //! # Properties
 //!
 //! - **I1** (always): no attach of a single-node volume is planned while the backend has it
 //!   attached to another node, and the backend never holds it on two nodes.
 //! - **I2** (always): no detach is planned, nor lands, while the volume is mounted on an
 //!   unfenced node.
+//! - **C5** (always): no detach is planned while the node's stored status still lists the
+//!   volume (its agent could start mounting it).
+//! - **Settles** (always): from the state, with no more faults and no more inputs (every node
+//!   recovers and is unfenced, every hanging call lands, every cache catches up, every call
+//!   succeeds), the core becomes quiescent within two virtual hours with every node's stored
+//!   report equal to its real attachments, every workload running (of those contending for
+//!   the single-node volume from different nodes, one) and nothing attached that no workload
+//!   needs. This is "no wait without a certain end": a wait that nothing will end shows as a
+//!   stuck workload or a leaked attachment. The continuation is one fair schedule, the same
+//!   for every state; the faults and inputs it leaves out are the check's other paths.
 //!
-//! Each is checked on the plan, as the fuzz harness does, because the core answers for what it
-//! decides to do. A violation ends its path; stopping at the first, single-threaded, the
-//! breadth-first search prints a shortest counterexample, one action a line.
+//! I1, I2 and C5 are checked on the plan, as the fuzz harness does, because the core answers
+//! for what it decides to do. A violation ends its path; stopping at the first, single-threaded,
+//! the breadth-first search prints a shortest counterexample, one action a line.
 //!
-//! # Figures (release, 2 threads)
+//! # Planted bugs
 //!
-//! | world | unique states | depth | time |
-//! | --- | --- | --- | --- |
-//! | smallest, 2 inputs, no fault (every `cargo test`) | 52k | 34 | 1.6 s |
-//! | smallest, 3 inputs, 1 failure (ignored) | 1.44M | 54 | 67 s |
-//! | C2 world, bug: found (1 thread) | 6.5k | 10 | 0.1 s |
-//! | C2 world, corrected (ignored) | 274k | 43 | 11 s |
-//! | C3 world, bug: found (1 thread) | 60k | 19 | 1.7 s |
-//! | C3 world to 2 min, corrected (ignored) | 610k | 564 | 53 s |
+//! Each `UpstreamBugs` switch, and L1 (this crate's own leak of issue 9, put back), is found
+//! breadth-first with a shortest path in a small world. The path is then printed as a scenario
+//! file (inputs and faults at the model's times, a fault just before the pass that plans its
+//! call, the settling run's recoveries, and `expect pod ... running` at its end) and run in the
+//! simulator, which must fail with the bug and pass without it. The simulator runs the real
+//! driver with fixed latencies, so the test tries a few latencies, offsets and cache lags,
+//! then the same with the steps delayed by fixed seeds, and keeps the first that replays; the
+//! file is written to `target/tmp/<bug>.scn`. C4 is printed but cannot be replayed: the
+//! simulator's restarted controller always starts from each node's last in-use report, so no
+//! attachment is ever first seen without one.
+//!
+//! # Symmetry
+//!
+//! Nodes are interchangeable, so the three-node worlds are checked depth-first with symmetry
+//! reduction (stateright's breadth-first search has none): a state is fingerprinted by the
+//! renaming of its nodes that prints first. The core's own hidden state is not renamed, so
+//! like the fingerprint itself this is an abstraction of the core, never of a path: every
+//! path explored is a real run of the real core.
+//!
+//! # Figures (release, on a 2-core machine shared with other work)
+//!
+//! @@FIGURES@@
 
 #![cfg(feature = "sim")]
 
@@ -2146,4 +2181,33 @@ fn three_nodes_with_faults_keep_every_property() {
     world.bounds.restarts = 1;
     let (_, found) = check_symmetric("3 nodes, 2 volumes, 3 workloads, 2 inputs, faults", world);
     assert!(found.is_empty(), "{found:#?}");
+}
+
+/// Symmetry reduction merges states, never paths: with C5 planted, the reduced search of a
+/// three-node world still finds it, and a reduced check of the smallest three-node world
+/// explores fewer states than the full one while both hold.
+#[test]
+fn symmetry_keeps_bugs_in_sight() {
+    let mut world = three_nodes(2, 0);
+    world.volumes = vec![SINGLE];
+    world.workloads = 1;
+    world.config.upstream_bugs.c5_detach_before_status_ack = true;
+    let (_, found) = check_symmetric("3 nodes, 1 workload, C5 planted", world);
+    assert!(
+        found.iter().any(|f| f.property.starts_with("C5")),
+        "{found:#?}"
+    );
+
+    let mut world = three_nodes(1, 0);
+    world.workloads = 1;
+    let (full, found) = check("3 nodes, 1 input, full", world.clone(), None);
+    assert!(found.is_empty(), "{found:#?}");
+    let (reduced, found) = check_symmetric("3 nodes, 1 input, reduced", world);
+    assert!(found.is_empty(), "{found:#?}");
+    assert!(
+        reduced.unique < full.unique,
+        "{} !< {}",
+        reduced.unique,
+        full.unique
+    );
 }
