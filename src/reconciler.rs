@@ -1264,8 +1264,9 @@ impl<D: Domain> Reconciler<D> {
             store_settled: bugs.c5_detach_before_status_ack
                 || !present
                 || self.status.is_missing(node)
-                || (self.status.confirmed_absent(node, volume)
-                    && !(bugs.l1_await_unplanned_ack && !reported)),
+                // L1, our own leak put back: a volume never listed waits for a write anyway.
+                || ((reported || !bugs.l1_await_unplanned_ack)
+                    && self.status.confirmed_absent(node, volume)),
             // A clearance is good for the pass right after its read. (Most passes have none:
             // no key is built for the lookup then.)
             clearance: if self.cleared.is_empty() {

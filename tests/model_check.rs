@@ -678,7 +678,7 @@ impl State {
         let mut core = self.core.clone();
         for (i, pair) in self.core.pairs.iter().enumerate() {
             let (v, n) = (i / count, i % count);
-            core.pairs[v * count + usize::from(p[n])] = pair.clone();
+            core.pairs[v * count + usize::from(p[n])] = *pair;
         }
         for (i, status) in self.core.status.iter().enumerate() {
             core.status[usize::from(p[i])] = status.clone();
@@ -1571,11 +1571,11 @@ fn smallest(inputs: u8, faults: u8, bugs: UpstreamBugs) -> World {
     }
 }
 
-/// Deliverable 1, small enough for every `cargo test`: two nodes, the single-node volume, two
-/// workloads; two inputs among schedule, move and delete; every operation succeeds (the
-/// interleavings of passes, node reports and results are all there). I1 and I2 hold everywhere.
+/// Small enough for every `cargo test`: two nodes, the single-node volume, two workloads; two
+/// inputs among schedule, move and delete; every operation succeeds (the interleavings of
+/// passes, node reports and results are all there). Every property holds everywhere.
 #[test]
-fn smallest_world_keeps_i1_and_i2() {
+fn smallest_world_keeps_every_property() {
     let (figures, found) = check(
         "smallest, 2 inputs, no fault",
         smallest(2, 0, UpstreamBugs::default()),
@@ -1585,18 +1585,16 @@ fn smallest_world_keeps_i1_and_i2() {
     assert!(figures.unique > 100);
 }
 
-/// Deliverable 1 in full: three inputs, and one operation may fail. About 1.5 million states,
-/// a minute in release (`cargo test --release --features sim --test model_check -- --ignored`).
+/// The smallest world with three inputs, and one operation may fail: 357k unique states,
+/// 45 s in release (`cargo test --release --features sim --test model_check -- --ignored`).
 #[test]
-#[ignore = "about a minute in release"]
-fn smallest_world_with_a_failure_keeps_i1_and_i2() {
+#[ignore = "45 s in release"]
+fn smallest_world_with_a_failure_keeps_every_property() {
     let world = smallest(3, 1, UpstreamBugs::default());
     let (_, found) = check("smallest, 3 inputs, 1 fault", world, None);
     assert!(found.is_empty(), "{found:#?}");
 }
 
-/// Deliverable 2: planted upstream bugs, each found with a shortest counterexample.
-///
 /// C2: an attach times out but took effect; its workload moves; upstream ignores the Uncertain
 /// holder and attaches the single-node volume to the second node (I1). One workload, two
 /// inputs, one fault, with timeouts.
@@ -1620,10 +1618,10 @@ fn finds_c2_ignore_uncertain_holder() {
     finds("c2_ignore_uncertain_holder", c2_world, bugs, "I1", false);
 }
 
-/// The C2 world with the correction in: 274k states, 11 s in release.
+/// The C2 world with the correction in: 324k unique states, 98 s in release.
 #[test]
-#[ignore = "11 s in release"]
-fn c2_world_corrected_keeps_i1_and_i2() {
+#[ignore = "a minute and a half in release"]
+fn c2_world_corrected_keeps_every_property() {
     let (_, found) = check(
         "c2 world, corrected",
         c2_world(UpstreamBugs::default()),
@@ -1655,11 +1653,11 @@ fn finds_c3_force_detach_unfenced() {
     finds("c3_force_detach_unfenced", c3_world, bugs, "I2", false);
 }
 
-/// The C3 world with the correction in: 610k states, depth 564 (100 ms passes through the
-/// unmount wait), 53 s in release.
+/// The C3 world with the correction in: 80k unique states, depth 555 (100 ms passes through
+/// the unmount wait), 12 s in release.
 #[test]
-#[ignore = "a minute in release"]
-fn c3_world_corrected_keeps_i1_and_i2() {
+#[ignore = "12 s in release"]
+fn c3_world_corrected_keeps_every_property() {
     let (_, found) = check(
         "c3 world, corrected",
         c3_world(UpstreamBugs::default()),
