@@ -111,7 +111,24 @@
 //!
 //! # Figures (release, on a 2-core machine shared with other work)
 //!
-//! @@FIGURES@@
+//! | world | unique states | depth | time |
+//! | --- | --- | --- | --- |
+//! | smallest: 2 nodes, single-node volume, 2 workloads, 2 inputs, no fault (every `cargo test`) | 14.2k | 37 | 0.9 s |
+//! | smallest, 3 inputs, 1 failure (by hand) | 357k | 65 | 45 s |
+//! | issue's world: 3 nodes, both volumes, 3 workloads, 2 inputs, symmetry (CI, release) | 72.7k | 48 | 28 s |
+//! | C2 world (1 node may crash, 3 inputs, 1 fault), corrected (by hand) | 324k | 360 | 98 s |
+//! | C3 world (1 crash, to 2 virtual minutes), corrected (by hand) | 79.7k | 555 | 12 s |
+//! | symmetry: 3 nodes, 1 input, full / reduced | 1,196 / 313 | 18 / 23 | 0.08 s |
+//!
+//! | planted bug (found breadth-first, 1 thread) | unique states | depth | time | property broken | replays |
+//! | --- | --- | --- | --- | --- | --- |
+//! | C1 lose report on failed detach | 393 | 32 | 13 ms | settles (stuck) | yes |
+//! | C2 ignore uncertain holder | 10.8k | 12 | 0.5 s | I1 | yes |
+//! | C3 force detach unfenced | 32.5k | 18 | 2.2 s | I2 | yes |
+//! | C4 sticky assumed mount | 905 | 28 | 0.09 s | settles (leak) | no (see above) |
+//! | C5 detach before status ack | 157 | 27 | 3 ms | I2 | yes |
+//! | C6 diff against stale read | 315 | 22 | 12 ms | settles (stuck) | yes |
+//! | L1 await an unplanned ack (ours) | 77 | 20 | 5 ms | settles (leak) | yes |
 
 #![cfg(feature = "sim")]
 
