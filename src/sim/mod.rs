@@ -37,12 +37,15 @@
 //! The scenario format is documented in [`scenario`].
 
 mod backend;
+pub mod cli;
 pub mod library;
 pub mod model;
 mod panics;
 mod runner;
 pub mod scenario;
+pub mod seeds;
 mod store;
+pub mod timeline;
 mod world;
 
 pub use runner::{Report, SETTLE, config_of, run, summary_header, summary_line, violation_line};
