@@ -31,7 +31,8 @@ pub(crate) struct SimNode {
     /// The node object exists in the API (`node <n> delete` removes it, `create` brings it
     /// back); the machine runs either way.
     pub(crate) object: bool,
-    /// The agent's reports reach the API (`stop-reporting` stops them).
+    /// The agent reaches the API (`stop-reporting` cuts it off: it neither reports nor hears
+    /// of changes, and its pods run on).
     pub(crate) reporting: bool,
     /// Volumes whose unmount hangs here (`hang unmount`): mounted, they stay mounted.
     pub(crate) hung: BTreeSet<String>,
@@ -377,7 +378,9 @@ impl World {
         let Some(n) = self.nodes.get_mut(node) else {
             return pass;
         };
-        if n.power != Power::Up {
+        // A crashed agent does nothing; so does one cut off from the API (`stop-reporting`): it
+        // neither reports nor hears of changes, and its pods run on with their mounts.
+        if n.power != Power::Up || !n.reporting {
             return pass;
         }
         let no_pods = BTreeSet::new();
@@ -404,9 +407,9 @@ impl World {
             .copied()
             .chain(n.mounted.iter().map(String::as_str))
             .collect();
-        // An agent whose reports reach nobody keeps its last report in the store; it mounts
-        // nothing new, since it cannot confirm its status.
-        let reports = n.reporting && n.object;
+        // An agent whose node object is gone has nowhere to report (the store keeps nothing
+        // for it); it mounts nothing new, since it cannot confirm its status.
+        let reports = n.object;
         if reports
             && !n
                 .in_use

@@ -34,9 +34,9 @@
 //!                                   agent's reports reach nobody) / created again under the
 //!                                   same name with a fresh, empty status (upstream 50721)
 //! at <time> node <n> stop-reporting|resume-reporting
-//!                                   the agent's in-use reports stop reaching the API (the
-//!                                   store keeps the last one, stale) while the machine runs;
-//!                                   it mounts nothing new meanwhile
+//!                                   the agent loses the API while its machine runs: it
+//!                                   neither reports (the store keeps its last in-use list,
+//!                                   stale) nor hears of changes; its pods run on, mounted
 //! at <time> hang unmount <v> on <n> the agent cannot finish unmounting v (upstream 110721):
 //!                                   v stays mounted and in use until released or fenced
 //! at <time> release unmount <v> on <n>

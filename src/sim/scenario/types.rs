@@ -169,11 +169,13 @@ pub enum Action {
     /// a fresh status with nothing listed, whatever the old object listed, and the agent's
     /// current in-use report.
     CreateNode(String),
-    /// The node's agent stops reporting while its machine runs: the store keeps its last
-    /// in-use report, stale; the agent mounts nothing new (it cannot confirm its status), but
-    /// keeps its mounts and unmounts what its pods no longer need.
+    /// The node's agent loses the API while its machine runs (a network cut between the node
+    /// and the API server, a wedged agent): it neither reports nor hears of changes, so the
+    /// store keeps its last in-use report, stale, and its pods run on with their mounts, even
+    /// those deleted from the API meanwhile.
     StopReporting(String),
-    /// The node's agent reports again, starting with what it has in use now.
+    /// The node's agent reaches the API again: it catches up with the changes it missed and
+    /// reports what it has in use.
     ResumeReporting(String),
     /// From now on the agent cannot finish unmounting the volume from the node (upstream
     /// 110721): it stays mounted and reported in use, and a pod deleted gracefully stays

@@ -78,7 +78,7 @@ impl NodeState {
             NodeState::Crashed => "crashed",
             NodeState::Fenced => "fenced",
             NodeState::Deleted => "object deleted",
-            NodeState::Silent => "agent silent",
+            NodeState::Silent => "agent cut off",
             NodeState::Partitioned => "backend partitioned",
             NodeState::UnmountHangs => "unmount hangs",
         }
@@ -183,13 +183,13 @@ fn change_mark(at: Duration, change: &NodeChange) -> Mark {
             "create",
         ),
         NodeChange::StopReporting => (
-            "agent stops reporting".to_string(),
+            "agent loses the API".to_string(),
             Shape::Cross,
             "#ca6f1e",
             "stop-reporting",
         ),
         NodeChange::ResumeReporting => (
-            "agent reports again".to_string(),
+            "agent reaches the API".to_string(),
             Shape::Circle,
             "#ca6f1e",
             "resume-reporting",
