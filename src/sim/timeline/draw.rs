@@ -645,7 +645,8 @@ impl Canvas {
                 continue;
             }
             let label = clip(&mark.label, 40);
-            let lx = x - 3.0;
+            // Near the right edge a label ends there rather than running off the picture.
+            let lx = (x - 3.0).min(WIDTH - 6.0 - text_width(&label));
             if let Some(line) = lines.place(lx, text_width(&label)) {
                 placed.push((lx, line, label, mark.color));
             }
