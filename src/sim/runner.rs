@@ -844,6 +844,7 @@ impl Sim {
             return;
         }
         n.reporting = on;
+        n.resync = on;
         w.mark(node);
         w.record(Happening::Node {
             node: node.to_string(),

@@ -36,6 +36,10 @@ pub(crate) struct SimNode {
     pub(crate) reporting: bool,
     /// Volumes whose unmount hangs here (`hang unmount`): mounted, they stay mounted.
     pub(crate) hung: BTreeSet<String>,
+    /// The agent's next pass reports its in-use list even if unchanged: it has just reached
+    /// the API again, and the store may hold a report older than what [`in_use`](Self::in_use)
+    /// says (a fence cleared it while the agent was cut off).
+    pub(crate) resync: bool,
 }
 
 impl SimNode {
@@ -48,6 +52,7 @@ impl SimNode {
             object: true,
             reporting: true,
             hung: BTreeSet::new(),
+            resync: false,
         }
     }
 
@@ -410,13 +415,13 @@ impl World {
         // An agent whose node object is gone has nowhere to report (the store keeps nothing
         // for it); it mounts nothing new, since it cannot confirm its status.
         let reports = n.object;
-        if reports
-            && !n
-                .in_use
-                .iter()
-                .map(String::as_str)
-                .eq(in_use.iter().copied())
-        {
+        let changed = !n
+            .in_use
+            .iter()
+            .map(String::as_str)
+            .eq(in_use.iter().copied());
+        if reports && (changed || n.resync) {
+            n.resync = false;
             n.in_use = in_use.iter().map(|v| (*v).to_string()).collect();
             pass.report = Some(n.in_use.iter().cloned().collect());
         }
