@@ -19,6 +19,7 @@
 mod axis;
 mod draw;
 mod labels;
+mod lanes;
 
 use std::time::Duration;
 
