@@ -64,6 +64,9 @@ fn each_correction_scenario_fails_with_its_upstream_bug() {
         ("detach-waits-for-status-ack", UpstreamBug::C5),
         ("seed-002-stale-status-cache", UpstreamBug::C6),
         ("attach-lands-after-workload-left", UpstreamBug::L1),
+        // An uncertain (timed-out) detach from a node the backend cannot reach still holds
+        // the volume.
+        ("backend-partition-one-node", UpstreamBug::C2),
     ];
     for (name, bug) in cases {
         let fixed = run_named(name, None);
@@ -283,5 +286,32 @@ fn a_zero_reconcile_period_does_not_spin() {
             .is_zero()
     );
     let report = run(&scenario);
+    assert!(report.passed(), "{:#?}", report.violations);
+}
+
+/// An agent cut off from the API while its node is fenced and crashes again (which lifts the
+/// fence) comes back with nothing in use, and its first report must say so although nothing
+/// changed since its last pass: the store still holds the report from before the fence. The
+/// world fuzzer found a simulator that skipped it, leaving the volume pinned for good.
+#[test]
+fn a_returning_agent_corrects_its_stale_report() {
+    let text = "set attach-latency 2s
+        set cache-lag 500ms
+        set status-latency 490ms
+        node n1
+        node n2
+        volume disk-a single-node
+        at 0s pod p1 on n1 uses disk-a
+        at 800ms node n1 stop-reporting
+        at 5s node n1 crash
+        at 6s node n1 fence
+        at 6s pod p2 on n2 uses disk-a
+        at 7s node n1 crash
+        at 20s node n1 recover
+        at 20s node n1 resume-reporting
+        at 60s expect pod p2 running
+        at 60s expect detached disk-a n1
+        run 2m";
+    let report = run(&parse(text).unwrap());
     assert!(report.passed(), "{:#?}", report.violations);
 }

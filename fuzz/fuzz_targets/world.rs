@@ -75,6 +75,40 @@ enum Event {
         times: u8,
     },
     Restart,
+    /// The node object is deleted (its machine runs on).
+    DeleteNode {
+        node: u8,
+    },
+    /// The node object is created again under the same name.
+    CreateNode {
+        node: u8,
+    },
+    /// The node's agent loses the API.
+    StopReporting {
+        node: u8,
+    },
+    /// The node's agent reaches the API again.
+    ResumeReporting {
+        node: u8,
+    },
+    /// The unmount of a volume hangs on a node.
+    HangUnmount {
+        volume: u8,
+        node: u8,
+    },
+    /// A hung unmount ends.
+    ReleaseUnmount {
+        volume: u8,
+        node: u8,
+    },
+    /// The backend cannot reach a node.
+    Partition {
+        node: u8,
+    },
+    /// The partition heals.
+    Heal {
+        node: u8,
+    },
 }
 
 fn planted() -> Option<UpstreamBug> {
@@ -203,6 +237,20 @@ fn build(input: &Input) -> Scenario {
                 times: u32::from(1 + times % 3),
             },
             Event::Restart => Action::RestartController,
+            Event::DeleteNode { node: n } => Action::DeleteNode(node(*n)),
+            Event::CreateNode { node: n } => Action::CreateNode(node(*n)),
+            Event::StopReporting { node: n } => Action::StopReporting(node(*n)),
+            Event::ResumeReporting { node: n } => Action::ResumeReporting(node(*n)),
+            Event::HangUnmount { volume: v, node: n } => Action::HangUnmount {
+                volume: volume(*v),
+                node: node(*n),
+            },
+            Event::ReleaseUnmount { volume: v, node: n } => Action::ReleaseUnmount {
+                volume: volume(*v),
+                node: node(*n),
+            },
+            Event::Partition { node: n } => Action::PartitionBackend(node(*n)),
+            Event::Heal { node: n } => Action::HealBackend(node(*n)),
         };
         steps.push(Step {
             at,
@@ -239,10 +287,41 @@ fn build(input: &Input) -> Scenario {
         *left -= *times;
         *times > 0
     });
+    let last = steps.last().map_or(Duration::ZERO, |s| s.at);
+    // What the new statements break is mended when the events stop (objects created again,
+    // agents reaching the API, partitions healed, hung unmounts released), so that the final
+    // check holds every node to converging, not only those the events left alone. (Crashes
+    // stay: a crashed node rightly keeps its volumes.)
+    let mends = steps.iter().any(|s| {
+        matches!(
+            s.action,
+            Action::DeleteNode(_)
+                | Action::StopReporting(_)
+                | Action::HangUnmount { .. }
+                | Action::PartitionBackend(_)
+        )
+    });
+    if mends {
+        for n in &node_names {
+            for action in [
+                Action::CreateNode(n.clone()),
+                Action::ResumeReporting(n.clone()),
+                Action::HealBackend(n.clone()),
+            ] {
+                steps.push(Step { at: last, line: 0, action });
+            }
+            for (v, _) in &volume_list {
+                let action = Action::ReleaseUnmount {
+                    volume: v.clone(),
+                    node: n.clone(),
+                };
+                steps.push(Step { at: last, line: 0, action });
+            }
+        }
+    }
     for (i, step) in steps.iter_mut().enumerate() {
         step.line = i + 1;
     }
-    let last = steps.last().map_or(Duration::ZERO, |s| s.at);
     Scenario {
         settings,
         nodes: node_names,

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use super::SimIds;
 use super::panics::{Tasks, guarded};
 use super::scenario::CallOp;
+use super::timeline::{BarState, Happening};
 use super::world::World;
 use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 use crate::memory::MemoryStore;
@@ -47,6 +48,21 @@ impl SimBackend {
         })
     }
 
+    /// Returns once the backend can reach `node`: at once, or when its partition heals.
+    async fn reachable(&self, node: &str) {
+        loop {
+            let healed = Arc::clone(&self.world.lock().healed);
+            let notified = healed.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so a heal between the two is not missed.
+            notified.as_mut().enable();
+            if !self.world.lock().partitioned.contains(node) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     async fn call(&self, op: CallOp, volume: &str, node: &str) -> Result<(), BackendError<String>> {
         let base = match op {
             CallOp::Attach => self.attach_latency,
@@ -72,8 +88,13 @@ impl SimBackend {
                 )));
             }
             let fault = w.take_fault(op, volume, node);
+            let cut_off = if w.partitioned.contains(node) {
+                " (hangs: the backend cannot reach the node)"
+            } else {
+                ""
+            };
             w.log(format!(
-                "call: {op} {volume} {node}{}",
+                "call: {op} {volume} {node}{}{cut_off}",
                 match fault {
                     Some(true) => " (will error, uncertain)",
                     Some(false) => " (will fail)",
@@ -81,12 +102,21 @@ impl SimBackend {
                 }
             ));
             w.under_way(op, volume, node, true);
+            w.record(Happening::Attachment {
+                volume: volume.to_string(),
+                node: node.to_string(),
+                state: Some(match op {
+                    CallOp::Attach => BarState::Attaching,
+                    CallOp::Detach => BarState::Detaching,
+                }),
+            });
             (fault, w.jitter(base))
         };
         let (tx, rx) = oneshot::channel();
         let this = self.clone();
         let (v, n) = (volume.to_string(), node.to_string());
         self.tasks.spawn(async move {
+            this.reachable(&n).await;
             tokio::time::sleep(latency).await;
             assert!(!this.sabotaged, "sabotaged {op} effect of {v} on {n}");
             this.lock().under_way(op, &v, &n, false);
@@ -99,6 +129,17 @@ impl SimBackend {
                     }
                 }
             }
+            let mut w = this.lock();
+            let state = w.is_attached(&v, &n).then_some(match (op, fault) {
+                (CallOp::Attach, Some(true)) => BarState::Uncertain,
+                _ => BarState::Attached,
+            });
+            w.record(Happening::Attachment {
+                volume: v,
+                node: n,
+                state,
+            });
+            drop(w);
             let _ = tx.send(());
         });
         // A dropped caller (controller restart) does not cancel the effect. An effect that
@@ -157,6 +198,7 @@ impl AttachBackend<SimIds> for SimBackend {
         volumes: &[(String, ())],
     ) -> Result<Vec<String>, BackendError<String>> {
         guarded(&self.world, self.epoch, "backend verify", async {
+            self.reachable(node).await;
             let w = self.lock();
             Ok(volumes
                 .iter()

@@ -4,6 +4,10 @@
 /// (name, scenario text) of every bundled scenario, in name order.
 pub const LIBRARY: &[(&str, &str)] = &[
     (
+        "agent-stops-reporting",
+        include_str!("../../examples/scenarios/agent-stops-reporting.scn"),
+    ),
+    (
         "attach-lands-after-workload-left",
         include_str!("../../examples/scenarios/attach-lands-after-workload-left.scn"),
     ),
@@ -20,6 +24,10 @@ pub const LIBRARY: &[(&str, &str)] = &[
     (
         "attach-timeout-retries",
         include_str!("../../examples/scenarios/attach-timeout-retries.scn"),
+    ),
+    (
+        "backend-partition-one-node",
+        include_str!("../../examples/scenarios/backend-partition-one-node.scn"),
     ),
     (
         "detach-of-a-lost-controller-lands-after-recovery",
@@ -54,6 +62,10 @@ pub const LIBRARY: &[(&str, &str)] = &[
     (
         "no-detach-without-taint",
         include_str!("../../examples/scenarios/no-detach-without-taint.scn"),
+    ),
+    (
+        "node-deleted-and-recreated",
+        include_str!("../../examples/scenarios/node-deleted-and-recreated.scn"),
     ),
     (
         "out-of-service-detaches-at-once",
@@ -110,6 +122,14 @@ pub const LIBRARY: &[(&str, &str)] = &[
     (
         "uncertain-attach-holds-volume",
         include_str!("../../examples/scenarios/uncertain-attach-holds-volume.scn"),
+    ),
+    (
+        "unmount-hangs",
+        include_str!("../../examples/scenarios/unmount-hangs.scn"),
+    ),
+    (
+        "unmount-hangs-until-fenced",
+        include_str!("../../examples/scenarios/unmount-hangs-until-fenced.scn"),
     ),
     (
         "verify-settles-uncertain-detach",

@@ -15,7 +15,10 @@
 //! - **I3** at the end, every live node's reported list equals its real attachments, every pod
 //!   on a live node runs, and no attachment is left that nothing needs; except that a volume held
 //!   by a crashed, unfenced node stays there and the pods waiting for it wait, with a
-//!   Multi-Attach event (seed 004's safe outcome);
+//!   Multi-Attach event (seed 004's safe outcome). The same goes for a node whose object was
+//!   deleted, whose agent is cut off from the API, or that the backend cannot reach (nothing
+//!   may be detached from them on a guess), and for a volume whose unmount hangs. A live node
+//!   is up, has its object, its agent reports, and the backend reaches it;
 //! - **I4** no detach while the node's status still lists the volume for a live agent.
 //!
 //! A panic anywhere in a run (the controller's task, the simulated backend or store, the
@@ -34,15 +37,21 @@
 //! assert_eq!(report.attach_calls, 1);
 //! ```
 //!
-//! The scenario format is documented in [`scenario`].
+//! The scenario format is documented in [`scenario`]. Each run also records what happened as
+//! structured [`timeline::Record`]s, which [`timeline::render_svg`] draws; [`seeds::sweep`]
+//! reruns a scenario under many jitter seeds; [`cli`] is the `simulate` example's command
+//! line.
 
 mod backend;
+pub mod cli;
 pub mod library;
 pub mod model;
 mod panics;
 mod runner;
 pub mod scenario;
+pub mod seeds;
 mod store;
+pub mod timeline;
 mod world;
 
 pub use runner::{Report, SETTLE, config_of, run, summary_header, summary_line, violation_line};

@@ -16,6 +16,7 @@ use super::backend::SimBackend;
 use super::panics::{self, Tasks};
 use super::scenario::{Action, CallOp, Expectation, MAX_DURATION, PodState, Scenario, UpstreamBug};
 use super::store::SimStore;
+use super::timeline::{Happening, NodeChange, PodPhase, Record};
 use super::world::{Phase, Power, SimNode, SimPod, Violation, World, fmt_time, join};
 use crate::actual::NodeFacts;
 use crate::config::{Config, UpstreamBugs};
@@ -53,6 +54,10 @@ pub struct Report {
     pub status_writes: u64,
     /// Every step, one line each.
     pub trace: Vec<String>,
+    /// What happened, structured, in the order seen: what [`render_svg`] draws.
+    ///
+    /// [`render_svg`]: super::timeline::render_svg
+    pub timeline: Vec<Record>,
 }
 
 impl Report {
@@ -155,6 +160,7 @@ fn failed_report(message: String) -> Report {
         detach_calls: 0,
         status_writes: 0,
         trace: Vec::new(),
+        timeline: Vec::new(),
     }
 }
 
@@ -202,6 +208,21 @@ enum Delivery {
     ForceDelete { pod: String },
 }
 
+/// The node an event is about, if any.
+fn event_node(event: &Event<SimIds>) -> Option<&String> {
+    match event {
+        Event::MultiAttach { node, .. }
+        | Event::AttachSucceeded { node, .. }
+        | Event::AttachFailed { node, .. }
+        | Event::DetachSucceeded { node, .. }
+        | Event::DetachBlocked { node, .. }
+        | Event::WaitingForUnmount { node, .. }
+        | Event::DetachFailed { node, .. }
+        | Event::WorkloadWaiting { node, .. } => Some(node),
+        Event::CallTimedOut { node, .. } => node.as_ref(),
+    }
+}
+
 struct Recorder {
     world: Arc<Mutex<World>>,
     epoch: Instant,
@@ -218,6 +239,12 @@ impl Recorder {
         let mut w = self.world.lock();
         w.now = self.epoch.elapsed();
         w.log(format!("event {}: {event}", event.reason()));
+        w.record(Happening::Event {
+            node: event_node(event).cloned(),
+            reason: event.reason().to_string(),
+            message: event.to_string(),
+            warning: event.is_warning(),
+        });
     }
 }
 
@@ -275,14 +302,7 @@ impl Sim {
         let wake = Arc::clone(&world.wake);
         let store = MemoryStore::new();
         for node in &scenario.nodes {
-            world.nodes.insert(
-                node.clone(),
-                SimNode {
-                    power: Power::Up,
-                    mounted: BTreeSet::new(),
-                    in_use: BTreeSet::new(),
-                },
-            );
+            world.nodes.insert(node.clone(), SimNode::new());
             store.add_node(node.clone());
         }
         for (volume, access) in &scenario.volumes {
@@ -410,6 +430,9 @@ impl Sim {
         *self.slot.lock() = Some(handle);
         self.controller = Some(task);
         self.log(format!("controller started (generation {generation})"));
+        let mut w = self.world.lock();
+        w.now = self.now();
+        w.record(Happening::ControllerStarted { generation });
     }
 
     /// Stops the running controller like a crash, and fails the run if it had panicked.
@@ -587,6 +610,7 @@ impl Sim {
             detach_calls: w.total_calls(CallOp::Detach),
             status_writes: writes,
             trace: std::mem::take(&mut w.trace),
+            timeline: std::mem::take(&mut w.timeline),
         }
     }
 
@@ -641,8 +665,8 @@ impl Sim {
             }),
             Action::Delete { pod } => self.deliver(Delivery::Delete { pod: pod.clone() }),
             Action::ForceDelete { pod } => self.force_delete(pod),
-            Action::Crash(node) => self.power(node, Power::Crashed),
-            Action::Recover(node) => self.power(node, Power::Up),
+            Action::Crash(node) => self.power(node, Power::Crashed, NodeChange::Crash),
+            Action::Recover(node) => self.power(node, Power::Up, NodeChange::Recover),
             Action::Fence(node) => {
                 let pods: Vec<String> = {
                     let w = self.world.lock();
@@ -655,9 +679,17 @@ impl Sim {
                 for pod in pods {
                     self.force_delete(&pod);
                 }
-                self.power(node, Power::Fenced);
+                self.power(node, Power::Fenced, NodeChange::Fence);
             }
-            Action::Unfence(node) => self.power(node, Power::Up),
+            Action::Unfence(node) => self.power(node, Power::Up, NodeChange::Unfence),
+            Action::DeleteNode(node) => self.delete_node(node),
+            Action::CreateNode(node) => self.create_node(node),
+            Action::StopReporting(node) => self.reporting(node, false),
+            Action::ResumeReporting(node) => self.reporting(node, true),
+            Action::HangUnmount { volume, node } => self.hang_unmount(volume, node, true),
+            Action::ReleaseUnmount { volume, node } => self.hang_unmount(volume, node, false),
+            Action::PartitionBackend(node) => self.partition(node, true),
+            Action::HealBackend(node) => self.partition(node, false),
             Action::FailAttach {
                 volume,
                 node,
@@ -696,9 +728,10 @@ impl Sim {
         });
     }
 
-    fn power(&self, node: &str, power: Power) {
+    fn power(&self, node: &str, power: Power, change: NodeChange) {
         let (facts, report) = {
             let mut w = self.world.lock();
+            w.now = self.now();
             let Some(n) = w.nodes.get_mut(node) else {
                 return;
             };
@@ -709,15 +742,27 @@ impl Sim {
                 // Fenced means powered off; whatever comes next starts from a clean boot.
                 n.mounted.clear();
                 n.in_use.clear();
+                n.hung.clear();
             }
             // An agent that starts (again) reports what it has in use: nothing after a clean
             // boot, its mounts after a crash. (A stopped agent's last report stays in the
-            // store: no agent runs to change it.)
-            let report = (power == Power::Up).then(|| n.in_use.iter().cloned().collect());
+            // store: no agent runs to change it; nor does one whose reports reach nobody.)
+            let report = (power == Power::Up && n.reporting && n.object)
+                .then(|| n.in_use.iter().cloned().collect());
             n.power = power;
             let facts = facts_of(n);
+            let object = n.object;
             w.changed();
             w.mark(node);
+            w.record(Happening::Node {
+                node: node.to_string(),
+                change,
+            });
+            if !object {
+                // No node object to carry the change: the controller hears of it when one
+                // is created again.
+                return;
+            }
             (facts, report)
         };
         // The store holds the node's fence and health as they are now (a taint, a Ready
@@ -729,6 +774,138 @@ impl Sim {
         self.store.set_fenced(&name, facts.fenced);
         self.store.set_healthy(&name, facts.healthy);
         self.tell(Input::NodeUpdated { node: name, facts });
+    }
+
+    /// `node delete`: the object goes from the API (the store, then the controller's watch);
+    /// the machine, its mounts and its pods stay.
+    fn delete_node(&self, node: &str) {
+        {
+            let mut w = self.world.lock();
+            w.now = self.now();
+            let Some(n) = w.nodes.get_mut(node) else {
+                return;
+            };
+            if !n.object {
+                return;
+            }
+            n.object = false;
+            w.changed();
+            w.record(Happening::Node {
+                node: node.to_string(),
+                change: NodeChange::Delete,
+            });
+        }
+        let name = node.to_string();
+        self.store.remove_node(&name);
+        self.world.lock().stored_changed(node);
+        self.tell(Input::NodeRemoved { node: name });
+    }
+
+    /// `node create`: the object comes back under the same name, as its agent re-registers
+    /// it: a fresh status that lists nothing, whatever the old one listed, with the agent's
+    /// in-use report and the machine's health and fence.
+    fn create_node(&self, node: &str) {
+        let (facts, in_use) = {
+            let mut w = self.world.lock();
+            w.now = self.now();
+            let Some(n) = w.nodes.get_mut(node) else {
+                return;
+            };
+            if n.object {
+                return;
+            }
+            n.object = true;
+            let facts = facts_of(n);
+            let in_use: Vec<String> = n.in_use.iter().cloned().collect();
+            w.changed();
+            w.record(Happening::Node {
+                node: node.to_string(),
+                change: NodeChange::Create,
+            });
+            (facts, in_use)
+        };
+        let name = node.to_string();
+        self.store.add_node(name.clone());
+        self.store.set_in_use(&name, in_use);
+        self.store.set_fenced(&name, facts.fenced);
+        self.store.set_healthy(&name, facts.healthy);
+        self.world.lock().stored_changed(node);
+        self.tell(Input::NodeUpdated { node: name, facts });
+    }
+
+    /// `node stop-reporting` / `resume-reporting`. A resumed agent reports at its next pass
+    /// whatever changed while its reports reached nobody.
+    fn reporting(&self, node: &str, on: bool) {
+        let mut w = self.world.lock();
+        w.now = self.now();
+        let Some(n) = w.nodes.get_mut(node) else {
+            return;
+        };
+        if n.reporting == on {
+            return;
+        }
+        n.reporting = on;
+        n.resync = on;
+        w.mark(node);
+        w.record(Happening::Node {
+            node: node.to_string(),
+            change: if on {
+                NodeChange::ResumeReporting
+            } else {
+                NodeChange::StopReporting
+            },
+        });
+    }
+
+    /// `hang unmount` / `release unmount`: the agent looks again at its next pass.
+    fn hang_unmount(&self, volume: &str, node: &str, hang: bool) {
+        let mut w = self.world.lock();
+        w.now = self.now();
+        let Some(n) = w.nodes.get_mut(node) else {
+            return;
+        };
+        let changed = if hang {
+            n.hung.insert(volume.to_string())
+        } else {
+            n.hung.remove(volume)
+        };
+        if !changed {
+            return;
+        }
+        w.mark(node);
+        w.record(Happening::Node {
+            node: node.to_string(),
+            change: if hang {
+                NodeChange::HangUnmount(volume.to_string())
+            } else {
+                NodeChange::ReleaseUnmount(volume.to_string())
+            },
+        });
+    }
+
+    /// `partition backend` / `heal backend`: calls about the node hang until it heals.
+    fn partition(&self, node: &str, cut: bool) {
+        let mut w = self.world.lock();
+        w.now = self.now();
+        let changed = if cut {
+            w.partitioned.insert(node.to_string())
+        } else {
+            w.partitioned.remove(node)
+        };
+        if !changed {
+            return;
+        }
+        if !cut {
+            w.healed.notify_waiters();
+        }
+        w.record(Happening::Node {
+            node: node.to_string(),
+            change: if cut {
+                NodeChange::Partition
+            } else {
+                NodeChange::Heal
+            },
+        });
     }
 
     fn expect(&self, line: usize, expectation: &Expectation) {
@@ -841,6 +1018,11 @@ fn land(w: &mut World, delivery: Delivery) -> Option<Input<SimIds>> {
                     phase: Phase::Pending,
                 },
             );
+            w.record(Happening::Pod {
+                pod: pod.clone(),
+                node: node.clone(),
+                phase: PodPhase::Scheduled,
+            });
             w.changed();
             Some(Input::WorkloadScheduled {
                 workload: pod,
@@ -857,6 +1039,11 @@ fn land(w: &mut World, delivery: Delivery) -> Option<Input<SimIds>> {
                 _ => return None,
             };
             w.mark(&node);
+            w.record(Happening::Pod {
+                pod,
+                node,
+                phase: PodPhase::Terminating,
+            });
             None
         }
         Delivery::ForceDelete { pod } => {
@@ -868,6 +1055,11 @@ fn land(w: &mut World, delivery: Delivery) -> Option<Input<SimIds>> {
                 _ => return None,
             };
             w.unplace(&pod, &node);
+            w.record(Happening::Pod {
+                pod: pod.clone(),
+                node,
+                phase: PodPhase::Gone,
+            });
             w.changed();
             Some(Input::WorkloadRemoved { workload: pod })
         }

@@ -1,5 +1,6 @@
 //! The node-status store as the simulation sees it: the in-memory store with revisions, a
-//! latency on every call, and a trace line for every write.
+//! latency on every call (varied by the scenario's seed, as the backend's are), and a trace
+//! line for every write.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,6 +11,7 @@ use tokio::time::Instant;
 
 use super::SimIds;
 use super::panics::guarded;
+use super::timeline::Happening;
 use super::world::World;
 use crate::store::{NodeStatus, NodeStatusStore, ReportedVolume, Revision, StoreError};
 
@@ -24,11 +26,18 @@ pub(crate) struct SimStore {
     pub(crate) sabotaged: bool,
 }
 
+impl SimStore {
+    /// This call's latency: the setting, varied by the scenario's seed like the backend's.
+    fn latency(&self) -> Duration {
+        self.world.lock().jitter(self.latency)
+    }
+}
+
 #[async_trait]
 impl NodeStatusStore<SimIds> for SimStore {
     async fn read(&self, node: &String) -> Result<NodeStatus<SimIds>, StoreError> {
         guarded(&self.world, self.epoch, "store read", async {
-            tokio::time::sleep(self.latency).await;
+            tokio::time::sleep(self.latency()).await;
             self.inner.read(node).await
         })
         .await
@@ -41,7 +50,15 @@ impl NodeStatusStore<SimIds> for SimStore {
         expected: Revision,
     ) -> Result<Revision, StoreError> {
         guarded(&self.world, self.epoch, "store write", async {
-            tokio::time::sleep(self.latency).await;
+            if self.traced {
+                let mut w = self.world.lock();
+                w.now = self.epoch.elapsed();
+                w.record(Happening::StatusWrite {
+                    node: node.clone(),
+                    volumes: attached.iter().map(|r| r.volume.clone()).collect(),
+                });
+            }
+            tokio::time::sleep(self.latency()).await;
             assert!(!self.sabotaged, "sabotaged store write of {node}");
             let result = self.inner.write(node, attached, expected).await;
             let mut w = self.world.lock();
@@ -59,6 +76,10 @@ impl NodeStatusStore<SimIds> for SimStore {
                     }
                     Err(e) => w.log(format!("store: write of {node} failed: {e}")),
                 }
+                w.record(Happening::StatusAck {
+                    node: node.clone(),
+                    error: result.as_ref().err().map(ToString::to_string),
+                });
             }
             result
         })
@@ -67,7 +88,7 @@ impl NodeStatusStore<SimIds> for SimStore {
 
     async fn list(&self) -> Result<Vec<(String, NodeStatus<SimIds>)>, StoreError> {
         guarded(&self.world, self.epoch, "store list", async {
-            tokio::time::sleep(self.latency).await;
+            tokio::time::sleep(self.latency()).await;
             self.inner.list().await
         })
         .await

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::scenario::CallOp;
+use super::timeline::{Happening, PodPhase, Record};
 use crate::fault::Faults;
 use crate::volume::Access;
 
@@ -27,6 +28,43 @@ pub(crate) struct SimNode {
     pub(crate) mounted: BTreeSet<String>,
     /// What the agent last reported in use.
     pub(crate) in_use: BTreeSet<String>,
+    /// The node object exists in the API (`node <n> delete` removes it, `create` brings it
+    /// back); the machine runs either way.
+    pub(crate) object: bool,
+    /// The agent reaches the API (`stop-reporting` cuts it off: it neither reports nor hears
+    /// of changes, and its pods run on).
+    pub(crate) reporting: bool,
+    /// Volumes whose unmount hangs here (`hang unmount`): mounted, they stay mounted.
+    pub(crate) hung: BTreeSet<String>,
+    /// The agent's next pass reports its in-use list even if unchanged: it has just reached
+    /// the API again, and the store may hold a report older than what [`in_use`](Self::in_use)
+    /// says (a fence cleared it while the agent was cut off).
+    pub(crate) resync: bool,
+}
+
+impl SimNode {
+    /// A node as declared: up, nothing mounted, its object present, its agent reporting.
+    pub(crate) fn new() -> Self {
+        SimNode {
+            power: Power::Up,
+            mounted: BTreeSet::new(),
+            in_use: BTreeSet::new(),
+            object: true,
+            reporting: true,
+            hung: BTreeSet::new(),
+            resync: false,
+        }
+    }
+
+    /// Whether the agent's reports reach the API: it runs, it reports, and its object exists.
+    pub(crate) fn reports(&self) -> bool {
+        self.power == Power::Up && self.reporting && self.object
+    }
+
+    /// Whether `volume` is mounted here and its unmount hangs.
+    pub(crate) fn holds_hung(&self, volume: &str) -> bool {
+        self.hung.contains(volume) && self.mounted.contains(volume)
+    }
 }
 
 /// A pod's life as the node agent and the API see it.
@@ -108,6 +146,12 @@ pub(crate) struct World {
     pub(crate) listed: BTreeMap<String, BTreeSet<String>>,
     /// The scenario's seed as a xorshift state; 0 means no jitter at all.
     pub(crate) rng: u64,
+    /// Nodes the backend cannot reach (`partition backend`): calls about them hang.
+    pub(crate) partitioned: BTreeSet<String>,
+    /// Woken when a partition heals, so hung calls look again.
+    pub(crate) healed: Arc<Notify>,
+    /// What happened, structured, for the timeline picture.
+    pub(crate) timeline: Vec<Record>,
 }
 
 pub(crate) fn fmt_time(d: Duration) -> String {
@@ -137,6 +181,18 @@ impl World {
         // Scenarios keep latencies far below where this could overflow; saturate all the same.
         base.checked_mul(permille)
             .map_or(Duration::MAX, |stretched| stretched / 1000)
+    }
+
+    /// Notes `what` in the timeline, now.
+    pub(crate) fn record(&mut self, what: Happening) {
+        self.timeline.push(Record { at: self.now, what });
+    }
+
+    /// Whether `node` ends the run able to converge: its machine and agent run, its object
+    /// exists, its reports reach the API and the backend reaches it. Only such nodes are held
+    /// to I3's "reports match reality, pods run, nothing left over".
+    fn settles(&self, node: &str) -> bool {
+        self.nodes.get(node).is_some_and(SimNode::reports) && !self.partitioned.contains(node)
     }
 
     pub(crate) fn changed(&mut self) {
@@ -327,7 +383,9 @@ impl World {
         let Some(n) = self.nodes.get_mut(node) else {
             return pass;
         };
-        if n.power != Power::Up {
+        // A crashed agent does nothing; so does one cut off from the API (`stop-reporting`): it
+        // neither reports nor hears of changes, and its pods run on with their mounts.
+        if n.power != Power::Up || !n.reporting {
             return pass;
         }
         let no_pods = BTreeSet::new();
@@ -339,32 +397,51 @@ impl World {
             .flat_map(|pod| pod.volumes.iter().map(String::as_str))
             .collect();
         let mut log = Vec::new();
+        let hung = &n.hung;
         n.mounted.retain(|v| {
-            let keep = needs.contains(v.as_str());
+            let keep = needs.contains(v.as_str()) || hung.contains(v);
             if !keep {
                 log.push(format!("{node}: unmounted {v}"));
             }
             keep
         });
-        // What is still mounted is needed, so in use is exactly what the pods need.
-        if !n
+        // What is still mounted is needed or hangs, so in use is exactly what the pods need
+        // and what cannot be unmounted.
+        let in_use: BTreeSet<&str> = needs
+            .iter()
+            .copied()
+            .chain(n.mounted.iter().map(String::as_str))
+            .collect();
+        // An agent whose node object is gone has nowhere to report (the store keeps nothing
+        // for it); it mounts nothing new, since it cannot confirm its status.
+        let reports = n.object;
+        let changed = !n
             .in_use
             .iter()
             .map(String::as_str)
-            .eq(needs.iter().copied())
-        {
-            n.in_use = needs.iter().map(|v| (*v).to_string()).collect();
+            .eq(in_use.iter().copied());
+        if reports && (changed || n.resync) {
+            n.resync = false;
+            n.in_use = in_use.iter().map(|v| (*v).to_string()).collect();
             pass.report = Some(n.in_use.iter().cloned().collect());
         }
         let no_volumes = BTreeSet::new();
         let listed = self.listed.get(node).unwrap_or(&no_volumes);
-        for v in needs {
-            let attached = self.attached.get(v).is_some_and(|on| on.contains(node));
-            if attached && listed.contains(v) && !n.mounted.contains(v) {
-                n.mounted.insert(v.to_string());
+        for v in needs.iter().filter(|_| reports) {
+            let attached = self.attached.get(*v).is_some_and(|on| on.contains(node));
+            if attached && listed.contains(*v) && !n.mounted.contains(*v) {
+                n.mounted.insert((*v).to_string());
                 log.push(format!("{node}: mounted {v}"));
             }
         }
+        // Mounted only because their unmount hangs: the pods that used them cannot finish.
+        let held: BTreeSet<String> = n
+            .mounted
+            .iter()
+            .filter(|v| n.hung.contains(*v) && !needs.contains(v.as_str()))
+            .cloned()
+            .collect();
+        let mut phases = Vec::new();
         for name in here {
             let Some(pod) = self.pods.get_mut(name) else {
                 continue;
@@ -373,15 +450,26 @@ impl World {
                 Phase::Pending if pod.volumes.iter().all(|v| n.mounted.contains(v)) => {
                     pod.phase = Phase::Running;
                     log.push(format!("pod {name} running on {node}"));
+                    phases.push((name.clone(), PodPhase::Running));
                 }
-                // Its volumes were unmounted above, unless another pod here still uses them.
-                Phase::Terminating => {
+                // Its volumes were unmounted above, unless another pod here still uses them
+                // or their unmount hangs: then it stays terminating, as kubelet keeps a pod
+                // whose volumes it cannot tear down.
+                Phase::Terminating if !pod.volumes.iter().any(|v| held.contains(v)) => {
                     pod.phase = Phase::Gone;
                     log.push(format!("pod {name} gone"));
                     pass.gone.push(name.clone());
+                    phases.push((name.clone(), PodPhase::Gone));
                 }
                 _ => {}
             }
+        }
+        for (pod, phase) in phases {
+            self.record(Happening::Pod {
+                pod,
+                node: node.to_string(),
+                phase,
+            });
         }
         for pod in &pass.gone {
             if let Some(pods) = self.pods_on.get_mut(node) {
@@ -414,13 +502,28 @@ impl World {
             .flat_map(|(node, pod)| pod.volumes.iter().map(move |v| (node, v.as_str())))
             .collect();
         let used_on = |node: &str, volume: &str| used.contains(&(node, volume));
+        // A node that does not settle (crashed, deleted, silent, cut off from the backend)
+        // or whose unmount of the volume hangs keeps what it has: nothing may be detached on
+        // a guess.
+        // (A fenced node keeps nothing: its volumes may and must be detached.)
+        let keeps = |node: &str, volume: &str| {
+            let cut_off = self.partitioned.contains(node);
+            self.nodes.get(node).is_some_and(|n| {
+                n.power == Power::Crashed
+                    || !n.object
+                    || (n.power == Power::Up && !n.reporting)
+                    || n.holds_hung(volume)
+            }) || cut_off
+                || used_on(node, volume)
+        };
         let rightly_held = |volume: &str, waiting_on: &str| {
             self.volumes.get(volume) != Some(&Access::MultiNode)
-                && self.attached.get(volume).into_iter().flatten().any(|n| {
-                    n != waiting_on
-                        && (self.nodes.get(n).is_some_and(|n| n.power == Power::Crashed)
-                            || used_on(n, volume))
-                })
+                && self
+                    .attached
+                    .get(volume)
+                    .into_iter()
+                    .flatten()
+                    .any(|n| n != waiting_on && keeps(n, volume))
         };
         let mut real: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
         for (volume, nodes) in &self.attached {
@@ -429,8 +532,8 @@ impl World {
             }
         }
         let nothing = BTreeSet::new();
-        for (name, node) in &self.nodes {
-            if node.power != Power::Up {
+        for name in self.nodes.keys() {
+            if !self.settles(name) {
                 continue;
             }
             let real = real.get(name.as_str()).unwrap_or(&nothing);
@@ -444,11 +547,12 @@ impl World {
             }
         }
         for (name, pod) in &self.pods {
-            let alive = self
-                .nodes
-                .get(&pod.node)
-                .is_some_and(|n| n.power == Power::Up);
-            if !alive || matches!(pod.phase, Phase::Running | Phase::Gone) {
+            if !self.settles(&pod.node) || matches!(pod.phase, Phase::Running | Phase::Gone) {
+                continue;
+            }
+            let node = self.nodes.get(&pod.node);
+            let hangs = |v: &String| node.is_some_and(|n| n.holds_hung(v));
+            if pod.phase == Phase::Terminating && pod.volumes.iter().any(hangs) {
                 continue;
             }
             let waits = pod.volumes.iter().any(|v| rightly_held(v, &pod.node));
@@ -468,11 +572,7 @@ impl World {
         }
         for (volume, nodes) in &self.attached {
             for node in nodes {
-                let power = self.nodes.get(node).map(|n| n.power);
-                if power == Some(Power::Crashed) {
-                    continue;
-                }
-                if !used_on(node, volume) {
+                if !keeps(node, volume) {
                     problems.push(format!(
                         "I3: {volume} left attached to {node}, nothing needs it"
                     ));

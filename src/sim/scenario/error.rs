@@ -34,7 +34,8 @@ pub enum ParseErrorKind {
     UnknownStatement(String),
     /// The word after `at <time>` is not an action.
     #[error(
-        "unknown action `{0}` (expected pod, delete, force-delete, node, fail, restart or expect)"
+        "unknown action `{0}` (expected pod, delete, force-delete, node, fail, hang, release, \
+         partition, heal, restart or expect)"
     )]
     UnknownAction(String),
     /// The word after `expect` is not an expectation.

@@ -19,7 +19,8 @@
 //!                          max-wait-for-unmount 6m, force-detach-on-timeout off (on|off),
 //!                          cache-lag 0ms, status-cache-lag 0ms, attach-latency 200ms,
 //!                          detach-latency 200ms, status-latency 10ms, seed 0 (u64;
-//!                          non-zero: backend latencies vary by ±50%, reproducibly)
+//!                          non-zero: backend and store latencies vary by ±50%,
+//!                          reproducibly)
 //! set upstream-bug <c1..c6> on|off
 //!                          re-enable the reproduction of an upstream bug
 //! node <name>
@@ -29,6 +30,20 @@
 //! at <time> force-delete pod <p>    gone from the API at once; a live agent unmounts later
 //! at <time> node <n> crash|recover  crash: agent stops, nothing unmounts, node unhealthy
 //! at <time> node <n> fence|unfence  fence: out-of-service; its pods are force-deleted
+//! at <time> node <n> delete|create  the node object is deleted (the machine runs on, its
+//!                                   agent's reports reach nobody) / created again under the
+//!                                   same name with a fresh, empty status (upstream 50721)
+//! at <time> node <n> stop-reporting|resume-reporting
+//!                                   the agent loses the API while its machine runs: it
+//!                                   neither reports (the store keeps its last in-use list,
+//!                                   stale) nor hears of changes; its pods run on, mounted
+//! at <time> hang unmount <v> on <n> the agent cannot finish unmounting v (upstream 110721):
+//!                                   v stays mounted and in use until released or fenced
+//! at <time> release unmount <v> on <n>
+//! at <time> partition backend <n>   attach, detach and verify calls about n hang until healed
+//!                                   (the controller's call deadlines end its waits); other
+//!                                   nodes' calls go on
+//! at <time> heal backend <n>        the hung calls go on and take effect
 //! at <time> fail attach|detach <v> on <n> [times <k>] [uncertain]
 //!                                   uncertain: the call errors but the backend did it
 //! at <time> fail status <n> [times <k>]

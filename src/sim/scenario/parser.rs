@@ -29,6 +29,10 @@ pub fn parse(text: &str) -> std::result::Result<Scenario, ParseError> {
     Ok(parser.scenario)
 }
 
+/// The action words, as a message lists them.
+const ACTIONS: &str = "an action (pod, delete, force-delete, node, fail, hang, release, partition, \
+     heal, restart or expect)";
+
 /// What a node line does, parsed with the same table as the other closed word sets.
 #[derive(Clone, Copy, PartialEq)]
 enum NodeEvent {
@@ -36,6 +40,10 @@ enum NodeEvent {
     Recover,
     Fence,
     Unfence,
+    Delete,
+    Create,
+    StopReporting,
+    ResumeReporting,
 }
 
 impl Keyword for NodeEvent {
@@ -44,6 +52,10 @@ impl Keyword for NodeEvent {
         ("recover", NodeEvent::Recover),
         ("fence", NodeEvent::Fence),
         ("unfence", NodeEvent::Unfence),
+        ("delete", NodeEvent::Delete),
+        ("create", NodeEvent::Create),
+        ("stop-reporting", NodeEvent::StopReporting),
+        ("resume-reporting", NodeEvent::ResumeReporting),
     ];
 }
 
@@ -387,8 +399,7 @@ impl Parser {
     }
 
     fn action(&self, tokens: &mut Tokens<'_>) -> Result<Action> {
-        let word =
-            tokens.next("an action (pod, delete, force-delete, node, fail, restart or expect)")?;
+        let word = tokens.next(ACTIONS)?;
         Ok(match word {
             "pod" => {
                 let pod = tokens.name("a pod name")?;
@@ -417,6 +428,30 @@ impl Parser {
                     NodeEvent::Recover => Action::Recover(node),
                     NodeEvent::Fence => Action::Fence(node),
                     NodeEvent::Unfence => Action::Unfence(node),
+                    NodeEvent::Delete => Action::DeleteNode(node),
+                    NodeEvent::Create => Action::CreateNode(node),
+                    NodeEvent::StopReporting => Action::StopReporting(node),
+                    NodeEvent::ResumeReporting => Action::ResumeReporting(node),
+                }
+            }
+            "hang" | "release" => {
+                tokens.keyword("unmount")?;
+                let volume = self.volume(tokens)?;
+                tokens.keyword("on")?;
+                let node = self.node(tokens)?;
+                if word == "hang" {
+                    Action::HangUnmount { volume, node }
+                } else {
+                    Action::ReleaseUnmount { volume, node }
+                }
+            }
+            "partition" | "heal" => {
+                tokens.keyword("backend")?;
+                let node = self.node(tokens)?;
+                if word == "partition" {
+                    Action::PartitionBackend(node)
+                } else {
+                    Action::HealBackend(node)
                 }
             }
             "fail" => self.fail(tokens)?,

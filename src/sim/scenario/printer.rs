@@ -98,6 +98,16 @@ impl fmt::Display for Action {
             Action::Recover(node) => write!(f, "node {node} recover"),
             Action::Fence(node) => write!(f, "node {node} fence"),
             Action::Unfence(node) => write!(f, "node {node} unfence"),
+            Action::DeleteNode(node) => write!(f, "node {node} delete"),
+            Action::CreateNode(node) => write!(f, "node {node} create"),
+            Action::StopReporting(node) => write!(f, "node {node} stop-reporting"),
+            Action::ResumeReporting(node) => write!(f, "node {node} resume-reporting"),
+            Action::HangUnmount { volume, node } => write!(f, "hang unmount {volume} on {node}"),
+            Action::ReleaseUnmount { volume, node } => {
+                write!(f, "release unmount {volume} on {node}")
+            }
+            Action::PartitionBackend(node) => write!(f, "partition backend {node}"),
+            Action::HealBackend(node) => write!(f, "heal backend {node}"),
             Action::FailAttach {
                 volume,
                 node,

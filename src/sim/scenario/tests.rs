@@ -174,6 +174,35 @@ fn every_action_parses() {
         action("at 1s restart controller"),
         Action::RestartController
     );
+    assert_eq!(action("at 1s node a delete"), Action::DeleteNode(s("a")));
+    assert_eq!(action("at 1s node a create"), Action::CreateNode(s("a")));
+    assert_eq!(
+        action("at 1s node b stop-reporting"),
+        Action::StopReporting(s("b"))
+    );
+    assert_eq!(
+        action("at 1s node b resume-reporting"),
+        Action::ResumeReporting(s("b"))
+    );
+    assert_eq!(
+        action("at 1s hang unmount v on a"),
+        Action::HangUnmount {
+            volume: s("v"),
+            node: s("a")
+        }
+    );
+    assert_eq!(
+        action("at 1s release unmount w on b"),
+        Action::ReleaseUnmount {
+            volume: s("w"),
+            node: s("b")
+        }
+    );
+    assert_eq!(
+        action("at 1s partition backend a"),
+        Action::PartitionBackend(s("a"))
+    );
+    assert_eq!(action("at 1s heal backend a"), Action::HealBackend(s("a")));
 }
 
 #[test]
@@ -453,7 +482,9 @@ fn each_error_names_its_line() {
         (
             "at 1s",
             5,
-            missing("an action (pod, delete, force-delete, node, fail, restart or expect)"),
+            missing(
+                "an action (pod, delete, force-delete, node, fail, hang, release, partition, heal, restart or expect)",
+            ),
         ),
         ("at 1s pod p at a uses v", 5, unexpected("`on`", "at")),
         (
@@ -464,8 +495,37 @@ fn each_error_names_its_line() {
         (
             "at 1s node a reboot",
             5,
-            unexpected("`crash`, `recover`, `fence` or `unfence`", "reboot"),
+            unexpected(
+                "`crash`, `recover`, `fence`, `unfence`, `delete`, `create`, `stop-reporting` \
+                 or `resume-reporting`",
+                "reboot",
+            ),
         ),
+        (
+            "at 1s hang mount v on a",
+            5,
+            unexpected("`unmount`", "mount"),
+        ),
+        ("at 1s release unmount v", 5, missing("`on`")),
+        (
+            "at 1s hang unmount zz on a",
+            5,
+            K::UndeclaredVolume(s("zz")),
+        ),
+        (
+            "at 1s release unmount v on zz",
+            5,
+            K::UndeclaredNode(s("zz")),
+        ),
+        (
+            "at 1s partition network a",
+            5,
+            unexpected("`backend`", "network"),
+        ),
+        ("at 1s heal backend", 5, missing("a node name")),
+        ("at 1s heal backend zz", 5, K::UndeclaredNode(s("zz"))),
+        ("at 1s partition backend a b", 5, K::Extra(s("b"))),
+        ("at 1s node a delete now", 5, K::Extra(s("now"))),
         (
             "at 1s fail mount v on a",
             5,
@@ -809,6 +869,14 @@ const RICH: &str = "\
         at 4s node 节点 unfence
         at 4s node 节点 recover
         at 5s restart controller
+        at 6s node node-1 delete
+        at 6s node node-1 create
+        at 7s node 节点 stop-reporting
+        at 8s node 节点 resume-reporting
+        at 9s hang unmount pvc-2 on node-1
+        at 10s release unmount pvc-2 on node-1
+        at 11s partition backend 节点
+        at 12s heal backend 节点
         at 6m expect pod web-0 gone
         at 6m expect pod web-1 running
         at 6m expect attached pvc-1 node-1
@@ -825,7 +893,7 @@ const RICH: &str = "\
 #[test]
 fn round_trip_of_a_rich_scenario() {
     let scenario = ok(RICH);
-    assert_eq!(scenario.steps.len(), 26);
+    assert_eq!(scenario.steps.len(), 34);
     let text = scenario.to_text();
     assert_eq!(without_lines(ok(&text)), without_lines(scenario.clone()));
     // The printed form is canonical: printing it again changes nothing.
@@ -844,6 +912,12 @@ fn round_trip_of_a_rich_scenario() {
     assert!(text.contains("\nset upstream-bug c2 on\nset upstream-bug c4 on\n"));
     assert!(text.contains("\nat 0s pod web-0 on node-1 uses pvc-1,pvc-2\n"));
     assert!(text.contains("\nat 1s fail status node-1\nat 1s fail status 节点 times 7\n"));
+    assert!(text.contains(
+        "\nat 6s node node-1 delete\nat 6s node node-1 create\nat 7s node 节点 stop-reporting\n\
+         at 8s node 节点 resume-reporting\nat 9s hang unmount pvc-2 on node-1\n\
+         at 10s release unmount pvc-2 on node-1\nat 11s partition backend 节点\n\
+         at 12s heal backend 节点\n"
+    ));
     assert!(text.ends_with("\nrun 1h\n"));
 }
 

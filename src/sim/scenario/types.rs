@@ -56,7 +56,7 @@ pub struct Settings {
     pub status_latency: Duration,
     /// Seeds every random choice the simulator makes, so a run replays exactly: 0 (the default)
     /// makes none, so hand-written timelines are exact; any other value varies each backend
-    /// call's latency between half and one and a half of its setting.
+    /// and store call's latency between half and one and a half of its setting.
     pub seed: u64,
     /// Upstream bugs whose reproduction is switched on, to show the scenario catches them.
     pub upstream_bugs: BTreeSet<UpstreamBug>,
@@ -164,6 +164,44 @@ pub enum Action {
     Fence(String),
     /// The out-of-service mark is removed.
     Unfence(String),
+    /// The node object is deleted from the API (its machine runs on, its mounts and pods stay):
+    /// the store forgets its status, the controller hears `NodeRemoved`, and its agent's
+    /// reports reach nobody until the object is created again (upstream 50721).
+    DeleteNode(String),
+    /// The node object is created again under the same name, as a re-registering agent does:
+    /// a fresh status with nothing listed, whatever the old object listed, and the agent's
+    /// current in-use report.
+    CreateNode(String),
+    /// The node's agent loses the API while its machine runs (a network cut between the node
+    /// and the API server, a wedged agent): it neither reports nor hears of changes, so the
+    /// store keeps its last in-use report, stale, and its pods run on with their mounts, even
+    /// those deleted from the API meanwhile.
+    StopReporting(String),
+    /// The node's agent reaches the API again: it catches up with the changes it missed and
+    /// reports what it has in use.
+    ResumeReporting(String),
+    /// From now on the agent cannot finish unmounting the volume from the node (upstream
+    /// 110721): it stays mounted and reported in use, and a pod deleted gracefully stays
+    /// terminating, until the unmount is released or the node fenced (powered off).
+    HangUnmount {
+        /// The volume.
+        volume: String,
+        /// The node.
+        node: String,
+    },
+    /// A hung unmount of the volume on the node ends: the agent finishes it at its next pass.
+    ReleaseUnmount {
+        /// The volume.
+        volume: String,
+        /// The node.
+        node: String,
+    },
+    /// The backend can no longer reach the node: every attach, detach and verify about it
+    /// hangs (the controller's call deadlines end its waits) and takes effect only once the
+    /// partition heals; calls about other nodes go on as usual.
+    PartitionBackend(String),
+    /// The partition of the node from the backend heals: its hung calls go on.
+    HealBackend(String),
     /// The next attach calls of a volume to a node fail.
     FailAttach {
         /// The volume.

@@ -1,0 +1,38 @@
+//! One scenario under many jitter seeds: the scenario's `seed` setting varies every backend
+//! call's latency between half and one and a half of its setting, reproducibly, so a sweep over
+//! seeds explores other interleavings of the same incident, and a failing seed replays exactly.
+
+use super::runner::{Report, run};
+use super::scenario::Scenario;
+
+/// `scenario` with its jitter seed set to `seed` (0: the exact timeline, no jitter).
+pub fn with_seed(scenario: &Scenario, seed: u64) -> Scenario {
+    let mut seeded = scenario.clone();
+    seeded.settings.seed = seed;
+    seeded
+}
+
+/// A seed under which the scenario failed, and what its run found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeedFailure {
+    /// The seed: `set seed <it>` in the file, or `simulate --seed <it>`, replays the run.
+    pub seed: u64,
+    /// The failed run.
+    pub report: Report,
+}
+
+/// Runs `scenario` under seeds `1..=count`, in order, and returns the runs that failed.
+///
+/// ```
+/// use attach_detach::sim::{scenario::parse, seeds::sweep};
+/// let scenario = parse("node a\nvolume v single-node\nat 0s pod p on a uses v\nat 5s expect pod p running\nrun 10s\n").unwrap();
+/// assert!(sweep(&scenario, 3).is_empty());
+/// ```
+pub fn sweep(scenario: &Scenario, count: u64) -> Vec<SeedFailure> {
+    (1..=count)
+        .filter_map(|seed| {
+            let report = run(&with_seed(scenario, seed));
+            (!report.passed()).then_some(SeedFailure { seed, report })
+        })
+        .collect()
+}
