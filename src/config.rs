@@ -50,7 +50,9 @@ pub struct Config {
     /// failure: it costs no backoff, no failure event and no status write, only this re-read.
     pub unmount_recheck: Duration,
     /// Allow detaching a still-mounted volume from an unhealthy, unfenced node after
-    /// `max_wait_for_unmount`. Risky: the node may still be writing. Never applies to a healthy node.
+    /// `max_wait_for_unmount`. Risky: the node may still be writing. Never applies to a healthy
+    /// node, nor to a node whose object was deleted (its health is unknown: see
+    /// `deleted_node_is_fenced`).
     pub force_detach_on_timeout: bool,
     /// Treat a deleted node object as fenced: its volumes are detached (forced, reason
     /// `node-deleted`) once a fresh read confirms the store has no such node.

@@ -87,15 +87,15 @@ pub(crate) fn decide_detach(f: &DetachFacts) -> Detach {
         // A fenced node cannot write, whatever its last reports say.
         (Some(ForceReason::OutOfService), None)
     } else if !f.present {
-        // The node object is gone: no report will come, and its machine may still run.
+        // The node object is gone: no report will come, and its machine may still run. Its
+        // health is unknown, not bad, so the opt-in timeout force (for unhealthy nodes) does
+        // not apply: only the node's return, a fence, or `deleted_node_is_fenced` ends this.
         if f.deleted_node_is_fenced {
             (Some(ForceReason::NodeDeleted), None)
-        } else if timed_out {
-            (Some(ForceReason::Timeout), None)
         } else {
             return Detach::Blocked {
                 reason: DELETED_NODE,
-                wake: f.force_allowed.then_some(f.unmount_deadline),
+                wake: None,
             };
         }
     } else {
@@ -329,7 +329,7 @@ mod tests {
     }
 
     #[test]
-    fn a_deleted_node_is_fenced_only_by_configuration_or_the_timeout() {
+    fn a_deleted_node_is_fenced_only_by_configuration_or_a_fence() {
         let deleted = DetachFacts {
             present: false,
             in_use: Some(true),
@@ -337,6 +337,21 @@ mod tests {
         };
         assert_eq!(
             decide_detach(&deleted),
+            Detach::Blocked {
+                reason: DELETED_NODE,
+                wake: None
+            }
+        );
+        // Its health is unknown, not bad: the opt-in timeout force never applies, however
+        // long it waited (its machine may run on with the volume mounted).
+        let timed_out = DetachFacts {
+            force_allowed: true,
+            healthy: false,
+            now: s(1000),
+            ..deleted.clone()
+        };
+        assert_eq!(
+            decide_detach(&timed_out),
             Detach::Blocked {
                 reason: DELETED_NODE,
                 wake: None

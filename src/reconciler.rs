@@ -776,18 +776,21 @@ impl<D: Domain> Reconciler<D> {
                     self.detached(&volume, &node);
                     self.schedule.mark(volume);
                 }
-                // Uncertain settles both ways, as upstream's periodic verify does: an attach or
-                // detach that errored after (or without) doing its work is decided by what the
-                // backend now says (issue 9, bug 3).
+                // "Gone" settles an Uncertain attachment: an attach or detach that errored
+                // after (or without) doing its work is decided by what the backend now says
+                // (issue 9, bug 3); a verify counts an attach still under way as attached.
                 (AttachState::Uncertain, false) => {
                     debug!(volume = ?volume, node = ?node, "backend says an uncertain attachment is gone");
                     self.detached(&volume, &node);
                     self.schedule.mark(volume);
                 }
+                // "Attached" does not: a detach that timed out may still be under way and land
+                // after this answer, under a mount that a settled attachment would let begin.
+                // It stays Uncertain, holding the volume; an attach confirms it where a workload
+                // wants it (the backend refuses that attach while the old detach is under way,
+                // and runs it after), and a detach ends it where none does.
                 (AttachState::Uncertain, true) => {
-                    let device = self.actual.device(&volume, &node).map(Arc::from);
-                    self.actual
-                        .set_attached(volume.clone(), node.clone(), device);
+                    debug!(volume = ?volume, node = ?node, "backend says an uncertain attachment is there; an attach or a detach settles it");
                     self.schedule.mark(volume);
                 }
                 _ => {}

@@ -2183,17 +2183,16 @@ fn three_nodes_keep_every_property() {
     assert!(figures.unique > 10_000);
 }
 
-/// The same world with faults, by hand (see the figures in the module docs): one failure or
-/// timeout (that lands at once, never, or later), lost compare-and-set races, one node crash
-/// (then fence, unfence, recover at will) and one controller restart.
+/// The same world with one fault, by hand: a failure or a timeout (that lands at once, never,
+/// or later) of any call, or a lost compare-and-set race. (With a node crash and a controller
+/// restart on top it did not finish in 38 minutes on a shared 2-core machine; the two-node
+/// C2, C3 and C4 worlds check crashes and restarts.)
 #[test]
 #[ignore = "long: run by hand with --release --ignored"]
 fn three_nodes_with_faults_keep_every_property() {
     let mut world = three_nodes(2, 1);
     world.bounds.timeouts = true;
     world.bounds.conflicts = true;
-    world.bounds.crashes = 1;
-    world.bounds.restarts = 1;
     let (_, found) = check_symmetric("3 nodes, 2 volumes, 3 workloads, 2 inputs, faults", world);
     assert!(found.is_empty(), "{found:#?}");
 }

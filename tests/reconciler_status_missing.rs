@@ -177,7 +177,7 @@ fn a_detach_does_not_wait_for_a_status_write_to_a_node_the_store_lacks() {
 #[test]
 fn a_forced_detach_from_a_deleted_node_does_not_wait_for_its_status() {
     let config = Config {
-        force_detach_on_timeout: true,
+        deleted_node_is_fenced: true,
         ..Config::default()
     };
     let mut core = Reconciler::<D>::new(config.clone());
@@ -190,7 +190,8 @@ fn a_forced_detach_from_a_deleted_node_does_not_wait_for_its_status() {
     );
 
     // The node is deleted with its workload; unheard from, it counts as mounted, so only the
-    // opted-in timeout may detach it, and its status cannot be written any more.
+    // opt-in that a deleted node's machine is gone may detach it, and its status cannot be
+    // written any more.
     assert!(
         core.handle_all([
             Input::WorkloadRemoved { workload: "w1" },

@@ -30,6 +30,10 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/backend-partition-one-node.scn"),
     ),
     (
+        "deleted-node-not-forced-on-timeout",
+        include_str!("../../examples/scenarios/deleted-node-not-forced-on-timeout.scn"),
+    ),
+    (
         "detach-of-a-lost-controller-lands-after-recovery",
         include_str!(
             "../../examples/scenarios/detach-of-a-lost-controller-lands-after-recovery.scn"
@@ -54,6 +58,10 @@ pub const LIBRARY: &[(&str, &str)] = &[
     (
         "force-detach-on-timeout-opt-in",
         include_str!("../../examples/scenarios/force-detach-on-timeout-opt-in.scn"),
+    ),
+    (
+        "late-detach-after-verify",
+        include_str!("../../examples/scenarios/late-detach-after-verify.scn"),
     ),
     (
         "multi-attach-names-a-pod-that-joins-the-wait",

@@ -21,8 +21,9 @@
 //!                          detach-latency 200ms, status-latency 10ms, seed 0 (u64;
 //!                          non-zero: backend and store latencies vary by ±50%,
 //!                          reproducibly)
-//! set upstream-bug <c1..c6> on|off
-//!                          re-enable the reproduction of an upstream bug
+//! set upstream-bug <c1..c6|l1> on|off
+//!                          re-enable the reproduction of an upstream bug (l1: our
+//!                          own late-attach leak of issue 9)
 //! node <name>
 //! volume <name> single-node|multi-node
 //! at <time> pod <p> on <node> uses <v>[,<v>...]
