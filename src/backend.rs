@@ -269,9 +269,10 @@ pub trait AttachBackend<D: Domain>: Send + Sync {
     ) -> Result<(), BackendError<D::Node>>;
 
     /// Returns the subset of `volumes` that are still attached to `node`, or are being
-    /// attached, so the controller can notice attachments that vanished behind its back. Its
-    /// answer settles an Uncertain attachment both ways, so a volume whose attach is still under
-    /// way must count as attached.
+    /// attached, so the controller can notice attachments that vanished behind its back. A
+    /// volume left out settles an Uncertain attachment as gone, so one whose attach is still
+    /// under way must count as attached. One listed does not settle it (a detach that timed
+    /// out may still land): an attach confirms it, or a detach ends it.
     async fn verify(
         &self,
         node: &D::Node,

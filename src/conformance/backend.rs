@@ -396,7 +396,7 @@ where
 
 /// [`AttachBackend::verify`] answers the volumes "still attached to `node`", and
 /// [`AttachBackend::list`] every attachment: after a successful detach, neither shows it. The
-/// core settles an Uncertain attachment from verify's answer "both ways".
+/// core settles an Uncertain attachment as gone when verify leaves it out.
 pub async fn detach_removes_from_verify_and_list<D, H>(harness: &H) -> Outcome
 where
     D: Domain,
