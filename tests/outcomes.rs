@@ -236,3 +236,53 @@ async fn a_lagging_subscriber_costs_the_controller_no_time() {
         time_to_attach_all(false).await
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_operation_cut_off_by_a_shutdown_is_reported_abandoned() {
+    let backend = MemoryBackend::<D>::new().with_latency(Duration::from_secs(10));
+    let store = MemoryStore::<D>::new();
+    store.add_node(A);
+    let world = World::new()
+        .volume("vol-1", VolumeSpec::single_node(()))
+        .node(A, NodeFacts::default())
+        .workload("w1", A, ["vol-1"]);
+    let (handle, task) =
+        Controller::new(Config::default(), Arc::new(backend), Arc::new(store), world)
+            .unwrap()
+            .spawn();
+    let mut outcomes = handle.outcomes();
+    // The backend's listing takes 10 s, then the attach starts; 3 s later the controller stops.
+    sleep(Duration::from_secs(13)).await;
+    let report = handle.shutdown(Duration::ZERO).await.unwrap();
+    task.await.unwrap();
+    assert_eq!(report.abandoned.len(), 1);
+    assert_eq!(
+        rows(&drain(&mut outcomes)),
+        vec![
+            (
+                OpKind::ListStatuses,
+                None,
+                None,
+                Outcome::Succeeded,
+                None,
+                ms(0)
+            ),
+            (
+                OpKind::List,
+                None,
+                None,
+                Outcome::Succeeded,
+                None,
+                ms(10_000)
+            ),
+            (
+                OpKind::Attach,
+                Some("vol-1"),
+                Some(A),
+                Outcome::Abandoned,
+                None,
+                ms(3_000)
+            ),
+        ]
+    );
+}
