@@ -525,4 +525,110 @@ mod tests {
         assert_eq!(s.forced_detaches(ForceReason::OutOfService), 0);
         assert_eq!(s.in_flight, 1);
     }
+
+    #[test]
+    fn a_total_adds_the_three_outcomes() {
+        let counts = OutcomeCounts {
+            succeeded: 1,
+            failed: 2,
+            abandoned: 3,
+        };
+        assert_eq!(counts.total(), 6);
+        assert_eq!(OutcomeCounts::default().total(), 0);
+    }
+
+    #[test]
+    fn every_kind_of_count_is_read_from_its_own_cell() {
+        let m = Metrics::default();
+        let kinds = [
+            OpKind::Attach,
+            OpKind::Detach,
+            OpKind::Verify,
+            OpKind::WriteStatus,
+            OpKind::ReadStatus,
+            OpKind::ListStatuses,
+            OpKind::List,
+        ];
+        for (k, kind) in kinds.iter().enumerate() {
+            for _ in 0..k + 2 {
+                m.operation_finished(*kind, Outcome::Succeeded);
+            }
+        }
+        for (i, call) in CallKind::ALL.iter().enumerate() {
+            for _ in 0..i + 2 {
+                m.call_timed_out(*call);
+            }
+        }
+        for (i, reason) in [
+            ForceReason::OutOfService,
+            ForceReason::Timeout,
+            ForceReason::NodeDeleted,
+        ]
+        .iter()
+        .enumerate()
+        {
+            for _ in 0..i + 2 {
+                m.forced_detach(*reason);
+            }
+        }
+        let s = m.snapshot();
+        for (k, kind) in kinds.iter().enumerate() {
+            assert_eq!(s.operations(*kind).succeeded, k as u64 + 2, "{kind:?}");
+            assert_eq!(s.operations(*kind).total(), k as u64 + 2, "{kind:?}");
+        }
+        for (i, call) in CallKind::ALL.iter().enumerate() {
+            assert_eq!(s.timeouts.of(*call), i as u64 + 2, "{call:?}");
+        }
+        assert_eq!(s.timeouts.total(), (2..9).sum::<u64>());
+        assert_eq!(s.forced_detaches(ForceReason::OutOfService), 2);
+        assert_eq!(s.forced_detaches(ForceReason::Timeout), 3);
+        assert_eq!(s.forced_detaches(ForceReason::NodeDeleted), 4);
+    }
+
+    #[test]
+    fn the_state_sizes_and_refusals_are_published() {
+        let m = Metrics::default();
+        assert!(m.snapshot().recovering, "a controller starts by recovering");
+        m.set_state(StateSizes {
+            desired: 1,
+            actual: 2,
+            pending: 3,
+            recovering: false,
+        });
+        m.inputs_refused(4);
+        m.inputs_refused(1);
+        let s = m.snapshot();
+        assert_eq!(
+            (
+                s.desired_attachments,
+                s.actual_attachments,
+                s.pending_workloads,
+                s.recovering,
+                s.refused_inputs
+            ),
+            (1, 2, 3, false, 5)
+        );
+    }
+
+    #[cfg(feature = "prometheus")]
+    #[test]
+    fn a_duration_on_a_bound_falls_in_that_bound_s_bucket() {
+        use super::durations::bucket;
+        assert_eq!(bucket(0), 0);
+        assert_eq!(bucket(100_000_000), 0);
+        assert_eq!(bucket(100_000_001), 1);
+        assert_eq!(bucket(250_000_000), 1);
+        assert_eq!(bucket(600_000_000_000), 12);
+        assert_eq!(bucket(600_000_000_001), 13);
+        assert_eq!(bucket(u64::MAX), 13);
+        let m = Metrics::default();
+        m.observe_duration(OpKind::Detach, false, Duration::from_millis(300));
+        m.observe_duration(OpKind::Detach, false, Duration::MAX);
+        let failed = m.durations(OpKind::Detach, false);
+        assert_eq!(failed.count, 2);
+        assert_eq!(failed.buckets[2], (0.5, 1));
+        assert_eq!(failed.buckets[13], (f64::INFINITY, 1));
+        assert_eq!(m.durations(OpKind::Detach, true).count, 0);
+        assert_eq!(m.durations(OpKind::Attach, false).count, 0);
+    }
 }

@@ -95,3 +95,23 @@ pub(crate) fn subscribe<D: Domain>(
         None => broadcast::channel(1).1,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_labels_are_the_spans_outcomes() {
+        let labels = [
+            (FailureKind::Transient, "transient"),
+            (FailureKind::Uncertain, "uncertain"),
+            (FailureKind::AttachedElsewhere, "attached-elsewhere"),
+            (FailureKind::Conflict, "conflict"),
+            (FailureKind::NotFound, "not-found"),
+            (FailureKind::Panicked, "panicked"),
+        ];
+        for (kind, label) in labels {
+            assert_eq!(kind.as_str(), label);
+        }
+    }
+}

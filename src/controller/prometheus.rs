@@ -416,3 +416,228 @@ impl Collector for PrometheusMetrics {
         self.encode_ours(&mut encoder, &snapshot)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use prometheus_client::encoding::text::encode;
+    use tokio::time::{Instant, advance};
+
+    use super::*;
+    use crate::controller::metrics::StateSizes;
+
+    fn scrape(collector: PrometheusMetrics) -> String {
+        let mut registry = Registry::default();
+        collector.register(&mut registry);
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+        text
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// Every counter and gauge with a value of its own, every label value written out.
+    #[tokio::test(start_paused = true)]
+    async fn every_metric_is_written_with_its_name_labels_and_value() {
+        let m = Arc::new(Metrics::default());
+        // Kind k ends (k + 1) times succeeded, (k + 11) failed, (k + 21) abandoned.
+        for (k, kind) in OP_KINDS.iter().enumerate() {
+            let times = |n: usize, outcome| {
+                for _ in 0..n {
+                    m.operation_finished(*kind, outcome);
+                }
+            };
+            times(k + 1, Outcome::Succeeded);
+            times(k + 11, Outcome::Failed);
+            times(k + 21, Outcome::Abandoned);
+        }
+        for (i, reason) in FORCE_REASONS.iter().enumerate() {
+            for _ in 0..=i {
+                m.forced_detach(*reason);
+            }
+        }
+        for (i, call) in CallKind::ALL.iter().enumerate() {
+            for _ in 0..i + 100 {
+                m.call_timed_out(*call);
+            }
+        }
+        for _ in 0..5 {
+            m.operation_started();
+        }
+        m.operation_ended();
+        for _ in 0..6 {
+            m.reconcile_pass();
+        }
+        for _ in 0..7 {
+            m.store_write();
+        }
+        for _ in 0..2 {
+            m.store_write_conflict();
+        }
+        m.recorder_panicked();
+        m.inputs_refused(3);
+        m.set_state(StateSizes {
+            desired: 40,
+            actual: 41,
+            pending: 42,
+            recovering: false,
+        });
+        m.set_oldest_start(Some(Instant::now()));
+        advance(ms(2500)).await;
+        let text = scrape(PrometheusMetrics::new(m, Arc::new(|| 9)));
+
+        let expected = [
+            "attachdetach_controller_total_volumes{plugin_name=\"N/A\",state=\"desired_state_of_world\"} 40",
+            "attachdetach_controller_total_volumes{plugin_name=\"N/A\",state=\"actual_state_of_world\"} 41",
+            "attachdetach_controller_forced_detaches_total{reason=\"out-of-service\"} 1",
+            "attachdetach_controller_forced_detaches_total{reason=\"timeout\"} 2",
+            "attachdetach_controller_forced_detaches_total{reason=\"node-deleted\"} 3",
+            "attach_detach_operations_total{kind=\"attach\",outcome=\"succeeded\"} 1",
+            "attach_detach_operations_total{kind=\"attach\",outcome=\"failed\"} 11",
+            "attach_detach_operations_total{kind=\"attach\",outcome=\"abandoned\"} 21",
+            "attach_detach_operations_total{kind=\"detach\",outcome=\"succeeded\"} 2",
+            "attach_detach_operations_total{kind=\"detach\",outcome=\"failed\"} 12",
+            "attach_detach_operations_total{kind=\"detach\",outcome=\"abandoned\"} 22",
+            "attach_detach_operations_total{kind=\"verify\",outcome=\"succeeded\"} 3",
+            "attach_detach_operations_total{kind=\"verify\",outcome=\"failed\"} 13",
+            "attach_detach_operations_total{kind=\"verify\",outcome=\"abandoned\"} 23",
+            "attach_detach_operations_total{kind=\"write_status\",outcome=\"succeeded\"} 4",
+            "attach_detach_operations_total{kind=\"write_status\",outcome=\"failed\"} 14",
+            "attach_detach_operations_total{kind=\"write_status\",outcome=\"abandoned\"} 24",
+            "attach_detach_operations_total{kind=\"read_status\",outcome=\"succeeded\"} 5",
+            "attach_detach_operations_total{kind=\"read_status\",outcome=\"failed\"} 15",
+            "attach_detach_operations_total{kind=\"read_status\",outcome=\"abandoned\"} 25",
+            "attach_detach_operations_total{kind=\"list_statuses\",outcome=\"succeeded\"} 6",
+            "attach_detach_operations_total{kind=\"list_statuses\",outcome=\"failed\"} 16",
+            "attach_detach_operations_total{kind=\"list_statuses\",outcome=\"abandoned\"} 26",
+            "attach_detach_operations_total{kind=\"list\",outcome=\"succeeded\"} 7",
+            "attach_detach_operations_total{kind=\"list\",outcome=\"failed\"} 17",
+            "attach_detach_operations_total{kind=\"list\",outcome=\"abandoned\"} 27",
+            "attach_detach_operations_in_flight 4",
+            "attach_detach_oldest_operation_age_seconds 2.5",
+            "attach_detach_inputs_queued 9",
+            "attach_detach_pending_workloads 42",
+            "attach_detach_recovering 0",
+            "attach_detach_reconcile_passes_total 6",
+            "attach_detach_status_writes_total 7",
+            "attach_detach_status_write_conflicts_total 2",
+            "attach_detach_refused_inputs_total 3",
+            "attach_detach_call_timeouts_total{call=\"attach\"} 100",
+            "attach_detach_call_timeouts_total{call=\"detach\"} 101",
+            "attach_detach_call_timeouts_total{call=\"verify\"} 102",
+            "attach_detach_call_timeouts_total{call=\"status_read\"} 103",
+            "attach_detach_call_timeouts_total{call=\"status_write\"} 104",
+            "attach_detach_call_timeouts_total{call=\"store_list\"} 105",
+            "attach_detach_call_timeouts_total{call=\"backend_list\"} 106",
+            "attach_detach_recorder_panics_total 1",
+        ];
+        let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(samples, expected, "{text}");
+        // Each metric has its type and help.
+        for (name, kind) in [
+            ("attachdetach_controller_total_volumes", "gauge"),
+            ("attachdetach_controller_forced_detaches", "counter"),
+            ("storage_operation_duration_seconds", "histogram"),
+            ("attach_detach_operations", "counter"),
+            ("attach_detach_operations_in_flight", "gauge"),
+            ("attach_detach_oldest_operation_age_seconds", "gauge"),
+            ("attach_detach_inputs_queued", "gauge"),
+            ("attach_detach_pending_workloads", "gauge"),
+            ("attach_detach_recovering", "gauge"),
+            ("attach_detach_reconcile_passes", "counter"),
+            ("attach_detach_status_writes", "counter"),
+            ("attach_detach_status_write_conflicts", "counter"),
+            ("attach_detach_refused_inputs", "counter"),
+            ("attach_detach_call_timeouts", "counter"),
+            ("attach_detach_recorder_panics", "counter"),
+        ] {
+            assert!(text.contains(&format!("# TYPE {name} {kind}\n")), "{name}");
+            assert!(text.contains(&format!("# HELP {name} ")), "{name}");
+        }
+    }
+
+    /// Every operation kind under upstream's (or our) `operation_name`, each status apart,
+    /// each duration in the bucket whose bound it does not exceed.
+    #[test]
+    fn durations_are_written_per_operation_and_status() {
+        let m = Arc::new(Metrics::default());
+        // Kind k: one success of k * 100 ms; attach also fails once in exactly 250 ms.
+        for (k, kind) in OP_KINDS.iter().enumerate() {
+            m.observe_duration(*kind, true, ms(100 * k as u64));
+        }
+        m.observe_duration(OpKind::Attach, false, ms(250));
+        m.set_state(StateSizes {
+            recovering: true,
+            ..StateSizes::default()
+        });
+        let text =
+            scrape(PrometheusMetrics::new(m, Arc::new(|| 0)).volume_plugin("kubernetes.io/csi:x"));
+        let names = [
+            "volume_attach",
+            "volume_detach",
+            "verify_volumes_are_attached_per_node",
+            "update_node_status",
+            "read_node_status",
+            "list_node_statuses",
+            "list_attachments",
+        ];
+        let labels = |name: &str, status: &str| {
+            format!(
+                "volume_plugin=\"kubernetes.io/csi:x\",operation_name=\"{name}\",status=\"{status}\",migrated=\"false\""
+            )
+        };
+        for (k, name) in names.iter().enumerate() {
+            let ok = labels(name, "success");
+            let h = "storage_operation_duration_seconds";
+            assert!(
+                text.contains(&format!("{h}_count{{{ok}}} 1\n")),
+                "{name}:\n{text}"
+            );
+            let tenths = ["0.0", "0.1", "0.2", "0.3", "0.4", "0.5", "0.6"][k];
+            let sum = format!("{h}_sum{{{ok}}} {tenths}\n");
+            assert!(text.contains(&sum), "{sum}:\n{text}");
+            // k * 100 ms is in the bucket of the first bound >= it.
+            let first = ["0.1", "0.1", "0.25", "0.5", "0.5", "0.5", "1.0"][k];
+            for (le, n) in [(first, 1)] {
+                let bucket = format!("{h}_bucket{{le=\"{le}\",{ok}}} {n}\n");
+                assert!(text.contains(&bucket), "{bucket}:\n{text}");
+            }
+            if k >= 2 {
+                let below = format!("{h}_bucket{{le=\"0.1\",{ok}}} 0\n");
+                assert!(text.contains(&below), "{below}:\n{text}");
+            }
+        }
+        let failed = labels("volume_attach", "fail-unknown");
+        let h = "storage_operation_duration_seconds";
+        assert!(
+            text.contains(&format!("{h}_count{{{failed}}} 1\n")),
+            "{text}"
+        );
+        assert!(text.contains(&format!("{h}_bucket{{le=\"0.1\",{failed}}} 0\n")));
+        assert!(text.contains(&format!("{h}_bucket{{le=\"0.25\",{failed}}} 1\n")));
+        // No failure of any other kind was observed, so none is written.
+        assert_eq!(
+            text.matches("status=\"fail-unknown\"").count(),
+            16,
+            "{text}"
+        );
+        assert!(text.contains(
+            "attachdetach_controller_total_volumes{plugin_name=\"kubernetes.io/csi:x\",state=\"desired_state_of_world\"} 0\n"
+        ));
+        assert!(text.contains("attach_detach_recovering 1\n"));
+        assert!(text.contains("attach_detach_oldest_operation_age_seconds 0.0\n"));
+    }
+
+    #[test]
+    fn its_debug_names_the_plugin() {
+        let collector =
+            PrometheusMetrics::new(Arc::default(), Arc::new(|| 0)).volume_plugin("csi:x");
+        assert_eq!(
+            format!("{collector:?}"),
+            "PrometheusMetrics { volume_plugin: \"csi:x\", .. }"
+        );
+    }
+}

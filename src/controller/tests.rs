@@ -1835,3 +1835,32 @@ async fn a_node_never_heard_from_still_gets_its_volume_detached() {
     handle.shutdown(Duration::ZERO).await.unwrap();
     task.await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_controller_and_its_handle_debug_what_they_hold() {
+    let controller = Controller::new(
+        Config::default(),
+        Arc::new(backend()),
+        Arc::new(store(&[])),
+        World::new(),
+    )
+    .unwrap();
+    let debug = format!("{controller:?}");
+    assert!(
+        debug.starts_with("Controller { core: Reconciler {"),
+        "{debug}"
+    );
+    assert!(debug.ends_with(", .. }"), "{debug}");
+    let handle = controller.handle();
+    assert_eq!(
+        format!("{handle:?}"),
+        "ControllerHandle { stopped: false, .. }"
+    );
+    assert!(!handle.is_stopped());
+    drop(controller);
+    assert_eq!(
+        format!("{handle:?}"),
+        "ControllerHandle { stopped: true, .. }"
+    );
+    assert!(handle.is_stopped());
+}
