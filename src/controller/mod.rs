@@ -4,8 +4,10 @@
 //! You need it unless you drive the [`Reconciler`] yourself: build a [`Controller`] from a
 //! [`Config`], your backend and store and the [`World`] the orchestrator shows at start-up,
 //! [`spawn`](Controller::spawn) it, and send it [`Input`]s through its [`ControllerHandle`]. Its
-//! [`Metrics`], where its [`Event`]s go ([`EventRecorder`]) and what it hands back when it stops
-//! ([`ShutdownReport`]) are here too.
+//! [`Metrics`], the stream of every operation it finishes ([`OperationFinished`], from
+//! [`ControllerHandle::outcomes`]), where its [`Event`]s go ([`EventRecorder`]) and what it hands
+//! back when it stops ([`ShutdownReport`]) are here too; with the feature `prometheus`, so is
+//! `PrometheusMetrics`, which exports the metrics to a `prometheus-client` registry.
 
 mod deadline;
 mod handle;
