@@ -1661,6 +1661,26 @@ fn start_times_know_the_oldest_running_call() {
     assert_eq!(starts.oldest(), None);
 }
 
+/// A start older than the newest (not with tokio's monotonic clock, but kept right all the
+/// same) joins the count of an equal instant, or goes in its place.
+#[test]
+fn start_times_out_of_order_are_counted_in_place() {
+    let t0 = Instant::now();
+    let mut starts = StartTimes::default();
+    starts.add(t0);
+    starts.add(t0 + secs(2));
+    starts.add(t0);
+    starts.add(t0 + secs(1));
+    starts.remove(t0);
+    assert_eq!(starts.oldest(), Some(t0), "two started at t0, one still runs");
+    starts.remove(t0);
+    assert_eq!(starts.oldest(), Some(t0 + secs(1)));
+    starts.remove(t0 + secs(1));
+    assert_eq!(starts.oldest(), Some(t0 + secs(2)));
+    starts.remove(t0 + secs(2));
+    assert_eq!(starts.oldest(), None);
+}
+
 // ---- durations too large to add -----------------------------------------------------------------
 
 /// The core's deadlines at [`Duration::MAX`] (every period at `Duration::MAX`, which
