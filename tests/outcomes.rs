@@ -286,3 +286,47 @@ async fn an_operation_cut_off_by_a_shutdown_is_reported_abandoned() {
         ]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_removed_volume_sends_its_workload_back_to_waiting_and_is_detached() {
+    let backend = MemoryBackend::<D>::new();
+    let store = MemoryStore::<D>::new();
+    store.add_node(A);
+    let world = World::new()
+        .volume("vol-1", VolumeSpec::single_node(()))
+        .node(A, NodeFacts::default())
+        .workload("w1", A, ["vol-1"]);
+    let (handle, _task) = Controller::new(
+        Config::default(),
+        Arc::new(backend.clone()),
+        Arc::new(store),
+        world,
+    )
+    .unwrap()
+    .spawn();
+    sleep(Duration::from_secs(1)).await;
+    let m = handle.metrics();
+    assert_eq!(
+        (
+            m.desired_attachments,
+            m.actual_attachments,
+            m.pending_workloads
+        ),
+        (1, 1, 0)
+    );
+
+    handle.volume_removed("vol-1").await.unwrap();
+    sleep(Duration::from_secs(1)).await;
+    let m = handle.metrics();
+    assert_eq!(
+        (
+            m.desired_attachments,
+            m.actual_attachments,
+            m.pending_workloads
+        ),
+        (0, 0, 1),
+        "w1 waits for its volume again; nothing in use, so the volume was detached"
+    );
+    assert!(backend.attachments().is_empty());
+    assert_eq!(m.detach.succeeded, 1);
+}

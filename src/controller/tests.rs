@@ -1672,7 +1672,11 @@ fn start_times_out_of_order_are_counted_in_place() {
     starts.add(t0);
     starts.add(t0 + secs(1));
     starts.remove(t0);
-    assert_eq!(starts.oldest(), Some(t0), "two started at t0, one still runs");
+    assert_eq!(
+        starts.oldest(),
+        Some(t0),
+        "two started at t0, one still runs"
+    );
     starts.remove(t0);
     assert_eq!(starts.oldest(), Some(t0 + secs(1)));
     starts.remove(t0 + secs(1));
