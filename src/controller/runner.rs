@@ -303,3 +303,75 @@ pub(crate) async fn execute<D: Domain>(op: Operation<D>, parts: Arc<Parts<D>>) -
     .instrument(span)
     .await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Ids;
+
+    type D = Ids<&'static str, &'static str, &'static str, ()>;
+
+    /// The failure kind (and with it the span's `outcome` and the stream's `failure`) of every
+    /// error a call can return, and of a success.
+    #[test]
+    fn every_error_has_its_failure_kind_and_label() {
+        let cases: Vec<(OpResult<D>, Option<FailureKind>, &str)> = vec![
+            (OpResult::Detach(Ok(())), None, "ok"),
+            (
+                OpResult::Attach(Err(BackendError::transient("x"))),
+                Some(FailureKind::Transient),
+                "transient",
+            ),
+            (
+                OpResult::Detach(Err(BackendError::uncertain("x"))),
+                Some(FailureKind::Uncertain),
+                "uncertain",
+            ),
+            (
+                OpResult::Attach(Err(BackendError::attached_elsewhere("node-b", "x"))),
+                Some(FailureKind::AttachedElsewhere),
+                "attached-elsewhere",
+            ),
+            (
+                OpResult::Verify(Err(BackendError::transient("x"))),
+                Some(FailureKind::Transient),
+                "transient",
+            ),
+            (
+                OpResult::List(Err(BackendError::uncertain("x"))),
+                Some(FailureKind::Uncertain),
+                "uncertain",
+            ),
+            (
+                OpResult::WriteStatus(Err(StoreError::conflict(None))),
+                Some(FailureKind::Conflict),
+                "conflict",
+            ),
+            (
+                OpResult::ReadStatus(Err(StoreError::not_found())),
+                Some(FailureKind::NotFound),
+                "not-found",
+            ),
+            (
+                OpResult::ListStatuses(Err(StoreError::transient("x"))),
+                Some(FailureKind::Transient),
+                "transient",
+            ),
+            (
+                OpResult::WriteStatus(Err(StoreError::uncertain("x"))),
+                Some(FailureKind::Uncertain),
+                "uncertain",
+            ),
+        ];
+        for (result, failure, label) in cases {
+            assert_eq!(result.failure(), failure, "{label}");
+            assert_eq!(result.label(), label);
+            let outcome = if failure.is_some() {
+                Outcome::Failed
+            } else {
+                Outcome::Succeeded
+            };
+            assert_eq!(result.outcome(), outcome, "{label}");
+        }
+    }
+}
