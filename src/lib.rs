@@ -15,8 +15,9 @@
 //! - [`config`]: [`Config`] and its parts, for the core and the driver alike.
 //! - [`traits`]: what you implement, [`AttachBackend`] and [`NodeStatusStore`], and the types
 //!   they take and return.
-//! - [`controller`]: the tokio driver, [`Controller`], with its handle, metrics and event
-//!   recorders.
+//! - [`controller`]: the tokio driver, [`Controller`], with its handle, metrics, stream of
+//!   finished operations and event recorders; with the feature `prometheus`, a collector of
+//!   its metrics for a `prometheus-client` registry.
 //! - [`memory`]: in-memory backend and store with fault injection, for tests and examples.
 //! - `sim` (feature `sim`): the deterministic incident simulator.
 //! - `conformance` (feature `conformance`): test suites for your store and backend.

@@ -1,13 +1,14 @@
 //! The caller's side of a running controller: inputs in, typed rejections and reports out.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use thiserror::Error;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::metrics::{Metrics, MetricsSnapshot};
+use super::outcomes::{self, OperationFinished};
 use super::shutdown::ShutdownReport;
 use crate::actual::NodeFacts;
 use crate::domain::Domain;
@@ -57,6 +58,7 @@ pub(crate) enum Command<D: Domain> {
 pub struct ControllerHandle<D: Domain> {
     tx: mpsc::Sender<Command<D>>,
     metrics: Arc<Metrics>,
+    outcomes: Weak<broadcast::Sender<OperationFinished<D>>>,
     death: DeathNote,
 }
 
@@ -65,6 +67,7 @@ impl<D: Domain> Clone for ControllerHandle<D> {
         ControllerHandle {
             tx: self.tx.clone(),
             metrics: Arc::clone(&self.metrics),
+            outcomes: Weak::clone(&self.outcomes),
             death: Arc::clone(&self.death),
         }
     }
@@ -82,9 +85,15 @@ impl<D: Domain> ControllerHandle<D> {
     pub(crate) fn new(
         tx: mpsc::Sender<Command<D>>,
         metrics: Arc<Metrics>,
+        outcomes: Weak<broadcast::Sender<OperationFinished<D>>>,
         death: DeathNote,
     ) -> Self {
-        ControllerHandle { tx, metrics, death }
+        ControllerHandle {
+            tx,
+            metrics,
+            outcomes,
+            death,
+        }
     }
 
     /// Why the controller no longer answers: it died of a panic, or it stopped.
@@ -235,6 +244,82 @@ impl<D: Domain> ControllerHandle<D> {
     /// The controller's counters now. Works after the controller stopped, too.
     pub fn metrics(&self) -> MetricsSnapshot {
         self.metrics.snapshot()
+    }
+
+    /// Every operation the controller finishes from now on, in the order it takes them in
+    /// (the order their results reach the core): kind, volume and node, how it ended, why it
+    /// failed, and how long it took on tokio's clock.
+    ///
+    /// The controller never waits for a subscriber. Each receiver has room for
+    /// [`OUTCOME_BUFFER`](super::OUTCOME_BUFFER) outcomes; one that falls further behind (or
+    /// never reads) loses the oldest, and its next `recv` returns
+    /// [`RecvError::Lagged`](broadcast::error::RecvError::Lagged) with how many it missed,
+    /// then carries on from the oldest still kept. A bounded channel that blocked the loop
+    /// would let a slow embedder stall every attach and detach; an unbounded one would let it
+    /// grow the controller's memory without end. With no subscriber the controller copies
+    /// nothing. `recv` returns [`RecvError::Closed`](broadcast::error::RecvError::Closed) once
+    /// the controller has stopped and everything sent is read (at once for a receiver taken
+    /// after it stopped).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use attach_detach::Ids;
+    /// use attach_detach::config::Config;
+    /// use attach_detach::controller::{Controller, Outcome, World};
+    /// use attach_detach::core::{NodeFacts, OpKind, VolumeSpec};
+    /// use attach_detach::memory::{MemoryBackend, MemoryStore};
+    /// type D = Ids<&'static str, &'static str, &'static str, ()>;
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap().block_on(async {
+    /// let store = MemoryStore::<D>::new();
+    /// store.add_node("node-a");
+    /// let world = World::new()
+    ///     .volume("pvc-1", VolumeSpec::single_node(()))
+    ///     .node("node-a", NodeFacts::default())
+    ///     .workload("pod-1", "node-a", ["pvc-1"]);
+    /// let controller =
+    ///     Controller::new(Config::default(), Arc::new(MemoryBackend::new()), Arc::new(store), world)
+    ///         .unwrap();
+    /// let handle = controller.handle();
+    /// let mut outcomes = handle.outcomes(); // before it runs: nothing is missed
+    /// let task = tokio::spawn(controller.run());
+    /// loop {
+    ///     let done = outcomes.recv().await.unwrap();
+    ///     if done.kind == OpKind::Attach {
+    ///         assert_eq!((done.volume, done.node), (Some("pvc-1"), Some("node-a")));
+    ///         assert_eq!(done.outcome, Outcome::Succeeded);
+    ///         break;
+    ///     }
+    /// }
+    /// handle.shutdown(std::time::Duration::ZERO).await.unwrap();
+    /// task.await.unwrap();
+    /// # });
+    /// ```
+    pub fn outcomes(&self) -> broadcast::Receiver<OperationFinished<D>> {
+        outcomes::subscribe(&self.outcomes)
+    }
+
+    /// A Prometheus collector of this controller's metrics, to
+    /// [`register`](super::PrometheusMetrics::register) into your registry (see
+    /// [`PrometheusMetrics`](super::PrometheusMetrics) for the metrics and an example). It
+    /// does not keep the controller alive. Only with the `prometheus` feature.
+    #[cfg(feature = "prometheus")]
+    pub fn prometheus_metrics(&self) -> super::PrometheusMetrics {
+        let queue = self.tx.downgrade();
+        super::PrometheusMetrics::new(
+            Arc::clone(&self.metrics),
+            Arc::new(move || {
+                queue
+                    .upgrade()
+                    .map_or(0, |tx| tx.max_capacity() - tx.capacity())
+            }),
+        )
+    }
+
+    /// Registers this controller's metrics into `registry`:
+    /// `self.prometheus_metrics().register(registry)`. Only with the `prometheus` feature.
+    #[cfg(feature = "prometheus")]
+    pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        self.prometheus_metrics().register(registry);
     }
 
     /// Whether the controller's task has stopped taking inputs.

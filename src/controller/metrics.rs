@@ -1,6 +1,6 @@
 //! Counters the controller keeps so an operator can see what it does without reading logs.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -43,6 +43,19 @@ fn kind_index(kind: OpKind) -> usize {
     }
 }
 
+/// The short name of an operation kind, in logs, spans and metric labels.
+pub(crate) fn op_label(kind: OpKind) -> &'static str {
+    match kind {
+        OpKind::Attach => "attach",
+        OpKind::Detach => "detach",
+        OpKind::Verify => "verify",
+        OpKind::WriteStatus => "write_status",
+        OpKind::ReadStatus => "read_status",
+        OpKind::ListStatuses => "list_statuses",
+        OpKind::List => "list",
+    }
+}
+
 const CALL_KINDS: usize = CallKind::ALL.len();
 
 fn call_index(kind: CallKind) -> usize {
@@ -78,7 +91,7 @@ fn reason_index(reason: ForceReason) -> usize {
 /// metrics.operation_finished(OpKind::Attach, Outcome::Succeeded);
 /// assert_eq!(metrics.snapshot().operations(OpKind::Attach).succeeded, 1);
 /// ```
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
     operations: [[AtomicU64; OUTCOMES]; KINDS],
     in_flight: AtomicU64,
@@ -88,8 +101,41 @@ pub struct Metrics {
     forced_detaches: [AtomicU64; 3],
     timeouts: [AtomicU64; CALL_KINDS],
     recorder_panics: AtomicU64,
+    refused_inputs: AtomicU64,
+    desired_attachments: AtomicU64,
+    actual_attachments: AtomicU64,
+    pending_workloads: AtomicU64,
+    recovering: AtomicBool,
     /// When the oldest call the driver still waits for started.
     oldest_start: Mutex<Option<Instant>>,
+    /// How long the operations took, for the `prometheus` feature's histogram only: without
+    /// the feature the driver measures nothing.
+    #[cfg(feature = "prometheus")]
+    durations: durations::Durations,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            operations: Default::default(),
+            in_flight: AtomicU64::default(),
+            reconcile_passes: AtomicU64::default(),
+            store_writes: AtomicU64::default(),
+            store_write_conflicts: AtomicU64::default(),
+            forced_detaches: Default::default(),
+            timeouts: Default::default(),
+            recorder_panics: AtomicU64::default(),
+            refused_inputs: AtomicU64::default(),
+            desired_attachments: AtomicU64::default(),
+            actual_attachments: AtomicU64::default(),
+            pending_workloads: AtomicU64::default(),
+            // A controller starts by recovering (the core's first operations are the listings).
+            recovering: AtomicBool::new(true),
+            oldest_start: Mutex::default(),
+            #[cfg(feature = "prometheus")]
+            durations: durations::Durations::default(),
+        }
+    }
 }
 
 impl Metrics {
@@ -131,6 +177,33 @@ impl Metrics {
 
     pub(crate) fn recorder_panicked(&self) {
         self.recorder_panics.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The core refused `count` inputs (see [`Rejection`](crate::core::Rejection)).
+    pub(crate) fn inputs_refused(&self, count: usize) {
+        self.refused_inputs
+            .fetch_add(count as u64, Ordering::Relaxed);
+    }
+
+    /// The driver publishes the size of the core's state after each step.
+    pub(crate) fn set_state(&self, state: StateSizes) {
+        let store = |a: &AtomicU64, n: usize| a.store(n as u64, Ordering::Relaxed);
+        store(&self.desired_attachments, state.desired);
+        store(&self.actual_attachments, state.actual);
+        store(&self.pending_workloads, state.pending);
+        self.recovering.store(state.recovering, Ordering::Relaxed);
+    }
+
+    /// An operation of `kind` that got an answer (`succeeded` or not) took `took`.
+    #[cfg(feature = "prometheus")]
+    pub(crate) fn observe_duration(&self, kind: OpKind, succeeded: bool, took: Duration) {
+        self.durations.observe(kind_index(kind), succeeded, took);
+    }
+
+    /// The duration histogram of operations of `kind` that `succeeded` (or failed).
+    #[cfg(feature = "prometheus")]
+    pub(crate) fn durations(&self, kind: OpKind, succeeded: bool) -> durations::Histogram {
+        self.durations.read(kind_index(kind), succeeded)
     }
 
     /// The driver publishes when the oldest call it waits for started (`None`: no call runs).
@@ -180,12 +253,26 @@ impl Metrics {
                 backend_list: load(&self.timeouts[call_index(CallKind::BackendList)]),
             },
             recorder_panics: load(&self.recorder_panics),
+            refused_inputs: load(&self.refused_inputs),
+            desired_attachments: load(&self.desired_attachments),
+            actual_attachments: load(&self.actual_attachments),
+            pending_workloads: load(&self.pending_workloads),
+            recovering: self.recovering.load(Ordering::Relaxed),
             oldest_running: self
                 .oldest_start
                 .lock()
                 .map(|start| Instant::now().saturating_duration_since(start)),
         }
     }
+}
+
+/// The size of the core's state, as the driver publishes it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct StateSizes {
+    pub(crate) desired: usize,
+    pub(crate) actual: usize,
+    pub(crate) pending: usize,
+    pub(crate) recovering: bool,
 }
 
 /// How many operations of one kind ended each way.
@@ -247,6 +334,7 @@ impl TimeoutCounts {
 
 /// A copy of the controller's counters at one moment.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct MetricsSnapshot {
     /// Attach calls.
     pub attach: OutcomeCounts,
@@ -282,6 +370,18 @@ pub struct MetricsSnapshot {
     /// Times the [`EventRecorder`](crate::controller::EventRecorder) panicked; the controller logs
     /// each and carries on.
     pub recorder_panics: u64,
+    /// Inputs the core refused (each also came back to its sender as an error).
+    pub refused_inputs: u64,
+    /// Desired (volume, node) attachments (upstream's desired state of world).
+    pub desired_attachments: u64,
+    /// Attachment records the controller holds, attached or uncertain (upstream's actual state
+    /// of world).
+    pub actual_attachments: u64,
+    /// Workloads waiting for their node or a volume to be known.
+    pub pending_workloads: u64,
+    /// Whether the controller still waits for its recovery listings (nothing else is planned
+    /// until they are in).
+    pub recovering: bool,
     /// How long the oldest call the controller still waits for (an operation or a recovery
     /// listing) has been running, when the snapshot was taken; `None` when none runs. Every call
     /// has a deadline ([`CallTimeouts`](crate::config::CallTimeouts)), so this stays bounded; an
@@ -313,6 +413,91 @@ impl MetricsSnapshot {
     }
 }
 
+#[cfg(feature = "prometheus")]
+pub(crate) mod durations {
+    //! Fixed-bucket histograms of operation durations: plain atomics, so an observation costs
+    //! a few relaxed additions and no lock.
+
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
+
+    use super::KINDS;
+
+    /// Upstream's buckets for `storage_operation_duration_seconds`, in seconds.
+    pub(crate) const BOUNDS: [f64; 13] = [
+        0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 25.0, 50.0, 120.0, 300.0, 600.0,
+    ];
+
+    /// The same bounds in nanoseconds, compared against without floating point.
+    const BOUNDS_NANOS: [u64; 13] = [
+        100_000_000,
+        250_000_000,
+        500_000_000,
+        1_000_000_000,
+        2_500_000_000,
+        5_000_000_000,
+        10_000_000_000,
+        15_000_000_000,
+        25_000_000_000,
+        50_000_000_000,
+        120_000_000_000,
+        300_000_000_000,
+        600_000_000_000,
+    ];
+
+    /// One histogram: a count per bucket (the last is `+Inf`), and the sum in nanoseconds.
+    #[derive(Debug, Default)]
+    struct Cell {
+        buckets: [AtomicU64; BOUNDS.len() + 1],
+        sum_nanos: AtomicU64,
+    }
+
+    /// A histogram per operation kind and status (index 0: succeeded, 1: failed).
+    #[derive(Debug, Default)]
+    pub(crate) struct Durations([[Cell; 2]; KINDS]);
+
+    /// A copy of one histogram.
+    #[derive(Clone, Debug, PartialEq)]
+    pub(crate) struct Histogram {
+        /// Each bucket's upper bound in seconds (the last `+Inf`) with the observations that
+        /// fell in it (not cumulative).
+        pub(crate) buckets: Vec<(f64, u64)>,
+        /// Observations.
+        pub(crate) count: u64,
+        /// Their sum in seconds.
+        pub(crate) sum: f64,
+    }
+
+    /// The bucket `nanos` falls in: the first whose bound it does not exceed.
+    pub(crate) fn bucket(nanos: u64) -> usize {
+        BOUNDS_NANOS.partition_point(|bound| *bound < nanos)
+    }
+
+    impl Durations {
+        pub(crate) fn observe(&self, kind: usize, succeeded: bool, took: Duration) {
+            let cell = &self.0[kind][usize::from(!succeeded)];
+            let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+            cell.buckets[bucket(nanos)].fetch_add(1, Ordering::Relaxed);
+            cell.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+        }
+
+        pub(crate) fn read(&self, kind: usize, succeeded: bool) -> Histogram {
+            let cell = &self.0[kind][usize::from(!succeeded)];
+            let buckets: Vec<(f64, u64)> = BOUNDS
+                .iter()
+                .copied()
+                .chain([f64::INFINITY])
+                .zip(cell.buckets.iter().map(|b| b.load(Ordering::Relaxed)))
+                .collect();
+            Histogram {
+                count: buckets.iter().map(|(_, n)| n).sum(),
+                sum: Duration::from_nanos(cell.sum_nanos.load(Ordering::Relaxed)).as_secs_f64(),
+                buckets,
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,5 +524,111 @@ mod tests {
         assert_eq!(s.forced_detaches(ForceReason::Timeout), 1);
         assert_eq!(s.forced_detaches(ForceReason::OutOfService), 0);
         assert_eq!(s.in_flight, 1);
+    }
+
+    #[test]
+    fn a_total_adds_the_three_outcomes() {
+        let counts = OutcomeCounts {
+            succeeded: 1,
+            failed: 2,
+            abandoned: 3,
+        };
+        assert_eq!(counts.total(), 6);
+        assert_eq!(OutcomeCounts::default().total(), 0);
+    }
+
+    #[test]
+    fn every_kind_of_count_is_read_from_its_own_cell() {
+        let m = Metrics::default();
+        let kinds = [
+            OpKind::Attach,
+            OpKind::Detach,
+            OpKind::Verify,
+            OpKind::WriteStatus,
+            OpKind::ReadStatus,
+            OpKind::ListStatuses,
+            OpKind::List,
+        ];
+        for (k, kind) in kinds.iter().enumerate() {
+            for _ in 0..k + 2 {
+                m.operation_finished(*kind, Outcome::Succeeded);
+            }
+        }
+        for (i, call) in CallKind::ALL.iter().enumerate() {
+            for _ in 0..i + 2 {
+                m.call_timed_out(*call);
+            }
+        }
+        for (i, reason) in [
+            ForceReason::OutOfService,
+            ForceReason::Timeout,
+            ForceReason::NodeDeleted,
+        ]
+        .iter()
+        .enumerate()
+        {
+            for _ in 0..i + 2 {
+                m.forced_detach(*reason);
+            }
+        }
+        let s = m.snapshot();
+        for (k, kind) in kinds.iter().enumerate() {
+            assert_eq!(s.operations(*kind).succeeded, k as u64 + 2, "{kind:?}");
+            assert_eq!(s.operations(*kind).total(), k as u64 + 2, "{kind:?}");
+        }
+        for (i, call) in CallKind::ALL.iter().enumerate() {
+            assert_eq!(s.timeouts.of(*call), i as u64 + 2, "{call:?}");
+        }
+        assert_eq!(s.timeouts.total(), (2..9).sum::<u64>());
+        assert_eq!(s.forced_detaches(ForceReason::OutOfService), 2);
+        assert_eq!(s.forced_detaches(ForceReason::Timeout), 3);
+        assert_eq!(s.forced_detaches(ForceReason::NodeDeleted), 4);
+    }
+
+    #[test]
+    fn the_state_sizes_and_refusals_are_published() {
+        let m = Metrics::default();
+        assert!(m.snapshot().recovering, "a controller starts by recovering");
+        m.set_state(StateSizes {
+            desired: 1,
+            actual: 2,
+            pending: 3,
+            recovering: false,
+        });
+        m.inputs_refused(4);
+        m.inputs_refused(1);
+        let s = m.snapshot();
+        assert_eq!(
+            (
+                s.desired_attachments,
+                s.actual_attachments,
+                s.pending_workloads,
+                s.recovering,
+                s.refused_inputs
+            ),
+            (1, 2, 3, false, 5)
+        );
+    }
+
+    #[cfg(feature = "prometheus")]
+    #[test]
+    fn a_duration_on_a_bound_falls_in_that_bound_s_bucket() {
+        use super::durations::bucket;
+        assert_eq!(bucket(0), 0);
+        assert_eq!(bucket(100_000_000), 0);
+        assert_eq!(bucket(100_000_001), 1);
+        assert_eq!(bucket(250_000_000), 1);
+        assert_eq!(bucket(600_000_000_000), 12);
+        assert_eq!(bucket(600_000_000_001), 13);
+        assert_eq!(bucket(u64::MAX), 13);
+        let m = Metrics::default();
+        m.observe_duration(OpKind::Detach, false, Duration::from_millis(300));
+        m.observe_duration(OpKind::Detach, false, Duration::MAX);
+        let failed = m.durations(OpKind::Detach, false);
+        assert_eq!(failed.count, 2);
+        assert_eq!(failed.buckets[2], (0.5, 1));
+        assert_eq!(failed.buckets[13], (f64::INFINITY, 1));
+        assert_eq!(m.durations(OpKind::Detach, true).count, 0);
+        assert_eq!(m.durations(OpKind::Attach, false).count, 0);
     }
 }

@@ -4,12 +4,17 @@
 //! You need it unless you drive the [`Reconciler`] yourself: build a [`Controller`] from a
 //! [`Config`], your backend and store and the [`World`] the orchestrator shows at start-up,
 //! [`spawn`](Controller::spawn) it, and send it [`Input`]s through its [`ControllerHandle`]. Its
-//! [`Metrics`], where its [`Event`]s go ([`EventRecorder`]) and what it hands back when it stops
-//! ([`ShutdownReport`]) are here too.
+//! [`Metrics`], the stream of every operation it finishes ([`OperationFinished`], from
+//! [`ControllerHandle::outcomes`]), where its [`Event`]s go ([`EventRecorder`]) and what it hands
+//! back when it stops ([`ShutdownReport`]) are here too; with the feature `prometheus`, so is
+//! `PrometheusMetrics`, which exports the metrics to a `prometheus-client` registry.
 
 mod deadline;
 mod handle;
 mod metrics;
+mod outcomes;
+#[cfg(feature = "prometheus")]
+mod prometheus;
 mod recorder;
 mod runner;
 mod shutdown;
@@ -35,12 +40,17 @@ use tracing::{error, info, warn};
 
 pub use handle::{ControllerError, ControllerHandle};
 pub use metrics::{Metrics, MetricsSnapshot, Outcome, OutcomeCounts, TimeoutCounts};
+pub use outcomes::{FailureKind, OUTCOME_BUFFER, OperationFinished};
+#[cfg(feature = "prometheus")]
+pub use prometheus::PrometheusMetrics;
 pub use recorder::{EventRecorder, MemoryRecorder};
 pub use shutdown::{OperationSummary, ShutdownReport};
 pub use world::World;
 
 use deadline::Deadlines;
 use handle::{Command, DeathNote};
+use metrics::StateSizes;
+use outcomes::OutcomeSender;
 use runner::{OpResult, Parts};
 
 use crate::backend::AttachBackend;
@@ -146,6 +156,7 @@ pub struct Controller<D: Domain> {
     diff_source: Option<Arc<dyn NodeStatusStore<D>>>,
     recorder: Option<Arc<dyn EventRecorder<D>>>,
     metrics: Arc<Metrics>,
+    outcomes: OutcomeSender<D>,
     death: DeathNote,
     tx: mpsc::Sender<Command<D>>,
     rx: mpsc::Receiver<Command<D>>,
@@ -195,6 +206,7 @@ impl<D: Domain> Controller<D> {
             diff_source: None,
             recorder: None,
             metrics: Arc::default(),
+            outcomes: outcomes::channel(),
             death: DeathNote::default(),
             tx,
             rx,
@@ -223,6 +235,7 @@ impl<D: Domain> Controller<D> {
         ControllerHandle::new(
             self.tx.clone(),
             Arc::clone(&self.metrics),
+            Arc::downgrade(&self.outcomes),
             Arc::clone(&self.death),
         )
     }
@@ -250,6 +263,7 @@ impl<D: Domain> Controller<D> {
             diff_source,
             recorder,
             metrics,
+            outcomes,
             death,
             tx,
             rx,
@@ -274,6 +288,7 @@ impl<D: Domain> Controller<D> {
             timeouts,
             recorder,
             metrics,
+            outcomes,
             epoch,
             tasks: JoinSet::new(),
             running: HashMap::new(),
@@ -382,6 +397,8 @@ struct Driver<D: Domain> {
     timeouts: mpsc::UnboundedReceiver<Event<D>>,
     recorder: Option<Arc<dyn EventRecorder<D>>>,
     metrics: Arc<Metrics>,
+    /// Where finished operations go, for [`ControllerHandle::outcomes`].
+    outcomes: OutcomeSender<D>,
     /// Time zero of the core.
     epoch: Instant,
     tasks: JoinSet<OpResult<D>>,
@@ -407,7 +424,7 @@ impl<D: Domain> Driver<D> {
         let mut armed: Option<Instant> = None;
         loop {
             self.start_due(Instant::now());
-            self.publish_oldest();
+            self.publish();
             // A deadline too far away to add to the epoch is never. Only a configuration that
             // `Config::validate` refuses gets there.
             let wake = self
@@ -459,7 +476,11 @@ impl<D: Domain> Driver<D> {
     }
 
     fn apply(&mut self, inputs: Vec<Input<D>>) -> Vec<Rejection<D>> {
-        self.core.handle_all(inputs)
+        let refused = self.core.handle_all(inputs);
+        if !refused.is_empty() {
+            self.metrics.inputs_refused(refused.len());
+        }
+        refused
     }
 
     /// Runs a reconcile pass if one is due at `now`, and starts what it plans.
@@ -474,8 +495,15 @@ impl<D: Domain> Driver<D> {
         }
     }
 
-    /// Publishes when the oldest running call started, if that changed.
-    fn publish_oldest(&mut self) {
+    /// Publishes the size of the core's state, and when the oldest running call started if
+    /// that changed. A few relaxed stores per wake-up of the loop, not per operation.
+    fn publish(&mut self) {
+        self.metrics.set_state(StateSizes {
+            desired: self.core.desired().len(),
+            actual: self.core.actual().len(),
+            pending: self.core.desired().pending_len(),
+            recovering: self.core.is_recovering(),
+        });
         let oldest = self.starts.oldest();
         if oldest != self.published {
             self.published = oldest;
@@ -521,25 +549,62 @@ impl<D: Domain> Driver<D> {
         let (mut summary, started) = self.running.remove(&id)?;
         self.starts.remove(started);
         self.metrics.operation_ended();
-        let result = match how {
-            Joined::Done(result) => result,
-            Joined::Panicked => OpResult::panicked(summary.kind),
+        let now = Instant::now();
+        let took = now.saturating_duration_since(started);
+        let (result, failure) = match how {
+            Joined::Done(result) => {
+                let failure = result.failure();
+                (result, failure)
+            }
+            Joined::Panicked => (
+                OpResult::panicked(summary.kind),
+                Some(FailureKind::Panicked),
+            ),
             Joined::Cancelled => {
                 self.metrics
                     .operation_finished(summary.kind, Outcome::Abandoned);
+                self.announce(&summary, None, took);
                 return Some(summary);
             }
         };
         summary.outcome = result.outcome();
         self.metrics
             .operation_finished(summary.kind, summary.outcome);
-        let now = self.core_time(Instant::now());
-        if let Err(e) = result.feed(&mut self.core, now, summary.id) {
+        #[cfg(feature = "prometheus")]
+        self.metrics
+            .observe_duration(summary.kind, failure.is_none(), took);
+        let core_now = self.core_time(now);
+        if let Err(e) = result.feed(&mut self.core, core_now, summary.id) {
             // Only this driver's own operations are fed back, so this is a bug.
             error!(error = %e, id = %summary.id, "the core refused an operation's result");
         }
+        self.announce(&summary, failure, took);
         self.flush_events();
         Some(summary)
+    }
+
+    /// Sends a finished operation to the subscribers of [`ControllerHandle::outcomes`], if
+    /// there are any: without one this copies nothing. A full buffer never waits: the
+    /// subscriber that is furthest behind loses its oldest outcome and is told so.
+    fn announce(
+        &self,
+        summary: &OperationSummary<D>,
+        failure: Option<FailureKind>,
+        duration: Duration,
+    ) {
+        if self.outcomes.receiver_count() == 0 {
+            return;
+        }
+        // Every receiver may drop between the count and the send: then nobody missed it.
+        let _ = self.outcomes.send(OperationFinished {
+            id: summary.id,
+            kind: summary.kind,
+            volume: summary.volume.clone(),
+            node: summary.node.clone(),
+            outcome: summary.outcome,
+            failure,
+            duration,
+        });
     }
 
     /// Logs and records the calls that timed out, then the core's events (which may be the
@@ -609,7 +674,7 @@ impl<D: Domain> Driver<D> {
             }
         }
         report.abandoned.sort_by_key(|s| s.id);
-        self.publish_oldest();
+        self.publish();
         for reply in waiting {
             let _ = reply.send(report.clone());
         }

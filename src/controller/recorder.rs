@@ -107,3 +107,28 @@ impl<D: Domain> EventRecorder<D> for MemoryRecorder<D> {
         self.events.lock().push(event.clone());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Ids;
+
+    type D = Ids<&'static str, &'static str, &'static str, ()>;
+
+    #[test]
+    fn a_memory_recorder_keeps_takes_and_counts_its_events() {
+        let recorder = MemoryRecorder::<D>::default();
+        let clone = recorder.clone();
+        let event = Event::AttachSucceeded {
+            volume: "v",
+            node: "n",
+        };
+        clone.record(&event);
+        assert_eq!(format!("{recorder:?}"), "MemoryRecorder { events: 1 }");
+        assert_eq!(recorder.reasons(), vec!["SuccessfulAttachVolume"]);
+        assert_eq!(recorder.events(), vec![event.clone()]);
+        assert_eq!(recorder.take(), vec![event]);
+        assert!(clone.events().is_empty());
+        assert_eq!(format!("{clone:?}"), "MemoryRecorder { events: 0 }");
+    }
+}

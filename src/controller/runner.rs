@@ -7,7 +7,8 @@ use std::time::Duration;
 use tracing::{Instrument, Span, debug, field, info_span, warn};
 
 use super::deadline::{Deadlines, no_answer};
-use super::metrics::{Metrics, Outcome};
+use super::metrics::{Metrics, Outcome, op_label};
+use super::outcomes::FailureKind;
 use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 use crate::config::CallKind;
 use crate::domain::Domain;
@@ -30,20 +31,20 @@ pub(crate) enum OpResult<D: Domain> {
     List(Result<Vec<BackendAttachment<D>>, BackendError<D::Node>>),
 }
 
-fn backend_label<N>(e: &BackendError<N>) -> &'static str {
+fn backend_failure<N>(e: &BackendError<N>) -> FailureKind {
     match e {
-        BackendError::Transient { .. } => "transient",
-        BackendError::Uncertain { .. } => "uncertain",
-        BackendError::AttachedElsewhere { .. } => "attached-elsewhere",
+        BackendError::Transient { .. } => FailureKind::Transient,
+        BackendError::Uncertain { .. } => FailureKind::Uncertain,
+        BackendError::AttachedElsewhere { .. } => FailureKind::AttachedElsewhere,
     }
 }
 
-fn store_label(e: &StoreError) -> &'static str {
+fn store_failure(e: &StoreError) -> FailureKind {
     match e {
-        StoreError::Conflict { .. } => "conflict",
-        StoreError::NotFound { .. } => "not-found",
-        StoreError::Transient { .. } => "transient",
-        StoreError::Uncertain { .. } => "uncertain",
+        StoreError::Conflict { .. } => FailureKind::Conflict,
+        StoreError::NotFound { .. } => FailureKind::NotFound,
+        StoreError::Transient { .. } => FailureKind::Transient,
+        StoreError::Uncertain { .. } => FailureKind::Uncertain,
     }
 }
 
@@ -65,10 +66,14 @@ impl<D: Domain> OpResult<D> {
 
     /// A short label for logs and spans: `ok`, or the error's kind.
     fn label(&self) -> &'static str {
-        match self.error() {
-            None => "ok",
-            Some(Failure::Backend(e)) => backend_label(e),
-            Some(Failure::Store(e)) => store_label(e),
+        self.failure().map_or("ok", FailureKind::as_str)
+    }
+
+    /// The kind of the error the call returned, if it failed.
+    pub(crate) fn failure(&self) -> Option<FailureKind> {
+        match self.error()? {
+            Failure::Backend(e) => Some(backend_failure(e)),
+            Failure::Store(e) => Some(store_failure(e)),
         }
     }
 
@@ -119,15 +124,7 @@ enum Failure<'a, D: Domain> {
 
 /// The span an operation runs in: `op`, `id`, `volume`, `node` now, `outcome` when it ends.
 fn span_for<D: Domain>(op: &Operation<D>) -> Span {
-    let kind = match op.kind() {
-        OpKind::Attach => "attach",
-        OpKind::Detach => "detach",
-        OpKind::Verify => "verify",
-        OpKind::WriteStatus => "write_status",
-        OpKind::ReadStatus => "read_status",
-        OpKind::ListStatuses => "list_statuses",
-        OpKind::List => "list",
-    };
+    let kind = op_label(op.kind());
     let span = info_span!(
         "operation",
         op = kind,
@@ -305,4 +302,76 @@ pub(crate) async fn execute<D: Domain>(op: Operation<D>, parts: Arc<Parts<D>>) -
     }
     .instrument(span)
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Ids;
+
+    type D = Ids<&'static str, &'static str, &'static str, ()>;
+
+    /// The failure kind (and with it the span's `outcome` and the stream's `failure`) of every
+    /// error a call can return, and of a success.
+    #[test]
+    fn every_error_has_its_failure_kind_and_label() {
+        let cases: Vec<(OpResult<D>, Option<FailureKind>, &str)> = vec![
+            (OpResult::Detach(Ok(())), None, "ok"),
+            (
+                OpResult::Attach(Err(BackendError::transient("x"))),
+                Some(FailureKind::Transient),
+                "transient",
+            ),
+            (
+                OpResult::Detach(Err(BackendError::uncertain("x"))),
+                Some(FailureKind::Uncertain),
+                "uncertain",
+            ),
+            (
+                OpResult::Attach(Err(BackendError::attached_elsewhere("node-b", "x"))),
+                Some(FailureKind::AttachedElsewhere),
+                "attached-elsewhere",
+            ),
+            (
+                OpResult::Verify(Err(BackendError::transient("x"))),
+                Some(FailureKind::Transient),
+                "transient",
+            ),
+            (
+                OpResult::List(Err(BackendError::uncertain("x"))),
+                Some(FailureKind::Uncertain),
+                "uncertain",
+            ),
+            (
+                OpResult::WriteStatus(Err(StoreError::conflict(None))),
+                Some(FailureKind::Conflict),
+                "conflict",
+            ),
+            (
+                OpResult::ReadStatus(Err(StoreError::not_found())),
+                Some(FailureKind::NotFound),
+                "not-found",
+            ),
+            (
+                OpResult::ListStatuses(Err(StoreError::transient("x"))),
+                Some(FailureKind::Transient),
+                "transient",
+            ),
+            (
+                OpResult::WriteStatus(Err(StoreError::uncertain("x"))),
+                Some(FailureKind::Uncertain),
+                "uncertain",
+            ),
+        ];
+        for (result, failure, label) in cases {
+            assert_eq!(result.failure(), failure, "{label}");
+            assert_eq!(result.label(), label);
+            let outcome = if failure.is_some() {
+                Outcome::Failed
+            } else {
+                Outcome::Succeeded
+            };
+            assert_eq!(result.outcome(), outcome, "{label}");
+        }
+    }
 }

@@ -1545,6 +1545,19 @@ async fn hung_recovery_listings_are_retried_and_the_controller_then_plans() {
     h.finish().await;
 }
 
+/// The first operation of `kind` the stream reported so far.
+fn first_of(
+    outcomes: &mut tokio::sync::broadcast::Receiver<OperationFinished<D>>,
+    kind: OpKind,
+) -> OperationFinished<D> {
+    while let Ok(done) = outcomes.try_recv() {
+        if done.kind == kind {
+            return done;
+        }
+    }
+    panic!("no {kind:?} finished");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_hung_status_write_times_out_and_is_retried_on_the_same_revision() {
     let epoch = Instant::now();
@@ -1555,6 +1568,7 @@ async fn a_hung_status_write_times_out_and_is_retried_on_the_same_revision() {
     let writes = accept_writes(&mut store, epoch);
     let store = HangingStore::new(store, &[CallKind::StatusWrite]);
     let h = Harness::start(Config::default(), backend, store, world());
+    let mut outcomes = h.handle.outcomes();
 
     sleep(secs(29)).await;
     assert!(writes.items().is_empty(), "still hanging");
@@ -1573,6 +1587,12 @@ async fn a_hung_status_write_times_out_and_is_retried_on_the_same_revision() {
     let m = h.handle.metrics();
     assert_eq!(m.timeouts.status_write, 1);
     assert_eq!((m.write_status.failed, m.write_status.succeeded), (1, 1));
+    // A write with no answer may have landed: uncertain, not transient.
+    let first = first_of(&mut outcomes, OpKind::WriteStatus);
+    assert_eq!(
+        (first.outcome, first.failure, first.duration),
+        (Outcome::Failed, Some(FailureKind::Uncertain), secs(30))
+    );
     h.finish().await;
 }
 
@@ -1587,6 +1607,7 @@ async fn a_hung_read_before_a_detach_times_out_and_the_detach_is_retried() {
     nothing_in_use(&mut store);
     let store = HangingStore::new(store, &[CallKind::StatusRead]);
     let h = Harness::start(Config::default(), backend, store, world());
+    let mut outcomes = h.handle.outcomes();
 
     sleep(secs(1)).await;
     h.handle.workload_removed("w1").await.unwrap();
@@ -1608,6 +1629,12 @@ async fn a_hung_read_before_a_detach_times_out_and_the_detach_is_retried() {
         "a failed read is no failed detach: {events:?}"
     );
     assert_eq!(h.handle.metrics().timeouts.status_read, 1);
+    // A read with no answer changed nothing: transient.
+    let first = first_of(&mut outcomes, OpKind::ReadStatus);
+    assert_eq!(
+        (first.outcome, first.failure, first.duration),
+        (Outcome::Failed, Some(FailureKind::Transient), secs(30))
+    );
     h.finish().await;
 }
 
@@ -1657,6 +1684,30 @@ fn start_times_know_the_oldest_running_call() {
     starts.add(t0 + secs(1));
     assert_eq!(starts.oldest(), Some(t0 + secs(1)), "kept in order");
     starts.remove(t0 + secs(1));
+    starts.remove(t0 + secs(2));
+    assert_eq!(starts.oldest(), None);
+}
+
+/// A start older than the newest (not with tokio's monotonic clock, but kept right all the
+/// same) joins the count of an equal instant, or goes in its place.
+#[test]
+fn start_times_out_of_order_are_counted_in_place() {
+    let t0 = Instant::now();
+    let mut starts = StartTimes::default();
+    starts.add(t0);
+    starts.add(t0 + secs(2));
+    starts.add(t0);
+    starts.add(t0 + secs(1));
+    starts.remove(t0);
+    assert_eq!(
+        starts.oldest(),
+        Some(t0),
+        "two started at t0, one still runs"
+    );
+    starts.remove(t0);
+    assert_eq!(starts.oldest(), Some(t0 + secs(1)));
+    starts.remove(t0 + secs(1));
+    assert_eq!(starts.oldest(), Some(t0 + secs(2)));
     starts.remove(t0 + secs(2));
     assert_eq!(starts.oldest(), None);
 }
@@ -1834,4 +1885,33 @@ async fn a_node_never_heard_from_still_gets_its_volume_detached() {
     assert!(backend.is_attached(&V1, &A));
     handle.shutdown(Duration::ZERO).await.unwrap();
     task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_controller_and_its_handle_debug_what_they_hold() {
+    let controller = Controller::new(
+        Config::default(),
+        Arc::new(backend()),
+        Arc::new(store(&[])),
+        World::new(),
+    )
+    .unwrap();
+    let debug = format!("{controller:?}");
+    assert!(
+        debug.starts_with("Controller { core: Reconciler {"),
+        "{debug}"
+    );
+    assert!(debug.ends_with(", .. }"), "{debug}");
+    let handle = controller.handle();
+    assert_eq!(
+        format!("{handle:?}"),
+        "ControllerHandle { stopped: false, .. }"
+    );
+    assert!(!handle.is_stopped());
+    drop(controller);
+    assert_eq!(
+        format!("{handle:?}"),
+        "ControllerHandle { stopped: true, .. }"
+    );
+    assert!(handle.is_stopped());
 }

@@ -116,3 +116,44 @@ impl<D: Domain> Extend<Input<D>> for World<D> {
         self.inputs.extend(inputs);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Ids;
+
+    type D = Ids<&'static str, &'static str, &'static str, ()>;
+
+    #[test]
+    fn a_world_lists_its_inputs_in_order() {
+        let empty = World::<D>::new();
+        assert!(empty.is_empty());
+        assert_eq!(empty.len(), 0);
+        let world = World::<D>::new()
+            .volume("v", VolumeSpec::single_node(()))
+            .node("n", NodeFacts::default());
+        assert!(!world.is_empty());
+        assert_eq!(world.len(), 2);
+        assert_eq!(
+            world.inputs(),
+            [
+                Input::SetVolume {
+                    volume: "v",
+                    spec: VolumeSpec::single_node(())
+                },
+                Input::NodeUpdated {
+                    node: "n",
+                    facts: NodeFacts::default()
+                },
+            ]
+        );
+        let mut more: World<D> = world.inputs().iter().cloned().collect();
+        assert_eq!(more, world);
+        more.extend([Input::WorkloadRemoved { workload: "w" }]);
+        assert_eq!(more.len(), 3);
+        assert_eq!(
+            more.inputs().last(),
+            Some(&Input::WorkloadRemoved { workload: "w" })
+        );
+    }
+}
