@@ -16,7 +16,10 @@ use crate::store::NodeStatus;
 /// has no such node). `Err` says why not, for a human.
 ///
 /// A detach may go ahead when the read shows that:
-/// - the store has no such node (as upstream: no node object, no agent to protect);
+/// - the store has no such node, and the detach is forced because a deleted node counts as
+///   fenced (`Config::deleted_node_is_fenced`); without that, a node object deleted while its
+///   machine runs (an operator's `kubectl delete node`) may still mount the volume, and the
+///   core's own view, which may not have seen the deletion yet, decides nothing;
 /// - or the node is fenced (`fenced: Some(true)`): it can no longer write, whatever it reports;
 /// - or its agent reports in-use volumes and `volume` is not among them;
 /// - or, for a detach forced by the unmount timeout (opt-in), the node is not known healthy.
@@ -30,7 +33,15 @@ pub(crate) fn judge_detach<D: Domain>(
     force: Option<ForceReason>,
 ) -> Result<(), String> {
     let Some(status) = status else {
-        return Ok(());
+        return if force == Some(ForceReason::NodeDeleted) {
+            Ok(())
+        } else {
+            Err(
+                "the store has no such node, and its machine may still run and mount it (set \
+                 deleted_node_is_fenced if a deleted node's machine is always gone)"
+                    .into(),
+            )
+        };
     };
     if status.fenced == Some(true) {
         return Ok(());
@@ -75,7 +86,12 @@ mod tests {
     #[test]
     fn only_fresh_facts_justify_a_detach() {
         let judge = |s: Option<&NodeStatus<T>>, f| judge_detach::<T>(s, &"v", f);
-        assert_eq!(judge(None, None), Ok(()), "no node, no agent to protect");
+        // No node object: its machine may run on (found by the world fuzzer: a node deleted
+        // while the core's view lagged was detached under a new mount).
+        assert!(judge(None, None).unwrap_err().contains("no such node"));
+        assert!(judge(None, Some(ForceReason::Timeout)).is_err());
+        assert!(judge(None, Some(ForceReason::OutOfService)).is_err());
+        assert_eq!(judge(None, Some(ForceReason::NodeDeleted)), Ok(()));
         assert_eq!(judge(Some(&status(Some(&[]), false, true)), None), Ok(()));
         assert_eq!(
             judge(Some(&status(Some(&["v"]), false, true)), None),

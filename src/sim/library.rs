@@ -76,6 +76,10 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/node-deleted-and-recreated.scn"),
     ),
     (
+        "node-deleted-while-the-view-lags",
+        include_str!("../../examples/scenarios/node-deleted-while-the-view-lags.scn"),
+    ),
+    (
         "out-of-service-detaches-at-once",
         include_str!("../../examples/scenarios/out-of-service-detaches-at-once.scn"),
     ),
