@@ -1004,16 +1004,35 @@ fn not_found_on_a_read_stops_writes_until_the_node_reappears() {
     assert_eq!(p.run(secs(1)), ["read n1", "write n1 [v1] @1"]);
 }
 
+/// The store lacks n1 (its object was deleted) before the core hears of it: its machine may
+/// still run and mount, so a read that finds no node justifies no detach. (The world fuzzer
+/// found such a detach landing under a new mount; this test asserted it went ahead before.)
 #[test]
-fn a_detach_from_a_node_the_store_lacks_is_cleared_by_the_not_found_read() {
+fn a_detach_from_a_node_the_store_lacks_is_held_back_by_the_not_found_read() {
     let mut p = P::attached(Config::default());
     p.store.remove("n1");
     p.unpod("p1");
+    assert_eq!(p.run(secs(1)), ["write n1 [] @2", "read n1"]);
+    assert_eq!(p.count_events("WaitingForUnmount"), 1);
+    assert_eq!(p.count_planned("detach"), 0);
+}
+
+/// Where deleted nodes count as fenced, the deletion the core then hears of forces the detach,
+/// and the read that finds no node lets that one go.
+#[test]
+fn a_deleted_node_counted_as_fenced_is_detached_after_the_not_found_read() {
+    let mut p = P::attached(Config {
+        deleted_node_is_fenced: true,
+        ..Config::default()
+    });
+    p.store.remove("n1");
+    p.unpod("p1");
+    assert_eq!(p.run(secs(1)), ["write n1 [] @2", "read n1"]);
+    p.r.handle(Input::NodeRemoved { node: "n1" }).unwrap();
     assert_eq!(
-        p.run(secs(1)),
-        ["write n1 [] @2", "read n1", "detach v1 n1"]
+        p.run(secs(10)),
+        ["read n1", "detach v1 n1 forced:node-deleted"]
     );
-    assert_eq!(p.count_events("WaitingForUnmount"), 0);
 }
 
 // ---- 5. the fresh read before a detach --------------------------------------------------------
