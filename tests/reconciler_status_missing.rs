@@ -149,8 +149,13 @@ fn a_node_seen_again_after_not_found_is_rewritten_even_with_workloads_on_it() {
     assert_eq!(written, vec![vec!["vol-1"]]);
 }
 
+/// No status write is awaited for a node the store lacks; the fresh read decides, and a read
+/// that finds no node justifies no unforced detach: the node object may have been deleted
+/// while its machine runs (a world-fuzz finding: such a detach landed under a new mount). The
+/// deletion reaching the core then blocks it for a human, or forces it where deleted nodes
+/// count as fenced (next test).
 #[test]
-fn a_detach_does_not_wait_for_a_status_write_to_a_node_the_store_lacks() {
+fn a_detach_from_a_node_the_store_lacks_awaits_no_write_and_the_read_holds_it_back() {
     let mut core = attached_with_status_missing();
     core.handle(Input::WorkloadRemoved { workload: "w1" })
         .unwrap();
@@ -160,18 +165,17 @@ fn a_detach_does_not_wait_for_a_status_write_to_a_node_the_store_lacks() {
         Duration::from_secs(60),
         answer_with(|_| Err(StoreError::not_found())),
     );
-    // No status exists for an agent to read, so nothing can start mounting the volume.
     assert!(
-        ops.iter().any(|(_, op)| matches!(
-            op,
-            Operation::Detach {
-                volume: "vol-1",
-                ..
-            }
-        )),
+        ops.iter()
+            .any(|(_, op)| matches!(op, Operation::ReadStatus { .. })),
         "{ops:?}"
     );
-    assert!(core.actual().is_empty());
+    assert!(
+        !ops.iter()
+            .any(|(_, op)| matches!(op, Operation::WriteStatus { .. } | Operation::Detach { .. })),
+        "{ops:?}"
+    );
+    assert!(!core.actual().is_empty());
 }
 
 #[test]
