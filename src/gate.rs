@@ -48,6 +48,19 @@ pub enum OpKind {
     List,
 }
 
+impl OpKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [OpKind; 7] = [
+        OpKind::Attach,
+        OpKind::Detach,
+        OpKind::Verify,
+        OpKind::WriteStatus,
+        OpKind::ReadStatus,
+        OpKind::ListStatuses,
+        OpKind::List,
+    ];
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Retry {
     until: Duration,

@@ -139,18 +139,7 @@ async fn the_stream_reports_exactly_the_operations_of_a_scenario_in_order() {
     assert_eq!(ids, (1..=8).collect::<Vec<_>>());
     // The metrics count the same operations.
     let m = handle.metrics();
-    let total: u64 = [
-        OpKind::Attach,
-        OpKind::Detach,
-        OpKind::Verify,
-        OpKind::WriteStatus,
-        OpKind::ReadStatus,
-        OpKind::ListStatuses,
-        OpKind::List,
-    ]
-    .iter()
-    .map(|k| m.operations(*k).total())
-    .sum();
+    let total: u64 = OpKind::ALL.iter().map(|k| m.operations(*k).total()).sum();
     assert_eq!(total, got.len() as u64);
     // The controller stopped: the stream ends, and a late subscriber is told at once.
     assert_eq!(soon(outcomes.recv()).await, Some(Err(RecvError::Closed)));

@@ -540,16 +540,7 @@ mod tests {
     #[test]
     fn every_kind_of_count_is_read_from_its_own_cell() {
         let m = Metrics::default();
-        let kinds = [
-            OpKind::Attach,
-            OpKind::Detach,
-            OpKind::Verify,
-            OpKind::WriteStatus,
-            OpKind::ReadStatus,
-            OpKind::ListStatuses,
-            OpKind::List,
-        ];
-        for (k, kind) in kinds.iter().enumerate() {
+        for (k, kind) in OpKind::ALL.iter().enumerate() {
             for _ in 0..k + 2 {
                 m.operation_finished(*kind, Outcome::Succeeded);
             }
@@ -572,7 +563,7 @@ mod tests {
             }
         }
         let s = m.snapshot();
-        for (k, kind) in kinds.iter().enumerate() {
+        for (k, kind) in OpKind::ALL.iter().enumerate() {
             assert_eq!(s.operations(*kind).succeeded, k as u64 + 2, "{kind:?}");
             assert_eq!(s.operations(*kind).total(), k as u64 + 2, "{kind:?}");
         }

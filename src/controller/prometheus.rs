@@ -174,16 +174,6 @@ fn call_label(call: CallKind) -> &'static str {
     }
 }
 
-const OP_KINDS: [OpKind; 7] = [
-    OpKind::Attach,
-    OpKind::Detach,
-    OpKind::Verify,
-    OpKind::WriteStatus,
-    OpKind::ReadStatus,
-    OpKind::ListStatuses,
-    OpKind::List,
-];
-
 const FORCE_REASONS: [ForceReason; 3] = [
     ForceReason::OutOfService,
     ForceReason::Timeout,
@@ -274,7 +264,7 @@ impl PrometheusMetrics {
             None,
             MetricType::Histogram,
         )?;
-        for kind in OP_KINDS {
+        for kind in OpKind::ALL {
             for succeeded in [true, false] {
                 let histogram = self.metrics.durations(kind, succeeded);
                 if histogram.count == 0 {
@@ -306,7 +296,7 @@ impl PrometheusMetrics {
             "attach_detach_operations",
             "Operations the controller ended, by kind and outcome",
             MetricType::Counter,
-            OP_KINDS.iter().flat_map(|kind| {
+            OpKind::ALL.iter().flat_map(|kind| {
                 let counts = s.operations(*kind);
                 outcomes.map(|outcome| {
                     let n = match outcome {
@@ -444,7 +434,7 @@ mod tests {
     async fn every_metric_is_written_with_its_name_labels_and_value() {
         let m = Arc::new(Metrics::default());
         // Kind k ends (k + 1) times succeeded, (k + 11) failed, (k + 21) abandoned.
-        for (k, kind) in OP_KINDS.iter().enumerate() {
+        for (k, kind) in OpKind::ALL.iter().enumerate() {
             let times = |n: usize, outcome| {
                 for _ in 0..n {
                     m.operation_finished(*kind, outcome);
@@ -565,7 +555,7 @@ mod tests {
     fn durations_are_written_per_operation_and_status() {
         let m = Arc::new(Metrics::default());
         // Kind k: one success of k * 100 ms; attach also fails once in exactly 250 ms.
-        for (k, kind) in OP_KINDS.iter().enumerate() {
+        for (k, kind) in OpKind::ALL.iter().enumerate() {
             m.observe_duration(*kind, true, ms(100 * k as u64));
         }
         m.observe_duration(OpKind::Attach, false, ms(250));
