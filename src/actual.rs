@@ -28,8 +28,11 @@ pub enum AttachState {
 /// use attach_detach::core::NodeFacts;
 /// let fresh: NodeFacts<&str> = NodeFacts::default();   // healthy, not fenced, not heard from
 /// assert_eq!(fresh.in_use, None);
-/// let fenced = NodeFacts { healthy: false, fenced: true, in_use: Some(vec!["pvc-1"]) };
+/// let fenced = NodeFacts { healthy: false, fenced: true, in_use: Some(vec!["pvc-1"]), attach_limit: None };
 /// # let _ = fenced;
+/// // A cloud VM that holds at most 16 data disks (Kubernetes: CSINode allocatable count).
+/// let capped: NodeFacts<&str> = NodeFacts { attach_limit: Some(16), ..NodeFacts::default() };
+/// # let _ = capped;
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeFacts<V> {
@@ -41,6 +44,14 @@ pub struct NodeFacts<V> {
     /// The volumes the node agent reports in use (Kubernetes `volumesInUse`); `None` until the
     /// node has reported, in which case every attached volume counts as mounted.
     pub in_use: Option<Vec<V>>,
+    /// How many volumes that need a backend attach the node can hold at once (clouds cap it
+    /// per machine type; Kubernetes reports it per driver as CSINode's allocatable count);
+    /// `None` for no limit. The core never plans an attach past it: attached, maybe-attached
+    /// and attaching volumes all count, and a workload whose volume would go past it waits,
+    /// named in an [`Event::NodeFull`](crate::core::Event::NodeFull), until one leaves.
+    /// Volumes that need no backend call ([`VolumeSpec::attach_required`](crate::core::VolumeSpec)
+    /// false) do not count.
+    pub attach_limit: Option<u32>,
 }
 
 impl<V> Default for NodeFacts<V> {
@@ -49,6 +60,7 @@ impl<V> Default for NodeFacts<V> {
             healthy: true,
             fenced: false,
             in_use: None,
+            attach_limit: None,
         }
     }
 }
@@ -94,6 +106,8 @@ pub(crate) struct ActualNode<D: Domain> {
     pub(crate) fenced: bool,
     /// Sorted; `None` until the node reports.
     pub(crate) in_use: Option<Vec<D::Volume>>,
+    /// [`NodeFacts::attach_limit`].
+    pub(crate) attach_limit: Option<u32>,
     /// The volumes attached (or maybe attached) here, sorted, each with whether the node must
     /// report it: the node's report is read from here, without a lookup per volume.
     attached: Vec<(D::Volume, bool)>,
@@ -127,6 +141,7 @@ impl<D: Domain> ActualNode<D> {
             healthy: false,
             fenced: false,
             in_use: None,
+            attach_limit: None,
             attached: Vec::new(),
             devices: Vec::new(),
             detach_requested: Vec::new(),
@@ -445,6 +460,7 @@ impl<D: Domain> ActualState<D> {
         n.healthy = facts.healthy;
         n.fenced = facts.fenced;
         n.in_use = in_use;
+        n.attach_limit = facts.attach_limit;
         #[cfg(feature = "upstream-bugs")]
         for v in &affected {
             let was = old.as_ref().map(|l| l.binary_search(v).is_ok());
@@ -562,6 +578,7 @@ mod tests {
             NodeFacts {
                 fenced: true,
                 in_use: Some(vec!["v1", "v2"]),
+                attach_limit: None,
                 healthy: false,
             },
         );

@@ -89,6 +89,17 @@ pub enum BackendError<N> {
         /// The backend client's error.
         source: Option<ErrorSource>,
     },
+    /// The node can hold no more volumes (a CSI `RESOURCE_EXHAUSTED` on attach, a cloud's
+    /// "maximum number of disks attached"); nothing was attached. The core backs off attaches
+    /// to that node, not the volume, and names the waiting workloads in an
+    /// [`Event::NodeFull`](crate::core::Event::NodeFull).
+    #[non_exhaustive]
+    NodeFull {
+        /// The backend's explanation.
+        message: String,
+        /// The backend client's error.
+        source: Option<ErrorSource>,
+    },
 }
 
 impl<N> BackendError<N> {
@@ -117,6 +128,14 @@ impl<N> BackendError<N> {
         }
     }
 
+    /// The node can hold no more volumes; nothing was attached.
+    pub fn node_full(message: impl Into<String>) -> Self {
+        BackendError::NodeFull {
+            message: message.into(),
+            source: None,
+        }
+    }
+
     /// The same error, caused by `source` (returned by
     /// [`source`](std::error::Error::source)). Anything that converts into a boxed error will
     /// do: an error value, a `Box<dyn Error + Send + Sync>`, a string.
@@ -133,14 +152,15 @@ impl<N> BackendError<N> {
         match self {
             BackendError::Transient { message, .. }
             | BackendError::Uncertain { message, .. }
-            | BackendError::AttachedElsewhere { message, .. } => message,
+            | BackendError::AttachedElsewhere { message, .. }
+            | BackendError::NodeFull { message, .. } => message,
         }
     }
 
     /// Whether the failed call may nevertheless have changed the backend's state.
     ///
     /// Only [`Uncertain`](BackendError::Uncertain) may have; a transient failure did nothing and
-    /// an attached-elsewhere refusal attached nothing.
+    /// an attached-elsewhere or node-full refusal attached nothing.
     pub fn may_have_taken_effect(&self) -> bool {
         matches!(self, BackendError::Uncertain { .. })
     }
@@ -149,7 +169,8 @@ impl<N> BackendError<N> {
         match self {
             BackendError::Transient { source, .. }
             | BackendError::Uncertain { source, .. }
-            | BackendError::AttachedElsewhere { source, .. } => source,
+            | BackendError::AttachedElsewhere { source, .. }
+            | BackendError::NodeFull { source, .. } => source,
         }
     }
 
@@ -157,7 +178,8 @@ impl<N> BackendError<N> {
         match self {
             BackendError::Transient { source, .. }
             | BackendError::Uncertain { source, .. }
-            | BackendError::AttachedElsewhere { source, .. } => source,
+            | BackendError::AttachedElsewhere { source, .. }
+            | BackendError::NodeFull { source, .. } => source,
         }
     }
 }
@@ -169,6 +191,9 @@ impl<N: fmt::Debug> fmt::Display for BackendError<N> {
             BackendError::Uncertain { .. } => f.write_str("backend call may have taken effect")?,
             BackendError::AttachedElsewhere { node, .. } => {
                 write!(f, "volume is attached to another node {node:?}")?;
+            }
+            BackendError::NodeFull { .. } => {
+                f.write_str("the node can hold no more volumes; nothing was attached")?;
             }
         }
         write_detail(f, self.message(), self.source_field())
@@ -185,7 +210,8 @@ impl<N: PartialEq> PartialEq for BackendError<N> {
     fn eq(&self, other: &Self) -> bool {
         let same_kind = match (self, other) {
             (BackendError::Transient { .. }, BackendError::Transient { .. })
-            | (BackendError::Uncertain { .. }, BackendError::Uncertain { .. }) => true,
+            | (BackendError::Uncertain { .. }, BackendError::Uncertain { .. })
+            | (BackendError::NodeFull { .. }, BackendError::NodeFull { .. }) => true,
             (
                 BackendError::AttachedElsewhere { node: a, .. },
                 BackendError::AttachedElsewhere { node: b, .. },

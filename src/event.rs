@@ -105,6 +105,21 @@ pub enum Event<D: Domain> {
         /// How long it has waited so far.
         waited: Duration,
     },
+    /// A workload's volume cannot be attached to its node because the node holds as many
+    /// volumes as it can ([`NodeFacts::attach_limit`](crate::core::NodeFacts::attach_limit), or
+    /// the backend answered [`NodeFull`](crate::traits::BackendError::NodeFull)). Emitted once
+    /// per wait; the attach goes ahead, with no further event, as soon as an attachment on the
+    /// node ends or its limit is raised. Upstream finds this out only when the cloud refuses.
+    NodeFull {
+        /// The node.
+        node: D::Node,
+        /// The volume that waits for room.
+        volume: D::Volume,
+        /// The workloads on the node that wait for it.
+        workloads: Vec<D::Workload>,
+        /// Why, for a human: the count against the limit, or the backend's answer.
+        reason: String,
+    },
     /// A call to the backend or the store got no answer within its deadline
     /// ([`CallTimeouts`](crate::config::CallTimeouts)) and was given up. Raised by the driver,
     /// never by the core; a timed-out attach or detach is then handled as an uncertain failure (it
@@ -135,6 +150,7 @@ impl<D: Domain> Event<D> {
             Event::WaitingForUnmount { .. } => "WaitingForUnmount",
             Event::WorkloadWaiting { .. } => "WorkloadWaiting",
             Event::CallTimedOut { .. } => "CallTimedOut",
+            Event::NodeFull { .. } => "NodeFull",
         }
     }
 
@@ -231,6 +247,15 @@ impl<D: Domain> fmt::Display for Event<D> {
                 f,
                 "Workload {workload:?} scheduled on node {node:?} has waited {waited:?} for {} unknown to the controller; its volumes are attached once they are known",
                 Names(missing)
+            ),
+            Event::NodeFull {
+                node,
+                volume,
+                workloads,
+                reason,
+            } => write!(
+                f,
+                "AttachVolume.Attach of volume {volume:?} for workload(s) {workloads:?} waits for room on node {node:?}: {reason}"
             ),
             Event::CallTimedOut {
                 call,

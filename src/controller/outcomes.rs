@@ -31,6 +31,8 @@ pub enum FailureKind {
     Uncertain,
     /// The backend refused the attach: the volume is attached to another node.
     AttachedElsewhere,
+    /// The backend refused the attach: the node can hold no more volumes.
+    NodeFull,
     /// The store's revision no longer matched the one the write expected.
     Conflict,
     /// The store has no such node.
@@ -40,13 +42,14 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
-    /// A short lowercase label: `transient`, `uncertain`, `attached-elsewhere`, `conflict`,
+    /// A short lowercase label: `transient`, `uncertain`, `attached-elsewhere`, `node-full`, `conflict`,
     /// `not-found`, `panicked` (the `outcome` field of the operation's tracing span).
     pub fn as_str(self) -> &'static str {
         match self {
             FailureKind::Transient => "transient",
             FailureKind::Uncertain => "uncertain",
             FailureKind::AttachedElsewhere => "attached-elsewhere",
+            FailureKind::NodeFull => "node-full",
             FailureKind::Conflict => "conflict",
             FailureKind::NotFound => "not-found",
             FailureKind::Panicked => "panicked",
@@ -106,6 +109,7 @@ mod tests {
             (FailureKind::Transient, "transient"),
             (FailureKind::Uncertain, "uncertain"),
             (FailureKind::AttachedElsewhere, "attached-elsewhere"),
+            (FailureKind::NodeFull, "node-full"),
             (FailureKind::Conflict, "conflict"),
             (FailureKind::NotFound, "not-found"),
             (FailureKind::Panicked, "panicked"),

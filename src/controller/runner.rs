@@ -36,6 +36,7 @@ fn backend_failure<N>(e: &BackendError<N>) -> FailureKind {
         BackendError::Transient { .. } => FailureKind::Transient,
         BackendError::Uncertain { .. } => FailureKind::Uncertain,
         BackendError::AttachedElsewhere { .. } => FailureKind::AttachedElsewhere,
+        BackendError::NodeFull { .. } => FailureKind::NodeFull,
     }
 }
 
@@ -331,6 +332,11 @@ mod tests {
                 OpResult::Attach(Err(BackendError::attached_elsewhere("node-b", "x"))),
                 Some(FailureKind::AttachedElsewhere),
                 "attached-elsewhere",
+            ),
+            (
+                OpResult::Attach(Err(BackendError::node_full("x"))),
+                Some(FailureKind::NodeFull),
+                "node-full",
             ),
             (
                 OpResult::Verify(Err(BackendError::transient("x"))),
