@@ -41,6 +41,7 @@ fn node_facts() -> NodeFacts<u32> {
         healthy: true,
         fenced: false,
         in_use: Some(Vec::new()),
+        attach_limit: None,
     }
 }
 

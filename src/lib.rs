@@ -213,6 +213,7 @@
 
 mod actual;
 mod backend;
+mod capacity;
 pub mod config;
 pub mod controller;
 mod decision;

@@ -186,6 +186,8 @@ pub(crate) enum InFlight<D: Domain> {
         volume: D::Volume,
         node: D::Node,
         access: Access,
+        /// Counted in the node's attaches under way (its pair had no record when planned).
+        slot: bool,
     },
     Detach {
         volume: D::Volume,

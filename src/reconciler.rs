@@ -11,6 +11,7 @@ use tracing::{debug, info, warn};
 
 use crate::actual::{ActualState, AttachState, NodeFacts};
 use crate::backend::{AttachInfo, BackendAttachment, BackendError};
+use crate::capacity::NodeCapacity;
 use crate::config::{Config, UpstreamBugs};
 use crate::decision::{
     Attach, AttachFacts, Detach, DetachFacts, Step, decide_attach, decide_detach,
@@ -51,6 +52,19 @@ pub enum ReconcilerError<D: Domain> {
         /// The nodes it is attached to.
         nodes: Vec<D::Node>,
     },
+    /// A volume's [`attach_required`](VolumeSpec::attach_required) cannot change while it is
+    /// attached or claimed anywhere, or an operation on it runs: a claim released as if it
+    /// were an attachment would leave the backend's attachment behind, and an attachment
+    /// released as a claim would never be detached.
+    #[error(
+        "volume {volume:?} cannot change whether it needs an attach while it is attached or claimed on {nodes:?}; let its workloads leave and its attachments end first"
+    )]
+    AttachModeConflict {
+        /// The volume.
+        volume: D::Volume,
+        /// The nodes it is attached to or claimed by, or has an operation running on.
+        nodes: Vec<D::Node>,
+    },
     /// A [`RelistDone`](Input::RelistDone) came without a
     /// [`RelistStarted`](Input::RelistStarted) of the same kind since the last one: nothing
     /// was seen, so nothing is removed.
@@ -86,6 +100,8 @@ enum GateKey<D: Domain> {
     List,
     /// The listing of every node's status, at recovery.
     StoreList,
+    /// Attaches to a node the backend said is full: never running, only backing off.
+    NodeCapacity(D::Node),
 }
 
 fn gate_key<D: Domain>(access: Access, volume: &D::Volume, node: &D::Node) -> GateKey<D> {
@@ -161,6 +177,8 @@ pub struct Reconciler<D: Domain> {
     relists: Relists<D>,
     /// The nodes the last input call removed, for [`removed_nodes`](Self::removed_nodes).
     removed_nodes: Vec<D::Node>,
+    /// Per-node attach limits: attaches under way, and volumes waiting for room.
+    capacity: NodeCapacity<D>,
 }
 
 impl<D: Domain> Reconciler<D> {
@@ -191,6 +209,7 @@ impl<D: Domain> Reconciler<D> {
             changed_while_listing: None,
             relists: Relists::default(),
             removed_nodes: Vec::new(),
+            capacity: NodeCapacity::default(),
         }
     }
 
@@ -222,6 +241,12 @@ impl<D: Domain> Reconciler<D> {
     /// Number of operations planned and not yet finished.
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
+    }
+
+    /// How many attaches wait for room on a node at its attach limit (or that the backend said
+    /// is full), over all nodes: each was named in an [`Event::NodeFull`].
+    pub fn waiting_for_room(&self) -> usize {
+        self.capacity.waiting_len()
     }
 
     /// Whether an operation of `kind` on (`volume`, `node`) would be held back at `now`: another
@@ -406,6 +431,32 @@ impl<D: Domain> Reconciler<D> {
         volume: D::Volume,
         spec: VolumeSpec<D::Payload>,
     ) -> Result<(), ReconcilerError<D>> {
+        if self
+            .desired
+            .spec(&volume)
+            .is_some_and(|old| old.attach_required != spec.attach_required)
+        {
+            let mut nodes: Vec<D::Node> = self
+                .actual
+                .attachments(&volume)
+                .iter()
+                .map(|a| a.node.clone())
+                .collect();
+            nodes.extend(self.in_flight.values().filter_map(|op| match op {
+                InFlight::Attach {
+                    volume: v, node, ..
+                }
+                | InFlight::Detach {
+                    volume: v, node, ..
+                } if *v == volume => Some(node.clone()),
+                _ => None,
+            }));
+            nodes.sort();
+            nodes.dedup();
+            if !nodes.is_empty() {
+                return Err(ReconcilerError::AttachModeConflict { volume, nodes });
+            }
+        }
         if spec.access == Access::SingleNode && self.access(&volume) == Access::MultiNode {
             // Narrowing is refused while the volume is on several nodes, or while any attach
             // or detach of it runs (its gate key is per node, and would no longer keep a
@@ -464,10 +515,16 @@ impl<D: Domain> Reconciler<D> {
         // A node the store said it lacks is shown again: write its status afresh (50721), even
         // if its workloads kept it in the core all along.
         let appeared = !self.actual.node_present(&node) || self.status.is_missing(&node);
+        let old_limit = self.actual.node(&node).and_then(|n| n.attach_limit);
+        let new_limit = facts.attach_limit;
         let placed = self.desired.add_node(node.clone());
         self.schedule.mark_all(placed);
         let affected = self.actual.set_node(node.clone(), facts);
         self.schedule.mark_all(affected);
+        if old_limit != new_limit {
+            // A raised (or lowered, or lifted) limit: the volumes waiting for room look again.
+            self.room_freed(&node);
+        }
         if appeared {
             if !self.blocked.is_empty() {
                 self.blocked.retain(|(n, _)| *n != node);
@@ -491,10 +548,11 @@ impl<D: Domain> Reconciler<D> {
         self.checks.remove(node);
         self.read_last.remove(node);
         self.cache_consulted.remove(node);
+        self.capacity.forget_node(node);
         // Nor is any retry of its status write or verify due: a node of the same name later
         // is a new object.
         self.gate.forget_where(|key| match key {
-            GateKey::Status(n) | GateKey::Verify(n) => n == node,
+            GateKey::Status(n) | GateKey::Verify(n) | GateKey::NodeCapacity(n) => n == node,
             GateKey::Volume(_) | GateKey::Attachment(..) | GateKey::List | GateKey::StoreList => {
                 false
             }
@@ -627,6 +685,11 @@ impl<D: Domain> Reconciler<D> {
     fn detached(&mut self, volume: &D::Volume, node: &D::Node) {
         self.changed(volume, node);
         self.actual.set_detached(volume, node);
+        // A volume left the node: whatever full answer it gave is over, and the volumes
+        // waiting for room there look again.
+        self.gate
+            .succeeded(GateKey::NodeCapacity(node.clone()), OpKind::Attach);
+        self.room_freed(node);
         if !self.blocked.is_empty() {
             self.blocked.remove(&(node.clone(), volume.clone()));
         }
@@ -646,16 +709,24 @@ impl<D: Domain> Reconciler<D> {
             volume,
             node,
             access,
+            slot,
         } = self.take_op(id, OpKind::Attach)?
         else {
             unreachable!("kind checked by take_op");
         };
         self.changed(&volume, &node);
+        if slot {
+            self.capacity.attach_ended(&node);
+        }
         // The key the attach holds, from the access mode it was planned under.
         let key = gate_key::<D>(access, &volume, &node);
         match result {
             Ok(info) => {
                 self.gate.succeeded(key, OpKind::Attach);
+                // The node took a volume: whatever full answer it gave before is over.
+                self.gate
+                    .succeeded(GateKey::NodeCapacity(node.clone()), OpKind::Attach);
+                self.capacity.stop_waiting(&node, &volume);
                 self.actual
                     .set_attached(volume.clone(), node.clone(), info.device.map(Arc::from));
                 self.events.push(Event::AttachSucceeded {
@@ -663,11 +734,35 @@ impl<D: Domain> Reconciler<D> {
                     node,
                 });
             }
+            Err(BackendError::NodeFull { message, .. }) => {
+                // The node, not the volume, is at fault: the volume may go elsewhere at once,
+                // and attaches to this node back off.
+                self.gate.succeeded(key, OpKind::Attach);
+                if slot {
+                    self.room_freed(&node);
+                }
+                let retry =
+                    self.gate
+                        .failed(GateKey::NodeCapacity(node.clone()), OpKind::Attach, now);
+                self.schedule.wake_volume_at(retry, volume.clone());
+                self.wait_for_room(
+                    &volume,
+                    &node,
+                    format!(
+                        "the backend says the node can hold no more volumes ({message}); attaches \
+                         to it back off"
+                    ),
+                );
+            }
             Err(error) => {
                 let retry = self.gate.failed(key, OpKind::Attach, now);
                 self.schedule.wake_volume_at(retry, volume.clone());
+                if slot && !error.may_have_taken_effect() {
+                    // Nothing was attached: the room it held is free again.
+                    self.room_freed(&node);
+                }
                 match &error {
-                    BackendError::Transient { .. } => {}
+                    BackendError::Transient { .. } | BackendError::NodeFull { .. } => {}
                     BackendError::Uncertain { .. } => {
                         self.actual.set_uncertain(volume.clone(), node.clone());
                     }
@@ -1154,6 +1249,7 @@ impl<D: Domain> Reconciler<D> {
         trim_map(&mut self.in_flight);
         trim_map(&mut self.awaiting_ack);
         self.gate.trim();
+        self.capacity.trim();
     }
 
     fn next_op_id(&mut self) -> OpId {
@@ -1200,6 +1296,9 @@ impl<D: Domain> Reconciler<D> {
             .iter()
             .map(|w| w.node.clone())
             .collect();
+        let desired = &self.desired;
+        self.capacity
+            .forget_unwanted(volume, |node| desired.is_desired(volume, node));
         for node in &wanted {
             self.consider_attach(now, volume, node, &spec, ops);
         }
@@ -1215,9 +1314,11 @@ impl<D: Domain> Reconciler<D> {
             self.desired.forget_volume(volume);
             self.gate.forget_where(|key| match key {
                 GateKey::Volume(v) | GateKey::Attachment(v, _) => v == volume,
-                GateKey::Status(_) | GateKey::Verify(_) | GateKey::List | GateKey::StoreList => {
-                    false
-                }
+                GateKey::Status(_)
+                | GateKey::Verify(_)
+                | GateKey::List
+                | GateKey::StoreList
+                | GateKey::NodeCapacity(_) => false,
             });
         }
     }
@@ -1337,6 +1438,19 @@ impl<D: Domain> Reconciler<D> {
             self.blocked.remove(&(node.clone(), volume.clone()));
         }
         self.waiting_unmount.remove(&(node.clone(), volume.clone()));
+        if !spec.attach_required {
+            // A claim is released, not detached: the same proofs (the node's list acknowledged
+            // without it, a fresh read justifying it), and no backend call.
+            debug!(volume = ?volume, node = ?node, ?force, "releasing a claim-only volume");
+            self.detached(volume, node);
+            self.events.push(Event::DetachSucceeded {
+                volume: volume.clone(),
+                node: node.clone(),
+                force,
+            });
+            self.schedule.mark(volume.clone());
+            return;
+        }
         self.gate.start(key);
         let id = self.next_op_id();
         debug!(%id, volume = ?volume, node = ?node, ?force, "planning detach");
@@ -1449,7 +1563,28 @@ impl<D: Domain> Reconciler<D> {
             Attach::Running => {}
             Attach::RetryAt(retry) => self.schedule.wake_volume_at(retry, volume.clone()),
             Attach::HeldBy(holders) => self.report_multi_attach(volume, node, &holders),
+            Attach::Go if !spec.attach_required => {
+                // Claimed, not attached: no backend call. The grant is what an attach's
+                // success would be; the node lists the volume, and its agent may use it.
+                debug!(volume = ?volume, node = ?node, "granting a claim-only volume");
+                self.changed(volume, node);
+                self.actual.set_attached(volume.clone(), node.clone(), None);
+                self.events.push(Event::AttachSucceeded {
+                    volume: volume.clone(),
+                    node: node.clone(),
+                });
+            }
             Attach::Go => {
+                // A volume with no record here takes room on the node; an Uncertain one
+                // already holds it.
+                let slot = here.is_none();
+                debug_assert!(spec.attach_required);
+                if slot {
+                    if let Some(reason) = self.no_room(now, volume, node) {
+                        return self.wait_for_room(volume, node, reason);
+                    }
+                    self.capacity.attach_started(node);
+                }
                 self.gate.start(key);
                 let id = self.next_op_id();
                 debug!(%id, volume = ?volume, node = ?node, "planning attach");
@@ -1459,6 +1594,7 @@ impl<D: Domain> Reconciler<D> {
                         volume: volume.clone(),
                         node: node.clone(),
                         access: spec.access,
+                        slot,
                     },
                 );
                 ops.push(Operation::Attach {
@@ -1469,6 +1605,75 @@ impl<D: Domain> Reconciler<D> {
                 });
             }
         }
+    }
+
+    /// How many attachments `node` holds or is being given that count against its limit:
+    /// attached, maybe attached (Uncertain, a detach under way included) and attaching.
+    fn occupied(&self, node: &D::Node) -> u32 {
+        let held = self
+            .actual
+            .volumes_on(node)
+            .filter(|v| self.desired.spec(v).is_none_or(|s| s.attach_required))
+            .count();
+        u32::try_from(held)
+            .unwrap_or(u32::MAX)
+            .saturating_add(self.capacity.attaching(node))
+    }
+
+    /// Why an attach of a volume not yet on `node` must wait for room there, if it must: the
+    /// node is at its limit, or the backend said it is full and attaches to it back off (the
+    /// volume then wakes when the backoff ends).
+    fn no_room(&mut self, now: Duration, volume: &D::Volume, node: &D::Node) -> Option<String> {
+        let key = GateKey::NodeCapacity(node.clone());
+        if let Err(Some(retry)) = self.gate.may_start(&key, OpKind::Attach, now) {
+            self.schedule.wake_volume_at(retry, volume.clone());
+            return Some(
+                "the backend said the node can hold no more volumes; attaches to it back off"
+                    .to_string(),
+            );
+        }
+        let limit = self.actual.node(node).and_then(|n| n.attach_limit)?;
+        let held = self.occupied(node);
+        (held >= limit).then(|| {
+            format!(
+                "the node holds {held} volumes (attached, maybe attached or being attached) of \
+                 its limit of {limit}; the attach waits until one leaves"
+            )
+        })
+    }
+
+    /// `volume` waits for room on `node`: named in a [`Event::NodeFull`] once per wait, and
+    /// looked at again when an attachment there ends, an attach to it fails, the node's limit
+    /// changes, or the node's backoff ends.
+    fn wait_for_room(&mut self, volume: &D::Volume, node: &D::Node, reason: String) {
+        if !self.capacity.wait(node, volume) {
+            return;
+        }
+        let workloads = self
+            .desired
+            .wanted_on(volume)
+            .iter()
+            .find(|w| w.node == *node)
+            .map(|w| w.workloads.to_vec())
+            .unwrap_or_default();
+        debug!(volume = ?volume, node = ?node, %reason, "attach waits for room on the node");
+        self.events.push(Event::NodeFull {
+            node: node.clone(),
+            volume: volume.clone(),
+            workloads,
+            reason,
+        });
+    }
+
+    /// An attachment on `node` ended, or an attach to it failed, or its limit changed: the
+    /// volumes waiting for room there (and still wanted there) look again.
+    fn room_freed(&mut self, node: &D::Node) {
+        let (desired, actual) = (&self.desired, &self.actual);
+        self.capacity.retain(node, |v| {
+            desired.is_desired(v, node) && actual.get(v, node).is_none()
+        });
+        let waiting = self.capacity.waiting(node);
+        self.schedule.mark_all(waiting);
     }
 
     fn report_multi_attach(&mut self, volume: &D::Volume, node: &D::Node, holders: &[D::Node]) {
@@ -1515,6 +1720,10 @@ impl<D: Domain> Reconciler<D> {
                 else {
                     continue;
                 };
+                if !spec.attach_required {
+                    // The backend knows nothing of a claim.
+                    continue;
+                }
                 checked.push((volume.clone(), a.generation));
                 volumes.push((volume.clone(), spec.payload.clone()));
             }

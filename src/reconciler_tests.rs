@@ -143,6 +143,7 @@ impl H {
             healthy,
             fenced,
             in_use: in_use.map(<[_]>::to_vec),
+            attach_limit: None,
         };
         self.store
             .entry(node)
@@ -1955,4 +1956,203 @@ fn a_refused_upsert_during_a_relist_still_counts_as_seen() {
     ));
     assert!(h.r.desired().is_registered(&"v1"));
     assert_eq!(h.r.desired().len(), 2, "both still want it");
+}
+
+// ---- per-node attach limits (issue 13) ----------------------------------------------------------
+
+impl H {
+    /// A healthy node that reports nothing in use and holds at most `limit` volumes.
+    fn limited(&mut self, node: &'static str, limit: Option<u32>) {
+        let facts = NodeFacts {
+            in_use: Some(Vec::new()),
+            attach_limit: limit,
+            ..NodeFacts::default()
+        };
+        self.store
+            .entry(node)
+            .or_insert((facts.clone(), Vec::new(), 1))
+            .0 = facts.clone();
+        self.input(Input::NodeUpdated { node, facts });
+    }
+
+    fn attaches(ops: &[Operation<T>]) -> Vec<String> {
+        ops.iter()
+            .filter(|op| op.kind() == OpKind::Attach)
+            .map(render)
+            .collect()
+    }
+
+    fn node_full_events(&mut self) -> Vec<(String, Vec<&'static str>)> {
+        self.r
+            .take_events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::NodeFull {
+                    volume, workloads, ..
+                } => Some((volume.to_string(), workloads)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn attach_limit_counts_attaching_and_uncertain_and_is_never_passed() {
+    let mut h = H::new(Config::default());
+    h.limited("n1", Some(2));
+    for (pod, volume) in [("p1", "v1"), ("p2", "v2"), ("p3", "v3")] {
+        h.rwo(volume);
+        h.pod(pod, "n1", &[volume]);
+    }
+    let ops = h.tick();
+    assert_eq!(H::attaches(&ops), vec!["attach v1 n1", "attach v2 n1"]);
+    assert_eq!(
+        h.node_full_events(),
+        vec![("v3".to_string(), vec!["p3"])],
+        "the waiting workload is named once"
+    );
+    assert_eq!(h.r.waiting_for_room(), 1);
+    let mut ops = ops.into_iter().filter(|op| op.kind() == OpKind::Attach);
+    let (a1, a2) = (ops.next().unwrap(), ops.next().unwrap());
+    // An attach that may have taken effect keeps its room: v1 is Uncertain on n1.
+    h.fail(a1, uncertain());
+    assert!(
+        H::attaches(&h.tick()).is_empty(),
+        "two attaching or maybe attached"
+    );
+    // One that certainly did nothing frees it, and the waiting volume takes it.
+    h.fail(a2, transient());
+    let ops = h.tick();
+    assert_eq!(H::attaches(&ops), vec!["attach v3 n1"]);
+    assert!(
+        h.node_full_events().is_empty(),
+        "the same wait: no new event"
+    );
+    for op in ops {
+        h.ok(op);
+    }
+    // v2, retried after its backoff, now waits for room in turn, named once.
+    h.run_ok(secs(5));
+    assert_eq!(h.r.actual().volumes_on(&"n1").count(), 2);
+    assert_eq!(h.count("attach v2 n1"), 1, "no attach past the limit");
+    assert_eq!(h.node_full_events(), vec![("v2".to_string(), vec!["p2"])]);
+    // The pod using v3 leaves: v3 is detached, and v2 gets its room.
+    h.unpod("p3");
+    let planned = h.run_ok(secs(5));
+    assert!(planned.contains(&"attach v2 n1".to_string()), "{planned:?}");
+    assert_eq!(h.r.waiting_for_room(), 0);
+}
+
+#[test]
+fn a_raised_limit_lets_the_waiting_attach_go_at_once() {
+    let mut h = H::new(Config::default());
+    h.limited("n1", Some(1));
+    for (pod, volume) in [("p1", "v1"), ("p2", "v2")] {
+        h.rwo(volume);
+        h.pod(pod, "n1", &[volume]);
+    }
+    assert_eq!(h.run_ok(secs(2)), vec!["attach v1 n1", "write n1 [v1]"]);
+    h.limited("n1", Some(2));
+    assert_eq!(h.run_ok(secs(1)), vec!["attach v2 n1", "write n1 [v1,v2]"]);
+    // Lowering the limit below what the node holds detaches nothing: it only holds back
+    // new attaches.
+    h.limited("n1", Some(0));
+    h.rwo("v3");
+    h.pod("p3", "n1", &["v3"]);
+    assert!(h.run_ok(secs(2)).is_empty());
+    assert_eq!(h.r.actual().volumes_on(&"n1").count(), 2);
+}
+
+#[test]
+fn a_node_full_answer_backs_off_the_node_not_the_volume() {
+    let mut h = H::new(Config::default());
+    h.limited("n1", None);
+    h.limited("n2", None);
+    h.rwo("v1");
+    h.rwo("v2");
+    h.pod("p1", "n1", &["v1"]);
+    let attach = h.run_until_taking(OpKind::Attach);
+    h.fail(attach, BackendError::node_full("16 disks attached"));
+    let events = h.node_full_events();
+    assert_eq!(events, vec![("v1".to_string(), vec!["p1"])]);
+    // Another volume for the same node waits for the node's backoff, with no call.
+    h.pod("p2", "n1", &["v2"]);
+    assert!(H::attaches(&h.tick()).is_empty());
+    assert_eq!(h.node_full_events(), vec![("v2".to_string(), vec!["p2"])]);
+    // The first volume, wanted elsewhere, goes at once: its own gate is not backing off.
+    h.unpod("p1");
+    h.pod("p1b", "n2", &["v1"]);
+    assert_eq!(H::attaches(&h.tick()), vec!["attach v1 n2"]);
+    // After the node's backoff, n1 is tried again, and a success ends its backoff.
+    let again = h.run_until_taking(OpKind::Attach);
+    assert_eq!(render(&again), "attach v2 n1");
+    assert!(
+        h.now <= secs(2),
+        "retried after the first backoff, at {:?}",
+        h.now
+    );
+    h.ok(again);
+    assert_eq!(h.r.waiting_for_room(), 0);
+}
+
+#[test]
+fn claim_free_volumes_do_not_count_against_the_limit() {
+    let mut h = H::new(Config::default());
+    h.limited("n1", Some(1));
+    h.rwo("v1");
+    h.input(Input::SetVolume {
+        volume: "local",
+        spec: VolumeSpec::single_node(()).without_attach(),
+    });
+    h.pod("p1", "n1", &["local", "v1"]);
+    let planned = h.run_ok(secs(2));
+    assert_eq!(
+        planned,
+        vec!["attach v1 n1", "write n1 [local]", "write n1 [local,v1]"],
+        "the claim is granted at once, the attach under the limit of one"
+    );
+}
+
+#[test]
+fn a_claim_is_granted_and_released_without_a_backend_call() {
+    let mut h = H::new(Config::default());
+    h.node("n1", &["share"]);
+    h.node("n2", &[]);
+    h.input(Input::SetVolume {
+        volume: "share",
+        spec: VolumeSpec::single_node(()).without_attach(),
+    });
+    h.pod("p1", "n1", &["share"]);
+    assert_eq!(h.run_ok(secs(1)), vec!["write n1 [share]"]);
+    assert_eq!(h.r.actual().state(&"share", &"n1"), AttachState::Attached);
+    // A second node waits, with a Multi-Attach event, while the first holds the claim.
+    h.pod("p2", "n2", &["share"]);
+    h.run_ok(secs(1));
+    assert!(
+        h.r.take_events()
+            .iter()
+            .any(|e| matches!(e, Event::MultiAttach { node: "n2", .. }))
+    );
+    // Released only once n1's agent stopped using it, through the store's acknowledgement and
+    // a fresh read: then granted to n2, and never a backend call.
+    h.unpod("p1");
+    assert!(h.run_ok(secs(2)).is_empty(), "n1 still uses it");
+    h.node("n1", &[]);
+    assert_eq!(h.run_ok(secs(2)), vec!["write n1 []", "write n2 [share]"]);
+    assert_eq!(h.r.actual().state(&"share", &"n1"), AttachState::Detached);
+    assert!(h.log.iter().any(|l| l == "read n1"), "a fresh read first");
+    assert_eq!(h.count("attach") + h.count("detach") + h.count("verify"), 0);
+    // Whether it needs an attach cannot change while it is claimed.
+    let refused = h.r.handle(Input::SetVolume {
+        volume: "share",
+        spec: VolumeSpec::single_node(()),
+    });
+    assert_eq!(
+        refused,
+        Err(ReconcilerError::AttachModeConflict {
+            volume: "share",
+            nodes: vec!["n2"]
+        })
+    );
+    assert!(!h.r.desired().spec(&"share").unwrap().attach_required);
 }

@@ -69,6 +69,7 @@ fn facts(healthy: bool, fenced: bool, in_use: Option<&[&'static str]>) -> NodeFa
         healthy,
         fenced,
         in_use: in_use.map(<[_]>::to_vec),
+        attach_limit: None,
     }
 }
 

@@ -9,13 +9,25 @@ pub enum Access {
     MultiNode,
 }
 
-/// A volume's facts: its access mode and the payload the backend needs for it.
+/// A volume's facts: its access mode, the payload the backend needs for it, and whether it
+/// needs the backend at all.
 #[derive(Clone, Debug, PartialEq)]
 pub struct VolumeSpec<P> {
     /// Single- or multi-node.
     pub access: Access,
     /// Handed to the backend untouched on attach, detach and verify.
     pub payload: P,
+    /// Whether a node may use the volume only after the backend attached it there (block
+    /// storage: true, the default). False for volumes a node reaches by itself, with no
+    /// attach call: a CSI driver with `attachRequired: false` (NFS, many file and local
+    /// drivers), a local volume. Such a volume is *claimed* instead: the core makes no backend
+    /// call for it, but grants it to one node at a time all the same (for a single-node
+    /// volume), through the same protocol as an attach and a detach: a node lists it in its
+    /// status only once it holds the claim, and the claim moves only after the old node's
+    /// agent stopped using it (or the node is fenced) and a fresh read of the node confirmed
+    /// it. Upstream enforces neither for such volumes in its controller (kubernetes 111799,
+    /// 103305). It does not count against a node's attach limit.
+    pub attach_required: bool,
 }
 
 impl<P> VolumeSpec<P> {
@@ -24,6 +36,7 @@ impl<P> VolumeSpec<P> {
         VolumeSpec {
             access: Access::SingleNode,
             payload,
+            attach_required: true,
         }
     }
 
@@ -32,6 +45,22 @@ impl<P> VolumeSpec<P> {
         VolumeSpec {
             access: Access::MultiNode,
             payload,
+            attach_required: true,
         }
+    }
+
+    /// The same volume, claimed rather than attached: no backend call is made for it (see
+    /// [`attach_required`](Self::attach_required)).
+    ///
+    /// ```
+    /// use attach_detach::core::VolumeSpec;
+    /// // An NFS share, one node at a time.
+    /// let share = VolumeSpec::single_node("nfs://filer/export/a").without_attach();
+    /// assert!(!share.attach_required);
+    /// ```
+    #[must_use]
+    pub fn without_attach(mut self) -> Self {
+        self.attach_required = false;
+        self
     }
 }

@@ -550,6 +550,7 @@ impl<B: AttachBackend<D>> BackendHarness<D> for MemoryBackendHarness<B> {
             VolumeSpec {
                 access,
                 payload: handle.clone(),
+                attach_required: true,
             },
         );
         Ok((volume, handle))

@@ -63,6 +63,7 @@ fn a_foreign_write_between_the_read_and_the_detach_stops_the_detach() {
             healthy: true,
             fenced: false,
             in_use: Some(vec![]),
+            attach_limit: None,
         },
     })
     .unwrap();

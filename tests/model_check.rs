@@ -581,6 +581,7 @@ impl NodeTruth {
             healthy: !self.down,
             fenced: self.fenced,
             in_use: self.in_use.clone(),
+            attach_limit: None,
         }
     }
 

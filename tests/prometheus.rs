@@ -97,6 +97,7 @@ async fn run() -> (ControllerHandle<D>, Registry) {
                 healthy: false,
                 fenced: true,
                 in_use: Some(vec!["vol-3"]),
+                attach_limit: None,
             },
         )
         .await

@@ -46,7 +46,7 @@ use crate::volume::{Access, VolumeSpec};
 ///     async fn volume(&self, n: usize, access: Access) -> Result<(String, String), HarnessError> {
 ///         // A real backend: provision a disk of this access mode, return its id and handle.
 ///         let (volume, handle) = (format!("{}-vol-{n}", self.tag), format!("handle-{n}"));
-///         self.backend.set_spec(volume.clone(), VolumeSpec { access, payload: handle.clone() });
+///         self.backend.set_spec(volume.clone(), VolumeSpec { access, payload: handle.clone(), attach_required: true });
 ///         Ok((volume, handle))
 ///     }
 /// }

@@ -1104,6 +1104,7 @@ async fn a_fenced_node_is_force_detached_and_counted() {
         healthy: false,
         fenced: true,
         in_use: Some(vec![V1]),
+        attach_limit: None,
     };
     h.handle.node_updated(A, fenced).await.unwrap();
     sleep(secs(1)).await;
@@ -1838,6 +1839,7 @@ async fn a_lifted_fence_stops_a_forced_detach() {
         healthy: false,
         fenced: true,
         in_use: Some(vec![V1]),
+        attach_limit: None,
     };
     h.handle.node_updated(A, stale_fence).await.unwrap();
     h.handle.workload_removed("w1").await.unwrap();

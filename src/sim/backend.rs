@@ -87,6 +87,21 @@ impl SimBackend {
                     "a {other} of {volume} on {node} is under way"
                 )));
             }
+            if w.claim_only.contains(volume) {
+                w.violation(format!(
+                    "the controller called the backend to {op} claim-only volume {volume} on {node}"
+                ));
+            }
+            if op == CallOp::Attach {
+                if let Some(limit) = w.over_limit(volume, node) {
+                    w.log(format!(
+                        "call: {op} {volume} {node} (refused: the node holds its limit of {limit})"
+                    ));
+                    return Err(BackendError::node_full(format!(
+                        "{node} holds {limit} volumes, its most"
+                    )));
+                }
+            }
             let fault = w.take_fault(op, volume, node);
             let cut_off = if w.partitioned.contains(node) {
                 " (hangs: the backend cannot reach the node)"
@@ -226,6 +241,7 @@ impl AttachBackend<SimIds> for SimBackend {
                     spec: VolumeSpec {
                         access: w.volumes.get(v).copied().unwrap_or(Access::SingleNode),
                         payload: (),
+                        attach_required: true,
                     },
                 })
                 .collect())

@@ -30,6 +30,14 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/backend-partition-one-node.scn"),
     ),
     (
+        "claim-only-volume-held-by-a-crashed-node",
+        include_str!("../../examples/scenarios/claim-only-volume-held-by-a-crashed-node.scn"),
+    ),
+    (
+        "claim-only-volume-one-node-at-a-time",
+        include_str!("../../examples/scenarios/claim-only-volume-one-node-at-a-time.scn"),
+    ),
+    (
         "deleted-node-not-forced-on-timeout",
         include_str!("../../examples/scenarios/deleted-node-not-forced-on-timeout.scn"),
     ),
@@ -72,12 +80,20 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/no-detach-without-taint.scn"),
     ),
     (
+        "node-attach-limit",
+        include_str!("../../examples/scenarios/node-attach-limit.scn"),
+    ),
+    (
         "node-deleted-and-recreated",
         include_str!("../../examples/scenarios/node-deleted-and-recreated.scn"),
     ),
     (
         "node-deleted-while-the-view-lags",
         include_str!("../../examples/scenarios/node-deleted-while-the-view-lags.scn"),
+    ),
+    (
+        "node-full-backs-off-the-node",
+        include_str!("../../examples/scenarios/node-full-backs-off-the-node.scn"),
     ),
     (
         "out-of-service-detaches-at-once",

@@ -447,6 +447,7 @@ impl Truth {
                     healthy: false,
                     fenced: self.fenced.contains(&n),
                     in_use: self.last_in_use.get(&n).cloned(),
+                    attach_limit: None,
                 };
                 update(core, n, facts);
                 continue;
@@ -480,6 +481,7 @@ impl Truth {
                 healthy: true,
                 fenced: false,
                 in_use: Some(in_use),
+                attach_limit: None,
             };
             update(core, n, facts);
         }

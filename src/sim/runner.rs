@@ -218,7 +218,8 @@ fn event_node(event: &Event<SimIds>) -> Option<&String> {
         | Event::DetachBlocked { node, .. }
         | Event::WaitingForUnmount { node, .. }
         | Event::DetachFailed { node, .. }
-        | Event::WorkloadWaiting { node, .. } => Some(node),
+        | Event::WorkloadWaiting { node, .. }
+        | Event::NodeFull { node, .. } => Some(node),
         Event::CallTimedOut { node, .. } => node.as_ref(),
     }
 }
@@ -227,6 +228,8 @@ struct Recorder {
     world: Arc<Mutex<World>>,
     epoch: Instant,
     multi_attach: Arc<Mutex<BTreeSet<String>>>,
+    /// The pods named in node-full events.
+    node_full: Arc<Mutex<BTreeSet<String>>>,
     sabotaged: bool,
 }
 
@@ -235,6 +238,9 @@ impl Recorder {
         assert!(!self.sabotaged, "sabotaged recorder, given: {event}");
         if let Event::MultiAttach { workloads, .. } = event {
             self.multi_attach.lock().extend(workloads.iter().cloned());
+        }
+        if let Event::NodeFull { workloads, .. } = event {
+            self.node_full.lock().extend(workloads.iter().cloned());
         }
         let mut w = self.world.lock();
         w.now = self.epoch.elapsed();
@@ -276,6 +282,7 @@ struct Sim {
     config: Config,
     status_latency: Duration,
     multi_attach: Arc<Mutex<BTreeSet<String>>>,
+    node_full: Arc<Mutex<BTreeSet<String>>>,
     slot: Slot,
     /// The running controller's task, joined to see how it ended.
     controller: Option<JoinHandle<ShutdownReport<SimIds>>>,
@@ -302,12 +309,15 @@ impl Sim {
         let wake = Arc::clone(&world.wake);
         let store = MemoryStore::new();
         for node in &scenario.nodes {
-            world.nodes.insert(node.clone(), SimNode::new());
+            let mut sim_node = SimNode::new();
+            sim_node.attach_limit = scenario.attach_limits.get(node).copied();
+            world.nodes.insert(node.clone(), sim_node);
             store.add_node(node.clone());
         }
         for (volume, access) in &scenario.volumes {
             world.volumes.insert(volume.clone(), *access);
         }
+        world.claim_only = scenario.claim_only.clone();
         let world = Arc::new(Mutex::new(world));
         let config = config_of(scenario);
         // Only the c6 reproduction reads the lagging view; without one the store keeps no
@@ -336,6 +346,7 @@ impl Sim {
             config,
             status_latency: scenario.settings.status_latency,
             multi_attach: Arc::default(),
+            node_full: Arc::default(),
             slot: Arc::default(),
             controller: None,
             tasks,
@@ -368,6 +379,7 @@ impl Sim {
                 VolumeSpec {
                     access: *access,
                     payload: (),
+                    attach_required: !w.claim_only.contains(volume),
                 },
             );
         }
@@ -398,6 +410,7 @@ impl Sim {
             world: Arc::clone(&self.world),
             epoch: self.epoch,
             multi_attach: Arc::clone(&self.multi_attach),
+            node_full: Arc::clone(&self.node_full),
             sabotaged: self.sabotage == Sabotage::Recorder,
         });
         let controller = match Controller::new(
@@ -581,10 +594,11 @@ impl Sim {
         }
         self.refresh_listed();
         let multi = self.multi_attach.lock().clone();
+        let full = self.node_full.lock().clone();
         {
             let mut w = self.world.lock();
             w.now = end;
-            w.check_final(&multi);
+            w.check_final(&multi, &full);
         }
         // A crash not seen yet is seen now; a controller still running stops here.
         if let Some(task) = self.controller.take() {
@@ -709,6 +723,7 @@ impl Sim {
             ),
             Action::RestartController => {
                 // A crash, not a shutdown: calls in flight are lost to it.
+                self.world.lock().restarted = true;
                 self.stop_controller().await;
                 self.start_controller();
             }
@@ -960,6 +975,13 @@ impl Sim {
                         Err(format!("no Multi-Attach event named {pod}"))
                     }
                 }
+                Expectation::NodeFullEvent { pod } => {
+                    if self.node_full.lock().contains(pod) {
+                        Ok(())
+                    } else {
+                        Err(format!("no node-full event named {pod}"))
+                    }
+                }
                 Expectation::Calls {
                     op,
                     volume,
@@ -1071,6 +1093,7 @@ fn facts_of(node: &SimNode) -> NodeFacts<String> {
         healthy: node.power == Power::Up,
         fenced: node.power == Power::Fenced,
         in_use: Some(node.in_use.iter().cloned().collect()),
+        attach_limit: node.attach_limit.filter(|l| l.reported).map(|l| l.limit),
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::scenario::CallOp;
+use super::scenario::{AttachLimit, CallOp};
 use super::timeline::{Happening, PodPhase, Record};
 use crate::fault::Faults;
 use crate::volume::Access;
@@ -40,6 +40,8 @@ pub(crate) struct SimNode {
     /// the API again, and the store may hold a report older than what [`in_use`](Self::in_use)
     /// says (a fence cleared it while the agent was cut off).
     pub(crate) resync: bool,
+    /// How many volumes the machine holds at most (`attach-limit`), if capped.
+    pub(crate) attach_limit: Option<AttachLimit>,
 }
 
 impl SimNode {
@@ -53,6 +55,7 @@ impl SimNode {
             reporting: true,
             hung: BTreeSet::new(),
             resync: false,
+            attach_limit: None,
         }
     }
 
@@ -152,6 +155,11 @@ pub(crate) struct World {
     pub(crate) healed: Arc<Notify>,
     /// What happened, structured, for the timeline picture.
     pub(crate) timeline: Vec<Record>,
+    /// The controller restarted during the run: attaches it lost may land unknown to its
+    /// successor, which can then rightly plan past a node's limit (the backend refuses).
+    pub(crate) restarted: bool,
+    /// Volumes nodes reach without an attach (`claim-only`): mounted once listed.
+    pub(crate) claim_only: BTreeSet<String>,
 }
 
 pub(crate) fn fmt_time(d: Duration) -> String {
@@ -277,6 +285,38 @@ impl World {
     pub(crate) fn attaching(&self, volume: &str, node: &str) -> bool {
         self.attaching
             .contains_key(&(volume.to_string(), node.to_string()))
+    }
+
+    /// How many volumes `node` holds or is being given, other than `volume`: what counts
+    /// against its attach limit.
+    pub(crate) fn holds_besides(&self, node: &str, volume: &str) -> u32 {
+        let attached = self
+            .attached
+            .iter()
+            .filter(|(v, nodes)| v.as_str() != volume && nodes.contains(node));
+        let attaching = self
+            .attaching
+            .keys()
+            .filter(|(v, n)| v != volume && n == node && !self.is_attached(v, n));
+        u32::try_from(attached.count() + attaching.count()).unwrap_or(u32::MAX)
+    }
+
+    /// I5, and the machine's cap: an attach of `volume` to a node at its `attach-limit` is
+    /// refused (`Some(limit)`), and one the controller planned although the node reported the
+    /// limit (and the controller knew of everything on it: it never restarted) is a violation.
+    pub(crate) fn over_limit(&mut self, volume: &str, node: &str) -> Option<u32> {
+        let limit = self.nodes.get(node)?.attach_limit?;
+        if self.is_attached(volume, node) || self.holds_besides(node, volume) < limit.limit {
+            return None;
+        }
+        if limit.reported && !self.restarted {
+            self.violation(format!(
+                "I5: an attach of {volume} to {node} was planned past the node's reported limit \
+                 of {}",
+                limit.limit
+            ));
+        }
+        Some(limit.limit)
     }
 
     /// Whether a detach of `volume` from `node` is under way.
@@ -427,11 +467,16 @@ impl World {
         }
         let no_volumes = BTreeSet::new();
         let listed = self.listed.get(node).unwrap_or(&no_volumes);
+        let mut claimed_twice = Vec::new();
         for v in needs.iter().filter(|_| reports) {
-            let attached = self.attached.get(*v).is_some_and(|on| on.contains(node));
+            let claim = self.claim_only.contains(*v);
+            let attached = claim || self.attached.get(*v).is_some_and(|on| on.contains(node));
             if attached && listed.contains(*v) && !n.mounted.contains(*v) {
                 n.mounted.insert((*v).to_string());
                 log.push(format!("{node}: mounted {v}"));
+                if claim && self.volumes.get(*v) != Some(&Access::MultiNode) {
+                    claimed_twice.push((*v).to_string());
+                }
             }
         }
         // Mounted only because their unmount hangs: the pods that used them cannot finish.
@@ -482,14 +527,36 @@ impl World {
         for line in log {
             self.log(line);
         }
+        // I1 for volumes claimed, not attached: a single-node one is mounted on one node at
+        // a time (the backend cannot refuse, so only the controller's grant keeps it so).
+        for v in claimed_twice {
+            let others: Vec<&String> = self
+                .nodes
+                .iter()
+                .filter(|(name, n)| name.as_str() != node && n.mounted.contains(&v))
+                .map(|(name, _)| name)
+                .collect();
+            if !others.is_empty() {
+                let others = others.into_iter().cloned().collect::<Vec<_>>().join(",");
+                self.violation(format!(
+                    "I1: claim-only single-node volume {v} mounted on {node} while mounted on \
+                     {others}"
+                ));
+            }
+        }
         pass
     }
 
     /// I3 at the end of a run: reports match reality on live nodes, every pod on a live node
     /// runs, and no attachment is left that nothing needs. A pod may wait only for a single-node
     /// volume another node rightly holds (a pod there uses it, or the node crashed unfenced:
-    /// seed 004's safe outcome), and then only with a Multi-Attach event naming it.
-    pub(crate) fn check_final(&mut self, multi_attach_pods: &BTreeSet<String>) {
+    /// seed 004's safe outcome), and then only with a Multi-Attach event naming it, or for room on
+    /// a node at its attach limit, named in a node-full event.
+    pub(crate) fn check_final(
+        &mut self,
+        multi_attach_pods: &BTreeSet<String>,
+        node_full_pods: &BTreeSet<String>,
+    ) {
         let mut problems = Vec::new();
         // Single-node volumes another node rightly keeps: a pod there still uses it, or the
         // node crashed unfenced and may still be writing (seed 004's safe outcome).
@@ -516,19 +583,38 @@ impl World {
             }) || cut_off
                 || used_on(node, volume)
         };
+        // Where each claim-only volume is in use: a claim has no backend record, so the
+        // agents' mounts are its truth.
+        let mut claims: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        for (name, n) in &self.nodes {
+            for v in n.mounted.iter().filter(|v| self.claim_only.contains(*v)) {
+                claims.entry(v.as_str()).or_default().insert(name.as_str());
+            }
+        }
         let rightly_held = |volume: &str, waiting_on: &str| {
+            let mut holders: Vec<&str> = self
+                .attached
+                .get(volume)
+                .into_iter()
+                .flatten()
+                .map(String::as_str)
+                .collect();
+            holders.extend(claims.get(volume).into_iter().flatten());
             self.volumes.get(volume) != Some(&Access::MultiNode)
-                && self
-                    .attached
-                    .get(volume)
+                && holders
                     .into_iter()
-                    .flatten()
                     .any(|n| n != waiting_on && keeps(n, volume))
         };
         let mut real: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
         for (volume, nodes) in &self.attached {
             for node in nodes {
                 real.entry(node).or_default().insert(volume.clone());
+            }
+        }
+        // A node should list the claims it uses, as it lists what is attached to it.
+        for (volume, nodes) in &claims {
+            for node in nodes {
+                real.entry(node).or_default().insert((*volume).to_string());
             }
         }
         let nothing = BTreeSet::new();
@@ -557,6 +643,16 @@ impl World {
             }
             let waits = pod.volumes.iter().any(|v| rightly_held(v, &pod.node));
             if waits && multi_attach_pods.contains(name) {
+                continue;
+            }
+            // A pod whose volume waits for room on a node at its attach limit waits rightly,
+            // once a node-full event named it.
+            let full = |v: &String| {
+                node.and_then(|n| n.attach_limit).is_some_and(|l| {
+                    !self.is_attached(v, &pod.node) && self.holds_besides(&pod.node, v) >= l.limit
+                })
+            };
+            if pod.volumes.iter().any(full) && node_full_pods.contains(name) {
                 continue;
             }
             problems.push(format!(

@@ -241,6 +241,7 @@ async fn run(etcd: &etcd::Etcd, mode: Mode, scale: &Scale, tag: usize) -> Figure
                     healthy: true,
                     fenced: false,
                     in_use: Some(mounted.clone()),
+                    attach_limit: None,
                 },
             )
             .node(
@@ -249,6 +250,7 @@ async fn run(etcd: &etcd::Etcd, mode: Mode, scale: &Scale, tag: usize) -> Figure
                     healthy: true,
                     fenced: false,
                     in_use: Some(Vec::new()),
+                    attach_limit: None,
                 },
             );
     }
@@ -299,6 +301,7 @@ async fn run(etcd: &etcd::Etcd, mode: Mode, scale: &Scale, tag: usize) -> Figure
                 healthy: false,
                 fenced: true,
                 in_use: Some(on(i).map(vol).collect()),
+                attach_limit: None,
             },
         });
     }

@@ -675,6 +675,7 @@ impl<D: EtcdDomain> AttachBackend<D> for SimulatedCloud<D> {
                         spec: VolumeSpec {
                             access: record.access.into(),
                             payload: record.payload.clone(),
+                            attach_required: true,
                         },
                     });
                 }

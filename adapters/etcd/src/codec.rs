@@ -124,6 +124,7 @@ pub(crate) fn decode_volume<P: DeserializeOwned>(
             AccessText::MultiNode => Access::MultiNode,
         },
         payload: v.payload,
+        attach_required: true,
     })
 }
 

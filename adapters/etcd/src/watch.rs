@@ -156,6 +156,7 @@ impl<V: Clone> Facts<V> {
             healthy: self.alive,
             fenced: self.fenced,
             in_use: self.in_use.clone(),
+            attach_limit: None,
         }
     }
 }

@@ -39,6 +39,7 @@ impl BackendHarness<D> for Harness {
                 &VolumeSpec {
                     access,
                     payload: (),
+                    attach_required: true,
                 },
             )
             .await?;

@@ -32,6 +32,7 @@ fn facts(healthy: bool, fenced: bool, in_use: Option<&[&str]>) -> NodeFacts<Stri
         healthy,
         fenced,
         in_use: in_use.map(|list| list.iter().map(|v| s(v)).collect()),
+        attach_limit: None,
     }
 }
 

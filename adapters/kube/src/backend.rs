@@ -636,6 +636,7 @@ fn attachment_of(
                 driver: csi.driver.clone(),
                 handle: csi.volume_handle.clone(),
             },
+            attach_required: true,
         },
     })
 }

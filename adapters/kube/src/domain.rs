@@ -92,6 +92,7 @@ pub(crate) fn facts_of<'a>(
         healthy: ready == Some("True"),
         fenced: taints.any(|key| key == OUT_OF_SERVICE_TAINT),
         in_use: ready.map(|_| in_use.map(<[String]>::to_vec).unwrap_or_default()),
+        attach_limit: None,
     }
 }
 

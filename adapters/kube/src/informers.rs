@@ -655,7 +655,14 @@ impl InformerState {
                 handle: csi.volume_handle.clone(),
             };
             let access = access_of(spec.and_then(|s| s.access_modes.as_deref()));
-            (payload.unique_name(), VolumeSpec { access, payload })
+            (
+                payload.unique_name(),
+                VolumeSpec {
+                    access,
+                    payload,
+                    attach_required: true,
+                },
+            )
         });
         let entry = PvEntry {
             csi,

@@ -894,6 +894,7 @@ async fn list_joins_the_attachments_with_their_volumes() {
         spec: VolumeSpec {
             access,
             payload: volume(n).1,
+            attach_required: true,
         },
     };
     assert_eq!(

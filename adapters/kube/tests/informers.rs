@@ -116,6 +116,7 @@ fn spec(pv: &str, access: Access) -> VolumeSpec<CsiVolume> {
             driver: DRIVER.into(),
             handle: format!("h-{pv}"),
         },
+        attach_required: true,
     }
 }
 
@@ -504,6 +505,7 @@ fn node_facts_follow_ready_taints_and_volumes_in_use() {
         healthy,
         fenced,
         in_use: in_use.map(|v| v.into_iter().map(str::to_owned).collect()),
+        attach_limit: None,
     };
     let updated = |facts| {
         vec![Input::<Kube>::NodeUpdated {
@@ -728,7 +730,8 @@ fn synced_once_every_watcher_listed_and_the_snapshot_builds_the_world() {
                 facts: NodeFacts {
                     healthy: true,
                     fenced: false,
-                    in_use: Some(vec![])
+                    in_use: Some(vec![]),
+                    attach_limit: None,
                 }
             },
             scheduled("p", "n1", &[volume("pv-1")]),

@@ -24,8 +24,12 @@
 //! set upstream-bug <c1..c6|l1> on|off
 //!                          re-enable the reproduction of an upstream bug (l1: our
 //!                          own late-attach leak of issue 9)
-//! node <name>
-//! volume <name> single-node|multi-node
+//! node <name> [attach-limit <k> [unreported]]
+//!                          the machine holds at most k volumes: the backend refuses more
+//!                          (node full); the node's facts report k unless `unreported`
+//! volume <name> single-node|multi-node [claim-only]
+//!                          claim-only: nodes reach it without an attach (NFS, local):
+//!                          the controller never calls the backend for it, only grants it
 //! at <time> pod <p> on <node> uses <v>[,<v>...]
 //! at <time> delete pod <p>          graceful: the node agent unmounts, then the pod is gone
 //! at <time> force-delete pod <p>    gone from the API at once; a live agent unmounts later
@@ -55,6 +59,7 @@
 //! at <time> expect reported <n> <v>[,<v>...]|none      exact list in the store
 //! at <time> expect event multi-attach <p>
 //! at <time> expect no-event multi-attach <p>
+//! at <time> expect event node-full <p>     its volume waited for room on its node
 //! at <time> expect calls attach|detach <v> <n> =|<=|>= <k>
 //! at <time> expect writes <n> =|<=|>= <k>
 //! run <time>                        how long to simulate in total (else the runner decides)
@@ -126,5 +131,6 @@ pub use error::{ParseError, ParseErrorKind, ScenarioError};
 pub use parser::parse;
 pub use printer::format_duration;
 pub use types::{
-    Action, CallOp, Cmp, Expectation, MAX_DURATION, PodState, Scenario, Settings, Step, UpstreamBug,
+    Action, AttachLimit, CallOp, Cmp, Expectation, MAX_DURATION, PodState, Scenario, Settings,
+    Step, UpstreamBug,
 };

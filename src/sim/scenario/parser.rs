@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use super::keyword::Keyword;
-use super::types::{Action, Expectation, MAX_DURATION, Scenario, Step, UpstreamBug};
+use super::types::{Action, AttachLimit, Expectation, MAX_DURATION, Scenario, Step, UpstreamBug};
 use super::{ParseError, ParseErrorKind};
 use crate::volume::Access;
 
@@ -307,6 +307,19 @@ impl Parser {
             return Err(ParseErrorKind::DuplicateNode { name, first_line });
         }
         self.nodes.insert(name.clone(), line);
+        if tokens.peek() == Some("attach-limit") {
+            tokens.keyword("attach-limit")?;
+            let limit = tokens.number("how many volumes the node can hold")?;
+            let limit = u32::try_from(limit)
+                .map_err(|_| ParseErrorKind::NumberOverflow(limit.to_string()))?;
+            let reported = tokens.peek() != Some("unreported");
+            if !reported {
+                tokens.keyword("unreported")?;
+            }
+            self.scenario
+                .attach_limits
+                .insert(name.clone(), AttachLimit { limit, reported });
+        }
         self.scenario.nodes.push(name);
         Ok(())
     }
@@ -321,6 +334,10 @@ impl Parser {
             return Err(ParseErrorKind::DuplicateVolume { name, first_line });
         }
         self.volumes.insert(name.clone(), line);
+        if tokens.peek() == Some("claim-only") {
+            tokens.keyword("claim-only")?;
+            self.scenario.claim_only.insert(name.clone());
+        }
         self.scenario.volumes.push((name, access));
         Ok(())
     }
@@ -543,6 +560,12 @@ impl Parser {
                     self.volume_list(tokens, expected)?
                 };
                 Expectation::Reported { node, volumes }
+            }
+            "event" if tokens.peek() == Some("node-full") => {
+                tokens.keyword("node-full")?;
+                Expectation::NodeFullEvent {
+                    pod: tokens.name("a pod name")?,
+                }
             }
             "event" => {
                 tokens.keyword("multi-attach")?;

@@ -65,10 +65,18 @@ impl fmt::Display for Scenario {
             writeln!(f, "set upstream-bug {bug} on")?;
         }
         for node in &self.nodes {
-            writeln!(f, "node {node}")?;
+            match self.attach_limits.get(node) {
+                Some(l) if l.reported => writeln!(f, "node {node} attach-limit {}", l.limit)?,
+                Some(l) => writeln!(f, "node {node} attach-limit {} unreported", l.limit)?,
+                None => writeln!(f, "node {node}")?,
+            }
         }
         for (volume, access) in &self.volumes {
-            writeln!(f, "volume {volume} {}", access.word())?;
+            if self.claim_only.contains(volume) {
+                writeln!(f, "volume {volume} {} claim-only", access.word())?;
+            } else {
+                writeln!(f, "volume {volume} {}", access.word())?;
+            }
         }
         for step in &self.steps {
             writeln!(f, "{step}")?;
@@ -165,6 +173,7 @@ impl fmt::Display for Expectation {
             }
             Expectation::Event { pod } => write!(f, "event multi-attach {pod}"),
             Expectation::NoEvent { pod } => write!(f, "no-event multi-attach {pod}"),
+            Expectation::NodeFullEvent { pod } => write!(f, "event node-full {pod}"),
             Expectation::Calls {
                 op,
                 volume,

@@ -849,14 +849,17 @@ const RICH: &str = "\
         set seed 12345678901234567890
         set upstream-bug c4 on
         set upstream-bug c2 on
-        node node-1
-        node 节点
+        node node-1 attach-limit 3
+        node 节点 attach-limit 1 unreported
+        node n3
         volume pvc-1 single-node
         volume pvc-2 multi-node
         volume données multi-node
+        volume share single-node claim-only
         at 0 pod web-0 on node-1 uses pvc-1,pvc-2
         at 0 pod web-1 on 节点 uses données
         at 100ms expect pod web-0 pending
+        at 100ms expect event node-full web-1
         at 1s fail attach pvc-1 on 节点 uncertain
         at 1s fail detach pvc-1 on node-1 times 3
         at 1s fail detach pvc-2 on node-1 times 2 uncertain
@@ -893,7 +896,7 @@ const RICH: &str = "\
 #[test]
 fn round_trip_of_a_rich_scenario() {
     let scenario = ok(RICH);
-    assert_eq!(scenario.steps.len(), 34);
+    assert_eq!(scenario.steps.len(), 35);
     let text = scenario.to_text();
     assert_eq!(without_lines(ok(&text)), without_lines(scenario.clone()));
     // The printed form is canonical: printing it again changes nothing.

@@ -2,7 +2,7 @@
 //! or was built in code (a fuzzer's schedule), and the one check such a scenario needs,
 //! [`Scenario::validate`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::ScenarioError;
@@ -25,10 +25,25 @@ pub struct Scenario {
     pub nodes: Vec<String>,
     /// Declared volumes with their access mode, in file order.
     pub volumes: Vec<(String, Access)>,
+    /// Volumes declared `claim-only`: a node reaches them by itself (NFS, a local disk), so the
+    /// controller makes no backend call for them, only grants them to a node at a time.
+    pub claim_only: BTreeSet<String>,
+    /// Nodes declared with `attach-limit`: how many volumes each can hold.
+    pub attach_limits: BTreeMap<String, AttachLimit>,
     /// The `at` lines, in file order (their times never decrease).
     pub steps: Vec<Step>,
     /// How long to simulate, if the script says; otherwise the runner picks.
     pub run: Option<Duration>,
+}
+
+/// How many volumes a node's machine can hold (`node <n> attach-limit <k> [unreported]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttachLimit {
+    /// The backend refuses (node full) an attach that would go past it.
+    pub limit: u32,
+    /// The node's facts tell the controller the limit (as Kubernetes' CSINode does); without
+    /// it only the backend's refusals do.
+    pub reported: bool,
 }
 
 /// The knobs an incident depends on: controller periods, cache lag, backend latencies and seed.
@@ -276,6 +291,11 @@ pub enum Expectation {
     },
     /// No Multi-Attach event was emitted for the pod.
     NoEvent {
+        /// The pod.
+        pod: String,
+    },
+    /// A node-full event named the pod: its volume waits for room on its node.
+    NodeFullEvent {
         /// The pod.
         pod: String,
     },
