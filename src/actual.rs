@@ -258,6 +258,17 @@ impl<D: Domain> ActualState<D> {
     }
 
     /// The attachment is wanted again: a later detach waits for the unmount afresh.
+    /// Every pending detach request: (volume, node, when first wanted), in no set order.
+    pub(crate) fn detach_requests(
+        &self,
+    ) -> impl Iterator<Item = (&D::Volume, &D::Node, Duration)> + '_ {
+        self.nodes.iter().flat_map(|(node, n)| {
+            n.detach_requested
+                .iter()
+                .map(move |(volume, since)| (volume, node, *since))
+        })
+    }
+
     pub(crate) fn cancel_detach_request(&mut self, volume: &D::Volume, node: &D::Node) {
         if let Some(n) = self.nodes.get_mut(node) {
             if !n.detach_requested.is_empty() {

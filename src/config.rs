@@ -84,6 +84,14 @@ pub struct Config {
     /// Counted from the first reconcile pass that saw it wait. Short waits are normal (watchers
     /// deliver kinds in no set order); two minutes is long past any informer's lag.
     pub pending_workload_warning: Duration,
+    /// A detach wanted this long and not done is named once in an
+    /// [`Event::DetachStuck`](crate::core::Event::DetachStuck) and listed by
+    /// [`Reconciler::stuck_detaches`](crate::core::Reconciler::stuck_detaches). Looked at on
+    /// each periodic sync, so the event comes up to a `sync_period` later.
+    ///
+    /// Ten minutes: past the six-minute unmount wait, so that a detach that only waited for
+    /// an unmount it got in time is never called stuck.
+    pub stuck_after: Duration,
     /// Retry pacing of failed operations.
     pub backoff: BackoffConfig,
     /// How long the driver waits for each kind of call to the backend or the store before it
@@ -107,6 +115,7 @@ impl Default for Config {
             deleted_node_is_fenced: false,
             max_pending_workloads: 100_000,
             pending_workload_warning: Duration::from_secs(2 * 60),
+            stuck_after: Duration::from_secs(10 * 60),
             backoff: BackoffConfig::default(),
             call_timeouts: CallTimeouts::default(),
             #[cfg(feature = "upstream-bugs")]
@@ -152,6 +161,7 @@ impl Config {
             ("max_wait_for_unmount", self.max_wait_for_unmount),
             ("unmount_recheck", self.unmount_recheck),
             ("pending_workload_warning", self.pending_workload_warning),
+            ("stuck_after", self.stuck_after),
             ("backoff.initial", self.backoff.initial),
             ("backoff.max", self.backoff.max),
         ]
@@ -432,6 +442,7 @@ mod tests {
             max_wait_for_unmount: max,
             unmount_recheck: max,
             pending_workload_warning: max,
+            stuck_after: max,
             backoff: BackoffConfig { initial: max, max },
             call_timeouts: CallTimeouts {
                 attach: max,

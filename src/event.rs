@@ -120,6 +120,26 @@ pub enum Event<D: Domain> {
         /// Why, for a human: the count against the limit, or the backend's answer.
         reason: String,
     },
+    /// A detach has been wanted for [`Config::stuck_after`](crate::config::Config::stuck_after)
+    /// or longer and has not happened: the volume stays attached where no workload needs it.
+    /// Emitted once per episode; see
+    /// [`Reconciler::stuck_detaches`](crate::core::Reconciler::stuck_detaches) for the list.
+    DetachStuck {
+        /// The volume.
+        volume: D::Volume,
+        /// The node it stays attached to.
+        node: D::Node,
+        /// How long its detach has been wanted.
+        waited: Duration,
+    },
+    /// An operator [released](crate::core::Input::ReleaseVolume) the volume from its fenced
+    /// node: the controller forgot the attachment without a backend call.
+    VolumeReleased {
+        /// The volume.
+        volume: D::Volume,
+        /// The node it was released from.
+        node: D::Node,
+    },
     /// A call to the backend or the store got no answer within its deadline
     /// ([`CallTimeouts`](crate::config::CallTimeouts)) and was given up. Raised by the driver,
     /// never by the core; a timed-out attach or detach is then handled as an uncertain failure (it
@@ -151,6 +171,8 @@ impl<D: Domain> Event<D> {
             Event::WorkloadWaiting { .. } => "WorkloadWaiting",
             Event::CallTimedOut { .. } => "CallTimedOut",
             Event::NodeFull { .. } => "NodeFull",
+            Event::DetachStuck { .. } => "DetachStuck",
+            Event::VolumeReleased { .. } => "VolumeReleased",
         }
     }
 
@@ -247,6 +269,18 @@ impl<D: Domain> fmt::Display for Event<D> {
                 f,
                 "Workload {workload:?} scheduled on node {node:?} has waited {waited:?} for {} unknown to the controller; its volumes are attached once they are known",
                 Names(missing)
+            ),
+            Event::DetachStuck {
+                volume,
+                node,
+                waited,
+            } => write!(
+                f,
+                "DetachVolume.Detach of volume {volume:?} from node {node:?} has been wanted for {waited:?} and has not happened"
+            ),
+            Event::VolumeReleased { volume, node } => write!(
+                f,
+                "Volume {volume:?} was released from fenced node {node:?} by an operator; the controller forgot the attachment without a backend call"
             ),
             Event::NodeFull {
                 node,

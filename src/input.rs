@@ -104,6 +104,27 @@ pub enum Input<D: Domain> {
         /// The workload.
         workload: D::Workload,
     },
+    /// An operator vouches that `volume` is no longer attached to `node`, whose detach is stuck
+    /// (the backend keeps failing it, say because the machine is gone and its API cannot
+    /// answer for it): the core forgets the attachment without a backend call, and the volume
+    /// may go elsewhere.
+    ///
+    /// Accepted only while the node is fenced (out-of-service): only then can it no longer
+    /// write, whatever it last reported. Refused, with nothing changed, as
+    /// [`ReconcilerError::ReleaseRefused`](crate::core::ReconcilerError::ReleaseRefused)
+    /// saying why, when the node is not fenced, nothing is attached there, a workload there
+    /// still uses it, or an attach or detach of it runs (let the call's deadline end it, then
+    /// release again). An accepted release takes the same path as a forced detach: the node's
+    /// list is acknowledged without the volume and a fresh read of the node must show it still
+    /// fenced; then the attachment is forgotten, with an
+    /// [`Event::VolumeReleased`](crate::core::Event::VolumeReleased). A release whose node is
+    /// unfenced before then is dropped.
+    ReleaseVolume {
+        /// The volume.
+        volume: D::Volume,
+        /// The node it is stuck on.
+        node: D::Node,
+    },
     /// The orchestrator is listing every object of `kind` afresh (a watcher's `Init`).
     ///
     /// Until the matching [`RelistDone`](Input::RelistDone), every upsert of that kind
@@ -180,7 +201,9 @@ impl<D: Domain> Input<D> {
     /// The kind of object this input is about (a relist marker: the kind it lists).
     pub fn kind(&self) -> Kind {
         match self {
-            Input::SetVolume { .. } | Input::VolumeRemoved { .. } => Kind::Volume,
+            Input::SetVolume { .. } | Input::VolumeRemoved { .. } | Input::ReleaseVolume { .. } => {
+                Kind::Volume
+            }
             Input::NodeUpdated { .. } | Input::NodeRemoved { .. } => Kind::Node,
             Input::WorkloadScheduled { .. } | Input::WorkloadRemoved { .. } => Kind::Workload,
             Input::RelistStarted { kind } | Input::RelistDone { kind } => *kind,

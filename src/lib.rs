@@ -261,7 +261,7 @@ pub mod core {
 
     // The core, and its errors.
     pub use crate::desired::DesiredError;
-    pub use crate::reconciler::{Reconciler, ReconcilerError};
+    pub use crate::reconciler::{Reconciler, ReconcilerError, ReleaseRefusal, StuckDetach};
 
     // In: the changes the orchestrator saw.
     pub use crate::actual::NodeFacts;

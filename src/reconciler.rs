@@ -65,6 +65,16 @@ pub enum ReconcilerError<D: Domain> {
         /// The nodes it is attached to or claimed by, or has an operation running on.
         nodes: Vec<D::Node>,
     },
+    /// An operator's [`ReleaseVolume`](Input::ReleaseVolume) was refused; nothing changed.
+    #[error("the release of volume {volume:?} from node {node:?} was refused: {reason}")]
+    ReleaseRefused {
+        /// The volume.
+        volume: D::Volume,
+        /// The node.
+        node: D::Node,
+        /// Why.
+        reason: ReleaseRefusal<D>,
+    },
     /// A [`RelistDone`](Input::RelistDone) came without a
     /// [`RelistStarted`](Input::RelistStarted) of the same kind since the last one: nothing
     /// was seen, so nothing is removed.
@@ -83,6 +93,42 @@ pub enum ReconcilerError<D: Domain> {
         /// The kind of result given.
         given: OpKind,
     },
+}
+
+/// Why an operator's [`ReleaseVolume`](Input::ReleaseVolume) was refused.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReleaseRefusal<D: Domain> {
+    /// The node is not fenced: it may still be running and writing to the volume. Fence it
+    /// (out-of-service) once its machine is off, then release.
+    #[error(
+        "the node is not fenced, so it may still write to the volume; fence it (out-of-service) once its machine is off, then release"
+    )]
+    NotFenced,
+    /// The controller knows of no attachment of the volume to the node.
+    #[error("the controller knows of no attachment of the volume to the node")]
+    NotAttached,
+    /// Workloads on the node still use the volume: they would have it attached again.
+    #[error("workloads {workloads:?} on the node still use the volume; remove them first")]
+    StillWanted {
+        /// The workloads.
+        workloads: Vec<D::Workload>,
+    },
+    /// An attach or detach of the volume is running; its deadline ends it. Release again then.
+    #[error("an attach or detach of the volume is running; release again once it has ended")]
+    OperationRunning,
+}
+
+/// A detach wanted for longer than [`Config::stuck_after`]; see
+/// [`Reconciler::stuck_detaches`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StuckDetach<D: Domain> {
+    /// The volume.
+    pub volume: D::Volume,
+    /// The node it stays attached to.
+    pub node: D::Node,
+    /// How long its detach has been wanted.
+    pub waited: Duration,
 }
 
 /// What must not run twice at once.
@@ -179,6 +225,11 @@ pub struct Reconciler<D: Domain> {
     removed_nodes: Vec<D::Node>,
     /// Per-node attach limits: attaches under way, and volumes waiting for room.
     capacity: NodeCapacity<D>,
+    /// Attachments an operator released from their fenced node, whose detach is to be
+    /// forgotten rather than called once a fresh read confirms the fence.
+    released: BTreeSet<(D::Volume, D::Node)>,
+    /// Detaches named in an [`Event::DetachStuck`], until their episode ends.
+    stuck: BTreeSet<(D::Node, D::Volume)>,
 }
 
 impl<D: Domain> Reconciler<D> {
@@ -210,6 +261,8 @@ impl<D: Domain> Reconciler<D> {
             relists: Relists::default(),
             removed_nodes: Vec::new(),
             capacity: NodeCapacity::default(),
+            released: BTreeSet::new(),
+            stuck: BTreeSet::new(),
         }
     }
 
@@ -391,6 +444,7 @@ impl<D: Domain> Reconciler<D> {
                 Ok(())
             }
             Input::RelistDone { kind } => self.relist_done(kind),
+            Input::ReleaseVolume { volume, node } => self.release(volume, node),
         }
     }
 
@@ -422,6 +476,39 @@ impl<D: Domain> Reconciler<D> {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// An operator's release of `volume` from `node`; see [`Input::ReleaseVolume`].
+    fn release(&mut self, volume: D::Volume, node: D::Node) -> Result<(), ReconcilerError<D>> {
+        let refusal = if self.actual.get(&volume, &node).is_none() {
+            Some(ReleaseRefusal::NotAttached)
+        } else if !self.actual.node(&node).is_some_and(|n| n.fenced) {
+            Some(ReleaseRefusal::NotFenced)
+        } else if let Some(w) = self
+            .desired
+            .wanted_on(&volume)
+            .iter()
+            .find(|w| w.node == node)
+        {
+            Some(ReleaseRefusal::StillWanted {
+                workloads: w.workloads.to_vec(),
+            })
+        } else if self.busy(&volume, &node) {
+            Some(ReleaseRefusal::OperationRunning)
+        } else {
+            None
+        };
+        if let Some(reason) = refusal {
+            return Err(ReconcilerError::ReleaseRefused {
+                volume,
+                node,
+                reason,
+            });
+        }
+        info!(volume = ?volume, node = ?node, "an operator released the volume from its fenced node");
+        self.released.insert((volume.clone(), node));
+        self.schedule.mark(volume);
         Ok(())
     }
 
@@ -516,6 +603,10 @@ impl<D: Domain> Reconciler<D> {
         // if its workloads kept it in the core all along.
         let appeared = !self.actual.node_present(&node) || self.status.is_missing(&node);
         let old_limit = self.actual.node(&node).and_then(|n| n.attach_limit);
+        if !facts.fenced && !self.released.is_empty() {
+            // A release was accepted for a fenced node only: unfenced, it is void.
+            self.released.retain(|(_, n)| *n != node);
+        }
         let new_limit = facts.attach_limit;
         let placed = self.desired.add_node(node.clone());
         self.schedule.mark_all(placed);
@@ -695,6 +786,12 @@ impl<D: Domain> Reconciler<D> {
         }
         if !self.waiting_unmount.is_empty() {
             self.waiting_unmount.remove(&(node.clone(), volume.clone()));
+        }
+        if !self.released.is_empty() {
+            self.released.remove(&(volume.clone(), node.clone()));
+        }
+        if !self.stuck.is_empty() {
+            self.stuck.remove(&(node.clone(), volume.clone()));
         }
     }
 
@@ -1220,6 +1317,7 @@ impl<D: Domain> Reconciler<D> {
         if due.sync {
             self.gate.forget_stale(now);
             self.plan_verify(&mut ops);
+            self.report_stuck(now);
         }
         if due.resync {
             self.plan_list(&mut ops);
@@ -1334,10 +1432,14 @@ impl<D: Domain> Reconciler<D> {
         ops: &mut Vec<Operation<D>>,
     ) {
         let key = gate_key::<D>(spec.access, volume, node);
+        let released =
+            !self.released.is_empty() && self.released.contains(&(volume.clone(), node.clone()));
         match self.gate.may_start(&key, OpKind::Detach, now) {
             Ok(()) => {}
             // A running operation re-marks the volume when it finishes.
             Err(None) => return,
+            // A released attachment makes no call: the failing detach's backoff is moot.
+            Err(Some(_)) if released => {}
             Err(Some(retry)) => return self.schedule.wake_volume_at(retry, volume.clone()),
         }
         let bugs = self.bugs();
@@ -1438,6 +1540,22 @@ impl<D: Domain> Reconciler<D> {
             self.blocked.remove(&(node.clone(), volume.clone()));
         }
         self.waiting_unmount.remove(&(node.clone(), volume.clone()));
+        if released {
+            self.released.remove(&(volume.clone(), node.clone()));
+            if force == Some(ForceReason::OutOfService) {
+                // The operator vouched the backend no longer has it, and a fresh read just
+                // showed the node still fenced: forget it, with no call.
+                info!(volume = ?volume, node = ?node, "forgetting a released attachment");
+                self.detached(volume, node);
+                self.events.push(Event::VolumeReleased {
+                    volume: volume.clone(),
+                    node: node.clone(),
+                });
+                self.schedule.mark(volume.clone());
+                return;
+            }
+            // The node is no longer fenced: the release is void, and the detach goes as any.
+        }
         if !spec.attach_required {
             // A claim is released, not detached: the same proofs (the node's list acknowledged
             // without it, a fresh read justifying it), and no backend call.
@@ -1528,6 +1646,12 @@ impl<D: Domain> Reconciler<D> {
             // Needed again: a later detach starts a new unmount wait, and a new episode.
             self.actual.cancel_detach_request(volume, node);
             self.forget_detach_checks(volume, node);
+            if !self.released.is_empty() {
+                self.released.remove(&(volume.clone(), node.clone()));
+            }
+            if !self.stuck.is_empty() {
+                self.stuck.remove(&(node.clone(), volume.clone()));
+            }
             if !self.blocked.is_empty() {
                 self.blocked.remove(&(node.clone(), volume.clone()));
             }
@@ -1702,6 +1826,48 @@ impl<D: Domain> Reconciler<D> {
             holders,
         });
         self.desired.set_multi_attach_reported(volume, node, true);
+    }
+
+    /// Names, once per episode, every detach wanted for [`Config::stuck_after`] or longer and
+    /// not done; looked at on each periodic sync.
+    fn report_stuck(&mut self, now: Duration) {
+        let stuck = self.stuck_detaches(now);
+        for s in stuck {
+            if self.stuck.insert((s.node.clone(), s.volume.clone())) {
+                warn!(volume = ?s.volume, node = ?s.node, waited = ?s.waited, "a detach is stuck");
+                self.events.push(Event::DetachStuck {
+                    volume: s.volume,
+                    node: s.node,
+                    waited: s.waited,
+                });
+            }
+        }
+    }
+
+    /// Every attachment whose detach was wanted [`Config::stuck_after`] or more before `now`
+    /// and has not happened (the backend keeps failing it, the node still mounts it, it waits
+    /// for a fence), oldest first. Such a volume stays attached where no workload needs it,
+    /// and a single-node one keeps every other node waiting: an operator looks at these (and
+    /// may [release](Input::ReleaseVolume) one from a fenced node).
+    pub fn stuck_detaches(&self, now: Duration) -> Vec<StuckDetach<D>> {
+        let mut stuck: Vec<StuckDetach<D>> = self
+            .actual
+            .detach_requests()
+            .filter_map(|(volume, node, since)| {
+                let waited = now.saturating_sub(since);
+                (waited >= self.config.stuck_after).then(|| StuckDetach {
+                    volume: volume.clone(),
+                    node: node.clone(),
+                    waited,
+                })
+            })
+            .collect();
+        stuck.sort_by(|a, b| {
+            b.waited
+                .cmp(&a.waited)
+                .then_with(|| (&a.node, &a.volume).cmp(&(&b.node, &b.volume)))
+        });
+        stuck
     }
 
     fn plan_verify(&mut self, ops: &mut Vec<Operation<D>>) {

@@ -2156,3 +2156,104 @@ fn a_claim_is_granted_and_released_without_a_backend_call() {
     );
     assert!(!h.r.desired().spec(&"share").unwrap().attach_required);
 }
+
+// ---- stuck detaches and an operator's release (issue 13) -------------------------------------
+
+#[test]
+fn a_stuck_detach_is_named_once_and_released_only_from_a_fenced_node() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    // n1 dies with the volume mounted; its pod is force-deleted.
+    h.facts("n1", false, false, Some(&["v1"]));
+    h.unpod("p1");
+    let release = |h: &mut H| {
+        h.r.handle(Input::ReleaseVolume {
+            volume: "v1",
+            node: "n1",
+        })
+    };
+    let refused = |reason| {
+        Err(ReconcilerError::ReleaseRefused {
+            volume: "v1",
+            node: "n1",
+            reason,
+        })
+    };
+    assert_eq!(release(&mut h), refused(ReleaseRefusal::NotFenced));
+    assert_eq!(
+        h.r.handle(Input::ReleaseVolume {
+            volume: "v2",
+            node: "n1"
+        }),
+        Err(ReconcilerError::ReleaseRefused {
+            volume: "v2",
+            node: "n1",
+            reason: ReleaseRefusal::NotAttached
+        })
+    );
+    h.run_ok(secs(9 * 60));
+    assert!(h.r.stuck_detaches(h.now).is_empty(), "not yet ten minutes");
+    h.run_ok(secs(2 * 60));
+    let stuck = h.r.stuck_detaches(h.now);
+    assert_eq!(stuck.len(), 1);
+    assert!(stuck[0].waited >= secs(10 * 60));
+    let named = |h: &mut H| {
+        h.r.take_events()
+            .iter()
+            .filter(|e| matches!(e, Event::DetachStuck { volume: "v1", .. }))
+            .count()
+    };
+    assert_eq!(named(&mut h), 1);
+    h.run_ok(secs(3 * 60));
+    assert_eq!(named(&mut h), 0, "once per episode");
+    // Fenced: the forced detach is tried and fails; a workload wanting it there blocks a
+    // release, then the operator releases it.
+    h.facts("n1", false, true, Some(&["v1"]));
+    let detach = h.run_until_taking(OpKind::Detach);
+    h.fail(detach, transient());
+    h.pod("p9", "n1", &["v1"]);
+    assert_eq!(
+        release(&mut h),
+        refused(ReleaseRefusal::StillWanted {
+            workloads: vec!["p9"]
+        })
+    );
+    h.unpod("p9");
+    assert_eq!(release(&mut h), Ok(()));
+    let before = h.count("detach v1 n1");
+    let planned = h.run_ok(secs(1));
+    assert!(
+        planned.iter().all(|op| !op.starts_with("detach")),
+        "{planned:?}"
+    );
+    assert_eq!(h.count("detach v1 n1"), before);
+    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
+    assert!(h.log.iter().any(|l| l == "read n1"), "a fresh read first");
+    assert!(
+        h.r.take_events()
+            .iter()
+            .any(|e| matches!(e, Event::VolumeReleased { volume: "v1", .. }))
+    );
+}
+
+#[test]
+fn a_release_whose_fence_was_lifted_before_the_read_forgets_nothing() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.facts("n1", false, true, Some(&["v1"]));
+    h.unpod("p1");
+    let detach = h.run_until_taking(OpKind::Detach);
+    h.fail(detach, transient());
+    h.r.handle(Input::ReleaseVolume {
+        volume: "v1",
+        node: "n1",
+    })
+    .unwrap();
+    // The fence is lifted in the store before the fresh read, and the core hears it late.
+    h.store.get_mut("n1").unwrap().0.fenced = false;
+    h.run_ok(secs(3));
+    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Attached);
+    assert!(
+        !h.r.take_events()
+            .iter()
+            .any(|e| matches!(e, Event::VolumeReleased { .. }))
+    );
+}

@@ -4,14 +4,16 @@
 //! with `cargo run --example simulate --features sim -- FILE --trace`.
 #![no_main]
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use arbitrary::Arbitrary;
 use attach_detach::core::Access;
 use attach_detach::sim::library::LIBRARY;
 use attach_detach::sim::run;
-use attach_detach::sim::scenario::{Action, Scenario, Settings, Step, UpstreamBug, parse};
+use attach_detach::sim::scenario::{
+    Action, AttachLimit, Scenario, Settings, Step, UpstreamBug, parse,
+};
 use libfuzzer_sys::fuzz_target;
 
 /// A few bytes, a meaningful history: small name spaces so events collide on the same pods,
@@ -31,6 +33,12 @@ struct Input {
     status_latency_10ms: u8,
     seed: u8,
     events: Vec<(u8, Event)>,
+    /// One bit per node: it holds at most `limit` volumes (issue 13's attach limits).
+    limited: u8,
+    /// The limit, 1 to 3, and whether the node's facts report it (bit 2).
+    limit: u8,
+    /// One bit per volume: claimed, not attached (no backend call).
+    claim_only: u8,
 }
 
 #[derive(Arbitrary, Debug)]
@@ -144,8 +152,14 @@ fn build(input: &Input) -> Scenario {
             .retain(|step| !matches!(step.action, Action::Expect(_)));
         Some(s)
     });
+    let mut attach_limits = BTreeMap::new();
+    let mut claim_only = BTreeSet::new();
     let (node_names, volume_list, mut settings, mut steps) = match base {
-        Some(s) => (s.nodes, s.volumes, s.settings, s.steps),
+        Some(s) => {
+            attach_limits = s.attach_limits;
+            claim_only = s.claim_only;
+            (s.nodes, s.volumes, s.settings, s.steps)
+        }
         None => {
             let nodes = (0..1 + input.nodes % 3).map(|n| format!("n{n}")).collect();
             let volumes = (0..1 + input.volumes % 3)
@@ -158,6 +172,22 @@ fn build(input: &Input) -> Scenario {
                     (format!("v{v}"), access)
                 })
                 .collect();
+            let nodes: Vec<String> = nodes;
+            for (i, n) in nodes.iter().enumerate() {
+                if input.limited & (1 << i) != 0 {
+                    let limit = AttachLimit {
+                        limit: 1 + u32::from(input.limit % 3),
+                        reported: input.limit & 4 == 0,
+                    };
+                    attach_limits.insert(n.clone(), limit);
+                }
+            }
+            let volumes: Vec<(String, Access)> = volumes;
+            for (i, (v, _)) in volumes.iter().enumerate() {
+                if input.claim_only & (1 << i) != 0 {
+                    claim_only.insert(v.clone());
+                }
+            }
             (nodes, volumes, Settings::default(), Vec::new())
         }
     };
@@ -326,6 +356,8 @@ fn build(input: &Input) -> Scenario {
         settings,
         nodes: node_names,
         volumes: volume_list,
+        attach_limits,
+        claim_only,
         steps,
         // Faults stop with the last event; the world then settles.
         run: Some(last + SETTLE),

@@ -148,6 +148,10 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/status-write-fails-before-detach.scn"),
     ),
     (
+        "stuck-detach-released-on-fenced-node",
+        include_str!("../../examples/scenarios/stuck-detach-released-on-fenced-node.scn"),
+    ),
+    (
         "uncertain-attach-holds-volume",
         include_str!("../../examples/scenarios/uncertain-attach-holds-volume.scn"),
     ),

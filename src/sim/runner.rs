@@ -219,7 +219,9 @@ fn event_node(event: &Event<SimIds>) -> Option<&String> {
         | Event::WaitingForUnmount { node, .. }
         | Event::DetachFailed { node, .. }
         | Event::WorkloadWaiting { node, .. }
-        | Event::NodeFull { node, .. } => Some(node),
+        | Event::NodeFull { node, .. }
+        | Event::DetachStuck { node, .. }
+        | Event::VolumeReleased { node, .. } => Some(node),
         Event::CallTimedOut { node, .. } => node.as_ref(),
     }
 }
@@ -702,6 +704,15 @@ impl Sim {
             Action::ResumeReporting(node) => self.reporting(node, true),
             Action::HangUnmount { volume, node } => self.hang_unmount(volume, node, true),
             Action::ReleaseUnmount { volume, node } => self.hang_unmount(volume, node, false),
+            Action::ReleaseVolume { volume, node } => self.tell(Input::ReleaseVolume {
+                volume: volume.clone(),
+                node: node.clone(),
+            }),
+            Action::OperatorDetach { volume, node } => {
+                let mut w = self.world.lock();
+                w.now = self.now();
+                w.operator_detach(volume, node);
+            }
             Action::PartitionBackend(node) => self.partition(node, true),
             Action::HealBackend(node) => self.partition(node, false),
             Action::FailAttach {

@@ -363,6 +363,26 @@ impl World {
     /// A detach takes effect. I2: never while mounted on a node that is neither fenced nor
     /// allowed by configuration; I4: never while the node's status still lists it for a live
     /// agent, which could start mounting it.
+    /// An operator detached `volume` from `node` behind the controller's back: no invariant
+    /// is the controller's to keep here.
+    pub(crate) fn operator_detach(&mut self, volume: &str, node: &str) {
+        if let Some(n) = self.nodes.get_mut(node) {
+            n.mounted.remove(volume);
+        }
+        let removed = self
+            .attached
+            .get_mut(volume)
+            .is_some_and(|nodes| nodes.remove(node));
+        if self.attached.get(volume).is_some_and(BTreeSet::is_empty) {
+            self.attached.remove(volume);
+        }
+        if removed {
+            self.log(format!("operator: {volume} detached from {node}"));
+            self.changed();
+        }
+        self.mark(node);
+    }
+
     pub(crate) fn detach_effect(&mut self, volume: &str, node: &str, listed: bool) {
         let (power, mounted) = self.nodes.get(node).map_or((Power::Fenced, false), |n| {
             (n.power, n.mounted.contains(volume))

@@ -59,6 +59,11 @@
 //! at <time> expect reported <n> <v>[,<v>...]|none      exact list in the store
 //! at <time> expect event multi-attach <p>
 //! at <time> expect no-event multi-attach <p>
+//! at <time> release <v> from <n>  an operator releases a volume stuck on a node: refused
+//!                                   unless the node is fenced
+//! at <time> operator-detach <v> from <n>
+//!                                   the volume is detached behind the controller's back (a
+//!                                   cloud console): the backend no longer has it there
 //! at <time> expect event node-full <p>     its volume waited for room on its node
 //! at <time> expect calls attach|detach <v> <n> =|<=|>= <k>
 //! at <time> expect writes <n> =|<=|>= <k>

@@ -451,6 +451,16 @@ impl Parser {
                     NodeEvent::ResumeReporting => Action::ResumeReporting(node),
                 }
             }
+            "release" | "operator-detach" if tokens.peek() != Some("unmount") => {
+                let volume = self.volume(tokens)?;
+                tokens.keyword("from")?;
+                let node = self.node(tokens)?;
+                if word == "release" {
+                    Action::ReleaseVolume { volume, node }
+                } else {
+                    Action::OperatorDetach { volume, node }
+                }
+            }
             "hang" | "release" => {
                 tokens.keyword("unmount")?;
                 let volume = self.volume(tokens)?;

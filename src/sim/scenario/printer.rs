@@ -111,6 +111,10 @@ impl fmt::Display for Action {
             Action::StopReporting(node) => write!(f, "node {node} stop-reporting"),
             Action::ResumeReporting(node) => write!(f, "node {node} resume-reporting"),
             Action::HangUnmount { volume, node } => write!(f, "hang unmount {volume} on {node}"),
+            Action::ReleaseVolume { volume, node } => write!(f, "release {volume} from {node}"),
+            Action::OperatorDetach { volume, node } => {
+                write!(f, "operator-detach {volume} from {node}")
+            }
             Action::ReleaseUnmount { volume, node } => {
                 write!(f, "release unmount {volume} on {node}")
             }

@@ -204,6 +204,23 @@ pub enum Action {
         /// The node.
         node: String,
     },
+    /// An operator releases the volume from the node (`release <v> from <n>`): the controller
+    /// is told the attachment is gone ([`Input::ReleaseVolume`](crate::core::Input)); it
+    /// refuses unless the node is fenced.
+    ReleaseVolume {
+        /// The volume.
+        volume: String,
+        /// The node.
+        node: String,
+    },
+    /// An operator detaches the volume from the node behind the controller's back, as from a
+    /// cloud console (`operator-detach <v> from <n>`): the backend no longer has it there.
+    OperatorDetach {
+        /// The volume.
+        volume: String,
+        /// The node.
+        node: String,
+    },
     /// A hung unmount of the volume on the node ends: the agent finishes it at its next pass.
     ReleaseUnmount {
         /// The volume.
