@@ -550,10 +550,13 @@ impl World {
         // I1 for volumes claimed, not attached: a single-node one is mounted on one node at
         // a time (the backend cannot refuse, so only the controller's grant keeps it so).
         for v in claimed_twice {
+            // As I2 excuses a detach forced on timeout (opt-in, unsafe by design) from a node
+            // that is not up, a claim it moved from such a node is excused here.
+            let excused = |n: &SimNode| self.force_detach_on_timeout && n.power != Power::Up;
             let others: Vec<&String> = self
                 .nodes
                 .iter()
-                .filter(|(name, n)| name.as_str() != node && n.mounted.contains(&v))
+                .filter(|(name, n)| name.as_str() != node && n.mounted.contains(&v) && !excused(n))
                 .map(|(name, _)| name)
                 .collect();
             if !others.is_empty() {
