@@ -81,6 +81,10 @@ pub struct Attachment<D: Domain> {
     pub(crate) assumed_mounted: bool,
     /// Bumped on every change, so a verify answer planned before the change is ignored.
     pub(crate) generation: u32,
+    /// An attach of the pair is known to have landed, and no attach of it was planned since:
+    /// no call in flight can attach it again behind an operator's back. Only such an
+    /// attachment may be released ([`Input::ReleaseVolume`](crate::core::Input)).
+    pub(crate) landed: bool,
 }
 
 impl<D: Domain> Attachment<D> {
@@ -319,6 +323,7 @@ impl<D: Domain> ActualState<D> {
                 a.state = AttachState::Attached;
                 a.withheld = false;
                 a.generation = a.generation.wrapping_add(1);
+                a.landed = true;
             }
             None => self.insert(volume.clone(), node.clone(), AttachState::Attached),
         }
@@ -326,6 +331,14 @@ impl<D: Domain> ActualState<D> {
             put(&mut n.devices, &volume, device);
         }
         self.sync_reported(&volume, &node);
+    }
+
+    /// An attach of an existing record was planned: until it answers, a call may attach the
+    /// volume there again.
+    pub(crate) fn attach_planned(&mut self, volume: &D::Volume, node: &D::Node) {
+        if let Some(a) = self.get_mut(volume, node) {
+            a.landed = false;
+        }
     }
 
     /// Records that the volume may be attached to the node. It stops being reported.
@@ -356,6 +369,7 @@ impl<D: Domain> ActualState<D> {
             #[cfg(feature = "upstream-bugs")]
             assumed_mounted,
             generation: 0,
+            landed: state == AttachState::Attached,
         });
         self.len += 1;
     }

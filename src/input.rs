@@ -112,9 +112,10 @@ pub enum Input<D: Domain> {
     /// Accepted only while the node is fenced (out-of-service): only then can it no longer
     /// write, whatever it last reported. Refused, with nothing changed, as
     /// [`ReconcilerError::ReleaseRefused`](crate::core::ReconcilerError::ReleaseRefused)
-    /// saying why, when the node is not fenced, nothing is attached there, a workload there
-    /// still uses it, or an attach or detach of it runs (let the call's deadline end it, then
-    /// release again). An accepted release takes the same path as a forced detach: the node's
+    /// saying why, when the node is not fenced, nothing is attached there, an attach there may
+    /// still land (it ended without an answer, or a controller before a restart made it), a
+    /// workload there still uses it, or an attach or detach of it runs (let the call's deadline
+    /// end it, then release again). An accepted release takes the same path as a forced detach: the node's
     /// list is acknowledged without the volume and a fresh read of the node must show it still
     /// fenced; then the attachment is forgotten, with an
     /// [`Event::VolumeReleased`](crate::core::Event::VolumeReleased). A release whose node is

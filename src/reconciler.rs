@@ -114,6 +114,14 @@ pub enum ReleaseRefusal<D: Domain> {
         /// The workloads.
         workloads: Vec<D::Workload>,
     },
+    /// An attach of the volume to the node ended without an answer (or was made by a
+    /// controller before a restart) and may still land: forgetting the attachment now could
+    /// let it land after the volume went elsewhere. A detach, or a verify that finds it gone,
+    /// settles it.
+    #[error(
+        "an attach of the volume to the node may still land; a detach or a verify that finds it gone settles it"
+    )]
+    AttachMayLand,
     /// An attach or detach of the volume is running; its deadline ends it. Release again then.
     #[error("an attach or detach of the volume is running; release again once it has ended")]
     OperationRunning,
@@ -483,6 +491,8 @@ impl<D: Domain> Reconciler<D> {
     fn release(&mut self, volume: D::Volume, node: D::Node) -> Result<(), ReconcilerError<D>> {
         let refusal = if self.actual.get(&volume, &node).is_none() {
             Some(ReleaseRefusal::NotAttached)
+        } else if !self.actual.get(&volume, &node).is_some_and(|a| a.landed) {
+            Some(ReleaseRefusal::AttachMayLand)
         } else if !self.actual.node(&node).is_some_and(|n| n.fenced) {
             Some(ReleaseRefusal::NotFenced)
         } else if let Some(w) = self
@@ -1703,6 +1713,9 @@ impl<D: Domain> Reconciler<D> {
                 // already holds it.
                 let slot = here.is_none();
                 debug_assert!(spec.attach_required);
+                if !slot {
+                    self.actual.attach_planned(volume, node);
+                }
                 if slot {
                     if let Some(reason) = self.no_room(now, volume, node) {
                         return self.wait_for_room(volume, node, reason);

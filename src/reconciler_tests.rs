@@ -2257,3 +2257,27 @@ fn a_release_whose_fence_was_lifted_before_the_read_forgets_nothing() {
             .any(|e| matches!(e, Event::VolumeReleased { .. }))
     );
 }
+
+#[test]
+fn an_attach_that_may_still_land_cannot_be_released() {
+    let mut h = H::new(Config::default());
+    h.node("n1", &[]);
+    h.rwo("v1");
+    h.pod("p1", "n1", &["v1"]);
+    let attach = h.run_until_taking(OpKind::Attach);
+    h.fail(attach, uncertain());
+    h.facts("n1", false, true, Some(&[]));
+    h.unpod("p1");
+    let refused = h.r.handle(Input::ReleaseVolume {
+        volume: "v1",
+        node: "n1",
+    });
+    assert_eq!(
+        refused,
+        Err(ReconcilerError::ReleaseRefused {
+            volume: "v1",
+            node: "n1",
+            reason: ReleaseRefusal::AttachMayLand
+        })
+    );
+}

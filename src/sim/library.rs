@@ -104,6 +104,10 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/pod-returns-within-cache-lag.scn"),
     ),
     (
+        "release-refused-while-an-attach-may-land",
+        include_str!("../../examples/scenarios/release-refused-while-an-attach-may-land.scn"),
+    ),
+    (
         "restart-between-status-and-detach",
         include_str!("../../examples/scenarios/restart-between-status-and-detach.scn"),
     ),
