@@ -10,6 +10,7 @@ use thiserror::Error;
 use tracing::{debug, info, warn};
 
 use crate::actual::{ActualState, AttachState, NodeFacts};
+use crate::admission::{Admission, Class};
 use crate::backend::{AttachInfo, BackendAttachment, BackendError};
 use crate::config::{Config, UpstreamBugs};
 use crate::decision::{
@@ -161,6 +162,8 @@ pub struct Reconciler<D: Domain> {
     relists: Relists<D>,
     /// The nodes the last input call removed, for [`removed_nodes`](Self::removed_nodes).
     removed_nodes: Vec<D::Node>,
+    /// Backend load: slots per class, the token bucket, the queues (`Config::backend_load`).
+    admission: Admission<D>,
 }
 
 impl<D: Domain> Reconciler<D> {
@@ -177,6 +180,7 @@ impl<D: Domain> Reconciler<D> {
             cache_consulted: BTreeSet::new(),
             read_last: BTreeSet::new(),
             gate: OperationGate::new(config.backoff),
+            admission: Admission::new(config.backend_load),
             desired: DesiredState::new(&config),
             config,
             actual: ActualState::default(),
@@ -651,6 +655,7 @@ impl<D: Domain> Reconciler<D> {
             unreachable!("kind checked by take_op");
         };
         self.changed(&volume, &node);
+        self.admission.finished(Class::Attach);
         // The key the attach holds, from the access mode it was planned under.
         let key = gate_key::<D>(access, &volume, &node);
         match result {
@@ -706,6 +711,7 @@ impl<D: Domain> Reconciler<D> {
             unreachable!("kind checked by take_op");
         };
         self.changed(&volume, &node);
+        self.admission.finished(Class::Detach);
         let key = gate_key::<D>(access, &volume, &node);
         match result {
             Ok(()) => {
@@ -1094,7 +1100,10 @@ impl<D: Domain> Reconciler<D> {
             has_work,
             !self.actual.is_empty(),
             self.desired.node_count() > 0,
-            self.desired.next_pending_wake(),
+            [self.desired.next_pending_wake(), self.admission.wake()]
+                .into_iter()
+                .flatten()
+                .min(),
             self.config.reconcile_period,
         )
     }
@@ -1129,7 +1138,9 @@ impl<D: Domain> Reconciler<D> {
         if due.resync {
             self.plan_list(&mut ops);
         }
-        let dirty = self.schedule.take_dirty();
+        let mut dirty = self.schedule.take_dirty();
+        // Queued attaches and detaches first, in their order, while capacity lasts.
+        self.admit_queued(now, &mut dirty, &mut ops);
         for volume in &dirty {
             self.reconcile_volume(now, volume, &mut ops);
         }
@@ -1142,6 +1153,7 @@ impl<D: Domain> Reconciler<D> {
         if !self.cleared.is_empty() {
             self.cleared.clear();
         }
+        self.release_idle_slots();
         ops
     }
 
@@ -1154,6 +1166,7 @@ impl<D: Domain> Reconciler<D> {
         trim_map(&mut self.in_flight);
         trim_map(&mut self.awaiting_ack);
         self.gate.trim();
+        self.admission.trim();
     }
 
     fn next_op_id(&mut self) -> OpId {
@@ -1323,6 +1336,10 @@ impl<D: Domain> Reconciler<D> {
             }
         }
         if step == Step::ReadNode {
+            if !self.admission.admit(Class::Detach, volume, node, now) {
+                // Queued: a pass admits it to its read when its turn comes.
+                return;
+            }
             // Nothing irreversible on a view of unknown age: the node's next status pass plans
             // the read (this pass, if nothing runs for the node).
             self.status.mark(node.clone());
@@ -1331,6 +1348,10 @@ impl<D: Domain> Reconciler<D> {
                 Some(check) => check.1 = force,
                 None => waiting.push((volume.clone(), force)),
             }
+            return;
+        }
+        if !self.admission.call_detach(volume, node, now) {
+            // Its read began before an earlier episode of it ended: queued, it reads again.
             return;
         }
         if !self.blocked.is_empty() {
@@ -1450,6 +1471,10 @@ impl<D: Domain> Reconciler<D> {
             Attach::RetryAt(retry) => self.schedule.wake_volume_at(retry, volume.clone()),
             Attach::HeldBy(holders) => self.report_multi_attach(volume, node, &holders),
             Attach::Go => {
+                if !self.admission.admit(Class::Attach, volume, node, now) {
+                    // Queued: a pass offers it capacity when its turn comes.
+                    return;
+                }
                 self.gate.start(key);
                 let id = self.next_op_id();
                 debug!(%id, volume = ?volume, node = ?node, "planning attach");
@@ -1657,6 +1682,8 @@ impl<D: Domain> Reconciler<D> {
     ) {
         self.gate.start(GateKey::Status(node.clone()));
         let id = self.next_op_id();
+        self.admission
+            .reading(&node, checks.iter().map(|(v, _)| v), id);
         self.in_flight.insert(
             id,
             InFlight::ReadStatus {
@@ -1686,6 +1713,8 @@ fn unseen<'a, T: Id>(all: impl Iterator<Item = &'a T>, seen: &FxHashSet<T>) -> V
     gone
 }
 
+#[path = "admission_pass.rs"]
+mod admission_pass;
 #[cfg(test)]
 #[path = "store_protocol_tests.rs"]
 mod store_protocol_tests;
