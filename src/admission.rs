@@ -257,6 +257,9 @@ pub(crate) struct Admission<D: Domain> {
     /// their check once it is planned. Each holds a detach slot and has spent its token.
     reserved: FxHashMap<(D::Volume, D::Node), Option<OpId>>,
     bucket: Option<Bucket>,
+    /// The class whose queue head is offered first in the next round: the one that did not
+    /// take the last capacity offered, so that under a shared bucket the classes take turns.
+    first: Class,
 }
 
 impl<D: Domain> Admission<D> {
@@ -266,6 +269,7 @@ impl<D: Domain> Admission<D> {
             detach: Lane::new(load.max_detaches),
             reserved: FxHashMap::default(),
             bucket: load.rate.map(Bucket::new),
+            first: Class::Detach,
         }
     }
 
@@ -335,6 +339,10 @@ impl<D: Domain> Admission<D> {
         }
         if offered {
             self.lane(class).offered = None;
+            self.first = match class {
+                Class::Attach => Class::Detach,
+                Class::Detach => Class::Attach,
+            };
         }
         match class {
             Class::Attach => self.attach.calls += 1,
@@ -419,6 +427,15 @@ impl<D: Domain> Admission<D> {
         lane.since.remove(&head);
         lane.offered = Some(head.clone());
         Some(head)
+    }
+
+    /// The classes in the order their queue heads are offered: the one that did not take the
+    /// last offer first (detaches at the start).
+    pub(crate) fn order(&self) -> [Class; 2] {
+        match self.first {
+            Class::Detach => [Class::Detach, Class::Attach],
+            Class::Attach => [Class::Attach, Class::Detach],
+        }
     }
 
     /// Ends the offer of `class`'s popped head: see [`offer`](Self::offer).

@@ -22,8 +22,8 @@ impl<D: Domain> Reconciler<D> {
         self.admission.stats(now)
     }
 
-    /// Offers the capacity free at `now` to the queued detaches, then the queued attaches, in
-    /// their order: each head popped has its volume reconciled now (and not again with the
+    /// Offers the capacity free at `now` to the queued detaches and attaches, a head of each
+    /// class in turn, each queue in its order: each head popped has its volume reconciled now (and not again with the
     /// rest of `dirty`), where it is admitted if it still asks. A head that does not ask (no
     /// longer wanted, waiting for something else) leaves the queue. Each round pops one entry,
     /// so this ends; it stops when a class has no slot or the bucket no token.
@@ -35,11 +35,18 @@ impl<D: Domain> Reconciler<D> {
     ) {
         // Slots whose detach no longer needs them are offered too.
         self.release_idle_slots();
-        for class in [Class::Detach, Class::Attach] {
-            while let Some((volume, _node)) = self.admission.offer(class, now) {
-                dirty.remove(&volume);
-                self.reconcile_volume(now, &volume, ops);
-                self.admission.withdraw(class);
+        // The classes take turns (detaches first at the start), across passes too: under a
+        // shared bucket neither takes every token while the other waits.
+        let mut offered = true;
+        while offered {
+            offered = false;
+            for class in self.admission.order() {
+                if let Some((volume, _node)) = self.admission.offer(class, now) {
+                    offered = true;
+                    dirty.remove(&volume);
+                    self.reconcile_volume(now, &volume, ops);
+                    self.admission.withdraw(class);
+                }
             }
         }
     }

@@ -14,6 +14,9 @@ type T = Ids<&'static str, &'static str, &'static str>;
 
 const TICK: Duration = Duration::from_millis(100);
 
+#[path = "admission_tests.rs"]
+mod admission_tests;
+
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
