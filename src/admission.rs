@@ -257,15 +257,25 @@ pub(crate) struct Admission<D: Domain> {
     /// their check once it is planned. Each holds a detach slot and has spent its token.
     reserved: FxHashMap<(D::Volume, D::Node), Option<OpId>>,
     bucket: Option<Bucket>,
+    /// Upstream-bug L2 only: both classes use the attach lane, with the sum of the limits.
+    shared: bool,
     /// The class whose queue head is offered first in the next round: the one that did not
     /// take the last capacity offered, so that under a shared bucket the classes take turns.
     first: Class,
 }
 
 impl<D: Domain> Admission<D> {
-    pub(crate) fn new(load: BackendLoad) -> Self {
+    /// The admission of `load`; `shared` puts upstream-bug L2 back (one lane for both).
+    pub(crate) fn new(load: BackendLoad, shared: bool) -> Self {
+        let shared = shared && (load.max_attaches.is_some() || load.max_detaches.is_some());
+        let attach_limit = if shared {
+            Some(load.max_attaches.unwrap_or(0) + load.max_detaches.unwrap_or(0))
+        } else {
+            load.max_attaches
+        };
         Admission {
-            attach: Lane::new(load.max_attaches),
+            shared,
+            attach: Lane::new(attach_limit),
             detach: Lane::new(load.max_detaches),
             reserved: FxHashMap::default(),
             bucket: load.rate.map(Bucket::new),
@@ -274,6 +284,9 @@ impl<D: Domain> Admission<D> {
     }
 
     fn lane(&mut self, class: Class) -> &mut Lane<D> {
+        if self.shared {
+            return &mut self.attach;
+        }
         match class {
             Class::Attach => &mut self.attach,
             Class::Detach => &mut self.detach,
@@ -283,6 +296,7 @@ impl<D: Domain> Admission<D> {
     /// Whether calls of `class` are limited at all (else admission is a no-op).
     fn gated(&self, class: Class) -> bool {
         self.bucket.is_some()
+            || self.shared
             || match class {
                 Class::Attach => self.attach.limit.is_some(),
                 Class::Detach => self.detach.limit.is_some(),
@@ -291,6 +305,12 @@ impl<D: Domain> Admission<D> {
 
     /// Whether `class` has a free slot.
     fn has_slot(&self, class: Class) -> bool {
+        if self.shared {
+            return self
+                .attach
+                .limit
+                .is_none_or(|l| self.attach.calls + self.reserved.len() < l);
+        }
         match class {
             Class::Attach => self.attach.limit.is_none_or(|l| self.attach.calls < l),
             Class::Detach => self
@@ -369,7 +389,7 @@ impl<D: Domain> Admission<D> {
             }
             self.reserved.remove(&key);
         }
-        self.detach.calls += 1;
+        self.lane(Class::Detach).calls += 1;
         true
     }
 
@@ -559,7 +579,7 @@ mod tests {
 
     #[test]
     fn an_unbounded_admission_counts_calls_and_queues_nothing() {
-        let mut a: Admission<T> = Admission::new(BackendLoad::UNBOUNDED);
+        let mut a: Admission<T> = Admission::new(BackendLoad::UNBOUNDED, false);
         for n in ["n1", "n2", "n3"] {
             assert!(a.admit(Class::Attach, &"v", &n, ms(0)));
             assert!(a.admit(Class::Detach, &"w", &n, ms(0)));
@@ -577,7 +597,7 @@ mod tests {
             max_attaches: Some(1),
             ..BackendLoad::UNBOUNDED
         };
-        let mut a: Admission<T> = Admission::new(load);
+        let mut a: Admission<T> = Admission::new(load, false);
         assert!(a.admit(Class::Attach, &"v0", &"n", ms(0)));
         for (i, v) in ["v1", "v2", "v3"].iter().enumerate() {
             assert!(!a.admit(Class::Attach, v, &"n", ms(i as u64)));
@@ -611,7 +631,7 @@ mod tests {
             max_detaches: Some(2),
             ..BackendLoad::UNBOUNDED
         };
-        let mut a: Admission<T> = Admission::new(load);
+        let mut a: Admission<T> = Admission::new(load, false);
         assert!(a.admit(Class::Detach, &"v1", &"n", ms(0)));
         assert!(a.admit(Class::Detach, &"v2", &"n", ms(0)));
         assert!(!a.admit(Class::Detach, &"v3", &"n", ms(0)), "both slots reading");
@@ -637,7 +657,7 @@ mod tests {
             max_detaches: Some(1),
             ..BackendLoad::UNBOUNDED
         };
-        let mut a: Admission<T> = Admission::new(load);
+        let mut a: Admission<T> = Admission::new(load, false);
         assert!(a.admit(Class::Detach, &"v1", &"n", ms(0)));
         assert!(!a.call_detach(&"v2", &"n", ms(0)), "the slot is v1's");
         assert_eq!(a.stats(ms(0)).detach.queued, 1);
@@ -657,7 +677,7 @@ mod tests {
             }),
             ..BackendLoad::UNBOUNDED
         };
-        let mut a: Admission<T> = Admission::new(load);
+        let mut a: Admission<T> = Admission::new(load, false);
         assert!(a.admit(Class::Detach, &"v1", &"n", ms(0)));
         assert!(!a.admit(Class::Attach, &"v2", &"n", ms(10)));
         assert_eq!(a.wake(), Some(ms(250)));

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::Reconciler;
-use crate::admission::{Class, QueueStats};
+use crate::admission::QueueStats;
 use crate::domain::Domain;
 use crate::operation::Operation;
 

@@ -180,7 +180,13 @@ impl<D: Domain> Reconciler<D> {
             cache_consulted: BTreeSet::new(),
             read_last: BTreeSet::new(),
             gate: OperationGate::new(config.backoff),
-            admission: Admission::new(config.backend_load),
+            admission: Admission::new(config.backend_load, {
+                #[cfg(feature = "upstream-bugs")]
+                let shared = config.upstream_bugs.l2_shared_backend_queue;
+                #[cfg(not(feature = "upstream-bugs"))]
+                let shared = false;
+                shared
+            }),
             desired: DesiredState::new(&config),
             config,
             actual: ActualState::default(),

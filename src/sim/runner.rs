@@ -80,6 +80,7 @@ pub fn config_of(scenario: &Scenario) -> Config {
         resync_period: None,
         max_wait_for_unmount: s.max_wait_for_unmount,
         force_detach_on_timeout: s.force_detach_on_timeout,
+        backend_load: s.backend_load,
         upstream_bugs: UpstreamBugs {
             c1_lose_report_on_failed_detach: on(UpstreamBug::C1),
             c2_ignore_uncertain_holder: on(UpstreamBug::C2),
@@ -88,6 +89,7 @@ pub fn config_of(scenario: &Scenario) -> Config {
             c5_detach_before_status_ack: on(UpstreamBug::C5),
             c6_diff_against_stale_read: on(UpstreamBug::C6),
             l1_await_unplanned_ack: on(UpstreamBug::L1),
+            l2_shared_backend_queue: on(UpstreamBug::L2),
         },
         ..Config::default()
     }

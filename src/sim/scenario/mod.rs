@@ -21,6 +21,11 @@
 //!                          detach-latency 200ms, status-latency 10ms, seed 0 (u64;
 //!                          non-zero: backend and store latencies vary by ±50%,
 //!                          reproducibly)
+//! set max-attaches <n>     backend load (off by default): at most n attach calls at once,
+//! set max-detaches <n>     at most n detaches at once (from their fresh read to their call),
+//! set backend-rate <every> <burst>
+//!                          and a token bucket on both: one token every <every>, at most
+//!                          <burst> tokens (see `Config::backend_load`)
 //! set upstream-bug <c1..c6|l1> on|off
 //!                          re-enable the reproduction of an upstream bug (l1: our
 //!                          own late-attach leak of issue 9)
