@@ -26,9 +26,10 @@
 //! set backend-rate <every> <burst>
 //!                          and a token bucket on both: one token every <every>, at most
 //!                          <burst> tokens (see `Config::backend_load`)
-//! set upstream-bug <c1..c6|l1> on|off
+//! set upstream-bug <c1..c6|l1|l2> on|off
 //!                          re-enable the reproduction of an upstream bug (l1: our
-//!                          own late-attach leak of issue 9)
+//!                          own late-attach leak of issue 9; l2: one shared queue and
+//!                          limit for attaches and detaches, a single worker pool)
 //! node <name>
 //! volume <name> single-node|multi-node
 //! at <time> pod <p> on <node> uses <v>[,<v>...]

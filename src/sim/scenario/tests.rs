@@ -593,7 +593,7 @@ fn each_error_names_its_line() {
         (
             "set upstream-bug c7 on",
             5,
-            unexpected("`c1`, `c2`, `c3`, `c4`, `c5`, `c6` or `l1`", "c7"),
+            unexpected("`c1`, `c2`, `c3`, `c4`, `c5`, `c6`, `l1` or `l2`", "c7"),
         ),
         ("set upstream-bug c1", 5, missing("`on` or `off`")),
         (
