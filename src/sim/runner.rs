@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::SimIds;
-use super::backend::SimBackend;
+use super::backend::{CallLoad, SimBackend};
 use super::panics::{self, Tasks};
 use super::scenario::{Action, CallOp, Expectation, MAX_DURATION, PodState, Scenario, UpstreamBug};
 use super::store::SimStore;
@@ -327,6 +327,7 @@ impl Sim {
             detach_latency: scenario.settings.detach_latency,
             tasks: tasks.clone(),
             sabotaged: sabotage == Sabotage::BackendEffect,
+            load: CallLoad::new(&config_of(scenario)),
         };
         let (forward, forward_rx) = mpsc::unbounded_channel();
         Sim {
@@ -404,7 +405,9 @@ impl Sim {
         });
         let controller = match Controller::new(
             self.config.clone(),
-            Arc::new(self.backend.clone()),
+            // Each controller counts the calls it awaits afresh: a restarted one's lost calls
+            // are no longer its own.
+            Arc::new(self.backend.for_new_controller()),
             store,
             self.snapshot(),
         ) {
