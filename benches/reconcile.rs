@@ -506,7 +506,10 @@ fn bench_admission(c: &mut Criterion, off: &mut Cluster) {
         up.iter().all(|p| p[0] <= 16) && down.iter().all(|p| p[1] <= 16),
         "no pass starts more than a class's slots: {up:?} {down:?}"
     );
-    assert!(up.len() > off.burst(64).0.len(), "the limit spreads the burst");
+    assert!(
+        up.len() > off.burst(64).0.len(),
+        "the limit spreads the burst"
+    );
     for (name, cl) in [("limits_off", &mut *off), ("limits_on", &mut on)] {
         group.bench_function(BenchmarkId::new(format!("move/{name}"), size), |b| {
             b.iter(|| black_box(cl.move_one()))

@@ -377,7 +377,12 @@ impl<D: Domain> Admission<D> {
     /// whether it may. One admitted to its read turns its reservation into a call; one that
     /// was not (its read started before an earlier episode of it ended) is admitted now or
     /// queued, and then reads again when its turn comes.
-    pub(crate) fn call_detach(&mut self, volume: &D::Volume, node: &D::Node, now: Duration) -> bool {
+    pub(crate) fn call_detach(
+        &mut self,
+        volume: &D::Volume,
+        node: &D::Node,
+        now: Duration,
+    ) -> bool {
         if !self.gated(Class::Detach) {
             self.detach.calls += 1;
             return true;
@@ -478,7 +483,11 @@ impl<D: Domain> Admission<D> {
         if !ready {
             return None;
         }
-        Some(self.bucket.as_ref().map_or(Duration::ZERO, Bucket::next_token))
+        Some(
+            self.bucket
+                .as_ref()
+                .map_or(Duration::ZERO, Bucket::next_token),
+        )
     }
 
     /// The load at `now`.
@@ -604,7 +613,11 @@ mod tests {
         }
         assert!(!a.admit(Class::Attach, &"v1", &"n", ms(9)), "no overtaking");
         assert_eq!(a.stats(ms(10)).attach.queued, 3, "asked twice, queued once");
-        assert_eq!(a.stats(ms(10)).attach.oldest_wait, ms(10), "from its first time");
+        assert_eq!(
+            a.stats(ms(10)).attach.oldest_wait,
+            ms(10),
+            "from its first time"
+        );
         assert_eq!(a.offer(Class::Attach, ms(10)), None, "no slot");
         assert_eq!(a.wake(), None);
         a.finished(Class::Attach);
@@ -619,7 +632,10 @@ mod tests {
         assert_eq!(a.offer(Class::Attach, ms(12)), Some(("v2", "n")));
         a.withdraw(Class::Attach);
         assert_eq!(a.offer(Class::Attach, ms(12)), Some(("v3", "n")));
-        assert!(!a.admit(Class::Attach, &"v9", &"n", ms(12)), "v3 is offered");
+        assert!(
+            !a.admit(Class::Attach, &"v9", &"n", ms(12)),
+            "v3 is offered"
+        );
         assert!(a.admit(Class::Attach, &"v3", &"n", ms(12)));
         a.withdraw(Class::Attach);
         assert_eq!(a.stats(ms(12)).attach.queued, 1, "v9 waits");
@@ -634,8 +650,14 @@ mod tests {
         let mut a: Admission<T> = Admission::new(load, false);
         assert!(a.admit(Class::Detach, &"v1", &"n", ms(0)));
         assert!(a.admit(Class::Detach, &"v2", &"n", ms(0)));
-        assert!(!a.admit(Class::Detach, &"v3", &"n", ms(0)), "both slots reading");
-        assert!(a.admit(Class::Detach, &"v1", &"n", ms(1)), "admitted once, reads again");
+        assert!(
+            !a.admit(Class::Detach, &"v3", &"n", ms(0)),
+            "both slots reading"
+        );
+        assert!(
+            a.admit(Class::Detach, &"v1", &"n", ms(1)),
+            "admitted once, reads again"
+        );
         a.reading(&"n", [&"v1", &"v2"].into_iter(), OpId(7));
         // The read cleared v1: its call never waits for admission.
         assert!(a.call_detach(&"v1", &"n", ms(2)));
@@ -664,7 +686,10 @@ mod tests {
         assert!(a.call_detach(&"v1", &"n", ms(0)));
         a.finished(Class::Detach);
         assert_eq!(a.offer(Class::Detach, ms(1)), Some(("v2", "n")));
-        assert!(a.call_detach(&"v2", &"n", ms(1)), "offered: admitted and called");
+        assert!(
+            a.call_detach(&"v2", &"n", ms(1)),
+            "offered: admitted and called"
+        );
         assert_eq!(a.stats(ms(1)).detach.in_flight, 1);
     }
 

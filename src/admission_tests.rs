@@ -47,7 +47,12 @@ impl Slow {
                 _ => self.h.ok(op),
             }
         }
-        let count = |kind| self.pending.iter().filter(|(_, op)| op.kind() == kind).count();
+        let count = |kind| {
+            self.pending
+                .iter()
+                .filter(|(_, op)| op.kind() == kind)
+                .count()
+        };
         let (attaching, detaching) = (count(OpKind::Attach), count(OpKind::Detach));
         self.peak = (self.peak.0.max(attaching), self.peak.1.max(detaching));
         let stats = self.h.r.backend_queue(self.h.now);
@@ -58,7 +63,10 @@ impl Slow {
         );
         let load = self.limits();
         if let Some(max) = load.max_attaches {
-            assert!(attaching <= max, "{attaching} attaches under way, limit {max}");
+            assert!(
+                attaching <= max,
+                "{attaching} attaches under way, limit {max}"
+            );
         }
         if let Some(max) = load.max_detaches {
             assert!(
@@ -68,8 +76,9 @@ impl Slow {
             );
         }
         let now = self.h.now;
-        let (done, rest): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut self.pending).into_iter().partition(|(due, _)| *due <= now);
+        let (done, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|(due, _)| *due <= now);
         self.pending = rest;
         for (_, op) in done {
             self.h.ok(op);
@@ -171,7 +180,10 @@ fn queued_attaches_go_in_arrival_order_not_name_order() {
     assert_eq!(order, expected);
     // One at a time, each starting once the one before it ended.
     let times: Vec<_> = s.calls.iter().map(|(t, _)| *t).collect();
-    assert!(times.windows(2).all(|w| w[1] >= w[0] + secs(1)), "{times:?}");
+    assert!(
+        times.windows(2).all(|w| w[1] >= w[0] + secs(1)),
+        "{times:?}"
+    );
 }
 
 #[test]
@@ -237,7 +249,10 @@ fn a_detach_held_back_by_its_read_gives_its_slot_to_the_next() {
     s.h.unpod(name("p", 2));
     s.h.unpod(name("p", 3));
     s.run(secs(12));
-    assert!(!s.attached("v2", "n1"), "v2 got the slot v1's read gave back");
+    assert!(
+        !s.attached("v2", "n1"),
+        "v2 got the slot v1's read gave back"
+    );
     assert!(s.attached("v1", "n1"));
     let stats = s.h.r.backend_queue(s.h.now);
     assert_eq!(stats.detach.in_flight, 0);

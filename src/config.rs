@@ -200,7 +200,11 @@ impl Config {
         if let Some(field) = self.backend_load.zero_field() {
             return Err(ConfigError::ZeroBackendLimit { field });
         }
-        if self.backend_load.rate.is_some_and(|rate| rate.every.is_zero()) {
+        if self
+            .backend_load
+            .rate
+            .is_some_and(|rate| rate.every.is_zero())
+        {
             return Err(ConfigError::ZeroRateInterval);
         }
         Ok(())

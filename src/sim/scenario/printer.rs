@@ -69,7 +69,12 @@ impl fmt::Display for Scenario {
             writeln!(f, "set max-detaches {max}")?;
         }
         if let Some(rate) = load.rate {
-            writeln!(f, "set backend-rate {} {}", format_duration(rate.every), rate.burst)?;
+            writeln!(
+                f,
+                "set backend-rate {} {}",
+                format_duration(rate.every),
+                rate.burst
+            )?;
         }
         for bug in &settings.upstream_bugs {
             writeln!(f, "set upstream-bug {bug} on")?;
