@@ -33,7 +33,7 @@ struct Input {
     seed: u8,
     /// Backend load limits, sometimes: attaches, detaches (1 to 3 each), and a token bucket
     /// (a token every 100 ms times the third, bursts of 1 to 3; none when it is 0). The sim
-    /// checks I5 (no class over its limit) on every call, and I3 that everything settles.
+    /// checks I6 (no class over its limit) on every call, and I3 that everything settles.
     limits: Option<(u8, u8, u8, u8)>,
     events: Vec<(u8, Event)>,
 }

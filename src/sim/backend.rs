@@ -35,7 +35,7 @@ pub(crate) struct SimBackend {
     pub(crate) load: CallLoad,
 }
 
-/// I5: the attach and detach calls one controller awaits at once stay within
+/// I6: the attach and detach calls one controller awaits at once stay within
 /// `Config::backend_load` (per class; with upstream-bug `l2`, their sum within the sum).
 #[derive(Clone, Debug)]
 pub(crate) struct CallLoad {
@@ -65,12 +65,12 @@ impl CallLoad {
             let limit = self.limits.iter().flatten().sum::<usize>();
             let total = awaited[0] + awaited[1];
             return (self.limits.iter().any(Option::is_some) && total > limit).then(|| {
-                format!("I5: {total} attach and detach calls under way, shared limit {limit}")
+                format!("I6: {total} attach and detach calls under way, shared limit {limit}")
             });
         }
         let limit = self.limits[class]?;
         (awaited[class] > limit)
-            .then(|| format!("I5: {} {op} calls under way, limit {limit}", awaited[class]))
+            .then(|| format!("I6: {} {op} calls under way, limit {limit}", awaited[class]))
     }
 
     fn class(op: CallOp) -> usize {

@@ -20,7 +20,7 @@
 //!   may be detached from them on a guess), and for a volume whose unmount hangs. A live node
 //!   is up, has its object, its agent reports, and the backend reaches it;
 //! - **I4** no detach while the node's status still lists the volume for a live agent;
-//! - **I5** the attach and the detach calls a controller awaits at once stay within
+//! - **I6** the attach and the detach calls a controller awaits at once stay within
 //!   `Config::backend_load`'s limits, each class its own.
 //!
 //! A panic anywhere in a run (the controller's task, the simulated backend or store, the
