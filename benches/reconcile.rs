@@ -1,5 +1,6 @@
 //! The pure core at orchestrator scale: idle pass against upstream's full scan, churn per
-//! workload move, status-write batching, and memory per attachment.
+//! workload move, status-write batching, memory per attachment, and the cost of backend load
+//! admission (`Config::backend_load`) on a move and on a queued burst.
 //!
 //! `cargo bench --features internals --bench reconcile` measures; with `-- --test` (or
 //! `cargo test --features internals --benches`) it runs every benchmark once on the smaller
@@ -17,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use attach_detach::Ids;
-use attach_detach::config::Config;
+use attach_detach::config::{BackendLoad, Config, RateLimit};
 use attach_detach::core::{
     Access, AttachState, Input, NodeFacts, OpKind, Operation, Reconciler, VolumeSpec,
 };
@@ -222,10 +223,31 @@ fn schedule(w: u32, node: u32) -> Input<T> {
     }
 }
 
+/// 16 attaches and 16 detaches at once, 1,000 calls a second in bursts of 1,000: the slots
+/// bind, and every admission also takes a token. (A slower bucket would make building the
+/// cluster, one token at a time, take more passes than `drive` allows.)
+fn limited() -> Config {
+    Config {
+        backend_load: BackendLoad {
+            max_attaches: Some(16),
+            max_detaches: Some(16),
+            rate: Some(RateLimit {
+                every: Duration::from_millis(1),
+                burst: 1_000,
+            }),
+        },
+        ..config()
+    }
+}
+
 impl Cluster {
     fn build(size: u32) -> Cluster {
+        Cluster::build_with(size, config())
+    }
+
+    fn build_with(size: u32, config: Config) -> Cluster {
         let nodes = size.div_ceil(VOLUMES_PER_NODE);
-        let mut r = Reconciler::<T>::new(config());
+        let mut r = Reconciler::<T>::new(config);
         for n in 0..nodes {
             r.handle(Input::NodeUpdated {
                 node: n,
@@ -468,6 +490,38 @@ fn bench_sync(c: &mut Criterion, clusters: &mut [Cluster]) {
     group.finish();
 }
 
+/// The admission's cost on the hot path: the same move, and the same burst of 64 attaches on
+/// one node, with the limits off and on (at 16 at a time, the burst queues and is served in
+/// four rounds). Criterion's figures are the comparison; nothing is asserted about time.
+fn bench_admission(c: &mut Criterion, off: &mut Cluster) {
+    let size = off.size;
+    let mut on = Cluster::build_with(size, limited());
+    let mut group = c.benchmark_group("admission");
+    // A single move never waits for admission: the same passes as without limits.
+    assert_eq!(on.move_one(), off.move_one());
+    let (up, down) = on.burst(64);
+    let attaches: usize = up.iter().map(|p| p[0]).sum();
+    let detaches: usize = down.iter().map(|p| p[1]).sum();
+    assert_eq!((attaches, detaches), (64, 64));
+    assert!(
+        up.iter().all(|p| p[0] <= 16) && down.iter().all(|p| p[1] <= 16),
+        "no pass starts more than a class's slots: {up:?} {down:?}"
+    );
+    assert!(
+        up.len() > off.burst(64).0.len(),
+        "the limit spreads the burst"
+    );
+    for (name, cl) in [("limits_off", &mut *off), ("limits_on", &mut on)] {
+        group.bench_function(BenchmarkId::new(format!("move/{name}"), size), |b| {
+            b.iter(|| black_box(cl.move_one()))
+        });
+        group.bench_function(BenchmarkId::new(format!("burst_64/{name}"), size), |b| {
+            b.iter(|| black_box(cl.burst(64)))
+        });
+    }
+    group.finish();
+}
+
 fn bench_status_burst(c: &mut Criterion, cl: &mut Cluster) {
     let mut group = c.benchmark_group("status_burst");
     for k in [1, 30, 300] {
@@ -590,6 +644,11 @@ fn main() {
 
     bench_idle(&mut c, &mut clusters);
     bench_churn(&mut c, &mut clusters);
+    let at_10k = clusters
+        .iter_mut()
+        .find(|cl| cl.size == 10_000)
+        .expect("10k is always built");
+    bench_admission(&mut c, at_10k);
     let at_150k = clusters
         .iter_mut()
         .find(|cl| cl.size == 150_000)

@@ -16,6 +16,8 @@ pub(crate) use crate::upstream_bugs::UpstreamBugs;
 #[cfg(feature = "upstream-bugs")]
 pub use crate::upstream_bugs::UpstreamBugs;
 
+pub use crate::admission::{BackendLoad, RateLimit};
+
 /// How the core paces itself and how far it may go to free a volume, and how long the driver
 /// waits for each call to the outside.
 ///
@@ -94,6 +96,9 @@ pub struct Config {
     pub stuck_after: Duration,
     /// Retry pacing of failed operations.
     pub backoff: BackoffConfig,
+    /// Concurrency limits per class (attach, detach) and a rate limit on backend calls, with
+    /// first-come-first-served queues; unbounded by default. See [`BackendLoad`].
+    pub backend_load: BackendLoad,
     /// How long the driver waits for each kind of call to the backend or the store before it
     /// gives up on it. Not used by the core.
     pub call_timeouts: CallTimeouts,
@@ -117,6 +122,7 @@ impl Default for Config {
             pending_workload_warning: Duration::from_secs(2 * 60),
             stuck_after: Duration::from_secs(10 * 60),
             backoff: BackoffConfig::default(),
+            backend_load: BackendLoad::UNBOUNDED,
             call_timeouts: CallTimeouts::default(),
             #[cfg(feature = "upstream-bugs")]
             upstream_bugs: UpstreamBugs::default(),
@@ -141,7 +147,9 @@ impl Config {
     /// `reconcile_period` together with a zero `backoff.initial` (a failing call would be
     /// retried in a busy loop, hundreds of thousands of calls a second); `backoff.initial`
     /// longer than `backoff.max`; a zero `sync_period` (every pass would verify every
-    /// attachment); a zero call timeout (every such call would fail at once).
+    /// attachment); a zero call timeout (every such call would fail at once); a zero
+    /// [`BackendLoad`] limit or burst (no call of its class could ever start); a zero
+    /// `backend_load.rate.every`.
     ///
     /// ```
     /// use std::time::Duration;
@@ -167,6 +175,11 @@ impl Config {
         ]
         .into_iter()
         .chain(self.resync_period.map(|period| ("resync_period", period)))
+        .chain(
+            self.backend_load
+                .rate
+                .map(|rate| ("backend_load.rate.every", rate.every)),
+        )
         .chain(self.call_timeouts.fields());
         for (field, value) in durations {
             if value > Self::MAX_DURATION {
@@ -193,6 +206,16 @@ impl Config {
         }
         if let Some((field, _)) = self.call_timeouts.fields().find(|(_, t)| t.is_zero()) {
             return Err(ConfigError::ZeroCallTimeout { field });
+        }
+        if let Some(field) = self.backend_load.zero_field() {
+            return Err(ConfigError::ZeroBackendLimit { field });
+        }
+        if self
+            .backend_load
+            .rate
+            .is_some_and(|rate| rate.every.is_zero())
+        {
+            return Err(ConfigError::ZeroRateInterval);
         }
         Ok(())
     }
@@ -244,6 +267,17 @@ pub enum ConfigError {
         /// The setting.
         field: &'static str,
     },
+    /// A backend load limit (`backend_load.max_attaches`, `backend_load.max_detaches`,
+    /// `backend_load.rate.burst`) is zero: no call of its class could ever start, and every
+    /// workload needing one would wait for ever.
+    #[error("{field} is zero: no such backend call could ever start (use None for no limit)")]
+    ZeroBackendLimit {
+        /// The setting.
+        field: &'static str,
+    },
+    /// `backend_load.rate.every` is zero: a token every instant is no rate at all.
+    #[error("backend_load.rate.every is zero: that is no rate limit (use rate: None for none)")]
+    ZeroRateInterval,
 }
 
 /// The kinds of call the driver makes to the outside, each with its own deadline in
@@ -630,6 +664,84 @@ mod tests {
                 config.validate(),
                 Err(ConfigError::ZeroCallTimeout { field })
             );
+        }
+    }
+
+    #[test]
+    fn zero_backend_load_limits_are_refused_by_name() {
+        let rate = RateLimit {
+            every: Duration::from_millis(100),
+            burst: 5,
+        };
+        let cases = [
+            (
+                BackendLoad {
+                    max_attaches: Some(0),
+                    ..BackendLoad::UNBOUNDED
+                },
+                Err(ConfigError::ZeroBackendLimit {
+                    field: "backend_load.max_attaches",
+                }),
+            ),
+            (
+                BackendLoad {
+                    max_detaches: Some(0),
+                    ..BackendLoad::UNBOUNDED
+                },
+                Err(ConfigError::ZeroBackendLimit {
+                    field: "backend_load.max_detaches",
+                }),
+            ),
+            (
+                BackendLoad {
+                    rate: Some(RateLimit { burst: 0, ..rate }),
+                    ..BackendLoad::UNBOUNDED
+                },
+                Err(ConfigError::ZeroBackendLimit {
+                    field: "backend_load.rate.burst",
+                }),
+            ),
+            (
+                BackendLoad {
+                    rate: Some(RateLimit {
+                        every: Duration::ZERO,
+                        ..rate
+                    }),
+                    ..BackendLoad::UNBOUNDED
+                },
+                Err(ConfigError::ZeroRateInterval),
+            ),
+            (
+                BackendLoad {
+                    rate: Some(RateLimit {
+                        every: Duration::MAX,
+                        ..rate
+                    }),
+                    ..BackendLoad::UNBOUNDED
+                },
+                Err(ConfigError::TooLarge {
+                    field: "backend_load.rate.every",
+                    value: Duration::MAX,
+                }),
+            ),
+            (
+                BackendLoad {
+                    max_attaches: Some(1),
+                    max_detaches: Some(1),
+                    rate: Some(RateLimit {
+                        every: Config::MAX_DURATION,
+                        burst: 1,
+                    }),
+                },
+                Ok(()),
+            ),
+        ];
+        for (backend_load, expected) in cases {
+            let config = Config {
+                backend_load,
+                ..Config::default()
+            };
+            assert_eq!(config.validate(), expected, "{backend_load:?}");
         }
     }
 

@@ -212,6 +212,7 @@
 #![deny(missing_docs)]
 
 mod actual;
+mod admission;
 mod backend;
 mod capacity;
 pub mod config;
@@ -277,6 +278,9 @@ pub mod core {
     pub use crate::actual::{ActualState, AttachState, Attachment};
     pub use crate::desired::{DesiredState, Missing, PendingWorkload};
     pub use crate::status::StatusBook;
+
+    // Backend load, queued under `Config::backend_load`.
+    pub use crate::admission::{ClassStats, QueueStats};
 }
 
 pub mod traits {

@@ -10,6 +10,7 @@ use thiserror::Error;
 use tracing::{debug, info, warn};
 
 use crate::actual::{ActualState, AttachState, NodeFacts};
+use crate::admission::{Admission, Class};
 use crate::backend::{AttachInfo, BackendAttachment, BackendError};
 use crate::capacity::NodeCapacity;
 use crate::config::{Config, UpstreamBugs};
@@ -238,6 +239,8 @@ pub struct Reconciler<D: Domain> {
     released: BTreeSet<(D::Volume, D::Node)>,
     /// Detaches named in an [`Event::DetachStuck`], until their episode ends.
     stuck: BTreeSet<(D::Node, D::Volume)>,
+    /// Backend load: slots per class, the token bucket, the queues (`Config::backend_load`).
+    admission: Admission<D>,
 }
 
 impl<D: Domain> Reconciler<D> {
@@ -254,6 +257,13 @@ impl<D: Domain> Reconciler<D> {
             cache_consulted: BTreeSet::new(),
             read_last: BTreeSet::new(),
             gate: OperationGate::new(config.backoff),
+            admission: Admission::new(config.backend_load, {
+                #[cfg(feature = "upstream-bugs")]
+                let shared = config.upstream_bugs.l2_shared_backend_queue;
+                #[cfg(not(feature = "upstream-bugs"))]
+                let shared = false;
+                shared
+            }),
             desired: DesiredState::new(&config),
             config,
             actual: ActualState::default(),
@@ -825,6 +835,7 @@ impl<D: Domain> Reconciler<D> {
         if slot {
             self.capacity.attach_ended(&node);
         }
+        self.admission.finished(Class::Attach);
         // The key the attach holds, from the access mode it was planned under.
         let key = gate_key::<D>(access, &volume, &node);
         match result {
@@ -908,6 +919,7 @@ impl<D: Domain> Reconciler<D> {
             unreachable!("kind checked by take_op");
         };
         self.changed(&volume, &node);
+        self.admission.finished(Class::Detach);
         let key = gate_key::<D>(access, &volume, &node);
         match result {
             Ok(()) => {
@@ -1296,7 +1308,10 @@ impl<D: Domain> Reconciler<D> {
             has_work,
             !self.actual.is_empty(),
             self.desired.node_count() > 0,
-            self.desired.next_pending_wake(),
+            [self.desired.next_pending_wake(), self.admission.wake()]
+                .into_iter()
+                .flatten()
+                .min(),
             self.config.reconcile_period,
         )
     }
@@ -1332,7 +1347,9 @@ impl<D: Domain> Reconciler<D> {
         if due.resync {
             self.plan_list(&mut ops);
         }
-        let dirty = self.schedule.take_dirty();
+        let mut dirty = self.schedule.take_dirty();
+        // Queued attaches and detaches first, in their order, while capacity lasts.
+        self.admit_queued(now, &mut dirty, &mut ops);
         for volume in &dirty {
             self.reconcile_volume(now, volume, &mut ops);
         }
@@ -1345,6 +1362,7 @@ impl<D: Domain> Reconciler<D> {
         if !self.cleared.is_empty() {
             self.cleared.clear();
         }
+        self.release_idle_slots();
         ops
     }
 
@@ -1358,6 +1376,7 @@ impl<D: Domain> Reconciler<D> {
         trim_map(&mut self.awaiting_ack);
         self.gate.trim();
         self.capacity.trim();
+        self.admission.trim();
     }
 
     fn next_op_id(&mut self) -> OpId {
@@ -1536,6 +1555,11 @@ impl<D: Domain> Reconciler<D> {
             }
         }
         if step == Step::ReadNode {
+            // A claim makes no backend call: backend load does not hold it back.
+            if spec.attach_required && !self.admission.admit(Class::Detach, volume, node, now) {
+                // Queued: a pass admits it to its read when its turn comes.
+                return;
+            }
             // Nothing irreversible on a view of unknown age: the node's next status pass plans
             // the read (this pass, if nothing runs for the node).
             self.status.mark(node.clone());
@@ -1544,6 +1568,10 @@ impl<D: Domain> Reconciler<D> {
                 Some(check) => check.1 = force,
                 None => waiting.push((volume.clone(), force)),
             }
+            return;
+        }
+        if spec.attach_required && !self.admission.call_detach(volume, node, now) {
+            // Its read began before an earlier episode of it ended: queued, it reads again.
             return;
         }
         if !self.blocked.is_empty() {
@@ -1556,6 +1584,10 @@ impl<D: Domain> Reconciler<D> {
                 // The operator vouched the backend no longer has it, and a fresh read just
                 // showed the node still fenced: forget it, with no call.
                 info!(volume = ?volume, node = ?node, "forgetting a released attachment");
+                // No call after all: the detach slot it was given is free again.
+                if spec.attach_required {
+                    self.admission.finished(Class::Detach);
+                }
                 self.detached(volume, node);
                 self.events.push(Event::VolumeReleased {
                     volume: volume.clone(),
@@ -1713,14 +1745,19 @@ impl<D: Domain> Reconciler<D> {
                 // already holds it.
                 let slot = here.is_none();
                 debug_assert!(spec.attach_required);
-                if !slot {
-                    self.actual.attach_planned(volume, node);
-                }
                 if slot {
                     if let Some(reason) = self.no_room(now, volume, node) {
                         return self.wait_for_room(volume, node, reason);
                     }
+                }
+                if !self.admission.admit(Class::Attach, volume, node, now) {
+                    // Queued: a pass offers it capacity when its turn comes.
+                    return;
+                }
+                if slot {
                     self.capacity.attach_started(node);
+                } else {
+                    self.actual.attach_planned(volume, node);
                 }
                 self.gate.start(key);
                 let id = self.next_op_id();
@@ -2045,6 +2082,8 @@ impl<D: Domain> Reconciler<D> {
     ) {
         self.gate.start(GateKey::Status(node.clone()));
         let id = self.next_op_id();
+        self.admission
+            .reading(&node, checks.iter().map(|(v, _)| v), id);
         self.in_flight.insert(
             id,
             InFlight::ReadStatus {
@@ -2074,6 +2113,8 @@ fn unseen<'a, T: Id>(all: impl Iterator<Item = &'a T>, seen: &FxHashSet<T>) -> V
     gone
 }
 
+#[path = "admission_pass.rs"]
+mod admission_pass;
 #[cfg(test)]
 #[path = "store_protocol_tests.rs"]
 mod store_protocol_tests;

@@ -14,6 +14,9 @@ type T = Ids<&'static str, &'static str, &'static str>;
 
 const TICK: Duration = Duration::from_millis(100);
 
+#[path = "admission_tests.rs"]
+mod admission_tests;
+
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
@@ -2280,4 +2283,56 @@ fn an_attach_that_may_still_land_cannot_be_released() {
             reason: ReleaseRefusal::AttachMayLand
         })
     );
+}
+
+#[test]
+fn claims_and_releases_leave_no_backend_slot_taken() {
+    use crate::config::BackendLoad;
+    let mut h = H::new(Config {
+        backend_load: BackendLoad {
+            max_attaches: Some(1),
+            max_detaches: Some(1),
+            rate: None,
+        },
+        ..Config::default()
+    });
+    h.node("n1", &[]);
+    h.node("n2", &[]);
+    h.input(Input::SetVolume {
+        volume: "share",
+        spec: VolumeSpec::single_node(()).without_attach(),
+    });
+    h.rwo("v1");
+    // The claim moves back and forth; none of it takes the one detach slot.
+    for (pod, node) in [("p1", "n1"), ("p2", "n2"), ("p3", "n1")] {
+        h.pod(pod, node, &["share"]);
+        h.run_ok(secs(2));
+        assert_eq!(h.r.actual().state(&"share", &node), AttachState::Attached);
+        h.unpod(pod);
+    }
+    // An operator's release from a fenced node gives its slot back too.
+    h.pod("p4", "n1", &["v1"]);
+    h.run_ok(secs(2));
+    h.facts("n1", false, true, Some(&["v1"]));
+    h.unpod("p4");
+    let detach = h.run_until_taking(OpKind::Detach);
+    h.fail(detach, transient());
+    h.input(Input::ReleaseVolume {
+        volume: "v1",
+        node: "n1",
+    });
+    h.run_ok(secs(2));
+    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
+    let q = h.r.backend_queue(h.now);
+    assert_eq!(
+        (q.detach.in_flight, q.detach.reserved, q.detach.queued),
+        (0, 0, 0)
+    );
+    // And a real detach still gets the slot.
+    h.facts("n1", true, false, Some(&[]));
+    h.pod("p5", "n1", &["v1"]);
+    h.run_ok(secs(2));
+    h.unpod("p5");
+    let planned = h.run_ok(secs(2));
+    assert!(planned.contains(&"detach v1 n1".to_string()), "{planned:?}");
 }

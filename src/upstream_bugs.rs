@@ -33,6 +33,12 @@ pub struct UpstreamBugs {
     /// left) waits for a status write, although the wanted list already equals the stored one
     /// and so no write is ever planned. The volume stays attached forever.
     pub l1_await_unplanned_ack: bool,
+    /// L2: not upstream's reconciler (which limits nothing), but the shape of a single worker
+    /// pool, as CSI's external-attacher has (`--worker-threads`): with `Config::backend_load`
+    /// set, attaches and detaches share one queue and one limit (the sum of the two), first
+    /// come first served, so a burst of attaches queues the detaches that free volumes behind
+    /// it. Put back to show the burst scenario catches it.
+    pub l2_shared_backend_queue: bool,
 }
 
 impl UpstreamBugs {
@@ -45,5 +51,6 @@ impl UpstreamBugs {
         c5_detach_before_status_ack: false,
         c6_diff_against_stale_read: false,
         l1_await_unplanned_ack: false,
+        l2_shared_backend_queue: false,
     };
 }

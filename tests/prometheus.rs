@@ -9,7 +9,7 @@ use prometheus_client::registry::Registry;
 use tokio::time::sleep;
 
 use attach_detach::Ids;
-use attach_detach::config::Config;
+use attach_detach::config::{BackendLoad, Config, RateLimit};
 use attach_detach::controller::{Controller, ControllerHandle, World};
 use attach_detach::core::{Input, Kind, NodeFacts, VolumeSpec};
 use attach_detach::memory::{BackendOp, MemoryBackend, MemoryStore};
@@ -276,4 +276,69 @@ async fn the_gauges_follow_a_call_in_flight_and_the_queue() {
         "1"
     );
     assert_eq!(value(&text, "embedder_attach_detach_inputs_queued"), "0");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_backend_load_gauges_show_the_queue_and_its_oldest_wait() {
+    let backend = MemoryBackend::<D>::new().with_latency(Duration::from_secs(4));
+    let store = MemoryStore::<D>::new();
+    store.add_node(A);
+    let world = World::new()
+        .volume("vol-1", VolumeSpec::single_node(()))
+        .volume("vol-2", VolumeSpec::single_node(()))
+        .volume("vol-3", VolumeSpec::single_node(()))
+        .node(A, NodeFacts::default())
+        .workload("w1", A, ["vol-1"])
+        .workload("w2", A, ["vol-2"])
+        .workload("w3", A, ["vol-3"]);
+    let config = Config {
+        backend_load: BackendLoad {
+            max_attaches: Some(1),
+            max_detaches: Some(1),
+            rate: Some(RateLimit {
+                every: Duration::from_secs(1),
+                burst: 5,
+            }),
+        },
+        ..Config::default()
+    };
+    let controller =
+        Controller::new(config, Arc::new(backend.clone()), Arc::new(store), world).unwrap();
+    let mut registry = Registry::default();
+    let (handle, task) = controller.spawn();
+    handle.register_metrics(&mut registry);
+    // The recovery listing takes 4 s, then one attach at a time, 4 s each: 3 s into the first.
+    sleep(Duration::from_secs(7)).await;
+    let text = scrape(&registry);
+    let attach = |name: &str| value(&text, &format!("{name}{{class=\"attach\"}}"));
+    let detach = |name: &str| value(&text, &format!("{name}{{class=\"detach\"}}"));
+    assert_eq!(attach("attach_detach_backend_slots_used"), "1");
+    assert_eq!(attach("attach_detach_backend_queued"), "2");
+    // Queued in the pass that started the first attach: it has waited as long as that ran.
+    assert_eq!(
+        attach("attach_detach_backend_oldest_wait_seconds"),
+        value(&text, "attach_detach_oldest_operation_age_seconds")
+    );
+    assert_eq!(detach("attach_detach_backend_queued"), "0");
+    assert_eq!(detach("attach_detach_backend_oldest_wait_seconds"), "0.0");
+    assert_eq!(value(&text, "attach_detach_backend_tokens"), "4");
+    let snapshot = handle.metrics();
+    assert_eq!(snapshot.backend_queue.attach.queued, 2);
+    // Two more attaches, 4 s each, then everything is attached and nothing waits.
+    sleep(Duration::from_secs(10)).await;
+    assert_eq!(backend.attachments().len(), 3);
+    let text = scrape(&registry);
+    assert_eq!(
+        value(&text, "attach_detach_backend_queued{class=\"attach\"}"),
+        "0"
+    );
+    assert_eq!(
+        value(
+            &text,
+            "attach_detach_backend_oldest_wait_seconds{class=\"attach\"}"
+        ),
+        "0.0"
+    );
+    handle.shutdown(Duration::ZERO).await.unwrap();
+    task.await.unwrap();
 }

@@ -64,6 +64,8 @@ fn each_correction_scenario_fails_with_its_upstream_bug() {
         ("detach-waits-for-status-ack", UpstreamBug::C5),
         ("seed-002-stale-status-cache", UpstreamBug::C6),
         ("attach-lands-after-workload-left", UpstreamBug::L1),
+        // One queue and one limit for attaches and detaches: the detaches wait for the burst.
+        ("detaches-progress-during-an-attach-burst", UpstreamBug::L2),
         // An uncertain (timed-out) detach from a node the backend cannot reach still holds
         // the volume.
         ("backend-partition-one-node", UpstreamBug::C2),

@@ -5,13 +5,19 @@
 
 use arbitrary::Arbitrary;
 use attach_detach::sim::model::{PlanStep, StateOp, check_planner, check_state_ops};
-use attach_detach::config::{Config, UpstreamBugs};
+use std::time::Duration;
+
+use attach_detach::config::{BackendLoad, Config, RateLimit, UpstreamBugs};
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]
 enum Input {
     State(Vec<StateOp>),
     Plan(Vec<PlanStep>),
+    /// A history under small backend load limits (attaches, detaches, a token every 100 ms
+    /// times the third, bursts of the fourth, none when zero): no class over its limit, and
+    /// everything settles.
+    Limited(u8, u8, u8, u8, Vec<PlanStep>),
 }
 
 /// PLANT_BUG=c1..c5 switches an upstream bug back in, to measure how fast it is found (c6 lives
@@ -35,6 +41,17 @@ fuzz_target!(|input: Input| {
     let result = match &input {
         Input::State(ops) => check_state_ops(ops),
         Input::Plan(steps) => check_planner(steps, config()),
+        Input::Limited(attaches, detaches, every, burst, steps) => {
+            let backend_load = BackendLoad {
+                max_attaches: Some(1 + usize::from(attaches % 3)),
+                max_detaches: Some(1 + usize::from(detaches % 3)),
+                rate: (every % 20 != 0).then(|| RateLimit {
+                    every: Duration::from_millis(100 * u64::from(every % 20)),
+                    burst: 1 + u32::from(burst % 3),
+                }),
+            };
+            check_planner(steps, Config { backend_load, ..config() })
+        }
     };
     if let Err(violation) = result {
         panic!("{violation}");

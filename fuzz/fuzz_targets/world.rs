@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use arbitrary::Arbitrary;
+use attach_detach::config::{BackendLoad, RateLimit};
 use attach_detach::core::Access;
 use attach_detach::sim::library::LIBRARY;
 use attach_detach::sim::run;
@@ -32,6 +33,10 @@ struct Input {
     attach_latency_100ms: u8,
     status_latency_10ms: u8,
     seed: u8,
+    /// Backend load limits, sometimes: attaches, detaches (1 to 3 each), and a token bucket
+    /// (a token every 100 ms times the third, bursts of 1 to 3; none when it is 0). The sim
+    /// checks I6 (no class over its limit) on every call, and I3 that everything settles.
+    limits: Option<(u8, u8, u8, u8)>,
     events: Vec<(u8, Event)>,
     /// One bit per node: it holds at most `limit` volumes (issue 13's attach limits).
     limited: u8,
@@ -204,6 +209,16 @@ fn build(input: &Input) -> Scenario {
         Duration::from_millis(100 * u64::from(input.attach_latency_100ms % 30));
     settings.status_latency = Duration::from_millis(10 * u64::from(input.status_latency_10ms % 50));
     settings.seed = u64::from(input.seed);
+    if let Some((attaches, detaches, every, burst)) = input.limits {
+        settings.backend_load = BackendLoad {
+            max_attaches: Some(1 + usize::from(attaches % 3)),
+            max_detaches: Some(1 + usize::from(detaches % 3)),
+            rate: (every % 20 != 0).then(|| RateLimit {
+                every: Duration::from_millis(100 * u64::from(every % 20)),
+                burst: 1 + u32::from(burst % 3),
+            }),
+        };
+    }
     if let Some(bug) = planted() {
         settings.upstream_bugs.insert(bug);
         settings.status_cache_lag = Duration::from_secs(5);

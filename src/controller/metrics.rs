@@ -6,6 +6,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
+use crate::admission::QueueStats;
 use crate::config::CallKind;
 use crate::gate::OpKind;
 use crate::operation::ForceReason;
@@ -108,6 +109,8 @@ pub struct Metrics {
     recovering: AtomicBool,
     /// When the oldest call the driver still waits for started.
     oldest_start: Mutex<Option<Instant>>,
+    /// The core's backend queues as last published, and when.
+    backend_queue: Mutex<(QueueStats, Option<Instant>)>,
     /// How long the operations took, for the `prometheus` feature's histogram only: without
     /// the feature the driver measures nothing.
     #[cfg(feature = "prometheus")]
@@ -132,6 +135,7 @@ impl Default for Metrics {
             // A controller starts by recovering (the core's first operations are the listings).
             recovering: AtomicBool::new(true),
             oldest_start: Mutex::default(),
+            backend_queue: Mutex::default(),
             #[cfg(feature = "prometheus")]
             durations: durations::Durations::default(),
         }
@@ -211,6 +215,26 @@ impl Metrics {
         *self.oldest_start.lock() = start;
     }
 
+    /// The driver publishes the core's backend queues as they were at `at`.
+    pub(crate) fn set_backend_queue(&self, stats: QueueStats, at: Instant) {
+        *self.backend_queue.lock() = (stats, Some(at));
+    }
+
+    /// The published backend queues, each oldest wait aged to now: the queues change only in a
+    /// step of the driver, which publishes them again.
+    fn backend_queue(&self) -> QueueStats {
+        let (mut stats, at) = *self.backend_queue.lock();
+        let since = at.map_or(Duration::ZERO, |at| {
+            Instant::now().saturating_duration_since(at)
+        });
+        for class in [&mut stats.attach, &mut stats.detach] {
+            if class.queued > 0 {
+                class.oldest_wait = class.oldest_wait.saturating_add(since);
+            }
+        }
+        stats
+    }
+
     /// The counters as they are now. Each counter is read atomically, the set as a whole is not.
     pub fn snapshot(&self) -> MetricsSnapshot {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -262,6 +286,7 @@ impl Metrics {
                 .oldest_start
                 .lock()
                 .map(|start| Instant::now().saturating_duration_since(start)),
+            backend_queue: self.backend_queue(),
         }
     }
 }
@@ -387,6 +412,13 @@ pub struct MetricsSnapshot {
     /// has a deadline ([`CallTimeouts`](crate::config::CallTimeouts)), so this stays bounded; an
     /// age near those deadlines means the backend or the store is hanging.
     pub oldest_running: Option<Duration>,
+    /// Attach and detach calls under way, holding a slot, and waiting for one (or for a token)
+    /// under [`Config::backend_load`](crate::config::Config::backend_load), with the oldest
+    /// wait per class at the snapshot. A queue that stays long, or an oldest wait that keeps
+    /// growing, means the limits are below what the cluster asks of the backend. Counts and
+    /// tokens are as of the controller's last step (they change only in one); the oldest waits
+    /// are aged to the snapshot.
+    pub backend_queue: QueueStats,
 }
 
 impl MetricsSnapshot {

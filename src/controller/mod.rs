@@ -504,6 +504,9 @@ impl<D: Domain> Driver<D> {
             pending: self.core.desired().pending_len(),
             recovering: self.core.is_recovering(),
         });
+        let now = Instant::now();
+        self.metrics
+            .set_backend_queue(self.core.backend_queue(self.core_time(now)), now);
         let oldest = self.starts.oldest();
         if oldest != self.published {
             self.published = oldest;

@@ -5,6 +5,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, MetricEncoder, NoLabelSet};
@@ -61,6 +62,10 @@ pub(crate) type QueueProbe = Arc<dyn Fn() -> usize + Send + Sync>;
 /// | `attach_detach_refused_inputs` | counter | inputs the core refused |
 /// | `attach_detach_call_timeouts` | counter | calls given up at their deadline, by `call` |
 /// | `attach_detach_recorder_panics` | counter | panics of the event recorder |
+/// | `attach_detach_backend_slots_used` | gauge | attach or detach calls holding a slot (`Config::backend_load`), by `class`; a detach holds one from its fresh read |
+/// | `attach_detach_backend_queued` | gauge | attaches or detaches waiting for a slot or a token, by `class` |
+/// | `attach_detach_backend_oldest_wait_seconds` | gauge | how long the oldest of them has waited, by `class` (0: none waits) |
+/// | `attach_detach_backend_tokens` | gauge | tokens left in the rate limit's bucket (only with a rate limit) |
 ///
 /// ```
 /// use std::sync::Arc;
@@ -212,6 +217,7 @@ fn family<L: EncodeLabelSet>(
 enum Sample {
     Counter(u64),
     Gauge(u64),
+    Seconds(Duration),
 }
 
 impl Sample {
@@ -219,6 +225,7 @@ impl Sample {
         match self {
             Sample::Counter(value) => encoder.encode_counter::<NoLabelSet, u64, f64>(&value, None),
             Sample::Gauge(value) => encoder.encode_gauge(&value),
+            Sample::Seconds(value) => encoder.encode_gauge(&value.as_secs_f64()),
         }
     }
 }
@@ -395,7 +402,54 @@ impl PrometheusMetrics {
             "Panics of the event recorder (each cost one event)",
             MetricType::Counter,
             |m| counter(m, s.recorder_panics),
-        )
+        )?;
+        self.encode_backend_load(encoder, s)
+    }
+
+    /// The backend load gauges, per class.
+    fn encode_backend_load(
+        &self,
+        encoder: &mut DescriptorEncoder,
+        s: &MetricsSnapshot,
+    ) -> fmt::Result {
+        let q = &s.backend_queue;
+        let classes = [("attach", q.attach), ("detach", q.detach)];
+        family(
+            encoder,
+            "attach_detach_backend_slots_used",
+            "Attach or detach calls holding a slot under the backend load limits, by class",
+            MetricType::Gauge,
+            classes.map(|(class, c)| {
+                (
+                    [("class", class)],
+                    Sample::Gauge((c.in_flight + c.reserved) as u64),
+                )
+            }),
+        )?;
+        family(
+            encoder,
+            "attach_detach_backend_queued",
+            "Attaches or detaches waiting for a slot or a rate limit token, by class",
+            MetricType::Gauge,
+            classes.map(|(class, c)| ([("class", class)], Sample::Gauge(c.queued as u64))),
+        )?;
+        family(
+            encoder,
+            "attach_detach_backend_oldest_wait_seconds",
+            "How long the oldest queued attach or detach has waited, by class, 0 when none waits",
+            MetricType::Gauge,
+            classes.map(|(class, c)| ([("class", class)], Sample::Seconds(c.oldest_wait))),
+        )?;
+        match q.tokens {
+            Some(tokens) => single(
+                encoder,
+                "attach_detach_backend_tokens",
+                "Tokens left in the backend rate limit's bucket",
+                MetricType::Gauge,
+                |m| m.encode_gauge(&u64::from(tokens)),
+            ),
+            None => Ok(()),
+        }
     }
 }
 
@@ -415,6 +469,7 @@ mod tests {
     use tokio::time::{Instant, advance};
 
     use super::*;
+    use crate::admission::{ClassStats, QueueStats};
     use crate::controller::metrics::StateSizes;
 
     fn scrape(collector: PrometheusMetrics) -> String {
@@ -476,6 +531,24 @@ mod tests {
             recovering: false,
         });
         m.set_oldest_start(Some(Instant::now()));
+        m.set_backend_queue(
+            QueueStats {
+                attach: ClassStats {
+                    in_flight: 3,
+                    reserved: 0,
+                    queued: 7,
+                    oldest_wait: ms(1500),
+                },
+                detach: ClassStats {
+                    in_flight: 1,
+                    reserved: 2,
+                    queued: 0,
+                    oldest_wait: Duration::ZERO,
+                },
+                tokens: Some(4),
+            },
+            Instant::now(),
+        );
         advance(ms(2500)).await;
         let text = scrape(PrometheusMetrics::new(m, Arc::new(|| 9)));
 
@@ -523,6 +596,14 @@ mod tests {
             "attach_detach_call_timeouts_total{call=\"store_list\"} 105",
             "attach_detach_call_timeouts_total{call=\"backend_list\"} 106",
             "attach_detach_recorder_panics_total 1",
+            "attach_detach_backend_slots_used{class=\"attach\"} 3",
+            "attach_detach_backend_slots_used{class=\"detach\"} 3",
+            "attach_detach_backend_queued{class=\"attach\"} 7",
+            "attach_detach_backend_queued{class=\"detach\"} 0",
+            // Aged by the 2.5 s since it was published; no detach waits, so none is aged.
+            "attach_detach_backend_oldest_wait_seconds{class=\"attach\"} 4.0",
+            "attach_detach_backend_oldest_wait_seconds{class=\"detach\"} 0.0",
+            "attach_detach_backend_tokens 4",
         ];
         let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
         assert_eq!(samples, expected, "{text}");
@@ -543,6 +624,10 @@ mod tests {
             ("attach_detach_refused_inputs", "counter"),
             ("attach_detach_call_timeouts", "counter"),
             ("attach_detach_recorder_panics", "counter"),
+            ("attach_detach_backend_slots_used", "gauge"),
+            ("attach_detach_backend_queued", "gauge"),
+            ("attach_detach_backend_oldest_wait_seconds", "gauge"),
+            ("attach_detach_backend_tokens", "gauge"),
         ] {
             assert!(text.contains(&format!("# TYPE {name} {kind}\n")), "{name}");
             assert!(text.contains(&format!("# HELP {name} ")), "{name}");
@@ -617,6 +702,9 @@ mod tests {
         ));
         assert!(text.contains("attach_detach_recovering 1\n"));
         assert!(text.contains("attach_detach_oldest_operation_age_seconds 0.0\n"));
+        // Without a rate limit there is no bucket to report.
+        assert!(!text.contains("attach_detach_backend_tokens"), "{text}");
+        assert!(text.contains("attach_detach_backend_queued{class=\"detach\"} 0\n"));
     }
 
     #[test]

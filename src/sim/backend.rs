@@ -31,9 +31,78 @@ pub(crate) struct SimBackend {
     pub(crate) tasks: Tasks,
     /// For the runner's own tests: every effect panics, to show the run fails.
     pub(crate) sabotaged: bool,
+    /// The calls the controller awaits, per class, against its `Config::backend_load`.
+    pub(crate) load: CallLoad,
+}
+
+/// I6: the attach and detach calls one controller awaits at once stay within
+/// `Config::backend_load` (per class; with upstream-bug `l2`, their sum within the sum).
+#[derive(Clone, Debug)]
+pub(crate) struct CallLoad {
+    /// `max_attaches`, `max_detaches`.
+    limits: [Option<usize>; 2],
+    shared: bool,
+    /// Attach and detach calls awaited now.
+    awaited: Arc<Mutex<[usize; 2]>>,
+}
+
+impl CallLoad {
+    pub(crate) fn new(config: &crate::config::Config) -> Self {
+        let load = config.backend_load;
+        CallLoad {
+            limits: [load.max_attaches, load.max_detaches],
+            shared: config.upstream_bugs.l2_shared_backend_queue,
+            awaited: Arc::default(),
+        }
+    }
+
+    /// A call of `op` begins: the breach it makes, if any.
+    fn begin(&self, op: CallOp) -> Option<String> {
+        let class = Self::class(op);
+        let mut awaited = self.awaited.lock();
+        awaited[class] += 1;
+        if self.shared {
+            let limit = self.limits.iter().flatten().sum::<usize>();
+            let total = awaited[0] + awaited[1];
+            return (self.limits.iter().any(Option::is_some) && total > limit).then(|| {
+                format!("I6: {total} attach and detach calls under way, shared limit {limit}")
+            });
+        }
+        let limit = self.limits[class]?;
+        (awaited[class] > limit)
+            .then(|| format!("I6: {} {op} calls under way, limit {limit}", awaited[class]))
+    }
+
+    fn class(op: CallOp) -> usize {
+        match op {
+            CallOp::Attach => 0,
+            CallOp::Detach => 1,
+        }
+    }
+}
+
+/// Counts a call as awaited until it is answered or its caller gives up on it (a deadline, a
+/// restart): dropped with the caller's future.
+struct Awaited {
+    load: CallLoad,
+    class: usize,
+}
+
+impl Drop for Awaited {
+    fn drop(&mut self) {
+        let mut awaited = self.load.awaited.lock();
+        awaited[self.class] = awaited[self.class].saturating_sub(1);
+    }
 }
 
 impl SimBackend {
+    /// This backend for a controller that starts: the calls it awaits are counted afresh.
+    pub(crate) fn for_new_controller(&self) -> Self {
+        let mut this = self.clone();
+        this.load.awaited = Arc::default();
+        this
+    }
+
     fn lock(&self) -> parking_lot::MutexGuard<'_, World> {
         let mut w = self.world.lock();
         w.now = self.epoch.elapsed();
@@ -68,8 +137,16 @@ impl SimBackend {
             CallOp::Attach => self.attach_latency,
             CallOp::Detach => self.detach_latency,
         };
+        let breach = self.load.begin(op);
+        let _awaited = Awaited {
+            load: self.load.clone(),
+            class: CallLoad::class(op),
+        };
         let (fault, latency) = {
             let mut w = self.lock();
+            if let Some(breach) = breach {
+                w.violation(breach);
+            }
             w.count_call(op, volume, node);
             // As a cloud or CSI driver answers a call that races the opposite call still under
             // way on the same pair (say, one a restarted controller lost): refused, do it again

@@ -52,6 +52,10 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/detach-waits-for-status-ack.scn"),
     ),
     (
+        "detaches-progress-during-an-attach-burst",
+        include_str!("../../examples/scenarios/detaches-progress-during-an-attach-burst.scn"),
+    ),
+    (
         "fence-lifted-before-the-controller-sees-it",
         include_str!("../../examples/scenarios/fence-lifted-before-the-controller-sees-it.scn"),
     ),

@@ -9,7 +9,8 @@
 //! process: calls in flight finish at the backend but their answers are lost.
 //!
 //! Invariants, checked as things happen and at the end of a run:
-//! - **I1** a single-node volume is never attached to two nodes at once;
+//! - **I1** a single-node volume is never attached to two nodes at once, nor, if claim-only
+//!   (no backend call), mounted on two nodes at once;
 //! - **I2** no detach of a volume mounted on a node that is neither fenced nor allowed by
 //!   configuration (force-detach-on-timeout on and the node down);
 //! - **I3** at the end, every live node's reported list equals its real attachments, every pod
@@ -18,8 +19,13 @@
 //!   Multi-Attach event (seed 004's safe outcome). The same goes for a node whose object was
 //!   deleted, whose agent is cut off from the API, or that the backend cannot reach (nothing
 //!   may be detached from them on a guess), and for a volume whose unmount hangs. A live node
-//!   is up, has its object, its agent reports, and the backend reaches it;
-//! - **I4** no detach while the node's status still lists the volume for a live agent.
+//!   is up, has its object, its agent reports, and the backend reaches it. A pod may also wait
+//!   for room on a node at its attach limit, once a node-full event named it;
+//! - **I4** no detach while the node's status still lists the volume for a live agent;
+//! - **I5** no attach is planned past a node's reported attach limit (unless a restart lost
+//!   the controller track of what the node holds; the backend refuses it either way);
+//! - **I6** the attach and the detach calls a controller awaits at once stay within
+//!   `Config::backend_load`'s limits, each class its own.
 //!
 //! A panic anywhere in a run (the controller's task, the simulated backend or store, the
 //! simulator's own tasks or the runner) is a violation too, carrying the panic's message.

@@ -13,6 +13,7 @@ use crate::actual::{ActualState, AttachState, NodeFacts};
 use crate::backend::{AttachInfo, BackendAttachment, BackendError};
 use crate::config::Config;
 use crate::desired::{DesiredState, Missing};
+use crate::gate::OpKind;
 use crate::input::Input;
 use crate::operation::{OpId, Operation};
 use crate::reconciler::Reconciler;
@@ -593,6 +594,7 @@ pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
                         .map_err(|e| format!("step {i} at {now:?}: {e}"))?;
                     running.push(op);
                 }
+                check_load(&running, &config).map_err(|e| format!("step {i} at {now:?}: {e}"))?;
             }
             PlanStep::Finish(k, outcome) => {
                 if running.is_empty() {
@@ -667,6 +669,21 @@ pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
     settle(&mut core, now, &mut truth, running)
 }
 
+/// The attach and detach calls running stay within `Config::backend_load`, each class its own.
+fn check_load(running: &[Operation<T>], config: &Config) -> Result<(), String> {
+    let load = config.backend_load;
+    for (kind, limit) in [
+        (OpKind::Attach, load.max_attaches),
+        (OpKind::Detach, load.max_detaches),
+    ] {
+        let count = running.iter().filter(|op| op.kind() == kind).count();
+        if limit.is_some_and(|limit| count > limit) {
+            return Err(format!("{count} {kind:?} calls running, limit {limit:?}"));
+        }
+    }
+    Ok(())
+}
+
 /// No more faults or inputs: every node recovers and every operation succeeds. Fails if an
 /// attachment no workload needs is still there after 15 virtual minutes.
 fn settle(
@@ -693,6 +710,7 @@ fn settle(
                 .map_err(|e| format!("settling at {now:?}: {e}"))?;
             running.push(op);
         }
+        check_load(&running, core.config()).map_err(|e| format!("settling at {now:?}: {e}"))?;
     }
     let leaked: Vec<&(u8, u8)> = truth
         .attached
@@ -938,6 +956,29 @@ mod tests {
         #[test]
         fn planner_keeps_i1_i2_c5_and_settles(steps in proptest::collection::vec(plan_step(), 0..200)) {
             prop_assert_eq!(check_planner(&steps, Config::default()), Ok(()));
+        }
+
+        /// Small backend load limits and a slow bucket: never more calls of a class running
+        /// than its limit, and everything still settles (no queue stalls with free capacity).
+        #[test]
+        fn planner_under_backend_load_keeps_its_limits_and_settles(
+            steps in proptest::collection::vec(plan_step(), 0..200),
+            attaches in 1usize..3,
+            detaches in 1usize..3,
+            rate in proptest::option::of((1u64..20, 1u32..3)),
+        ) {
+            let config = Config {
+                backend_load: crate::config::BackendLoad {
+                    max_attaches: Some(attaches),
+                    max_detaches: Some(detaches),
+                    rate: rate.map(|(every, burst)| crate::config::RateLimit {
+                        every: Duration::from_millis(100 * every),
+                        burst,
+                    }),
+                },
+                ..Config::default()
+            };
+            prop_assert_eq!(check_planner(&steps, config), Ok(()));
         }
     }
 

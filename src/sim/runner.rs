@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::SimIds;
-use super::backend::SimBackend;
+use super::backend::{CallLoad, SimBackend};
 use super::panics::{self, Tasks};
 use super::scenario::{Action, CallOp, Expectation, MAX_DURATION, PodState, Scenario, UpstreamBug};
 use super::store::SimStore;
@@ -80,6 +80,7 @@ pub fn config_of(scenario: &Scenario) -> Config {
         resync_period: None,
         max_wait_for_unmount: s.max_wait_for_unmount,
         force_detach_on_timeout: s.force_detach_on_timeout,
+        backend_load: s.backend_load,
         upstream_bugs: UpstreamBugs {
             c1_lose_report_on_failed_detach: on(UpstreamBug::C1),
             c2_ignore_uncertain_holder: on(UpstreamBug::C2),
@@ -88,6 +89,7 @@ pub fn config_of(scenario: &Scenario) -> Config {
             c5_detach_before_status_ack: on(UpstreamBug::C5),
             c6_diff_against_stale_read: on(UpstreamBug::C6),
             l1_await_unplanned_ack: on(UpstreamBug::L1),
+            l2_shared_backend_queue: on(UpstreamBug::L2),
         },
         ..Config::default()
     }
@@ -337,6 +339,7 @@ impl Sim {
             detach_latency: scenario.settings.detach_latency,
             tasks: tasks.clone(),
             sabotaged: sabotage == Sabotage::BackendEffect,
+            load: CallLoad::new(&config_of(scenario)),
         };
         let (forward, forward_rx) = mpsc::unbounded_channel();
         Sim {
@@ -417,7 +420,9 @@ impl Sim {
         });
         let controller = match Controller::new(
             self.config.clone(),
-            Arc::new(self.backend.clone()),
+            // Each controller counts the calls it awaits afresh: a restarted one's lost calls
+            // are no longer its own.
+            Arc::new(self.backend.for_new_controller()),
             store,
             self.snapshot(),
         ) {

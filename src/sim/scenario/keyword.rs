@@ -49,6 +49,7 @@ impl Keyword for UpstreamBug {
         ("c5", UpstreamBug::C5),
         ("c6", UpstreamBug::C6),
         ("l1", UpstreamBug::L1),
+        ("l2", UpstreamBug::L2),
     ];
 }
 

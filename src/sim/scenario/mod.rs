@@ -21,9 +21,15 @@
 //!                          detach-latency 200ms, status-latency 10ms, seed 0 (u64;
 //!                          non-zero: backend and store latencies vary by ±50%,
 //!                          reproducibly)
-//! set upstream-bug <c1..c6|l1> on|off
+//! set max-attaches <n>     backend load (off by default): at most n attach calls at once,
+//! set max-detaches <n>     at most n detaches at once (from their fresh read to their call),
+//! set backend-rate <every> <burst>
+//!                          and a token bucket on both: one token every <every>, at most
+//!                          <burst> tokens (see `Config::backend_load`)
+//! set upstream-bug <c1..c6|l1|l2> on|off
 //!                          re-enable the reproduction of an upstream bug (l1: our
-//!                          own late-attach leak of issue 9)
+//!                          own late-attach leak of issue 9; l2: one shared queue and
+//!                          limit for attaches and detaches, a single worker pool)
 //! node <name> [attach-limit <k> [unreported]]
 //!                          the machine holds at most k volumes: the backend refuses more
 //!                          (node full); the node's facts report k unless `unreported`

@@ -150,6 +150,19 @@ impl<'a> Tokens<'a> {
         parse_number(self.next(expected)?)
     }
 
+    /// A backend load limit or burst: at least 1, at most `u32::MAX`.
+    fn limit(&mut self) -> Result<u32> {
+        let token = self.next("a limit (a whole number, at least 1)")?;
+        match u32::try_from(parse_number(token)?) {
+            Ok(0) => Err(ParseErrorKind::Unexpected {
+                expected: "a limit of at least 1".to_string(),
+                found: token.to_string(),
+            }),
+            Ok(limit) => Ok(limit),
+            Err(_) => Err(ParseErrorKind::NumberOverflow(token.to_string())),
+        }
+    }
+
     /// The count after `times`: at least 1, at most `u32::MAX`.
     fn times(&mut self) -> Result<u32> {
         let token = self.next("a count after `times`")?;
@@ -280,6 +293,26 @@ impl Parser {
             }
             "seed" => {
                 settings.seed = tokens.number("a seed (a whole number)")?;
+                key.to_string()
+            }
+            "max-attaches" => {
+                settings.backend_load.max_attaches = Some(tokens.limit()? as usize);
+                key.to_string()
+            }
+            "max-detaches" => {
+                settings.backend_load.max_detaches = Some(tokens.limit()? as usize);
+                key.to_string()
+            }
+            "backend-rate" => {
+                let every = tokens.duration("a token interval like 100ms")?;
+                if every.is_zero() {
+                    return Err(ParseErrorKind::Unexpected {
+                        expected: "a token interval longer than zero".to_string(),
+                        found: "0s".to_string(),
+                    });
+                }
+                let burst = tokens.limit()?;
+                settings.backend_load.rate = Some(crate::config::RateLimit { every, burst });
                 key.to_string()
             }
             _ => {

@@ -61,6 +61,21 @@ impl fmt::Display for Scenario {
         if settings.seed != defaults.seed {
             writeln!(f, "set seed {}", settings.seed)?;
         }
+        let load = settings.backend_load;
+        if let Some(max) = load.max_attaches {
+            writeln!(f, "set max-attaches {max}")?;
+        }
+        if let Some(max) = load.max_detaches {
+            writeln!(f, "set max-detaches {max}")?;
+        }
+        if let Some(rate) = load.rate {
+            writeln!(
+                f,
+                "set backend-rate {} {}",
+                format_duration(rate.every),
+                rate.burst
+            )?;
+        }
         for bug in &settings.upstream_bugs {
             writeln!(f, "set upstream-bug {bug} on")?;
         }

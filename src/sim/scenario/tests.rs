@@ -81,6 +81,9 @@ fn every_setting_parses() {
             set detach-latency 2s
             set status-latency 0
             set seed 18446744073709551615
+            set max-attaches 20
+            set max-detaches 5
+            set backend-rate 100ms 30
             set upstream-bug c1 on
             set upstream-bug c6 on
             set upstream-bug c3 off");
@@ -96,8 +99,28 @@ fn every_setting_parses() {
         status_latency: Duration::ZERO,
         seed: u64::MAX,
         upstream_bugs: [UpstreamBug::C1, UpstreamBug::C6].into(),
+        backend_load: crate::config::BackendLoad {
+            max_attaches: Some(20),
+            max_detaches: Some(5),
+            rate: Some(crate::config::RateLimit {
+                every: ms(100),
+                burst: 30,
+            }),
+        },
     };
     assert_eq!(scenario.settings, expected);
+    // And back to text, as the printer writes it.
+    let again = ok(&scenario.to_string());
+    assert_eq!(again.settings, expected);
+    for refused in [
+        "set max-attaches 0",
+        "set max-detaches 0",
+        "set backend-rate 0s 5",
+        "set backend-rate 1s 0",
+        "set max-attaches 4294967296",
+    ] {
+        assert!(parse(refused).is_err(), "{refused}");
+    }
     assert_eq!(
         ok("set force-detach-on-timeout off").settings,
         Settings::default()
@@ -570,7 +593,7 @@ fn each_error_names_its_line() {
         (
             "set upstream-bug c7 on",
             5,
-            unexpected("`c1`, `c2`, `c3`, `c4`, `c5`, `c6` or `l1`", "c7"),
+            unexpected("`c1`, `c2`, `c3`, `c4`, `c5`, `c6`, `l1` or `l2`", "c7"),
         ),
         ("set upstream-bug c1", 5, missing("`on` or `off`")),
         (

@@ -75,6 +75,9 @@ pub struct Settings {
     pub seed: u64,
     /// Upstream bugs whose reproduction is switched on, to show the scenario catches them.
     pub upstream_bugs: BTreeSet<UpstreamBug>,
+    /// The controller's backend load limits (`set max-attaches 20`, `set max-detaches 20`,
+    /// `set backend-rate 100ms 20`: a token every 100 ms, bursts of 20); unbounded by default.
+    pub backend_load: crate::config::BackendLoad,
 }
 
 impl Default for Settings {
@@ -91,6 +94,7 @@ impl Default for Settings {
             status_latency: Duration::from_millis(10),
             seed: 0,
             upstream_bugs: BTreeSet::new(),
+            backend_load: crate::config::BackendLoad::UNBOUNDED,
         }
     }
 }
@@ -136,6 +140,9 @@ pub enum UpstreamBug {
     /// Reproduction `l1`: not upstream's, this crate's own leak put back
     /// ([`UpstreamBugs::l1_await_unplanned_ack`](crate::config::UpstreamBugs)).
     L1,
+    /// Reproduction `l2`: one queue and one limit for attaches and detaches
+    /// ([`UpstreamBugs::l2_shared_backend_queue`](crate::config::UpstreamBugs)).
+    L2,
 }
 
 /// One `at` line: an action at a point in virtual time.
@@ -399,6 +406,9 @@ impl Scenario {
         let mut settings = self.settings.clone();
         for (key, value) in settings.durations_mut() {
             check(format!("`set {key}`"), *value)?;
+        }
+        if let Some(rate) = self.settings.backend_load.rate {
+            check("`set backend-rate`".to_string(), rate.every)?;
         }
         for (index, step) in self.steps.iter().enumerate() {
             let what = format!("the time of step {} (line {})", index + 1, step.line);
