@@ -34,6 +34,9 @@ pub(crate) struct DetachFacts {
     /// `force_detach_on_timeout` (or upstream's C3, which forces regardless).
     pub(crate) force_allowed: bool,
     pub(crate) deleted_node_is_fenced: bool,
+    /// The backend said twice, fresh, that the node's machine is powered off
+    /// (`Config::machine_fencing`), and the node is unhealthy.
+    pub(crate) machine_off: bool,
     /// Upstream's C4: the attachment was first seen without a mount report, and stays
     /// "mounted" until the report for it changes.
     pub(crate) sticky_mount: bool,
@@ -102,6 +105,9 @@ pub(crate) fn decide_detach(f: &DetachFacts) -> Detach {
         // C4: follow the latest report; upstream's bug keeps an assumed mount sticky.
         match f.in_use.map(|in_use| in_use || f.sticky_mount) {
             Some(false) => (None, None),
+            // Powered off, twice and fresh: it cannot write, whatever its last report says.
+            // (An unmounted volume above needs no force: the stronger justification wins.)
+            _ if f.machine_off && !f.healthy => (Some(ForceReason::PoweredOff), None),
             _ if timed_out => (Some(ForceReason::Timeout), None),
             // Not heard from means mounted, so the core cannot clear the detach itself; but
             // waiting for a first report that may never come would leak the volume. The fresh
@@ -219,6 +225,7 @@ mod tests {
             in_use: Some(false),
             force_allowed: false,
             deleted_node_is_fenced: false,
+            machine_off: false,
             sticky_mount: false,
             store_settled: true,
             clearance: None,
@@ -373,6 +380,56 @@ mod tests {
             decide_detach(&fenced),
             go(Some(ForceReason::OutOfService), Step::ReadNode)
         );
+    }
+
+    #[test]
+    fn a_powered_off_machine_forces_a_detach_from_an_unhealthy_node_only() {
+        let mounted = DetachFacts {
+            healthy: false,
+            in_use: Some(true),
+            ..unused()
+        };
+        assert_eq!(
+            decide_detach(&mounted),
+            Detach::Blocked {
+                reason: UNHEALTHY_MOUNTED,
+                wake: None
+            }
+        );
+        let off = DetachFacts {
+            machine_off: true,
+            ..mounted.clone()
+        };
+        assert_eq!(
+            decide_detach(&off),
+            go(Some(ForceReason::PoweredOff), Step::ReadNode)
+        );
+        let unheard = DetachFacts {
+            in_use: None,
+            ..off.clone()
+        };
+        assert_eq!(
+            decide_detach(&unheard),
+            go(Some(ForceReason::PoweredOff), Step::ReadNode)
+        );
+        let unmounted = DetachFacts {
+            in_use: Some(false),
+            ..off.clone()
+        };
+        assert_eq!(decide_detach(&unmounted), go(None, Step::ReadNode));
+        let tainted = DetachFacts {
+            fenced: true,
+            ..off.clone()
+        };
+        assert_eq!(
+            decide_detach(&tainted),
+            go(Some(ForceReason::OutOfService), Step::ReadNode)
+        );
+        let healthy = DetachFacts {
+            healthy: true,
+            ..off
+        };
+        assert_eq!(decide_detach(&healthy), Detach::Wait { wake: None });
     }
 
     #[test]

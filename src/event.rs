@@ -105,6 +105,23 @@ pub enum Event<D: Domain> {
         /// How long it has waited so far.
         waited: Duration,
     },
+    /// The backend said twice, fresh, that the unhealthy node's machine is powered off
+    /// (`Config::machine_fencing`): the node counts as fenced, and its volumes are detached
+    /// (forced, reason `powered-off`) without waiting for a human. Emitted once per run of
+    /// `Off` answers.
+    NodePoweredOff {
+        /// The node.
+        node: D::Node,
+    },
+    /// Asking the backend about the node's machine failed (`Config::machine_fencing`): the
+    /// node is not fenced that way until two checks in a row say `Off` again. Emitted once per
+    /// run of failures.
+    MachineCheckFailed {
+        /// The node.
+        node: D::Node,
+        /// The backend's message.
+        message: String,
+    },
     /// A call to the backend or the store got no answer within its deadline
     /// ([`CallTimeouts`](crate::config::CallTimeouts)) and was given up. Raised by the driver,
     /// never by the core; a timed-out attach or detach is then handled as an uncertain failure (it
@@ -135,6 +152,8 @@ impl<D: Domain> Event<D> {
             Event::WaitingForUnmount { .. } => "WaitingForUnmount",
             Event::WorkloadWaiting { .. } => "WorkloadWaiting",
             Event::CallTimedOut { .. } => "CallTimedOut",
+            Event::NodePoweredOff { .. } => "NodePoweredOff",
+            Event::MachineCheckFailed { .. } => "MachineCheckFailed",
         }
     }
 
@@ -231,6 +250,14 @@ impl<D: Domain> fmt::Display for Event<D> {
                 f,
                 "Workload {workload:?} scheduled on node {node:?} has waited {waited:?} for {} unknown to the controller; its volumes are attached once they are known",
                 Names(missing)
+            ),
+            Event::NodePoweredOff { node } => write!(
+                f,
+                "The machine of node {node:?} is powered off (twice, fresh): the node counts as fenced and its volumes are detached"
+            ),
+            Event::MachineCheckFailed { node, message } => write!(
+                f,
+                "Asking whether the machine of node {node:?} is powered off failed: {message}"
             ),
             Event::CallTimedOut {
                 call,

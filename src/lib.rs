@@ -224,6 +224,7 @@ mod fault;
 mod fresh_read;
 mod gate;
 mod input;
+mod machine;
 pub mod memory;
 mod operation;
 mod reconciler;
@@ -290,5 +291,6 @@ pub mod traits {
 
     pub use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
     pub use crate::error::ErrorSource;
+    pub use crate::machine::MachineState;
     pub use crate::store::{NodeStatus, NodeStatusStore, ReportedVolume, Revision, StoreError};
 }

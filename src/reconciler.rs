@@ -21,6 +21,7 @@ use crate::event::{Event, Holder};
 use crate::fresh_read::judge_detach;
 use crate::gate::{OpKind, OperationGate, trim_map};
 use crate::input::{Input, Kind, Rejection, Relists};
+use crate::machine::MachineWatch;
 use crate::operation::{ForceReason, InFlight, OpId, Operation};
 use crate::recovery::{Load, Recovery, Statuses};
 use crate::schedule::Schedule;
@@ -161,6 +162,9 @@ pub struct Reconciler<D: Domain> {
     relists: Relists<D>,
     /// The nodes the last input call removed, for [`removed_nodes`](Self::removed_nodes).
     removed_nodes: Vec<D::Node>,
+    /// Fencing without a human: the machine checks of unhealthy nodes
+    /// (`Config::machine_fencing`; see `reconciler_machine.rs`).
+    machine: MachineWatch<D>,
 }
 
 impl<D: Domain> Reconciler<D> {
@@ -191,6 +195,7 @@ impl<D: Domain> Reconciler<D> {
             changed_while_listing: None,
             relists: Relists::default(),
             removed_nodes: Vec::new(),
+            machine: MachineWatch::default(),
         }
     }
 
@@ -464,6 +469,10 @@ impl<D: Domain> Reconciler<D> {
         // A node the store said it lacks is shown again: write its status afresh (50721), even
         // if its workloads kept it in the core all along.
         let appeared = !self.actual.node_present(&node) || self.status.is_missing(&node);
+        if facts.healthy || facts.fenced {
+            // A machine check's run of answers starts over (fencing without a human).
+            self.machine.reset(&node);
+        }
         let placed = self.desired.add_node(node.clone());
         self.schedule.mark_all(placed);
         let affected = self.actual.set_node(node.clone(), facts);
@@ -491,6 +500,7 @@ impl<D: Domain> Reconciler<D> {
         self.checks.remove(node);
         self.read_last.remove(node);
         self.cache_consulted.remove(node);
+        self.machine.forget(node);
         // Nor is any retry of its status write or verify due: a node of the same name later
         // is a new object.
         self.gate.forget_where(|key| match key {
@@ -1094,7 +1104,10 @@ impl<D: Domain> Reconciler<D> {
             has_work,
             !self.actual.is_empty(),
             self.desired.node_count() > 0,
-            self.desired.next_pending_wake(),
+            [self.desired.next_pending_wake(), self.machine.next_wake()]
+                .into_iter()
+                .flatten()
+                .min(),
             self.config.reconcile_period,
         )
     }
@@ -1137,6 +1150,7 @@ impl<D: Domain> Reconciler<D> {
             self.status.mark(node);
         }
         self.plan_status(now, &mut ops);
+        self.plan_machine_checks(now, &mut ops);
         // A clearance is for the pass right after its read: one this pass did not use (the
         // detach was no longer wanted, or had to wait) is stale by the next.
         if !self.cleared.is_empty() {
@@ -1263,6 +1277,14 @@ impl<D: Domain> Reconciler<D> {
             in_use: node_facts.and_then(|n| n.reports_in_use(volume)),
             force_allowed: self.config.force_detach_on_timeout || bugs.c3_force_detach_unfenced,
             deleted_node_is_fenced: self.config.deleted_node_is_fenced,
+            machine_off: machine_checks::held_detach(
+                &mut self.machine,
+                self.config.machine_fencing.as_ref(),
+                now,
+                volume,
+                node,
+                node_facts,
+            ),
             sticky_mount,
             store_settled: bugs.c5_detach_before_status_ack
                 || !present
@@ -1685,6 +1707,10 @@ fn unseen<'a, T: Id>(all: impl Iterator<Item = &'a T>, seen: &FxHashSet<T>) -> V
     gone.sort();
     gone
 }
+
+// Fencing without a human: planning machine checks and taking their answers.
+#[path = "reconciler_machine.rs"]
+mod machine_checks;
 
 #[cfg(test)]
 #[path = "store_protocol_tests.rs"]

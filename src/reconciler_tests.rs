@@ -31,6 +31,8 @@ struct H {
     log: Vec<String>,
     /// The store: each node's facts as its agent last reported them, list and revision.
     store: BTreeMap<&'static str, Stored>,
+    /// What the backend says of each node's machine (`Running` when not set).
+    machines: BTreeMap<&'static str, crate::machine::MachineState>,
 }
 
 fn render(op: &Operation<T>) -> String {
@@ -59,6 +61,7 @@ fn render(op: &Operation<T>) -> String {
         Operation::ReadStatus { node, .. } => format!("read {node}"),
         Operation::ListAttachments { .. } => "list".to_string(),
         Operation::ListStatuses { .. } => "list-statuses".to_string(),
+        Operation::CheckMachine { node, .. } => format!("check-machine {node}"),
     }
 }
 
@@ -97,6 +100,7 @@ impl H {
             now: Duration::ZERO,
             log: Vec::new(),
             store: BTreeMap::new(),
+            machines: BTreeMap::new(),
         }
     }
 
@@ -312,6 +316,14 @@ impl H {
             Operation::ListStatuses { id } => {
                 self.r.statuses_listed(now, id, Ok(Vec::new())).unwrap()
             }
+            Operation::CheckMachine { id, node } => {
+                let state = self
+                    .machines
+                    .get(node)
+                    .copied()
+                    .unwrap_or(crate::machine::MachineState::Running);
+                self.r.machine_checked(now, id, Ok(state)).unwrap()
+            }
         }
     }
 
@@ -322,6 +334,9 @@ impl H {
             Operation::Detach { id, .. } => self.r.detach_finished(now, id, Err(error)).unwrap(),
             Operation::Verify { id, .. } => self.r.verify_finished(now, id, Err(error)).unwrap(),
             Operation::ListAttachments { id } => self.r.list_finished(now, id, Err(error)).unwrap(),
+            Operation::CheckMachine { id, .. } => {
+                self.r.machine_checked(now, id, Err(error)).unwrap()
+            }
             other => panic!("use fail_status for {}", render(&other)),
         }
     }
@@ -1956,3 +1971,6 @@ fn a_refused_upsert_during_a_relist_still_counts_as_seen() {
     assert!(h.r.desired().is_registered(&"v1"));
     assert_eq!(h.r.desired().len(), 2, "both still want it");
 }
+
+#[path = "machine_fencing_tests.rs"]
+mod machine_fencing;
