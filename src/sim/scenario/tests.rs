@@ -89,6 +89,7 @@ fn every_setting_parses() {
         sync_period: Duration::from_secs(120),
         max_wait_for_unmount: Duration::from_secs(3600),
         force_detach_on_timeout: true,
+        machine_fencing: false,
         cache_lag: ms(300),
         status_cache_lag: ms(5000),
         attach_latency: ms(1000),
