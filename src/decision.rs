@@ -18,6 +18,12 @@ pub(crate) const DELETED_NODE: &str = "the node object was deleted while the vol
 pub(crate) const UNHEALTHY_MOUNTED: &str = "the node is unhealthy and still reports the volume \
      in use; fence it (out-of-service) once its machine is off, and the volume moves";
 
+/// The same, when machine fencing is on: the controller keeps asking, and says so.
+pub(crate) const UNHEALTHY_MOUNTED_CHECKING: &str = "the node is unhealthy and still reports \
+     the volume in use, and its machine is not known to be powered off (machine fencing asks the \
+     backend every interval, and moves the volume once it says Off twice); fence it \
+     (out-of-service) once its machine is off, and the volume moves";
+
 /// What the core knows about an attachment that no workload needs any more, once no other
 /// operation on it runs or backs off.
 #[derive(Clone, Debug)]
@@ -37,6 +43,8 @@ pub(crate) struct DetachFacts {
     /// The backend said twice, fresh, that the node's machine is powered off
     /// (`Config::machine_fencing`), and the node is unhealthy.
     pub(crate) machine_off: bool,
+    /// `Config::machine_fencing` is on (only the wording of a blocked detach changes).
+    pub(crate) machine_fencing: bool,
     /// Upstream's C4: the attachment was first seen without a mount report, and stays
     /// "mounted" until the report for it changes.
     pub(crate) sticky_mount: bool,
@@ -117,7 +125,11 @@ pub(crate) fn decide_detach(f: &DetachFacts) -> Detach {
             // again; a timer ends the unmount wait where a forced detach is allowed.
             Some(true) if !f.healthy && !f.force_allowed => {
                 return Detach::Blocked {
-                    reason: UNHEALTHY_MOUNTED,
+                    reason: if f.machine_fencing {
+                        UNHEALTHY_MOUNTED_CHECKING
+                    } else {
+                        UNHEALTHY_MOUNTED
+                    },
                     wake: None,
                 };
             }
@@ -226,6 +238,7 @@ mod tests {
             force_allowed: false,
             deleted_node_is_fenced: false,
             machine_off: false,
+            machine_fencing: false,
             sticky_mount: false,
             store_settled: true,
             clearance: None,
@@ -396,9 +409,21 @@ mod tests {
                 wake: None
             }
         );
+        let checking = DetachFacts {
+            machine_fencing: true,
+            ..mounted.clone()
+        };
+        assert_eq!(
+            decide_detach(&checking),
+            Detach::Blocked {
+                reason: UNHEALTHY_MOUNTED_CHECKING,
+                wake: None
+            },
+            "still a human's to fence, and says the controller keeps asking"
+        );
         let off = DetachFacts {
             machine_off: true,
-            ..mounted.clone()
+            ..checking
         };
         assert_eq!(
             decide_detach(&off),

@@ -1285,6 +1285,7 @@ impl<D: Domain> Reconciler<D> {
                 node,
                 node_facts,
             ),
+            machine_fencing: self.config.machine_fencing.is_some(),
             sticky_mount,
             store_settled: bugs.c5_detach_before_status_ack
                 || !present

@@ -30,6 +30,9 @@ struct Input {
     attach_latency_100ms: u8,
     status_latency_10ms: u8,
     seed: u8,
+    /// Fencing without a human. Never together with `force_detach_on_timeout`: that lets I2
+    /// excuse a detach from a crashed node, and with it a wrongly powered-off one.
+    machine_fencing: bool,
     events: Vec<(u8, Event)>,
 }
 
@@ -109,6 +112,14 @@ enum Event {
     Heal {
         node: u8,
     },
+    /// The node's machine is powered off at the provider (no taint).
+    PowerOff {
+        node: u8,
+    },
+    /// The powered-off machine boots again.
+    PowerOn {
+        node: u8,
+    },
 }
 
 fn planted() -> Option<UpstreamBug> {
@@ -166,6 +177,7 @@ fn build(input: &Input) -> Scenario {
     let node = |n: u8| node_names[usize::from(n % node_count)].clone();
     let volume = |v: u8| volume_list[usize::from(v % volume_count)].0.clone();
     settings.force_detach_on_timeout = input.force_detach_on_timeout;
+    settings.machine_fencing = input.machine_fencing && !input.force_detach_on_timeout;
     // Short waits keep a run short; every timer still fires within the settling time.
     settings.max_wait_for_unmount = Duration::from_secs(30);
     settings.sync_period = Duration::from_secs(20);
@@ -251,6 +263,8 @@ fn build(input: &Input) -> Scenario {
             },
             Event::Partition { node: n } => Action::PartitionBackend(node(*n)),
             Event::Heal { node: n } => Action::HealBackend(node(*n)),
+            Event::PowerOff { node: n } => Action::PowerOff(node(*n)),
+            Event::PowerOn { node: n } => Action::PowerOn(node(*n)),
         };
         steps.push(Step {
             at,
@@ -291,7 +305,8 @@ fn build(input: &Input) -> Scenario {
     // What the new statements break is mended when the events stop (objects created again,
     // agents reaching the API, partitions healed, hung unmounts released), so that the final
     // check holds every node to converging, not only those the events left alone. (Crashes
-    // stay: a crashed node rightly keeps its volumes.)
+    // stay: a crashed node rightly keeps its volumes. So do powered-off machines: with
+    // machine fencing on, their volumes must move; without it, they rightly stay.)
     let mends = steps.iter().any(|s| {
         matches!(
             s.action,
