@@ -596,11 +596,11 @@ mod tests {
                 text.contains(&format!("{h}_count{{{ok}}} 1\n")),
                 "{name}:\n{text}"
             );
-            let tenths = ["0.0", "0.1", "0.2", "0.3", "0.4", "0.5", "0.6"][k];
+            let tenths = ["0.0", "0.1", "0.2", "0.3", "0.4", "0.5", "0.6", "0.7"][k];
             let sum = format!("{h}_sum{{{ok}}} {tenths}\n");
             assert!(text.contains(&sum), "{sum}:\n{text}");
             // k * 100 ms is in the bucket of the first bound >= it.
-            let first = ["0.1", "0.1", "0.25", "0.5", "0.5", "0.5", "1.0"][k];
+            let first = ["0.1", "0.1", "0.25", "0.5", "0.5", "0.5", "1.0", "1.0"][k];
             let bucket = format!("{h}_bucket{{le=\"{first}\",{ok}}} 1\n");
             assert!(text.contains(&bucket), "{bucket}:\n{text}");
             if k >= 2 {
