@@ -109,13 +109,15 @@ pub(crate) fn decide_detach(f: &DetachFacts) -> Detach {
                 wake: None,
             };
         }
+    } else if f.machine_off && !f.healthy {
+        // Powered off, twice and fresh: like a fenced node, it cannot write, whatever its
+        // reports say (the core's view of them, and the store's, may disagree: a fresh read
+        // that holds an unforced detach back would hold this one too).
+        (Some(ForceReason::PoweredOff), None)
     } else {
         // C4: follow the latest report; upstream's bug keeps an assumed mount sticky.
         match f.in_use.map(|in_use| in_use || f.sticky_mount) {
             Some(false) => (None, None),
-            // Powered off, twice and fresh: it cannot write, whatever its last report says.
-            // (An unmounted volume above needs no force: the stronger justification wins.)
-            _ if f.machine_off && !f.healthy => (Some(ForceReason::PoweredOff), None),
             _ if timed_out => (Some(ForceReason::Timeout), None),
             // Not heard from means mounted, so the core cannot clear the detach itself; but
             // waiting for a first report that may never come would leak the volume. The fresh
@@ -437,11 +439,16 @@ mod tests {
             decide_detach(&unheard),
             go(Some(ForceReason::PoweredOff), Step::ReadNode)
         );
+        // As for a fence: the view's report may be older than the store's, whose fresh read
+        // would hold an unforced detach back (a world fuzz finding).
         let unmounted = DetachFacts {
             in_use: Some(false),
             ..off.clone()
         };
-        assert_eq!(decide_detach(&unmounted), go(None, Step::ReadNode));
+        assert_eq!(
+            decide_detach(&unmounted),
+            go(Some(ForceReason::PoweredOff), Step::ReadNode)
+        );
         let tainted = DetachFacts {
             fenced: true,
             ..off.clone()

@@ -1281,9 +1281,12 @@ impl<D: Domain> Reconciler<D> {
                 &mut self.machine,
                 self.config.machine_fencing.as_ref(),
                 now,
-                volume,
-                node,
+                (volume, node),
                 node_facts,
+                !self.waiting_unmount.is_empty()
+                    && self
+                        .waiting_unmount
+                        .contains(&(node.clone(), volume.clone())),
             ),
             machine_fencing: self.config.machine_fencing.is_some(),
             sticky_mount,

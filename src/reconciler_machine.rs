@@ -17,15 +17,16 @@ use crate::operation::{InFlight, OpId, Operation};
 
 /// A detach of `volume` from `node` is being decided: if machine fencing is on and the node
 /// is present, unhealthy and not fenced, and the detach is held by a mount (or a node never
-/// heard from), the node's machine is wanted checked. Returns whether the machine counts as
-/// off now (confirmed twice, fresh).
+/// heard from), or a fresh read held it back (`held_back`: the store says the volume is in use
+/// while the core's view says not), the node's machine is wanted checked. Returns whether the
+/// machine counts as off now (confirmed twice, fresh).
 pub(super) fn held_detach<D: Domain>(
     machine: &mut MachineWatch<D>,
     config: Option<&MachineFencing>,
     now: Duration,
-    volume: &D::Volume,
-    node: &D::Node,
+    (volume, node): (&D::Volume, &D::Node),
     facts: Option<&ActualNode<D>>,
+    held_back: bool,
 ) -> bool {
     let (Some(config), Some(facts)) = (config, facts) else {
         return false;
@@ -33,7 +34,7 @@ pub(super) fn held_detach<D: Domain>(
     if !facts.present || facts.healthy || facts.fenced {
         return false;
     }
-    if facts.reports_in_use(volume) != Some(false) {
+    if held_back || facts.reports_in_use(volume) != Some(false) {
         machine.want(node, now);
     }
     machine.is_off(node, now, config.max_age)

@@ -64,6 +64,10 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/late-detach-after-verify.scn"),
     ),
     (
+        "machine-powered-off-as-its-fence-is-lifted",
+        include_str!("../../examples/scenarios/machine-powered-off-as-its-fence-is-lifted.scn"),
+    ),
+    (
         "machine-powered-off-volumes-move",
         include_str!("../../examples/scenarios/machine-powered-off-volumes-move.scn"),
     ),
