@@ -331,3 +331,27 @@ fn machine_checked_refuses_unknown_ids_and_other_kinds() {
         })
     );
 }
+
+#[test]
+fn a_detach_a_fresh_read_holds_back_on_an_unhealthy_node_asks_about_its_machine() {
+    // The world fuzzer's finding: the core's view says n1 uses nothing, the store still has
+    // the dead agent's report with v in use, so every fresh read holds the unforced detach
+    // back. The machine is asked about all the same, and once off, the detach is forced.
+    let mut h = dead_node(fencing());
+    h.input(Input::NodeUpdated {
+        node: "n1",
+        facts: NodeFacts {
+            healthy: false,
+            fenced: false,
+            in_use: Some(vec![]),
+        },
+    });
+    h.machines.insert("n1", MachineState::Off);
+    let seen = run_timed(&mut h, secs(20));
+    let checks = named(&seen, "check-machine n1");
+    let detach = named(&seen, "detach v n1");
+    assert!(checks.len() >= 2, "{seen:?}");
+    assert_eq!(detach.len(), 1, "{seen:?}");
+    assert_eq!(detach[0].1, "detach v n1 forced:powered-off");
+    assert!(detach[0].0 > checks[1].0, "{seen:?}");
+}
