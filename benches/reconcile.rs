@@ -22,7 +22,7 @@ use attach_detach::config::{BackendLoad, Config, RateLimit};
 use attach_detach::core::{
     Access, AttachState, Input, NodeFacts, OpKind, Operation, Reconciler, VolumeSpec,
 };
-use attach_detach::traits::{AttachInfo, NodeStatus, Revision};
+use attach_detach::traits::{AttachInfo, MachineState, NodeStatus, Revision};
 use criterion::{BenchmarkId, Criterion};
 
 type T = Ids<u32, u32, u32, ()>;
@@ -179,6 +179,10 @@ fn complete(r: &mut Reconciler<T>, now: Duration, ops: Vec<Operation<T>>) -> Cou
             }
             // Nothing attached that the core does not know of.
             Operation::ListAttachments { id } => r.list_finished(now, id, Ok(Vec::new())),
+            // Machine fencing is off in these configurations; a machine here would run.
+            Operation::CheckMachine { id, .. } => {
+                r.machine_checked(now, id, Ok(MachineState::Running))
+            }
         }
         .expect("a planned operation accepts its result");
     }

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 
 use crate::domain::Domain;
 use crate::error::{ErrorSource, as_source, same_source, write_detail};
+use crate::machine::MachineState;
 use crate::volume::VolumeSpec;
 
 /// What a successful attach hands back for the node: how to find the volume there.
@@ -310,6 +311,21 @@ pub trait AttachBackend<D: Domain>: Send + Sync {
     /// attach a previous controller started and lost must show up here, or it would land
     /// unknown to the new one.
     async fn list(&self) -> Result<Vec<BackendAttachment<D>>, BackendError<D::Node>>;
+
+    /// Whether `node`'s machine is powered off, for fencing without a human
+    /// ([`Config::machine_fencing`](crate::config::Config::machine_fencing)); asked only about
+    /// unhealthy nodes whose volumes wait to be detached, and only when that is on.
+    ///
+    /// Optional: the default answers [`MachineState::Unknown`], which never fences. Answer
+    /// [`MachineState::Off`] only when the provider guarantees the machine cannot write to
+    /// any volume (a stopped or terminated instance, a machine deleted at the provider), never
+    /// because the machine does not answer: a node cut off from the network still writes.
+    /// Two `Off` answers some seconds apart detach its volumes, forced, while it may still
+    /// report them in use. An error fences nothing either.
+    async fn machine_state(&self, node: &D::Node) -> Result<MachineState, BackendError<D::Node>> {
+        let _ = node;
+        Ok(MachineState::Unknown)
+    }
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ pub(crate) use crate::upstream_bugs::UpstreamBugs;
 pub use crate::upstream_bugs::UpstreamBugs;
 
 pub use crate::admission::{BackendLoad, RateLimit};
+pub use crate::machine::MachineFencing;
 
 /// How the core paces itself and how far it may go to free a volume, and how long the driver
 /// waits for each call to the outside.
@@ -67,6 +68,15 @@ pub struct Config {
     /// lifecycle controllers do (Kubernetes' deletes a Node whose instance the cloud reports
     /// terminated).
     pub deleted_node_is_fenced: bool,
+    /// Fencing without a human: ask the backend
+    /// ([`AttachBackend::machine_state`](crate::traits::AttachBackend::machine_state)) whether
+    /// an unhealthy node's machine is powered off, and count the node as fenced (force reason
+    /// `powered-off`) once it says so twice, fresh. `None` (the default) never asks: a node
+    /// counts as fenced only by the orchestrator's `out-of-service` taint.
+    ///
+    /// Turn it on only with a backend whose `Off` means the machine cannot write (a stopped
+    /// or terminated cloud instance); see [`MachineFencing`].
+    pub machine_fencing: Option<MachineFencing>,
     /// At most this many workloads may wait for a node or a volume the core was not told of
     /// (see [`Input::WorkloadScheduled`](crate::core::Input::WorkloadScheduled)); beyond it, a
     /// workload that would wait is refused with
@@ -118,6 +128,7 @@ impl Default for Config {
             unmount_recheck: Duration::from_secs(5),
             force_detach_on_timeout: false,
             deleted_node_is_fenced: false,
+            machine_fencing: None,
             max_pending_workloads: 100_000,
             pending_workload_warning: Duration::from_secs(2 * 60),
             stuck_after: Duration::from_secs(10 * 60),
@@ -150,6 +161,9 @@ impl Config {
     /// attachment); a zero call timeout (every such call would fail at once); a zero
     /// [`BackendLoad`] limit or burst (no call of its class could ever start); a zero
     /// `backend_load.rate.every`.
+    /// attachment); a zero call timeout (every such call would fail at once); with
+    /// `machine_fencing`, a zero interval (a node's machine would be asked on every pass) or a
+    /// `max_age` below the interval (the paced checks could not keep a confirmation fresh).
     ///
     /// ```
     /// use std::time::Duration;
@@ -180,6 +194,12 @@ impl Config {
                 .rate
                 .map(|rate| ("backend_load.rate.every", rate.every)),
         )
+        .chain(self.machine_fencing.into_iter().flat_map(|m| {
+            [
+                ("machine_fencing.interval", m.interval),
+                ("machine_fencing.max_age", m.max_age),
+            ]
+        }))
         .chain(self.call_timeouts.fields());
         for (field, value) in durations {
             if value > Self::MAX_DURATION {
@@ -216,6 +236,17 @@ impl Config {
             .is_some_and(|rate| rate.every.is_zero())
         {
             return Err(ConfigError::ZeroRateInterval);
+        }
+        if let Some(m) = self.machine_fencing {
+            if m.interval.is_zero() {
+                return Err(ConfigError::ZeroMachineCheckInterval);
+            }
+            if m.max_age < m.interval {
+                return Err(ConfigError::MachineMaxAgeBelowInterval {
+                    max_age: m.max_age,
+                    interval: m.interval,
+                });
+            }
         }
         Ok(())
     }
@@ -278,6 +309,23 @@ pub enum ConfigError {
     /// `backend_load.rate.every` is zero: a token every instant is no rate at all.
     #[error("backend_load.rate.every is zero: that is no rate limit (use rate: None for none)")]
     ZeroRateInterval,
+    /// `machine_fencing.interval` is zero: an unhealthy node's machine would be asked about on
+    /// every pass, and a single answer could count twice.
+    #[error(
+        "machine_fencing.interval is zero: a node's machine would be asked about on every pass, and two answers an instant apart would fence it"
+    )]
+    ZeroMachineCheckInterval,
+    /// `machine_fencing.max_age` is below `machine_fencing.interval`: the confirmation would
+    /// lapse between two paced checks, so detaches would rarely, if ever, go.
+    #[error(
+        "machine_fencing.max_age ({max_age:?}) is shorter than machine_fencing.interval ({interval:?}): a confirmation would lapse between two checks"
+    )]
+    MachineMaxAgeBelowInterval {
+        /// `machine_fencing.max_age`.
+        max_age: Duration,
+        /// `machine_fencing.interval`.
+        interval: Duration,
+    },
 }
 
 /// The kinds of call the driver makes to the outside, each with its own deadline in
@@ -300,11 +348,14 @@ pub enum CallKind {
     StoreList,
     /// [`AttachBackend::list`](crate::traits::AttachBackend::list), at recovery.
     BackendList,
+    /// [`AttachBackend::machine_state`](crate::traits::AttachBackend::machine_state), with
+    /// `Config::machine_fencing`.
+    MachineState,
 }
 
 impl CallKind {
     /// Every kind, in declaration order.
-    pub const ALL: [CallKind; 7] = [
+    pub const ALL: [CallKind; 8] = [
         CallKind::Attach,
         CallKind::Detach,
         CallKind::Verify,
@@ -312,6 +363,7 @@ impl CallKind {
         CallKind::StatusWrite,
         CallKind::StoreList,
         CallKind::BackendList,
+        CallKind::MachineState,
     ];
 
     /// A short lowercase name: `attach`, `status write`, `backend list`, ...
@@ -324,6 +376,7 @@ impl CallKind {
             CallKind::StatusWrite => "status write",
             CallKind::StoreList => "store list",
             CallKind::BackendList => "backend list",
+            CallKind::MachineState => "machine state",
         }
     }
 
@@ -362,6 +415,8 @@ impl fmt::Display for CallKind {
 ///   timeout, so the driver gives up on a hung connection before the server would.
 /// - `list`: 2 minutes. A recovery listing reads every node or every attachment, so it may take
 ///   much longer than one call; while it hangs nothing is planned at all, so it must still end.
+/// - `machine_state`: 30 seconds, as a store read: one read of a cloud's instance state. A
+///   check that times out fences nothing (it counts as a failed check).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CallTimeouts {
     /// [`AttachBackend::attach`](crate::traits::AttachBackend::attach).
@@ -379,6 +434,9 @@ pub struct CallTimeouts {
     /// [`NodeStatusStore::list`](crate::traits::NodeStatusStore::list) and
     /// [`AttachBackend::list`](crate::traits::AttachBackend::list) at recovery.
     pub list: Duration,
+    /// [`AttachBackend::machine_state`](crate::traits::AttachBackend::machine_state), with
+    /// `Config::machine_fencing`: one read of a cloud's instance state.
+    pub machine_state: Duration,
 }
 
 impl Default for CallTimeouts {
@@ -390,6 +448,7 @@ impl Default for CallTimeouts {
             status_write: Duration::from_secs(30),
             status_read: Duration::from_secs(30),
             list: Duration::from_secs(2 * 60),
+            machine_state: Duration::from_secs(30),
         }
     }
 }
@@ -404,6 +463,7 @@ impl CallTimeouts {
             CallKind::StatusRead => self.status_read,
             CallKind::StatusWrite => self.status_write,
             CallKind::StoreList | CallKind::BackendList => self.list,
+            CallKind::MachineState => self.machine_state,
         }
     }
 
@@ -416,6 +476,7 @@ impl CallTimeouts {
             ("call_timeouts.status_write", self.status_write),
             ("call_timeouts.status_read", self.status_read),
             ("call_timeouts.list", self.list),
+            ("call_timeouts.machine_state", self.machine_state),
         ]
         .into_iter()
     }
@@ -485,7 +546,12 @@ mod tests {
                 status_write: max,
                 status_read: max,
                 list: max,
+                machine_state: max,
             },
+            machine_fencing: Some(MachineFencing {
+                interval: max,
+                max_age: max,
+            }),
             ..Config::default()
         };
         assert_eq!(at_bound.validate(), Ok(()));
@@ -654,6 +720,13 @@ mod tests {
                 },
                 "call_timeouts.list",
             ),
+            (
+                CallTimeouts {
+                    machine_state: zero,
+                    ..CallTimeouts::default()
+                },
+                "call_timeouts.machine_state",
+            ),
         ];
         for (call_timeouts, field) in cases {
             let config = Config {
@@ -768,6 +841,35 @@ mod tests {
     }
 
     #[test]
+    fn machine_fencing_is_off_by_default_and_checked_when_on() {
+        assert_eq!(Config::default().machine_fencing, None);
+        let with = |interval, max_age| Config {
+            machine_fencing: Some(MachineFencing { interval, max_age }),
+            ..Config::default()
+        };
+        assert_eq!(with(secs(5), secs(30)).validate(), Ok(()));
+        assert_eq!(with(secs(5), secs(5)).validate(), Ok(()));
+        assert_eq!(
+            with(Duration::ZERO, secs(30)).validate(),
+            Err(ConfigError::ZeroMachineCheckInterval)
+        );
+        assert_eq!(
+            with(secs(10), secs(9)).validate(),
+            Err(ConfigError::MachineMaxAgeBelowInterval {
+                max_age: secs(9),
+                interval: secs(10)
+            })
+        );
+        assert!(matches!(
+            with(secs(5), Duration::MAX).validate(),
+            Err(ConfigError::TooLarge {
+                field: "machine_fencing.max_age",
+                ..
+            })
+        ));
+    }
+
+    #[test]
     fn each_call_kind_has_its_deadline() {
         let t = CallTimeouts {
             attach: secs(1),
@@ -776,9 +878,10 @@ mod tests {
             status_write: secs(4),
             status_read: secs(5),
             list: secs(6),
+            machine_state: secs(7),
         };
         let of: Vec<_> = CallKind::ALL.iter().map(|k| t.of(*k).as_secs()).collect();
-        assert_eq!(of, vec![1, 2, 3, 5, 4, 6, 6]);
+        assert_eq!(of, vec![1, 2, 3, 5, 4, 6, 6, 7]);
         let may: Vec<_> = CallKind::ALL
             .iter()
             .filter(|k| k.may_take_effect())

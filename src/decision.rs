@@ -18,6 +18,12 @@ pub(crate) const DELETED_NODE: &str = "the node object was deleted while the vol
 pub(crate) const UNHEALTHY_MOUNTED: &str = "the node is unhealthy and still reports the volume \
      in use; fence it (out-of-service) once its machine is off, and the volume moves";
 
+/// The same, when machine fencing is on: the controller keeps asking, and says so.
+pub(crate) const UNHEALTHY_MOUNTED_CHECKING: &str = "the node is unhealthy and still reports \
+     the volume in use, and its machine is not known to be powered off (machine fencing asks the \
+     backend every interval, and moves the volume once it says Off twice); fence it \
+     (out-of-service) once its machine is off, and the volume moves";
+
 /// What the core knows about an attachment that no workload needs any more, once no other
 /// operation on it runs or backs off.
 #[derive(Clone, Debug)]
@@ -34,6 +40,11 @@ pub(crate) struct DetachFacts {
     /// `force_detach_on_timeout` (or upstream's C3, which forces regardless).
     pub(crate) force_allowed: bool,
     pub(crate) deleted_node_is_fenced: bool,
+    /// The backend said twice, fresh, that the node's machine is powered off
+    /// (`Config::machine_fencing`), and the node is unhealthy.
+    pub(crate) machine_off: bool,
+    /// `Config::machine_fencing` is on (only the wording of a blocked detach changes).
+    pub(crate) machine_fencing: bool,
     /// Upstream's C4: the attachment was first seen without a mount report, and stays
     /// "mounted" until the report for it changes.
     pub(crate) sticky_mount: bool,
@@ -98,6 +109,11 @@ pub(crate) fn decide_detach(f: &DetachFacts) -> Detach {
                 wake: None,
             };
         }
+    } else if f.machine_off && !f.healthy {
+        // Powered off, twice and fresh: like a fenced node, it cannot write, whatever its
+        // reports say (the core's view of them, and the store's, may disagree: a fresh read
+        // that holds an unforced detach back would hold this one too).
+        (Some(ForceReason::PoweredOff), None)
     } else {
         // C4: follow the latest report; upstream's bug keeps an assumed mount sticky.
         match f.in_use.map(|in_use| in_use || f.sticky_mount) {
@@ -111,7 +127,11 @@ pub(crate) fn decide_detach(f: &DetachFacts) -> Detach {
             // again; a timer ends the unmount wait where a forced detach is allowed.
             Some(true) if !f.healthy && !f.force_allowed => {
                 return Detach::Blocked {
-                    reason: UNHEALTHY_MOUNTED,
+                    reason: if f.machine_fencing {
+                        UNHEALTHY_MOUNTED_CHECKING
+                    } else {
+                        UNHEALTHY_MOUNTED
+                    },
                     wake: None,
                 };
             }
@@ -219,6 +239,8 @@ mod tests {
             in_use: Some(false),
             force_allowed: false,
             deleted_node_is_fenced: false,
+            machine_off: false,
+            machine_fencing: false,
             sticky_mount: false,
             store_settled: true,
             clearance: None,
@@ -373,6 +395,73 @@ mod tests {
             decide_detach(&fenced),
             go(Some(ForceReason::OutOfService), Step::ReadNode)
         );
+    }
+
+    #[test]
+    fn a_powered_off_machine_forces_a_detach_from_an_unhealthy_node_only() {
+        let mounted = DetachFacts {
+            healthy: false,
+            in_use: Some(true),
+            ..unused()
+        };
+        assert_eq!(
+            decide_detach(&mounted),
+            Detach::Blocked {
+                reason: UNHEALTHY_MOUNTED,
+                wake: None
+            }
+        );
+        let checking = DetachFacts {
+            machine_fencing: true,
+            ..mounted.clone()
+        };
+        assert_eq!(
+            decide_detach(&checking),
+            Detach::Blocked {
+                reason: UNHEALTHY_MOUNTED_CHECKING,
+                wake: None
+            },
+            "still a human's to fence, and says the controller keeps asking"
+        );
+        let off = DetachFacts {
+            machine_off: true,
+            ..checking
+        };
+        assert_eq!(
+            decide_detach(&off),
+            go(Some(ForceReason::PoweredOff), Step::ReadNode)
+        );
+        let unheard = DetachFacts {
+            in_use: None,
+            ..off.clone()
+        };
+        assert_eq!(
+            decide_detach(&unheard),
+            go(Some(ForceReason::PoweredOff), Step::ReadNode)
+        );
+        // As for a fence: the view's report may be older than the store's, whose fresh read
+        // would hold an unforced detach back (a world fuzz finding).
+        let unmounted = DetachFacts {
+            in_use: Some(false),
+            ..off.clone()
+        };
+        assert_eq!(
+            decide_detach(&unmounted),
+            go(Some(ForceReason::PoweredOff), Step::ReadNode)
+        );
+        let tainted = DetachFacts {
+            fenced: true,
+            ..off.clone()
+        };
+        assert_eq!(
+            decide_detach(&tainted),
+            go(Some(ForceReason::OutOfService), Step::ReadNode)
+        );
+        let healthy = DetachFacts {
+            healthy: true,
+            ..off
+        };
+        assert_eq!(decide_detach(&healthy), Detach::Wait { wake: None });
     }
 
     #[test]

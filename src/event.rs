@@ -140,6 +140,23 @@ pub enum Event<D: Domain> {
         /// The node it was released from.
         node: D::Node,
     },
+    /// The backend said twice, fresh, that the unhealthy node's machine is powered off
+    /// (`Config::machine_fencing`): the node counts as fenced, and its volumes are detached
+    /// (forced, reason `powered-off`) without waiting for a human. Emitted once per run of
+    /// `Off` answers.
+    NodePoweredOff {
+        /// The node.
+        node: D::Node,
+    },
+    /// Asking the backend about the node's machine failed (`Config::machine_fencing`): the
+    /// node is not fenced that way until two checks in a row say `Off` again. Emitted once per
+    /// run of failures.
+    MachineCheckFailed {
+        /// The node.
+        node: D::Node,
+        /// The backend's message.
+        message: String,
+    },
     /// A call to the backend or the store got no answer within its deadline
     /// ([`CallTimeouts`](crate::config::CallTimeouts)) and was given up. Raised by the driver,
     /// never by the core; a timed-out attach or detach is then handled as an uncertain failure (it
@@ -173,6 +190,8 @@ impl<D: Domain> Event<D> {
             Event::NodeFull { .. } => "NodeFull",
             Event::DetachStuck { .. } => "DetachStuck",
             Event::VolumeReleased { .. } => "VolumeReleased",
+            Event::NodePoweredOff { .. } => "NodePoweredOff",
+            Event::MachineCheckFailed { .. } => "MachineCheckFailed",
         }
     }
 
@@ -290,6 +309,14 @@ impl<D: Domain> fmt::Display for Event<D> {
             } => write!(
                 f,
                 "AttachVolume.Attach of volume {volume:?} for workload(s) {workloads:?} waits for room on node {node:?}: {reason}"
+            ),
+            Event::NodePoweredOff { node } => write!(
+                f,
+                "The machine of node {node:?} is powered off (twice, fresh): the node counts as fenced and its volumes are detached"
+            ),
+            Event::MachineCheckFailed { node, message } => write!(
+                f,
+                "Asking whether the machine of node {node:?} is powered off failed: {message}"
             ),
             Event::CallTimedOut {
                 call,

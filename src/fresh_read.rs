@@ -22,7 +22,12 @@ use crate::store::NodeStatus;
 ///   core's own view, which may not have seen the deletion yet, decides nothing;
 /// - or the node is fenced (`fenced: Some(true)`): it can no longer write, whatever it reports;
 /// - or its agent reports in-use volumes and `volume` is not among them;
-/// - or, for a detach forced by the unmount timeout (opt-in), the node is not known healthy.
+/// - or, for a detach forced by the unmount timeout (opt-in), the node is not known healthy;
+/// - or, for a detach forced because the backend said twice, fresh, that the node's machine is
+///   powered off (`Config::machine_fencing`), the node is not known healthy: the machine's
+///   state was itself read fresh (the core plans the detach only while that answer is younger
+///   than `MachineFencing::max_age`), and a node whose agent reports healthy again has a
+///   running machine, whatever the provider said.
 ///
 /// So an unforced detach from a store that holds no in-use report (`in_use: None`) is held
 /// back, and so is an out-of-service detach from a node whose fence was lifted while it still
@@ -51,7 +56,9 @@ pub(crate) fn judge_detach<D: Domain>(
         Some(_) => "its agent reports it in use",
         None => "the store holds no in-use report for the node",
     };
-    if force == Some(ForceReason::Timeout) && status.healthy != Some(true) {
+    if matches!(force, Some(ForceReason::Timeout | ForceReason::PoweredOff))
+        && status.healthy != Some(true)
+    {
         return Ok(());
     }
     let why = match force {
@@ -61,6 +68,9 @@ pub(crate) fn judge_detach<D: Domain>(
         }
         Some(ForceReason::Timeout) => ", and the node is healthy again",
         Some(ForceReason::NodeDeleted) => ", and the node exists again",
+        Some(ForceReason::PoweredOff) => {
+            ", and the node is healthy again (its machine runs, whatever the backend said)"
+        }
     };
     Err(format!("{in_use}{why}"))
 }
@@ -126,5 +136,18 @@ mod tests {
             .unwrap_err()
             .contains("healthy again")
         );
+        // Powered off: as the timeout, never from a node the store shows healthy, nor from a
+        // node the store lacks.
+        let off = Some(ForceReason::PoweredOff);
+        assert_eq!(
+            judge(Some(&status(Some(&["v"]), false, false)), off),
+            Ok(())
+        );
+        assert!(
+            judge(Some(&status(Some(&["v"]), false, true)), off)
+                .unwrap_err()
+                .contains("its machine runs")
+        );
+        assert!(judge(None, off).is_err());
     }
 }

@@ -46,11 +46,13 @@ pub enum OpKind {
     /// List every attachment the backend knows (restart recovery, and the periodic resync
     /// that finds attachments the core does not know of).
     List,
+    /// Ask the backend whether a node's machine is powered off (`Config::machine_fencing`).
+    CheckMachine,
 }
 
 impl OpKind {
     /// Every kind, in declaration order.
-    pub const ALL: [OpKind; 7] = [
+    pub const ALL: [OpKind; 8] = [
         OpKind::Attach,
         OpKind::Detach,
         OpKind::Verify,
@@ -58,6 +60,7 @@ impl OpKind {
         OpKind::ReadStatus,
         OpKind::ListStatuses,
         OpKind::List,
+        OpKind::CheckMachine,
     ];
 }
 

@@ -169,8 +169,10 @@
 //!   never causes status churn.
 //! - **C2**: an Uncertain attachment holds a single-node volume against other nodes; the
 //!   Multi-Attach event fires once per episode under its own reason (96142).
-//! - **C3** (seed 004): the unmount wait is skipped only for a fenced (`out-of-service`) node;
-//!   force detach on timeout is opt-in and never applies to a healthy node (110721).
+//! - **C3** (seed 004): the unmount wait is skipped only for a fenced (`out-of-service`) node,
+//!   or, with the opt-in `Config::machine_fencing`, an unhealthy node whose machine the backend
+//!   said twice, fresh, is powered off; force detach on timeout is opt-in and never applies to
+//!   a healthy node (110721).
 //! - **C4** (141385): a node not yet heard from counts as mounting everything, and its first
 //!   in-use report is acted on at once.
 //! - **C5**: a detach starts only after the store acknowledged the volume's removal from the
@@ -183,7 +185,8 @@
 //!
 //! And right before every detach, forced or not, the core reads the node fresh
 //! ([`Operation::ReadStatus`]) and plans the detach only if the node is fenced or its agent
-//! reports the volume not in use (or, for the opt-in timeout, the node is not healthy): its own
+//! reports the volume not in use (or, for the opt-in timeout or a machine the backend says is
+//! powered off, the node is not healthy): its own
 //! view of the node may be older than a mount that began before the volume left the node's
 //! status, or than a lifted fence. A read that does not justify the detach holds it back,
 //! which is no failure ([`Event::WaitingForUnmount`]).
@@ -226,6 +229,7 @@ mod fault;
 mod fresh_read;
 mod gate;
 mod input;
+mod machine;
 pub mod memory;
 mod operation;
 mod reconciler;
@@ -295,5 +299,6 @@ pub mod traits {
 
     pub use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
     pub use crate::error::ErrorSource;
+    pub use crate::machine::MachineState;
     pub use crate::store::{NodeStatus, NodeStatusStore, ReportedVolume, Revision, StoreError};
 }

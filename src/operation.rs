@@ -1,6 +1,7 @@
 //! Operations the core plans for a driver to run, and what it must remember about them.
 
 use std::fmt;
+use std::time::Duration;
 
 use crate::domain::Domain;
 use crate::gate::OpKind;
@@ -29,6 +30,11 @@ pub enum ForceReason {
     /// The node object was deleted and `Config::deleted_node_is_fenced` says a deleted node's
     /// machine is gone. The detach is confirmed by a fresh read that finds no such node.
     NodeDeleted,
+    /// The node is unhealthy and the backend said twice, fresh, that its machine is powered
+    /// off (`Config::machine_fencing`): it cannot write. The detach is planned only while the
+    /// confirming answer is younger than `MachineFencing::max_age`, and after a fresh read of
+    /// the node that does not show it healthy again.
+    PoweredOff,
 }
 
 impl ForceReason {
@@ -38,6 +44,7 @@ impl ForceReason {
             ForceReason::OutOfService => "out-of-service",
             ForceReason::Timeout => "timeout",
             ForceReason::NodeDeleted => "node-deleted",
+            ForceReason::PoweredOff => "powered-off",
         }
     }
 }
@@ -135,6 +142,17 @@ pub enum Operation<D: Domain> {
         /// fresh read.
         expected: Revision,
     },
+    /// Ask whether `node`'s machine is powered off
+    /// ([`AttachBackend::machine_state`](crate::traits::AttachBackend::machine_state)); report
+    /// back with `machine_checked`. Planned only with `Config::machine_fencing`, for an
+    /// unhealthy, unfenced node whose volumes wait to be detached, one at a time per node and
+    /// paced by `MachineFencing::interval`: two `Off` answers fence the node.
+    CheckMachine {
+        /// Result id.
+        id: OpId,
+        /// The node.
+        node: D::Node,
+    },
 }
 
 impl<D: Domain> Operation<D> {
@@ -146,6 +164,7 @@ impl<D: Domain> Operation<D> {
             | Operation::Verify { id, .. }
             | Operation::WriteStatus { id, .. }
             | Operation::ReadStatus { id, .. }
+            | Operation::CheckMachine { id, .. }
             | Operation::ListStatuses { id }
             | Operation::ListAttachments { id } => *id,
         }
@@ -161,6 +180,7 @@ impl<D: Domain> Operation<D> {
             Operation::ReadStatus { .. } => OpKind::ReadStatus,
             Operation::ListStatuses { .. } => OpKind::ListStatuses,
             Operation::ListAttachments { .. } => OpKind::List,
+            Operation::CheckMachine { .. } => OpKind::CheckMachine,
         }
     }
 
@@ -171,7 +191,8 @@ impl<D: Domain> Operation<D> {
             | Operation::Detach { node, .. }
             | Operation::Verify { node, .. }
             | Operation::WriteStatus { node, .. }
-            | Operation::ReadStatus { node, .. } => Some(node),
+            | Operation::ReadStatus { node, .. }
+            | Operation::CheckMachine { node, .. } => Some(node),
             Operation::ListAttachments { .. } | Operation::ListStatuses { .. } => None,
         }
     }
@@ -213,6 +234,11 @@ pub(crate) enum InFlight<D: Domain> {
     },
     ListStatuses,
     List,
+    CheckMachine {
+        node: D::Node,
+        /// When the check was planned: the age of its answer counts from here.
+        asked: Duration,
+    },
 }
 
 impl<D: Domain> InFlight<D> {
@@ -224,7 +250,8 @@ impl<D: Domain> InFlight<D> {
             | InFlight::WriteStatus { .. }
             | InFlight::ReadStatus { .. }
             | InFlight::ListStatuses
-            | InFlight::List => None,
+            | InFlight::List
+            | InFlight::CheckMachine { .. } => None,
         }
     }
 
@@ -237,6 +264,7 @@ impl<D: Domain> InFlight<D> {
             InFlight::ReadStatus { .. } => OpKind::ReadStatus,
             InFlight::ListStatuses => OpKind::ListStatuses,
             InFlight::List => OpKind::List,
+            InFlight::CheckMachine { .. } => OpKind::CheckMachine,
         }
     }
 }

@@ -23,6 +23,7 @@ use crate::event::{Event, Holder};
 use crate::fresh_read::judge_detach;
 use crate::gate::{OpKind, OperationGate, trim_map};
 use crate::input::{Input, Kind, Rejection, Relists};
+use crate::machine::MachineWatch;
 use crate::operation::{ForceReason, InFlight, OpId, Operation};
 use crate::recovery::{Load, Recovery, Statuses};
 use crate::schedule::Schedule;
@@ -241,6 +242,9 @@ pub struct Reconciler<D: Domain> {
     stuck: BTreeSet<(D::Node, D::Volume)>,
     /// Backend load: slots per class, the token bucket, the queues (`Config::backend_load`).
     admission: Admission<D>,
+    /// Fencing without a human: the machine checks of unhealthy nodes
+    /// (`Config::machine_fencing`; see `reconciler_machine.rs`).
+    machine: MachineWatch<D>,
 }
 
 impl<D: Domain> Reconciler<D> {
@@ -281,6 +285,7 @@ impl<D: Domain> Reconciler<D> {
             capacity: NodeCapacity::default(),
             released: BTreeSet::new(),
             stuck: BTreeSet::new(),
+            machine: MachineWatch::default(),
         }
     }
 
@@ -628,6 +633,10 @@ impl<D: Domain> Reconciler<D> {
             self.released.retain(|(_, n)| *n != node);
         }
         let new_limit = facts.attach_limit;
+        if facts.healthy || facts.fenced {
+            // A machine check's run of answers starts over (fencing without a human).
+            self.machine.reset(&node);
+        }
         let placed = self.desired.add_node(node.clone());
         self.schedule.mark_all(placed);
         let affected = self.actual.set_node(node.clone(), facts);
@@ -660,6 +669,7 @@ impl<D: Domain> Reconciler<D> {
         self.read_last.remove(node);
         self.cache_consulted.remove(node);
         self.capacity.forget_node(node);
+        self.machine.forget(node);
         // Nor is any retry of its status write or verify due: a node of the same name later
         // is a new object.
         self.gate.forget_where(|key| match key {
@@ -1308,10 +1318,14 @@ impl<D: Domain> Reconciler<D> {
             has_work,
             !self.actual.is_empty(),
             self.desired.node_count() > 0,
-            [self.desired.next_pending_wake(), self.admission.wake()]
-                .into_iter()
-                .flatten()
-                .min(),
+            [
+                self.desired.next_pending_wake(),
+                self.admission.wake(),
+                self.machine.next_wake(),
+            ]
+            .into_iter()
+            .flatten()
+            .min(),
             self.config.reconcile_period,
         )
     }
@@ -1357,6 +1371,7 @@ impl<D: Domain> Reconciler<D> {
             self.status.mark(node);
         }
         self.plan_status(now, &mut ops);
+        self.plan_machine_checks(now, &mut ops);
         // A clearance is for the pass right after its read: one this pass did not use (the
         // detach was no longer wanted, or had to wait) is stale by the next.
         if !self.cleared.is_empty() {
@@ -1495,6 +1510,18 @@ impl<D: Domain> Reconciler<D> {
             in_use: node_facts.and_then(|n| n.reports_in_use(volume)),
             force_allowed: self.config.force_detach_on_timeout || bugs.c3_force_detach_unfenced,
             deleted_node_is_fenced: self.config.deleted_node_is_fenced,
+            machine_off: machine_checks::held_detach(
+                &mut self.machine,
+                self.config.machine_fencing.as_ref(),
+                now,
+                (volume, node),
+                node_facts,
+                !self.waiting_unmount.is_empty()
+                    && self
+                        .waiting_unmount
+                        .contains(&(node.clone(), volume.clone())),
+            ),
+            machine_fencing: self.config.machine_fencing.is_some(),
             sticky_mount,
             store_settled: bugs.c5_detach_before_status_ack
                 || !present
@@ -2115,6 +2142,11 @@ fn unseen<'a, T: Id>(all: impl Iterator<Item = &'a T>, seen: &FxHashSet<T>) -> V
 
 #[path = "admission_pass.rs"]
 mod admission_pass;
+
+// Fencing without a human: planning machine checks and taking their answers.
+#[path = "reconciler_machine.rs"]
+mod machine_checks;
+
 #[cfg(test)]
 #[path = "store_protocol_tests.rs"]
 mod store_protocol_tests;

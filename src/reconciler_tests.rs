@@ -34,6 +34,8 @@ struct H {
     log: Vec<String>,
     /// The store: each node's facts as its agent last reported them, list and revision.
     store: BTreeMap<&'static str, Stored>,
+    /// What the backend says of each node's machine (`Running` when not set).
+    machines: BTreeMap<&'static str, crate::machine::MachineState>,
 }
 
 fn render(op: &Operation<T>) -> String {
@@ -62,6 +64,7 @@ fn render(op: &Operation<T>) -> String {
         Operation::ReadStatus { node, .. } => format!("read {node}"),
         Operation::ListAttachments { .. } => "list".to_string(),
         Operation::ListStatuses { .. } => "list-statuses".to_string(),
+        Operation::CheckMachine { node, .. } => format!("check-machine {node}"),
     }
 }
 
@@ -100,6 +103,7 @@ impl H {
             now: Duration::ZERO,
             log: Vec::new(),
             store: BTreeMap::new(),
+            machines: BTreeMap::new(),
         }
     }
 
@@ -316,6 +320,14 @@ impl H {
             Operation::ListStatuses { id } => {
                 self.r.statuses_listed(now, id, Ok(Vec::new())).unwrap()
             }
+            Operation::CheckMachine { id, node } => {
+                let state = self
+                    .machines
+                    .get(node)
+                    .copied()
+                    .unwrap_or(crate::machine::MachineState::Running);
+                self.r.machine_checked(now, id, Ok(state)).unwrap()
+            }
         }
     }
 
@@ -326,6 +338,9 @@ impl H {
             Operation::Detach { id, .. } => self.r.detach_finished(now, id, Err(error)).unwrap(),
             Operation::Verify { id, .. } => self.r.verify_finished(now, id, Err(error)).unwrap(),
             Operation::ListAttachments { id } => self.r.list_finished(now, id, Err(error)).unwrap(),
+            Operation::CheckMachine { id, .. } => {
+                self.r.machine_checked(now, id, Err(error)).unwrap()
+            }
             other => panic!("use fail_status for {}", render(&other)),
         }
     }
@@ -2336,3 +2351,5 @@ fn claims_and_releases_leave_no_backend_slot_taken() {
     let planned = h.run_ok(secs(2));
     assert!(planned.contains(&"detach v1 n1".to_string()), "{planned:?}");
 }
+#[path = "machine_fencing_tests.rs"]
+mod machine_fencing;

@@ -104,6 +104,7 @@ fn render(op: &Operation<T>) -> String {
         Operation::ReadStatus { node, .. } => format!("read {node}"),
         Operation::ListAttachments { .. } => "list".to_string(),
         Operation::ListStatuses { .. } => "list-statuses".to_string(),
+        Operation::CheckMachine { node, .. } => format!("check-machine {node}"),
     }
 }
 
@@ -462,6 +463,11 @@ impl P {
                 let listed = self.store.iter().map(|(n, r)| (*n, r.status())).collect();
                 self.r.statuses_listed(now, id, Ok(listed)).unwrap()
             }
+            // This backend does not support the question, as a backend by default.
+            Operation::CheckMachine { id, .. } => self
+                .r
+                .machine_checked(now, id, Ok(crate::machine::MachineState::Unknown))
+                .unwrap(),
             Operation::WriteStatus {
                 node,
                 ref attached,

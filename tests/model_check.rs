@@ -142,7 +142,8 @@ use attach_detach::config::{Config, UpstreamBugs};
 use attach_detach::core::{AttachState, Input, NodeFacts, OpId, Operation, Reconciler, VolumeSpec};
 use attach_detach::sim::{self, scenario};
 use attach_detach::traits::{
-    AttachInfo, BackendAttachment, BackendError, NodeStatus, ReportedVolume, Revision, StoreError,
+    AttachInfo, BackendAttachment, BackendError, MachineState, NodeStatus, ReportedVolume,
+    Revision, StoreError,
 };
 use stateright::{Checker, HasDiscoveries, Model, Property, Representative};
 
@@ -330,6 +331,11 @@ enum Op {
         cached: bool,
     },
     ListStatuses,
+    /// A machine check (`Config::machine_fencing`, which these worlds leave off: kept so the
+    /// model stays total over the core's operations).
+    CheckMachine {
+        n: u8,
+    },
 }
 
 impl Op {
@@ -371,6 +377,7 @@ impl Op {
                 cached: *from_cache,
             },
             Operation::ListStatuses { .. } => Op::ListStatuses,
+            Operation::CheckMachine { node, .. } => Op::CheckMachine { n: *node },
         }
     }
 
@@ -445,6 +452,8 @@ enum Answer {
     WriteConflict(u64),
     Read(Option<Status>),
     ListStatuses(Option<Vec<(u8, Status)>>),
+    /// Whether the machine is off (`None`: the call failed).
+    CheckMachine(Option<bool>),
 }
 
 /// A node's record in the store, as read.
@@ -543,6 +552,18 @@ fn apply(core: &mut Reconciler<T>, call: &Call) -> Vec<Operation<T>> {
                 id,
                 r.map(|l| l.into_iter().map(|(n, s)| (n, s.real())).collect())
                     .ok_or_else(|| StoreError::transient("model: failed")),
+            ),
+            Answer::CheckMachine(r) => core.machine_checked(
+                now,
+                id,
+                r.map(|off| {
+                    if off {
+                        MachineState::Off
+                    } else {
+                        MachineState::Running
+                    }
+                })
+                .ok_or_else(|| BackendError::transient("model: failed")),
             ),
         },
     };
@@ -678,6 +699,7 @@ impl Op {
             },
             Op::List => Op::List,
             Op::ListStatuses => Op::ListStatuses,
+            Op::CheckMachine { n } => Op::CheckMachine { n: r(n) },
         }
     }
 }
@@ -936,6 +958,10 @@ impl Step<'_> {
                 }
                 status
             })),
+            // A fenced node's machine is off, as in the simulator.
+            Op::CheckMachine { n } => Answer::CheckMachine(
+                (outcome == Outcome::Ok).then(|| self.env.nodes[usize::from(n)].fenced),
+            ),
             Op::ListStatuses => Answer::ListStatuses((outcome == Outcome::Ok).then(|| {
                 (0..self.world.nodes)
                     .filter(|n| self.env.nodes[usize::from(*n)].revision > 0)

@@ -131,6 +131,7 @@ async fn a_scrape_after_a_run_says_what_happened() {
             "attachdetach_controller_forced_detaches_total{reason=\"out-of-service\"} 1",
             "attachdetach_controller_forced_detaches_total{reason=\"timeout\"} 0",
             "attachdetach_controller_forced_detaches_total{reason=\"node-deleted\"} 0",
+            "attachdetach_controller_forced_detaches_total{reason=\"powered-off\"} 0",
         ]
     );
     assert!(text.contains("# TYPE attachdetach_controller_forced_detaches counter\n"));

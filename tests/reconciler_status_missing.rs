@@ -6,7 +6,7 @@ use std::time::Duration;
 use attach_detach::Ids;
 use attach_detach::config::Config;
 use attach_detach::core::{Input, NodeFacts, OpId, Operation, Reconciler, VolumeSpec};
-use attach_detach::traits::{AttachInfo, NodeStatus, Revision, StoreError};
+use attach_detach::traits::{AttachInfo, MachineState, NodeStatus, Revision, StoreError};
 
 type D = Ids<&'static str, &'static str, &'static str, ()>;
 
@@ -77,6 +77,10 @@ fn answer_with(
             }
             Operation::ListAttachments { .. } => core.list_finished(now, id, Ok(vec![])).unwrap(),
             Operation::ListStatuses { .. } => core.statuses_listed(now, id, Ok(vec![])).unwrap(),
+            // A backend that does not support the question, as by default.
+            Operation::CheckMachine { .. } => core
+                .machine_checked(now, id, Ok(MachineState::Unknown))
+                .unwrap(),
         }
     }
 }

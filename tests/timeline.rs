@@ -179,6 +179,9 @@ fn the_records_show_what_happened() {
     assert!(lane(&svg, "n3").contains("class=\"mark create\""));
     let (_, svg) = picture("agent-stops-reporting");
     assert!(lane(&svg, "n1").contains("class=\"state silent\""));
+    let (_, svg) = picture("machine-powered-off-volumes-move");
+    assert!(lane(&svg, "n1").contains("class=\"state powered-off\""));
+    assert!(svg.contains("<title>10.000s machine powered off</title>"));
     let (_, svg) = picture("restart-during-attach");
     assert!(svg.contains("class=\"restart-line\""));
 }

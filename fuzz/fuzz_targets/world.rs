@@ -37,6 +37,9 @@ struct Input {
     /// (a token every 100 ms times the third, bursts of 1 to 3; none when it is 0). The sim
     /// checks I6 (no class over its limit) on every call, and I3 that everything settles.
     limits: Option<(u8, u8, u8, u8)>,
+    /// Fencing without a human. Never together with `force_detach_on_timeout`: that lets I2
+    /// excuse a detach from a crashed node, and with it a wrongly powered-off one.
+    machine_fencing: bool,
     events: Vec<(u8, Event)>,
     /// One bit per node: it holds at most `limit` volumes (issue 13's attach limits).
     limited: u8,
@@ -122,6 +125,14 @@ enum Event {
     Heal {
         node: u8,
     },
+    /// The node's machine is powered off at the provider (no taint).
+    PowerOff {
+        node: u8,
+    },
+    /// The powered-off machine boots again.
+    PowerOn {
+        node: u8,
+    },
 }
 
 fn planted() -> Option<UpstreamBug> {
@@ -201,6 +212,7 @@ fn build(input: &Input) -> Scenario {
     let node = |n: u8| node_names[usize::from(n % node_count)].clone();
     let volume = |v: u8| volume_list[usize::from(v % volume_count)].0.clone();
     settings.force_detach_on_timeout = input.force_detach_on_timeout;
+    settings.machine_fencing = input.machine_fencing && !input.force_detach_on_timeout;
     // Short waits keep a run short; every timer still fires within the settling time.
     settings.max_wait_for_unmount = Duration::from_secs(30);
     settings.sync_period = Duration::from_secs(20);
@@ -296,6 +308,8 @@ fn build(input: &Input) -> Scenario {
             },
             Event::Partition { node: n } => Action::PartitionBackend(node(*n)),
             Event::Heal { node: n } => Action::HealBackend(node(*n)),
+            Event::PowerOff { node: n } => Action::PowerOff(node(*n)),
+            Event::PowerOn { node: n } => Action::PowerOn(node(*n)),
         };
         steps.push(Step {
             at,
@@ -336,7 +350,8 @@ fn build(input: &Input) -> Scenario {
     // What the new statements break is mended when the events stop (objects created again,
     // agents reaching the API, partitions healed, hung unmounts released), so that the final
     // check holds every node to converging, not only those the events left alone. (Crashes
-    // stay: a crashed node rightly keeps its volumes.)
+    // stay: a crashed node rightly keeps its volumes. So do powered-off machines: with
+    // machine fencing on, their volumes must move; without it, they rightly stay.)
     let mends = steps.iter().any(|s| {
         matches!(
             s.action,

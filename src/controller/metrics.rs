@@ -29,7 +29,7 @@ impl Outcome {
     }
 }
 
-const KINDS: usize = 7;
+const KINDS: usize = OpKind::ALL.len();
 const OUTCOMES: usize = 3;
 
 fn kind_index(kind: OpKind) -> usize {
@@ -41,6 +41,7 @@ fn kind_index(kind: OpKind) -> usize {
         OpKind::List => 4,
         OpKind::ReadStatus => 5,
         OpKind::ListStatuses => 6,
+        OpKind::CheckMachine => 7,
     }
 }
 
@@ -54,6 +55,7 @@ pub(crate) fn op_label(kind: OpKind) -> &'static str {
         OpKind::ReadStatus => "read_status",
         OpKind::ListStatuses => "list_statuses",
         OpKind::List => "list",
+        OpKind::CheckMachine => "check_machine",
     }
 }
 
@@ -68,6 +70,7 @@ fn call_index(kind: CallKind) -> usize {
         CallKind::StatusWrite => 4,
         CallKind::StoreList => 5,
         CallKind::BackendList => 6,
+        CallKind::MachineState => 7,
     }
 }
 
@@ -76,6 +79,7 @@ fn reason_index(reason: ForceReason) -> usize {
         ForceReason::OutOfService => 0,
         ForceReason::Timeout => 1,
         ForceReason::NodeDeleted => 2,
+        ForceReason::PoweredOff => 3,
     }
 }
 
@@ -99,7 +103,7 @@ pub struct Metrics {
     reconcile_passes: AtomicU64,
     store_writes: AtomicU64,
     store_write_conflicts: AtomicU64,
-    forced_detaches: [AtomicU64; 3],
+    forced_detaches: [AtomicU64; 4],
     timeouts: [AtomicU64; CALL_KINDS],
     recorder_panics: AtomicU64,
     refused_inputs: AtomicU64,
@@ -254,6 +258,7 @@ impl Metrics {
             list: counts(OpKind::List),
             read_status: counts(OpKind::ReadStatus),
             list_statuses: counts(OpKind::ListStatuses),
+            check_machine: counts(OpKind::CheckMachine),
             in_flight: load(&self.in_flight),
             reconcile_passes: load(&self.reconcile_passes),
             store_writes: load(&self.store_writes),
@@ -267,6 +272,9 @@ impl Metrics {
             forced_detaches_node_deleted: load(
                 &self.forced_detaches[reason_index(ForceReason::NodeDeleted)],
             ),
+            forced_detaches_powered_off: load(
+                &self.forced_detaches[reason_index(ForceReason::PoweredOff)],
+            ),
             timeouts: TimeoutCounts {
                 attach: load(&self.timeouts[call_index(CallKind::Attach)]),
                 detach: load(&self.timeouts[call_index(CallKind::Detach)]),
@@ -275,6 +283,7 @@ impl Metrics {
                 status_write: load(&self.timeouts[call_index(CallKind::StatusWrite)]),
                 store_list: load(&self.timeouts[call_index(CallKind::StoreList)]),
                 backend_list: load(&self.timeouts[call_index(CallKind::BackendList)]),
+                machine_state: load(&self.timeouts[call_index(CallKind::MachineState)]),
             },
             recorder_panics: load(&self.recorder_panics),
             refused_inputs: load(&self.refused_inputs),
@@ -335,6 +344,8 @@ pub struct TimeoutCounts {
     pub store_list: u64,
     /// Recovery listings of the backend.
     pub backend_list: u64,
+    /// Machine checks (`Config::machine_fencing`), each then a failed check.
+    pub machine_state: u64,
 }
 
 impl TimeoutCounts {
@@ -348,6 +359,7 @@ impl TimeoutCounts {
             CallKind::StatusWrite => self.status_write,
             CallKind::StoreList => self.store_list,
             CallKind::BackendList => self.backend_list,
+            CallKind::MachineState => self.machine_state,
         }
     }
 
@@ -376,6 +388,8 @@ pub struct MetricsSnapshot {
     pub read_status: OutcomeCounts,
     /// Recovery listings of every node's status.
     pub list_statuses: OutcomeCounts,
+    /// Checks of an unhealthy node's machine (`Config::machine_fencing`).
+    pub check_machine: OutcomeCounts,
     /// Operations running now.
     pub in_flight: u64,
     /// Reconcile passes run: stays flat while the controller is idle.
@@ -390,6 +404,9 @@ pub struct MetricsSnapshot {
     pub forced_detaches_timeout: u64,
     /// Forced detaches started because the node was deleted (`deleted_node_is_fenced`).
     pub forced_detaches_node_deleted: u64,
+    /// Forced detaches started because the node's machine is powered off, twice, fresh
+    /// (`Config::machine_fencing`).
+    pub forced_detaches_powered_off: u64,
     /// Calls to the backend or the store given up at their deadline, by kind.
     pub timeouts: TimeoutCounts,
     /// Times the [`EventRecorder`](crate::controller::EventRecorder) panicked; the controller logs
@@ -432,6 +449,7 @@ impl MetricsSnapshot {
             OpKind::List => self.list,
             OpKind::ReadStatus => self.read_status,
             OpKind::ListStatuses => self.list_statuses,
+            OpKind::CheckMachine => self.check_machine,
         }
     }
 
@@ -441,6 +459,7 @@ impl MetricsSnapshot {
             ForceReason::OutOfService => self.forced_detaches_out_of_service,
             ForceReason::Timeout => self.forced_detaches_timeout,
             ForceReason::NodeDeleted => self.forced_detaches_node_deleted,
+            ForceReason::PoweredOff => self.forced_detaches_powered_off,
         }
     }
 }
@@ -586,6 +605,7 @@ mod tests {
             ForceReason::OutOfService,
             ForceReason::Timeout,
             ForceReason::NodeDeleted,
+            ForceReason::PoweredOff,
         ]
         .iter()
         .enumerate()
@@ -602,10 +622,11 @@ mod tests {
         for (i, call) in CallKind::ALL.iter().enumerate() {
             assert_eq!(s.timeouts.of(*call), i as u64 + 2, "{call:?}");
         }
-        assert_eq!(s.timeouts.total(), (2..9).sum::<u64>());
+        assert_eq!(s.timeouts.total(), (2..10).sum::<u64>());
         assert_eq!(s.forced_detaches(ForceReason::OutOfService), 2);
         assert_eq!(s.forced_detaches(ForceReason::Timeout), 3);
         assert_eq!(s.forced_detaches(ForceReason::NodeDeleted), 4);
+        assert_eq!(s.forced_detaches(ForceReason::PoweredOff), 5);
     }
 
     #[test]

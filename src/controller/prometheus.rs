@@ -35,12 +35,13 @@ pub(crate) type QueueProbe = Arc<dyn Fn() -> usize + Send + Sync>;
 /// | metric | type | labels |
 /// | --- | --- | --- |
 /// | `attachdetach_controller_total_volumes` | gauge | `plugin_name`, `state` = `desired_state_of_world` \| `actual_state_of_world` |
-/// | `attachdetach_controller_forced_detaches` | counter | `reason` = `out-of-service` \| `timeout` \| `node-deleted` |
+/// | `attachdetach_controller_forced_detaches` | counter | `reason` = `out-of-service` \| `timeout` \| `node-deleted` \| `powered-off` |
 /// | `storage_operation_duration_seconds` | histogram (upstream's buckets, 0.1 s to 600 s) | `volume_plugin`, `operation_name`, `status` = `success` \| `fail-unknown`, `migrated` = `false` |
 ///
 /// `operation_name` is upstream's `volume_attach`, `volume_detach` and
 /// `verify_volumes_are_attached_per_node`, and this crate's own `update_node_status`,
-/// `read_node_status`, `list_node_statuses` and `list_attachments`; an operation cut off by a
+/// `read_node_status`, `list_node_statuses`, `list_attachments` and `check_machine_state`
+/// (with `Config::machine_fencing`); an operation cut off by a
 /// shutdown got no answer and is not observed. The OpenMetrics text format that
 /// `prometheus-client` writes ends every counter's name in `_total`
 /// (`attachdetach_controller_forced_detaches_total`), as Prometheus does for upstream's when it
@@ -155,6 +156,7 @@ fn operation_name(kind: OpKind) -> &'static str {
         OpKind::ReadStatus => "read_node_status",
         OpKind::ListStatuses => "list_node_statuses",
         OpKind::List => "list_attachments",
+        OpKind::CheckMachine => "check_machine_state",
     }
 }
 
@@ -176,13 +178,15 @@ fn call_label(call: CallKind) -> &'static str {
         CallKind::StatusWrite => "status_write",
         CallKind::StoreList => "store_list",
         CallKind::BackendList => "backend_list",
+        CallKind::MachineState => "machine_state",
     }
 }
 
-const FORCE_REASONS: [ForceReason; 3] = [
+const FORCE_REASONS: [ForceReason; 4] = [
     ForceReason::OutOfService,
     ForceReason::Timeout,
     ForceReason::NodeDeleted,
+    ForceReason::PoweredOff,
 ];
 
 /// Writes one metric without labels.
@@ -558,6 +562,7 @@ mod tests {
             "attachdetach_controller_forced_detaches_total{reason=\"out-of-service\"} 1",
             "attachdetach_controller_forced_detaches_total{reason=\"timeout\"} 2",
             "attachdetach_controller_forced_detaches_total{reason=\"node-deleted\"} 3",
+            "attachdetach_controller_forced_detaches_total{reason=\"powered-off\"} 4",
             "attach_detach_operations_total{kind=\"attach\",outcome=\"succeeded\"} 1",
             "attach_detach_operations_total{kind=\"attach\",outcome=\"failed\"} 11",
             "attach_detach_operations_total{kind=\"attach\",outcome=\"abandoned\"} 21",
@@ -579,6 +584,9 @@ mod tests {
             "attach_detach_operations_total{kind=\"list\",outcome=\"succeeded\"} 7",
             "attach_detach_operations_total{kind=\"list\",outcome=\"failed\"} 17",
             "attach_detach_operations_total{kind=\"list\",outcome=\"abandoned\"} 27",
+            "attach_detach_operations_total{kind=\"check_machine\",outcome=\"succeeded\"} 8",
+            "attach_detach_operations_total{kind=\"check_machine\",outcome=\"failed\"} 18",
+            "attach_detach_operations_total{kind=\"check_machine\",outcome=\"abandoned\"} 28",
             "attach_detach_operations_in_flight 4",
             "attach_detach_oldest_operation_age_seconds 2.5",
             "attach_detach_inputs_queued 9",
@@ -595,6 +603,7 @@ mod tests {
             "attach_detach_call_timeouts_total{call=\"status_write\"} 104",
             "attach_detach_call_timeouts_total{call=\"store_list\"} 105",
             "attach_detach_call_timeouts_total{call=\"backend_list\"} 106",
+            "attach_detach_call_timeouts_total{call=\"machine_state\"} 107",
             "attach_detach_recorder_panics_total 1",
             "attach_detach_backend_slots_used{class=\"attach\"} 3",
             "attach_detach_backend_slots_used{class=\"detach\"} 3",
@@ -658,6 +667,7 @@ mod tests {
             "read_node_status",
             "list_node_statuses",
             "list_attachments",
+            "check_machine_state",
         ];
         let labels = |name: &str, status: &str| {
             format!(
@@ -671,11 +681,11 @@ mod tests {
                 text.contains(&format!("{h}_count{{{ok}}} 1\n")),
                 "{name}:\n{text}"
             );
-            let tenths = ["0.0", "0.1", "0.2", "0.3", "0.4", "0.5", "0.6"][k];
+            let tenths = ["0.0", "0.1", "0.2", "0.3", "0.4", "0.5", "0.6", "0.7"][k];
             let sum = format!("{h}_sum{{{ok}}} {tenths}\n");
             assert!(text.contains(&sum), "{sum}:\n{text}");
             // k * 100 ms is in the bucket of the first bound >= it.
-            let first = ["0.1", "0.1", "0.25", "0.5", "0.5", "0.5", "1.0"][k];
+            let first = ["0.1", "0.1", "0.25", "0.5", "0.5", "0.5", "1.0", "1.0"][k];
             let bucket = format!("{h}_bucket{{le=\"{first}\",{ok}}} 1\n");
             assert!(text.contains(&bucket), "{bucket}:\n{text}");
             if k >= 2 {

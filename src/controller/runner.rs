@@ -13,6 +13,7 @@ use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError}
 use crate::config::CallKind;
 use crate::domain::Domain;
 use crate::gate::OpKind;
+use crate::machine::MachineState;
 use crate::operation::{OpId, Operation};
 use crate::reconciler::{Reconciler, ReconcilerError};
 use crate::store::{NodeStatus, NodeStatusStore, Revision, StoreError};
@@ -29,6 +30,7 @@ pub(crate) enum OpResult<D: Domain> {
     ReadStatus(Result<NodeStatus<D>, StoreError>),
     ListStatuses(Result<Statuses<D>, StoreError>),
     List(Result<Vec<BackendAttachment<D>>, BackendError<D::Node>>),
+    CheckMachine(Result<MachineState, BackendError<D::Node>>),
 }
 
 fn backend_failure<N>(e: &BackendError<N>) -> FailureKind {
@@ -62,6 +64,7 @@ impl<D: Domain> OpResult<D> {
             OpKind::ReadStatus => OpResult::ReadStatus(Err(StoreError::transient(message))),
             OpKind::ListStatuses => OpResult::ListStatuses(Err(StoreError::transient(message))),
             OpKind::List => OpResult::List(Err(BackendError::transient(message))),
+            OpKind::CheckMachine => OpResult::CheckMachine(Err(BackendError::transient(message))),
         }
     }
 
@@ -83,7 +86,8 @@ impl<D: Domain> OpResult<D> {
             OpResult::Attach(Err(e))
             | OpResult::Detach(Err(e))
             | OpResult::Verify(Err(e))
-            | OpResult::List(Err(e)) => Some(Failure::Backend(e)),
+            | OpResult::List(Err(e))
+            | OpResult::CheckMachine(Err(e)) => Some(Failure::Backend(e)),
             OpResult::WriteStatus(Err(e))
             | OpResult::ReadStatus(Err(e))
             | OpResult::ListStatuses(Err(e)) => Some(Failure::Store(e)),
@@ -113,6 +117,7 @@ impl<D: Domain> OpResult<D> {
             OpResult::ReadStatus(r) => core.status_read(now, id, r),
             OpResult::ListStatuses(r) => core.statuses_listed(now, id, r),
             OpResult::List(r) => core.list_finished(now, id, r),
+            OpResult::CheckMachine(r) => core.machine_checked(now, id, r),
         }
     }
 }
@@ -149,7 +154,8 @@ fn span_for<D: Domain>(op: &Operation<D>) -> Span {
         }
         Operation::ListAttachments { .. }
         | Operation::ListStatuses { .. }
-        | Operation::ReadStatus { .. } => {}
+        | Operation::ReadStatus { .. }
+        | Operation::CheckMachine { .. } => {}
     }
     span
 }
@@ -283,6 +289,17 @@ pub(crate) async fn execute<D: Domain>(op: Operation<D>, parts: Arc<Parts<D>>) -
                     answer.unwrap_or_else(|after| Err(store_timeout(CallKind::StoreList, after))),
                 )
             }
+            Operation::CheckMachine { node, .. } => {
+                let call = backend.machine_state(&node);
+                let answer = deadlines
+                    .run(CallKind::MachineState, Some(&node), None, call)
+                    .await;
+                OpResult::CheckMachine(
+                    answer.unwrap_or_else(|after| {
+                        Err(backend_timeout(CallKind::MachineState, after))
+                    }),
+                )
+            }
             Operation::ListAttachments { .. } => {
                 let call = backend.list();
                 let answer = deadlines.run(CallKind::BackendList, None, None, call).await;
@@ -367,6 +384,12 @@ mod tests {
                 OpResult::WriteStatus(Err(StoreError::uncertain("x"))),
                 Some(FailureKind::Uncertain),
                 "uncertain",
+            ),
+            (OpResult::CheckMachine(Ok(MachineState::Off)), None, "ok"),
+            (
+                OpResult::CheckMachine(Err(BackendError::transient("x"))),
+                Some(FailureKind::Transient),
+                "transient",
             ),
         ];
         for (result, failure, label) in cases {

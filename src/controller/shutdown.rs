@@ -30,6 +30,7 @@ impl<D: Domain> OperationSummary<D> {
             Operation::Verify { .. }
             | Operation::WriteStatus { .. }
             | Operation::ReadStatus { .. }
+            | Operation::CheckMachine { .. }
             | Operation::ListStatuses { .. }
             | Operation::ListAttachments { .. } => None,
         };

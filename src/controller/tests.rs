@@ -1376,6 +1376,16 @@ impl AttachBackend<D> for HangingBackend {
         }
         self.inner.list().await
     }
+
+    async fn machine_state(
+        &self,
+        node: &&'static str,
+    ) -> Result<crate::machine::MachineState, BackendError<&'static str>> {
+        if self.hangs.hangs(CallKind::MachineState) {
+            std::future::pending::<()>().await;
+        }
+        self.inner.machine_state(node).await
+    }
 }
 
 #[async_trait]
@@ -1917,3 +1927,7 @@ async fn the_controller_and_its_handle_debug_what_they_hold() {
     );
     assert!(handle.is_stopped());
 }
+
+// Fencing without a human, through the driver.
+#[path = "machine_tests.rs"]
+mod machine;

@@ -15,8 +15,12 @@ use super::SimIds;
 use super::panics::{Tasks, guarded};
 use super::scenario::CallOp;
 use super::timeline::{BarState, Happening};
-use super::world::World;
+use super::world::{Power, World};
 use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
+use crate::machine::MachineState;
+
+/// How long the simulated provider takes to say what state a machine is in.
+const MACHINE_STATE_LATENCY: Duration = Duration::from_millis(50);
 use crate::memory::MemoryStore;
 use crate::volume::{Access, VolumeSpec};
 
@@ -297,6 +301,28 @@ impl AttachBackend<SimIds> for SimBackend {
                 .filter(|(v, _)| w.may_be_attached(v, node))
                 .map(|(v, _)| v.clone())
                 .collect())
+        })
+        .await
+    }
+
+    /// The provider's view of the machine: `Off` exactly while the scenario has it powered
+    /// off (`power-off`, or `fence`, which the simulator models as powered off), `Running`
+    /// otherwise (crashed, cut off from the API or from the
+    /// backend, its object deleted: the machine runs on). The provider's API answers whatever
+    /// the node's network does.
+    async fn machine_state(&self, node: &String) -> Result<MachineState, BackendError<String>> {
+        guarded(&self.world, self.epoch, "backend machine state", async {
+            let latency = self.lock().jitter(MACHINE_STATE_LATENCY);
+            tokio::time::sleep(latency).await;
+            let mut w = self.lock();
+            let state = match w.nodes.get(node).map(|n| n.power) {
+                // Fenced (out-of-service) means powered off in the simulator too.
+                Some(Power::Off | Power::Fenced) => MachineState::Off,
+                Some(Power::Up | Power::Crashed) => MachineState::Running,
+                None => MachineState::Unknown,
+            };
+            w.log(format!("call: machine state {node} = {state:?}"));
+            Ok(state)
         })
         .await
     }

@@ -76,6 +76,18 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/late-detach-after-verify.scn"),
     ),
     (
+        "machine-powered-off-as-its-fence-is-lifted",
+        include_str!("../../examples/scenarios/machine-powered-off-as-its-fence-is-lifted.scn"),
+    ),
+    (
+        "machine-powered-off-volumes-move",
+        include_str!("../../examples/scenarios/machine-powered-off-volumes-move.scn"),
+    ),
+    (
+        "machine-unreachable-never-fenced",
+        include_str!("../../examples/scenarios/machine-unreachable-never-fenced.scn"),
+    ),
+    (
         "multi-attach-names-a-pod-that-joins-the-wait",
         include_str!("../../examples/scenarios/multi-attach-names-a-pod-that-joins-the-wait.scn"),
     ),

@@ -15,6 +15,7 @@ use crate::config::Config;
 use crate::desired::{DesiredState, Missing};
 use crate::gate::OpKind;
 use crate::input::Input;
+use crate::machine::MachineState;
 use crate::operation::{OpId, Operation};
 use crate::reconciler::Reconciler;
 use crate::store::{NodeStatus, ReportedVolume, Revision, StoreError};
@@ -839,6 +840,19 @@ fn finish(
                 o => Err(backend_error(o)),
             };
             core.detach_finished(now, id, result)
+        }
+        Operation::CheckMachine { node, .. } => {
+            // The model's machines are off exactly while fenced (powered off).
+            let state = if truth.fenced.contains(&node) {
+                MachineState::Off
+            } else {
+                MachineState::Running
+            };
+            let result = match outcome {
+                Outcome::Ok => Ok(state),
+                o => Err(backend_error(o)),
+            };
+            core.machine_checked(now, id, result)
         }
         Operation::Verify { node, volumes, .. } => {
             let still = volumes

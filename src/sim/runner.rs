@@ -19,7 +19,7 @@ use super::store::SimStore;
 use super::timeline::{Happening, NodeChange, PodPhase, Record};
 use super::world::{Phase, Power, SimNode, SimPod, Violation, World, fmt_time, join};
 use crate::actual::NodeFacts;
-use crate::config::{Config, UpstreamBugs};
+use crate::config::{Config, MachineFencing, UpstreamBugs};
 use crate::controller::{
     Controller, ControllerHandle, EventRecorder, ShutdownReport, World as Start,
 };
@@ -81,6 +81,7 @@ pub fn config_of(scenario: &Scenario) -> Config {
         max_wait_for_unmount: s.max_wait_for_unmount,
         force_detach_on_timeout: s.force_detach_on_timeout,
         backend_load: s.backend_load,
+        machine_fencing: s.machine_fencing.then(MachineFencing::default),
         upstream_bugs: UpstreamBugs {
             c1_lose_report_on_failed_detach: on(UpstreamBug::C1),
             c2_ignore_uncertain_holder: on(UpstreamBug::C2),
@@ -224,6 +225,7 @@ fn event_node(event: &Event<SimIds>) -> Option<&String> {
         | Event::NodeFull { node, .. }
         | Event::DetachStuck { node, .. }
         | Event::VolumeReleased { node, .. } => Some(node),
+        Event::NodePoweredOff { node } | Event::MachineCheckFailed { node, .. } => Some(node),
         Event::CallTimedOut { node, .. } => node.as_ref(),
     }
 }
@@ -306,6 +308,7 @@ impl Sim {
         let epoch = Instant::now();
         let mut world = World {
             force_detach_on_timeout: scenario.settings.force_detach_on_timeout,
+            machine_fencing: scenario.settings.machine_fencing,
             // Any fixed non-zero state works for xorshift; a seed of 0 means no jitter.
             rng: scenario.settings.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15),
             ..World::default()
@@ -703,6 +706,8 @@ impl Sim {
                 self.power(node, Power::Fenced, NodeChange::Fence);
             }
             Action::Unfence(node) => self.power(node, Power::Up, NodeChange::Unfence),
+            Action::PowerOff(node) => self.power(node, Power::Off, NodeChange::PowerOff),
+            Action::PowerOn(node) => self.power(node, Power::Up, NodeChange::PowerOn),
             Action::DeleteNode(node) => self.delete_node(node),
             Action::CreateNode(node) => self.create_node(node),
             Action::StopReporting(node) => self.reporting(node, false),
@@ -769,10 +774,16 @@ impl Sim {
             if n.power == power {
                 return;
             }
-            if power == Power::Fenced || n.power == Power::Fenced {
+            if power == Power::Fenced || n.power == Power::Fenced || n.power == Power::Off {
                 // Fenced means powered off; whatever comes next starts from a clean boot.
                 n.mounted.clear();
                 n.in_use.clear();
+                n.hung.clear();
+            }
+            if power == Power::Off {
+                // Powered off without a taint: no kernel mounts anything any more, but the
+                // agent's last in-use report stays, in the store and in the controller's view.
+                n.mounted.clear();
                 n.hung.clear();
             }
             // An agent that starts (again) reports what it has in use: nothing after a clean

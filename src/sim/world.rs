@@ -13,13 +13,15 @@ use super::timeline::{Happening, PodPhase, Record};
 use crate::fault::Faults;
 use crate::volume::Access;
 
-/// Whether a node runs, has crashed (agent stopped, disks still mounted), or is fenced
-/// (out-of-service: powered off, nothing mounted).
+/// Whether a node runs, has crashed (agent stopped, disks still mounted), is fenced
+/// (out-of-service: powered off, nothing mounted), or is powered off at the provider without
+/// a taint (`power-off`: nothing mounted, no agent; only the backend's machine state says so).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Power {
     Up,
     Crashed,
     Fenced,
+    Off,
 }
 
 #[derive(Clone, Debug)]
@@ -145,6 +147,9 @@ pub(crate) struct World {
     pub(crate) trace: Vec<String>,
     pub(crate) last_change: Duration,
     pub(crate) force_detach_on_timeout: bool,
+    /// `set machine-fencing on`: a powered-off node's volumes must move (I3), and only a
+    /// machine that is really off may have a mounted volume detached (I2).
+    pub(crate) machine_fencing: bool,
     /// Stores' lists per node, refreshed by the runner before agents read them.
     pub(crate) listed: BTreeMap<String, BTreeSet<String>>,
     /// The scenario's seed as a xorshift state; 0 means no jitter at all.
@@ -360,9 +365,6 @@ impl World {
         }
     }
 
-    /// A detach takes effect. I2: never while mounted on a node that is neither fenced nor
-    /// allowed by configuration; I4: never while the node's status still lists it for a live
-    /// agent, which could start mounting it.
     /// An operator detached `volume` from `node` behind the controller's back: no invariant
     /// is the controller's to keep here.
     pub(crate) fn operator_detach(&mut self, volume: &str, node: &str) {
@@ -383,11 +385,16 @@ impl World {
         self.mark(node);
     }
 
+    /// A detach takes effect. I2: never while mounted on a node that is neither fenced nor
+    /// allowed by configuration (a powered-off machine has nothing mounted, so a detach forced
+    /// because the backend said `Off` is a violation exactly when the machine in fact runs);
+    /// I4: never while the node's status still lists it for a live agent, which could start
+    /// mounting it.
     pub(crate) fn detach_effect(&mut self, volume: &str, node: &str, listed: bool) {
         let (power, mounted) = self.nodes.get(node).map_or((Power::Fenced, false), |n| {
             (n.power, n.mounted.contains(volume))
         });
-        let forced_ok = self.force_detach_on_timeout && power != Power::Up;
+        let forced_ok = self.force_detach_on_timeout && power == Power::Crashed;
         if mounted && power != Power::Fenced && !forced_ok {
             self.violation(format!(
                 "I2: {volume} detached from {node} while mounted there ({power:?}, not fenced)"
@@ -600,6 +607,8 @@ impl World {
             let cut_off = self.partitioned.contains(node);
             self.nodes.get(node).is_some_and(|n| {
                 n.power == Power::Crashed
+                    // Powered off without a taint: only machine fencing can tell.
+                    || (n.power == Power::Off && !self.machine_fencing)
                     || !n.object
                     || (n.power == Power::Up && !n.reporting)
                     || n.holds_hung(volume)

@@ -56,6 +56,7 @@ fn controller_config() -> Config {
             status_write: Duration::from_secs(5),
             status_read: Duration::from_secs(5),
             list: Duration::from_secs(10),
+            machine_state: Duration::from_secs(5),
         },
         ..Config::default()
     }

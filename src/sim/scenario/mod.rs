@@ -17,6 +17,7 @@
 //! ```text
 //! set <key> <value>        keys and defaults: reconcile-period 100ms, sync-period 60s,
 //!                          max-wait-for-unmount 6m, force-detach-on-timeout off (on|off),
+//!                          machine-fencing off (on|off: fencing without a human),
 //!                          cache-lag 0ms, status-cache-lag 0ms, attach-latency 200ms,
 //!                          detach-latency 200ms, status-latency 10ms, seed 0 (u64;
 //!                          non-zero: backend and store latencies vary by ±50%,
@@ -48,6 +49,11 @@
 //!                                   the agent loses the API while its machine runs: it
 //!                                   neither reports (the store keeps its last in-use list,
 //!                                   stale) nor hears of changes; its pods run on, mounted
+//! at <time> node <n> power-off|power-on
+//!                                   the machine is powered off at the provider, no taint:
+//!                                   nothing mounted, no agent (node unhealthy, its last
+//!                                   in-use report stays); only the backend's machine state
+//!                                   says Off / it boots again, clean
 //! at <time> hang unmount <v> on <n> the agent cannot finish unmounting v (upstream 110721):
 //!                                   v stays mounted and in use until released or fenced
 //! at <time> release unmount <v> on <n>

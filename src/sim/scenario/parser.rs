@@ -44,6 +44,8 @@ enum NodeEvent {
     Create,
     StopReporting,
     ResumeReporting,
+    PowerOff,
+    PowerOn,
 }
 
 impl Keyword for NodeEvent {
@@ -56,6 +58,8 @@ impl Keyword for NodeEvent {
         ("create", NodeEvent::Create),
         ("stop-reporting", NodeEvent::StopReporting),
         ("resume-reporting", NodeEvent::ResumeReporting),
+        ("power-off", NodeEvent::PowerOff),
+        ("power-on", NodeEvent::PowerOn),
     ];
 }
 
@@ -291,6 +295,10 @@ impl Parser {
                 settings.force_detach_on_timeout = tokens.choose()?;
                 key.to_string()
             }
+            "machine-fencing" => {
+                settings.machine_fencing = tokens.choose()?;
+                key.to_string()
+            }
             "seed" => {
                 settings.seed = tokens.number("a seed (a whole number)")?;
                 key.to_string()
@@ -482,6 +490,8 @@ impl Parser {
                     NodeEvent::Create => Action::CreateNode(node),
                     NodeEvent::StopReporting => Action::StopReporting(node),
                     NodeEvent::ResumeReporting => Action::ResumeReporting(node),
+                    NodeEvent::PowerOff => Action::PowerOff(node),
+                    NodeEvent::PowerOn => Action::PowerOn(node),
                 }
             }
             "release" | "operator-detach" if tokens.peek() != Some("unmount") => {

@@ -58,6 +58,9 @@ impl fmt::Display for Scenario {
                 settings.force_detach_on_timeout.word()
             )?;
         }
+        if settings.machine_fencing != defaults.machine_fencing {
+            writeln!(f, "set machine-fencing {}", settings.machine_fencing.word())?;
+        }
         if settings.seed != defaults.seed {
             writeln!(f, "set seed {}", settings.seed)?;
         }
@@ -121,6 +124,8 @@ impl fmt::Display for Action {
             Action::Recover(node) => write!(f, "node {node} recover"),
             Action::Fence(node) => write!(f, "node {node} fence"),
             Action::Unfence(node) => write!(f, "node {node} unfence"),
+            Action::PowerOff(node) => write!(f, "node {node} power-off"),
+            Action::PowerOn(node) => write!(f, "node {node} power-on"),
             Action::DeleteNode(node) => write!(f, "node {node} delete"),
             Action::CreateNode(node) => write!(f, "node {node} create"),
             Action::StopReporting(node) => write!(f, "node {node} stop-reporting"),

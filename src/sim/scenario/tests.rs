@@ -92,6 +92,7 @@ fn every_setting_parses() {
         sync_period: Duration::from_secs(120),
         max_wait_for_unmount: Duration::from_secs(3600),
         force_detach_on_timeout: true,
+        machine_fencing: false,
         cache_lag: ms(300),
         status_cache_lag: ms(5000),
         attach_latency: ms(1000),
@@ -124,6 +125,12 @@ fn every_setting_parses() {
     assert_eq!(
         ok("set force-detach-on-timeout off").settings,
         Settings::default()
+    );
+    assert!(ok("set machine-fencing on").settings.machine_fencing);
+    assert_eq!(
+        ok("set machine-fencing off").settings,
+        Settings::default(),
+        "off by default"
     );
 }
 
@@ -207,6 +214,8 @@ fn every_action_parses() {
         action("at 1s node b resume-reporting"),
         Action::ResumeReporting(s("b"))
     );
+    assert_eq!(action("at 1s node a power-off"), Action::PowerOff(s("a")));
+    assert_eq!(action("at 1s node a power-on"), Action::PowerOn(s("a")));
     assert_eq!(
         action("at 1s hang unmount v on a"),
         Action::HangUnmount {
@@ -519,8 +528,8 @@ fn each_error_names_its_line() {
             "at 1s node a reboot",
             5,
             unexpected(
-                "`crash`, `recover`, `fence`, `unfence`, `delete`, `create`, `stop-reporting` \
-                 or `resume-reporting`",
+                "`crash`, `recover`, `fence`, `unfence`, `delete`, `create`, `stop-reporting`, \
+                 `resume-reporting`, `power-off` or `power-on`",
                 "reboot",
             ),
         ),
@@ -865,6 +874,7 @@ const RICH: &str = "\
         set sync-period 90s
         set max-wait-for-unmount 0
         set force-detach-on-timeout on
+        set machine-fencing on
         set cache-lag 1500ms
         set attach-latency 2m
         set detach-latency 1h
@@ -903,6 +913,8 @@ const RICH: &str = "\
         at 10s release unmount pvc-2 on node-1
         at 11s partition backend 节点
         at 12s heal backend 节点
+        at 13s node node-1 power-off
+        at 14s node node-1 power-on
         at 6m expect pod web-0 gone
         at 6m expect pod web-1 running
         at 6m expect attached pvc-1 node-1
@@ -919,7 +931,7 @@ const RICH: &str = "\
 #[test]
 fn round_trip_of_a_rich_scenario() {
     let scenario = ok(RICH);
-    assert_eq!(scenario.steps.len(), 35);
+    assert_eq!(scenario.steps.len(), 37);
     let text = scenario.to_text();
     assert_eq!(without_lines(ok(&text)), without_lines(scenario.clone()));
     // The printed form is canonical: printing it again changes nothing.
@@ -942,8 +954,9 @@ fn round_trip_of_a_rich_scenario() {
         "\nat 6s node node-1 delete\nat 6s node node-1 create\nat 7s node 节点 stop-reporting\n\
          at 8s node 节点 resume-reporting\nat 9s hang unmount pvc-2 on node-1\n\
          at 10s release unmount pvc-2 on node-1\nat 11s partition backend 节点\n\
-         at 12s heal backend 节点\n"
+         at 12s heal backend 节点\nat 13s node node-1 power-off\nat 14s node node-1 power-on\n"
     ));
+    assert!(text.contains("\nset force-detach-on-timeout on\nset machine-fencing on\n"));
     assert!(text.ends_with("\nrun 1h\n"));
 }
 

@@ -58,6 +58,10 @@ pub struct Settings {
     /// Whether an unhealthy node's volumes are force-detached after that wait; off by default
     /// because forcing without fencing can let two kernels write one block device.
     pub force_detach_on_timeout: bool,
+    /// Fencing without a human (`set machine-fencing on`): the controller asks the backend
+    /// whether an unhealthy node's machine is powered off, and two fresh `Off` answers fence
+    /// it ([`MachineFencing::default`](crate::config::MachineFencing) timings). Off by default.
+    pub machine_fencing: bool,
     /// How far the controller's view of pods and nodes lags behind the orchestrator's API.
     pub cache_lag: Duration,
     /// How far the node-status cache that an upstream-style updater diffs against (`upstream-bug
@@ -87,6 +91,7 @@ impl Default for Settings {
             sync_period: Duration::from_secs(60),
             max_wait_for_unmount: Duration::from_secs(6 * 60),
             force_detach_on_timeout: false,
+            machine_fencing: false,
             cache_lag: Duration::ZERO,
             status_cache_lag: Duration::ZERO,
             attach_latency: Duration::from_millis(200),
@@ -186,6 +191,12 @@ pub enum Action {
     Fence(String),
     /// The out-of-service mark is removed.
     Unfence(String),
+    /// The node's machine is powered off at the provider, with no taint and its pods left in
+    /// the API: nothing is mounted any more, its agent is gone (the node turns unhealthy, its
+    /// last in-use report stays), and only the backend's machine state says it is off.
+    PowerOff(String),
+    /// The powered-off machine boots again: a clean boot, its agent reports nothing in use.
+    PowerOn(String),
     /// The node object is deleted from the API (its machine runs on, its mounts and pods stay):
     /// the store forgets its status, the controller hears `NodeRemoved`, and its agent's
     /// reports reach nobody until the object is created again (upstream 50721).

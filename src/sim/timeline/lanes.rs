@@ -34,16 +34,18 @@ pub(super) enum NodeState {
     Silent,
     Partitioned,
     UnmountHangs,
+    PoweredOff,
 }
 
 impl NodeState {
-    pub(super) const ALL: [NodeState; 6] = [
+    pub(super) const ALL: [NodeState; 7] = [
         NodeState::Crashed,
         NodeState::Fenced,
         NodeState::Deleted,
         NodeState::Silent,
         NodeState::Partitioned,
         NodeState::UnmountHangs,
+        NodeState::PoweredOff,
     ];
 
     pub(super) fn name(self) -> &'static str {
@@ -54,6 +56,7 @@ impl NodeState {
             NodeState::Silent => "agent cut off",
             NodeState::Partitioned => "backend partitioned",
             NodeState::UnmountHangs => "unmount hangs",
+            NodeState::PoweredOff => "powered off",
         }
     }
 
@@ -65,6 +68,7 @@ impl NodeState {
             NodeState::Silent => "silent",
             NodeState::Partitioned => "partitioned",
             NodeState::UnmountHangs => "unmount-hangs",
+            NodeState::PoweredOff => "powered-off",
         }
     }
 
@@ -76,6 +80,7 @@ impl NodeState {
             NodeState::Silent => "#e59866",
             NodeState::Partitioned => "#48c9b0",
             NodeState::UnmountHangs => "#a04000",
+            NodeState::PoweredOff => "#34495e",
         }
     }
 }
@@ -191,6 +196,18 @@ fn change_mark(at: Duration, change: &NodeChange) -> Mark {
             "#17a589",
             "heal",
         ),
+        NodeChange::PowerOff => (
+            "machine powered off".to_string(),
+            Shape::Diamond,
+            "#34495e",
+            "power-off",
+        ),
+        NodeChange::PowerOn => (
+            "machine powered on".to_string(),
+            Shape::Circle,
+            "#34495e",
+            "power-on",
+        ),
     };
     Mark {
         at,
@@ -221,6 +238,12 @@ fn state_change(change: &NodeChange) -> Vec<(NodeState, bool)> {
         NodeChange::ReleaseUnmount(_) => vec![(NodeState::UnmountHangs, false)],
         NodeChange::Partition => vec![(NodeState::Partitioned, true)],
         NodeChange::Heal => vec![(NodeState::Partitioned, false)],
+        NodeChange::PowerOff => vec![
+            (NodeState::Crashed, false),
+            (NodeState::PoweredOff, true),
+            (NodeState::UnmountHangs, false),
+        ],
+        NodeChange::PowerOn => vec![(NodeState::PoweredOff, false)],
     }
 }
 

@@ -88,6 +88,10 @@ pub enum NodeChange {
     Partition,
     /// The partition healed.
     Heal,
+    /// The machine was powered off at the provider (no taint): nothing mounted, no agent.
+    PowerOff,
+    /// The machine was powered on again: a clean boot.
+    PowerOn,
 }
 
 /// What a [`Record`] says happened.
