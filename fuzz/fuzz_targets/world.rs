@@ -245,7 +245,9 @@ fn build(input: &Input) -> Scenario {
                 volumes,
             } => {
                 let vs: Vec<String> = (0..volume_count)
-                    .filter(|v| volumes & (1 << v) != 0)
+                    // A bundled scenario may declare more volumes than the byte has bits
+                    // (the 60-pod burst): only the first eight can be drawn.
+                    .filter(|v| 1u8.checked_shl(u32::from(*v)).is_some_and(|bit| volumes & bit != 0))
                     .map(volume)
                     .collect();
                 if vs.is_empty() {
