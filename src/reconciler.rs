@@ -319,6 +319,13 @@ impl<D: Domain> Reconciler<D> {
         self.in_flight.len()
     }
 
+    /// How many detaches were named in an [`Event::DetachStuck`] and have not ended since:
+    /// a count kept as they are named, for metrics, where
+    /// [`stuck_detaches`](Self::stuck_detaches) would scan every pending detach.
+    pub fn stuck_detaches_named(&self) -> usize {
+        self.stuck.len()
+    }
+
     /// How many attaches wait for room on a node at its attach limit (or that the backend said
     /// is full), over all nodes: each was named in an [`Event::NodeFull`].
     pub fn waiting_for_room(&self) -> usize {

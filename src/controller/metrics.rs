@@ -110,6 +110,8 @@ pub struct Metrics {
     desired_attachments: AtomicU64,
     actual_attachments: AtomicU64,
     pending_workloads: AtomicU64,
+    waiting_for_room: AtomicU64,
+    stuck_detaches: AtomicU64,
     recovering: AtomicBool,
     /// When the oldest call the driver still waits for started.
     oldest_start: Mutex<Option<Instant>>,
@@ -136,6 +138,8 @@ impl Default for Metrics {
             desired_attachments: AtomicU64::default(),
             actual_attachments: AtomicU64::default(),
             pending_workloads: AtomicU64::default(),
+            waiting_for_room: AtomicU64::default(),
+            stuck_detaches: AtomicU64::default(),
             // A controller starts by recovering (the core's first operations are the listings).
             recovering: AtomicBool::new(true),
             oldest_start: Mutex::default(),
@@ -199,6 +203,8 @@ impl Metrics {
         store(&self.desired_attachments, state.desired);
         store(&self.actual_attachments, state.actual);
         store(&self.pending_workloads, state.pending);
+        store(&self.waiting_for_room, state.waiting_for_room);
+        store(&self.stuck_detaches, state.stuck_detaches);
         self.recovering.store(state.recovering, Ordering::Relaxed);
     }
 
@@ -290,6 +296,8 @@ impl Metrics {
             desired_attachments: load(&self.desired_attachments),
             actual_attachments: load(&self.actual_attachments),
             pending_workloads: load(&self.pending_workloads),
+            waiting_for_room: load(&self.waiting_for_room),
+            stuck_detaches: load(&self.stuck_detaches),
             recovering: self.recovering.load(Ordering::Relaxed),
             oldest_running: self
                 .oldest_start
@@ -306,6 +314,8 @@ pub(crate) struct StateSizes {
     pub(crate) desired: usize,
     pub(crate) actual: usize,
     pub(crate) pending: usize,
+    pub(crate) waiting_for_room: usize,
+    pub(crate) stuck_detaches: usize,
     pub(crate) recovering: bool,
 }
 
@@ -421,6 +431,12 @@ pub struct MetricsSnapshot {
     pub actual_attachments: u64,
     /// Workloads waiting for their node or a volume to be known.
     pub pending_workloads: u64,
+    /// Attaches waiting for room on a node at its attach limit (or that the backend said is
+    /// full), each named in a `NodeFull` event.
+    pub waiting_for_room: u64,
+    /// Detaches wanted for `Config::stuck_after` or longer and not done, each named in a
+    /// `DetachStuck` event (counted at the periodic sync that named them, until they end).
+    pub stuck_detaches: u64,
     /// Whether the controller still waits for its recovery listings (nothing else is planned
     /// until they are in).
     pub recovering: bool,
@@ -637,6 +653,8 @@ mod tests {
             desired: 1,
             actual: 2,
             pending: 3,
+            waiting_for_room: 6,
+            stuck_detaches: 7,
             recovering: false,
         });
         m.inputs_refused(4);
@@ -647,10 +665,12 @@ mod tests {
                 s.desired_attachments,
                 s.actual_attachments,
                 s.pending_workloads,
+                s.waiting_for_room,
+                s.stuck_detaches,
                 s.recovering,
                 s.refused_inputs
             ),
-            (1, 2, 3, false, 5)
+            (1, 2, 3, 6, 7, false, 5)
         );
     }
 

@@ -502,6 +502,8 @@ impl<D: Domain> Driver<D> {
             desired: self.core.desired().len(),
             actual: self.core.actual().len(),
             pending: self.core.desired().pending_len(),
+            waiting_for_room: self.core.waiting_for_room(),
+            stuck_detaches: self.core.stuck_detaches_named(),
             recovering: self.core.is_recovering(),
         });
         let now = Instant::now();

@@ -56,6 +56,8 @@ pub(crate) type QueueProbe = Arc<dyn Fn() -> usize + Send + Sync>;
 /// | `attach_detach_oldest_operation_age_seconds` | gauge | how long the oldest running call has run (0: none runs) |
 /// | `attach_detach_inputs_queued` | gauge | inputs (or batches) waiting for the controller's loop |
 /// | `attach_detach_pending_workloads` | gauge | workloads waiting for their node or a volume |
+/// | `attach_detach_waiting_for_room` | gauge | attaches waiting for room on a node at its attach limit |
+/// | `attach_detach_stuck_detaches` | gauge | detaches wanted for `Config::stuck_after` and not done |
 /// | `attach_detach_recovering` | gauge | 1 until the recovery listings are in |
 /// | `attach_detach_reconcile_passes` | counter | reconcile passes run |
 /// | `attach_detach_status_writes` | counter | compare-and-set writes of a node's status |
@@ -355,6 +357,20 @@ impl PrometheusMetrics {
         )?;
         single(
             encoder,
+            "attach_detach_waiting_for_room",
+            "Attaches waiting for room on a node at its attach limit",
+            MetricType::Gauge,
+            |m| m.encode_gauge(&s.waiting_for_room),
+        )?;
+        single(
+            encoder,
+            "attach_detach_stuck_detaches",
+            "Detaches wanted for Config::stuck_after or longer and not done",
+            MetricType::Gauge,
+            |m| m.encode_gauge(&s.stuck_detaches),
+        )?;
+        single(
+            encoder,
             "attach_detach_recovering",
             "1 while the controller waits for its recovery listings",
             MetricType::Gauge,
@@ -532,6 +548,8 @@ mod tests {
             desired: 40,
             actual: 41,
             pending: 42,
+            waiting_for_room: 43,
+            stuck_detaches: 44,
             recovering: false,
         });
         m.set_oldest_start(Some(Instant::now()));
@@ -591,6 +609,8 @@ mod tests {
             "attach_detach_oldest_operation_age_seconds 2.5",
             "attach_detach_inputs_queued 9",
             "attach_detach_pending_workloads 42",
+            "attach_detach_waiting_for_room 43",
+            "attach_detach_stuck_detaches 44",
             "attach_detach_recovering 0",
             "attach_detach_reconcile_passes_total 6",
             "attach_detach_status_writes_total 7",
@@ -626,6 +646,8 @@ mod tests {
             ("attach_detach_oldest_operation_age_seconds", "gauge"),
             ("attach_detach_inputs_queued", "gauge"),
             ("attach_detach_pending_workloads", "gauge"),
+            ("attach_detach_waiting_for_room", "gauge"),
+            ("attach_detach_stuck_detaches", "gauge"),
             ("attach_detach_recovering", "gauge"),
             ("attach_detach_reconcile_passes", "counter"),
             ("attach_detach_status_writes", "counter"),
