@@ -555,23 +555,7 @@ impl<D: Domain> Reconciler<D> {
             .spec(&volume)
             .is_some_and(|old| old.attach_required != spec.attach_required)
         {
-            let mut nodes: Vec<D::Node> = self
-                .actual
-                .attachments(&volume)
-                .iter()
-                .map(|a| a.node.clone())
-                .collect();
-            nodes.extend(self.in_flight.values().filter_map(|op| match op {
-                InFlight::Attach {
-                    volume: v, node, ..
-                }
-                | InFlight::Detach {
-                    volume: v, node, ..
-                } if *v == volume => Some(node.clone()),
-                _ => None,
-            }));
-            nodes.sort();
-            nodes.dedup();
+            let (nodes, _) = self.holders(&volume);
             if !nodes.is_empty() {
                 return Err(ReconcilerError::AttachModeConflict { volume, nodes });
             }
@@ -580,29 +564,7 @@ impl<D: Domain> Reconciler<D> {
             // Narrowing is refused while the volume is on several nodes, or while any attach
             // or detach of it runs (its gate key is per node, and would no longer keep a
             // second attach elsewhere from starting).
-            let mut nodes: Vec<D::Node> = self
-                .actual
-                .attachments(&volume)
-                .iter()
-                .map(|a| a.node.clone())
-                .collect();
-            let mut running = false;
-            for op in self.in_flight.values() {
-                if let InFlight::Attach {
-                    volume: v, node, ..
-                }
-                | InFlight::Detach {
-                    volume: v, node, ..
-                } = op
-                {
-                    if *v == volume {
-                        running = true;
-                        nodes.push(node.clone());
-                    }
-                }
-            }
-            nodes.sort();
-            nodes.dedup();
+            let (nodes, running) = self.holders(&volume);
             if nodes.len() > 1 || running {
                 return Err(ReconcilerError::AccessConflict { volume, nodes });
             }
@@ -611,6 +573,36 @@ impl<D: Domain> Reconciler<D> {
         let changed = self.desired.set_volume(volume, spec);
         self.schedule.mark_all(changed);
         Ok(())
+    }
+
+    /// The nodes `volume` is attached to (or maybe attached, or claimed by) or has an attach or
+    /// detach running on, sorted, and whether any such operation runs: what a change of its
+    /// spec must not pull the rug from under.
+    fn holders(&self, volume: &D::Volume) -> (Vec<D::Node>, bool) {
+        let mut nodes: Vec<D::Node> = self
+            .actual
+            .attachments(volume)
+            .iter()
+            .map(|a| a.node.clone())
+            .collect();
+        let mut running = false;
+        for op in self.in_flight.values() {
+            if let InFlight::Attach {
+                volume: v, node, ..
+            }
+            | InFlight::Detach {
+                volume: v, node, ..
+            } = op
+            {
+                if v == volume {
+                    running = true;
+                    nodes.push(node.clone());
+                }
+            }
+        }
+        nodes.sort();
+        nodes.dedup();
+        (nodes, running)
     }
 
     /// Unregisters a volume (its PV or claim was deleted), so that volume churn does not grow
