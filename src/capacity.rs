@@ -7,7 +7,7 @@
 //! the cap. A volume that would go past it waits, named once in an
 //! [`Event::NodeFull`](crate::core::Event::NodeFull), until an attachment on the node ends.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap;
 
@@ -21,9 +21,9 @@ pub(crate) struct NodeCapacity<D: Domain> {
     /// when planned: the record appears only when they finish, so until then they are counted
     /// here. (An attach that retries an Uncertain pair is counted by its record.)
     attaching: FxHashMap<D::Node, u32>,
-    /// Per node, the volumes whose attach waits for room there, each named once in a
-    /// `NodeFull` event for this wait.
-    waiting: FxHashMap<D::Node, BTreeSet<D::Volume>>,
+    /// Per node, the volumes whose attach waits for room there, each with the workloads the
+    /// wait's `NodeFull` events named so far (sorted).
+    waiting: FxHashMap<D::Node, BTreeMap<D::Volume, Vec<D::Workload>>>,
 }
 
 impl<D: Domain> Default for NodeCapacity<D> {
@@ -56,20 +56,35 @@ impl<D: Domain> NodeCapacity<D> {
         self.attaching.get(node).copied().unwrap_or(0)
     }
 
-    /// `volume` waits for room on `node`. Returns true when this starts its wait (the event is
-    /// due), false while it already waits.
-    pub(crate) fn wait(&mut self, node: &D::Node, volume: &D::Volume) -> bool {
-        self.waiting
+    /// `volume` waits for room on `node` for `workloads` (sorted). Returns true when an event
+    /// is due: the wait starts, or a workload the wait's events have not named joined it (as
+    /// a Multi-Attach event is raised again for a workload that joins its wait).
+    pub(crate) fn wait(
+        &mut self,
+        node: &D::Node,
+        volume: &D::Volume,
+        workloads: &[D::Workload],
+    ) -> bool {
+        let named = self
+            .waiting
             .entry(node.clone())
             .or_default()
-            .insert(volume.clone())
+            .entry(volume.clone())
+            .or_default();
+        let fresh = named.is_empty() || workloads.iter().any(|w| named.binary_search(w).is_err());
+        if fresh {
+            named.extend(workloads.iter().cloned());
+            named.sort();
+            named.dedup();
+        }
+        fresh
     }
 
     /// `volume` got room on `node` (or no longer needs it): its wait ends.
     pub(crate) fn stop_waiting(&mut self, node: &D::Node, volume: &D::Volume) {
-        if let Some(set) = self.waiting.get_mut(node) {
-            set.remove(volume);
-            if set.is_empty() {
+        if let Some(map) = self.waiting.get_mut(node) {
+            map.remove(volume);
+            if map.is_empty() {
                 self.waiting.remove(node);
             }
         }
@@ -80,15 +95,15 @@ impl<D: Domain> NodeCapacity<D> {
     pub(crate) fn waiting(&self, node: &D::Node) -> Vec<D::Volume> {
         self.waiting
             .get(node)
-            .map(|set| set.iter().cloned().collect())
+            .map(|map| map.keys().cloned().collect())
             .unwrap_or_default()
     }
 
     /// Keeps only the waits on `node` that `still` says are still wanted.
     pub(crate) fn retain(&mut self, node: &D::Node, still: impl Fn(&D::Volume) -> bool) {
-        if let Some(set) = self.waiting.get_mut(node) {
-            set.retain(|v| still(v));
-            if set.is_empty() {
+        if let Some(map) = self.waiting.get_mut(node) {
+            map.retain(|v, _| still(v));
+            if map.is_empty() {
                 self.waiting.remove(node);
             }
         }
@@ -103,11 +118,11 @@ impl<D: Domain> NodeCapacity<D> {
         if self.waiting.is_empty() {
             return;
         }
-        self.waiting.retain(|node, set| {
-            if set.contains(volume) && !wanted(node) {
-                set.remove(volume);
+        self.waiting.retain(|node, map| {
+            if map.contains_key(volume) && !wanted(node) {
+                map.remove(volume);
             }
-            !set.is_empty()
+            !map.is_empty()
         });
     }
 
@@ -118,7 +133,7 @@ impl<D: Domain> NodeCapacity<D> {
 
     /// Number of volumes waiting for room, over all nodes.
     pub(crate) fn waiting_len(&self) -> usize {
-        self.waiting.values().map(BTreeSet::len).sum()
+        self.waiting.values().map(BTreeMap::len).sum()
     }
 
     /// Gives back what a burst left allocated.
@@ -148,15 +163,26 @@ mod tests {
         assert_eq!(c.attaching(&"n1"), 0);
         assert_eq!(c.attaching(&"n2"), 1);
 
-        assert!(c.wait(&"n1", &"v2"));
-        assert!(c.wait(&"n1", &"v1"));
-        assert!(!c.wait(&"n1", &"v1"), "a wait already going on is not new");
+        assert!(c.wait(&"n1", &"v2", &["p2"]));
+        assert!(c.wait(&"n1", &"v1", &["p1"]));
+        assert!(
+            !c.wait(&"n1", &"v1", &["p1"]),
+            "a wait already going on is not new"
+        );
+        assert!(
+            c.wait(&"n1", &"v1", &["p0", "p1"]),
+            "a workload joined it: named"
+        );
+        assert!(!c.wait(&"n1", &"v1", &["p0"]), "every one was named");
         assert_eq!(c.waiting(&"n1"), vec!["v1", "v2"]);
         c.retain(&"n1", |v| *v != "v2");
         assert_eq!(c.waiting(&"n1"), vec!["v1"]);
         c.stop_waiting(&"n1", &"v1");
         assert_eq!(c.waiting_len(), 0);
-        assert!(c.wait(&"n1", &"v1"), "a new wait after the last ended");
+        assert!(
+            c.wait(&"n1", &"v1", &["p1"]),
+            "a new wait after the last ended"
+        );
         c.forget_node(&"n1");
         assert!(c.waiting(&"n1").is_empty());
     }

@@ -108,7 +108,8 @@ pub enum Event<D: Domain> {
     /// A workload's volume cannot be attached to its node because the node holds as many
     /// volumes as it can ([`NodeFacts::attach_limit`](crate::core::NodeFacts::attach_limit), or
     /// the backend answered [`NodeFull`](crate::traits::BackendError::NodeFull)). Emitted once
-    /// per wait; the attach goes ahead, with no further event, as soon as an attachment on the
+    /// per wait, and again, naming every waiting workload, when one joins it; the attach goes
+    /// ahead, with no further event, as soon as an attachment on the
     /// node ends or its limit is raised. Upstream finds this out only when the cloud refuses.
     NodeFull {
         /// The node.

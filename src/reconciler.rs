@@ -1842,13 +1842,10 @@ impl<D: Domain> Reconciler<D> {
         })
     }
 
-    /// `volume` waits for room on `node`: named in a [`Event::NodeFull`] once per wait, and
+    /// `volume` waits for room on `node`: named in a [`Event::NodeFull`] once per wait (again when a workload joins it), and
     /// looked at again when an attachment there ends, an attach to it fails, the node's limit
     /// changes, or the node's backoff ends.
     fn wait_for_room(&mut self, volume: &D::Volume, node: &D::Node, reason: String) {
-        if !self.capacity.wait(node, volume) {
-            return;
-        }
         let workloads = self
             .desired
             .wanted_on(volume)
@@ -1856,6 +1853,9 @@ impl<D: Domain> Reconciler<D> {
             .find(|w| w.node == *node)
             .map(|w| w.workloads.to_vec())
             .unwrap_or_default();
+        if !self.capacity.wait(node, volume, &workloads) {
+            return;
+        }
         debug!(volume = ?volume, node = ?node, %reason, "attach waits for room on the node");
         self.events.push(Event::NodeFull {
             node: node.clone(),
