@@ -14,6 +14,9 @@ use rustc_hash::FxHashMap;
 use crate::domain::Domain;
 use crate::gate::trim_map;
 
+/// The volumes waiting for room on one node, each with the workloads its events named (sorted).
+type Waits<D> = BTreeMap<<D as Domain>::Volume, Vec<<D as Domain>::Workload>>;
+
 /// Attaches under way per node, and the volumes waiting for room on each node.
 #[derive(Debug)]
 pub(crate) struct NodeCapacity<D: Domain> {
@@ -23,7 +26,7 @@ pub(crate) struct NodeCapacity<D: Domain> {
     attaching: FxHashMap<D::Node, u32>,
     /// Per node, the volumes whose attach waits for room there, each with the workloads the
     /// wait's `NodeFull` events named so far (sorted).
-    waiting: FxHashMap<D::Node, BTreeMap<D::Volume, Vec<D::Workload>>>,
+    waiting: FxHashMap<D::Node, Waits<D>>,
 }
 
 impl<D: Domain> Default for NodeCapacity<D> {
