@@ -615,12 +615,19 @@ impl World {
             }) || cut_off
                 || used_on(node, volume)
         };
-        // Where each claim-only volume is in use: a claim has no backend record, so the
-        // agents' mounts are its truth.
+        // Where each claim-only volume is held: a claim has no backend record, so the agents'
+        // mounts and the store's lists (the grant, which a node that never mounted it, say
+        // one powered off first, still holds) are its truth.
         let mut claims: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
         for (name, n) in &self.nodes {
             for v in n.mounted.iter().filter(|v| self.claim_only.contains(*v)) {
                 claims.entry(v.as_str()).or_default().insert(name.as_str());
+            }
+        }
+        let mut granted: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        for (name, listed) in &self.listed {
+            for v in listed.iter().filter(|v| self.claim_only.contains(*v)) {
+                granted.entry(v.as_str()).or_default().insert(name.as_str());
             }
         }
         let rightly_held = |volume: &str, waiting_on: &str| {
@@ -632,6 +639,7 @@ impl World {
                 .map(String::as_str)
                 .collect();
             holders.extend(claims.get(volume).into_iter().flatten());
+            holders.extend(granted.get(volume).into_iter().flatten());
             self.volumes.get(volume) != Some(&Access::MultiNode)
                 && holders
                     .into_iter()
