@@ -146,7 +146,7 @@ impl SimBackend {
             load: self.load.clone(),
             class: CallLoad::class(op),
         };
-        let (fault, latency) = {
+        let (fault, latency, crashed_at_call) = {
             let mut w = self.lock();
             if let Some(breach) = breach {
                 w.violation(breach);
@@ -198,6 +198,13 @@ impl SimBackend {
                 }
             ));
             w.under_way(op, volume, node, true);
+            // The opt-in force on timeout is judged by the node's state when the controller
+            // made the call: a detach it forced while the node was down may land after the node
+            // came back, the very risk the option takes (I2 excuses it, as it does the rest).
+            let crashed_at_call = w
+                .nodes
+                .get(node)
+                .is_some_and(|n| n.power == super::world::Power::Crashed);
             w.record(Happening::Attachment {
                 volume: volume.to_string(),
                 node: node.to_string(),
@@ -206,7 +213,7 @@ impl SimBackend {
                     CallOp::Detach => BarState::Detaching,
                 }),
             });
-            (fault, w.jitter(base))
+            (fault, w.jitter(base), crashed_at_call)
         };
         let (tx, rx) = oneshot::channel();
         let this = self.clone();
@@ -221,7 +228,7 @@ impl SimBackend {
                     CallOp::Attach => this.lock().attach_effect(&v, &n),
                     CallOp::Detach => {
                         let listed = this.listed(&v, &n);
-                        this.lock().detach_effect(&v, &n, listed);
+                        this.lock().detach_effect(&v, &n, listed, crashed_at_call);
                     }
                 }
             }

@@ -390,11 +390,20 @@ impl World {
     /// because the backend said `Off` is a violation exactly when the machine in fact runs);
     /// I4: never while the node's status still lists it for a live agent, which could start
     /// mounting it.
-    pub(crate) fn detach_effect(&mut self, volume: &str, node: &str, listed: bool) {
+    ///
+    /// `crashed_at_call`: the node was down when the controller made the call.
+    pub(crate) fn detach_effect(
+        &mut self,
+        volume: &str,
+        node: &str,
+        listed: bool,
+        crashed_at_call: bool,
+    ) {
         let (power, mounted) = self.nodes.get(node).map_or((Power::Fenced, false), |n| {
             (n.power, n.mounted.contains(volume))
         });
-        let forced_ok = self.force_detach_on_timeout && power == Power::Crashed;
+        let forced_ok =
+            self.force_detach_on_timeout && (power == Power::Crashed || crashed_at_call);
         if mounted && power != Power::Fenced && !forced_ok {
             self.violation(format!(
                 "I2: {volume} detached from {node} while mounted there ({power:?}, not fenced)"
