@@ -9,6 +9,7 @@ use smallvec::SmallVec;
 
 use crate::domain::Domain;
 use crate::store::ReportedVolume;
+use crate::verify_ring::VerifyRing;
 
 /// What the controller believes about one (volume, node) pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -119,6 +120,8 @@ pub(crate) struct ActualNode<D: Domain> {
     devices: Vec<(D::Volume, Arc<str>)>,
     /// When the controller first wanted each of these attachments gone, sorted by volume.
     detach_requested: Vec<(D::Volume, Duration)>,
+    /// Where the node sits in [`VerifyRing::order`].
+    ring_pos: u32,
 }
 
 /// Finds `volume` in a list sorted by volume.
@@ -138,6 +141,18 @@ fn put<V: Ord + Clone, T>(list: &mut Vec<(V, T)>, volume: &V, value: Option<T>) 
     }
 }
 
+/// `node`'s record, made (and put in the verify ring) if it is new.
+fn node_entry<'a, D: Domain>(
+    nodes: &'a mut FxHashMap<D::Node, ActualNode<D>>,
+    ring: &mut VerifyRing<D::Node>,
+    node: &D::Node,
+) -> &'a mut ActualNode<D> {
+    nodes.entry(node.clone()).or_insert_with(|| ActualNode {
+        ring_pos: ring.push(node.clone()),
+        ..ActualNode::unknown()
+    })
+}
+
 impl<D: Domain> ActualNode<D> {
     fn unknown() -> Self {
         ActualNode {
@@ -149,6 +164,7 @@ impl<D: Domain> ActualNode<D> {
             attached: Vec::new(),
             devices: Vec::new(),
             detach_requested: Vec::new(),
+            ring_pos: 0,
         }
     }
 
@@ -176,6 +192,8 @@ impl<D: Domain> ActualNode<D> {
 pub struct ActualState<D: Domain> {
     volumes: FxHashMap<D::Volume, SmallVec<[Attachment<D>; 1]>>,
     nodes: FxHashMap<D::Node, ActualNode<D>>,
+    /// Every node of `nodes`, in the order the periodic verify walks them.
+    ring: VerifyRing<D::Node>,
     /// Nodes whose reported list may have changed since last taken.
     report_changed: BTreeSet<D::Node>,
     len: usize,
@@ -186,6 +204,7 @@ impl<D: Domain> Default for ActualState<D> {
         ActualState {
             volumes: FxHashMap::default(),
             nodes: FxHashMap::default(),
+            ring: VerifyRing::default(),
             report_changed: BTreeSet::new(),
             len: 0,
         }
@@ -301,6 +320,36 @@ impl<D: Domain> ActualState<D> {
         self.nodes.keys()
     }
 
+    /// Drops `node`'s record and its place in the verify ring.
+    fn forget_node(&mut self, node: &D::Node) {
+        let Some(gone) = self.nodes.remove(node) else {
+            return;
+        };
+        let nodes = &mut self.nodes;
+        self.ring.remove(gone.ring_pos, |moved, pos| {
+            if let Some(n) = nodes.get_mut(moved) {
+                n.ring_pos = pos;
+            }
+        });
+    }
+
+    /// Starts a round of the periodic verify: [`next_to_verify`](Self::next_to_verify) walks
+    /// every node again from the first.
+    pub(crate) fn restart_verify_round(&mut self) {
+        self.ring.restart();
+    }
+
+    /// The next node this verify round has not reached; `None` once it reached them all.
+    /// Nodes that appear during a round are reached in it too.
+    pub(crate) fn next_to_verify(&mut self) -> Option<D::Node> {
+        self.ring.next()
+    }
+
+    /// Whether this verify round has reached every node.
+    pub(crate) fn verify_round_done(&self) -> bool {
+        self.ring.is_done()
+    }
+
     /// Number of attachment records.
     pub fn len(&self) -> usize {
         self.len
@@ -355,10 +404,7 @@ impl<D: Domain> ActualState<D> {
 
     /// A new record, not yet reported (the caller syncs the flag).
     fn insert(&mut self, volume: D::Volume, node: D::Node, state: AttachState) {
-        let n = self
-            .nodes
-            .entry(node.clone())
-            .or_insert_with(ActualNode::unknown);
+        let n = node_entry(&mut self.nodes, &mut self.ring, &node);
         put(&mut n.attached, &volume, Some(false));
         #[cfg(feature = "upstream-bugs")]
         let assumed_mounted = n.in_use.is_none();
@@ -392,7 +438,7 @@ impl<D: Domain> ActualState<D> {
             put(&mut n.devices, volume, None);
             put(&mut n.detach_requested, volume, None);
             if !n.present && n.attached.is_empty() {
-                self.nodes.remove(node);
+                self.forget_node(node);
             }
         }
         if gone.is_reported() {
@@ -453,10 +499,7 @@ impl<D: Domain> ActualState<D> {
         node: D::Node,
         facts: NodeFacts<D::Volume>,
     ) -> Vec<D::Volume> {
-        let n = self
-            .nodes
-            .entry(node.clone())
-            .or_insert_with(ActualNode::unknown);
+        let n = node_entry(&mut self.nodes, &mut self.ring, &node);
         let mut in_use = facts.in_use;
         if let Some(list) = in_use.as_mut() {
             list.sort();
@@ -506,13 +549,14 @@ impl<D: Domain> ActualState<D> {
             return Vec::new();
         };
         if n.attached.is_empty() {
-            self.nodes.remove(node);
+            self.forget_node(node);
             return Vec::new();
         }
         *n = ActualNode {
             attached: std::mem::take(&mut n.attached),
             devices: std::mem::take(&mut n.devices),
             detach_requested: std::mem::take(&mut n.detach_requested),
+            ring_pos: n.ring_pos,
             ..ActualNode::unknown()
         };
         n.volumes().cloned().collect()

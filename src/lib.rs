@@ -238,6 +238,7 @@ mod schedule;
 mod status;
 mod store;
 mod upstream_bugs;
+mod verify_ring;
 mod volume;
 
 #[cfg(feature = "sim")]

@@ -245,6 +245,17 @@ pub struct Reconciler<D: Domain> {
     /// Fencing without a human: the machine checks of unhealthy nodes
     /// (`Config::machine_fencing`; see `reconciler_machine.rs`).
     machine: MachineWatch<D>,
+    /// The periodic verify's round under way, spread over the sync period in slices.
+    verify_round: Option<VerifyRound>,
+}
+
+/// A round of the periodic verify that has nodes left: when its next slice is due, how far
+/// apart the slices are, and how many attachments each takes.
+#[derive(Clone, Copy, Debug)]
+struct VerifyRound {
+    next_at: Duration,
+    interval: Duration,
+    per_slice: usize,
 }
 
 impl<D: Domain> Reconciler<D> {
@@ -286,6 +297,7 @@ impl<D: Domain> Reconciler<D> {
             released: BTreeSet::new(),
             stuck: BTreeSet::new(),
             machine: MachineWatch::default(),
+            verify_round: None,
         }
     }
 
@@ -1321,6 +1333,10 @@ impl<D: Domain> Reconciler<D> {
                 self.desired.next_pending_wake(),
                 self.admission.wake(),
                 self.machine.next_wake(),
+                // Nothing to verify once nothing is attached (as the round's start).
+                self.verify_round
+                    .filter(|_| !self.actual.is_empty())
+                    .map(|round| round.next_at),
             ]
             .into_iter()
             .flatten()
@@ -1354,8 +1370,11 @@ impl<D: Domain> Reconciler<D> {
         self.warn_pending(now);
         if due.sync {
             self.gate.forget_stale(now);
-            self.plan_verify(&mut ops);
+            self.start_verify_round(now);
             self.report_stuck(now);
+        }
+        if self.verify_round.is_some_and(|round| round.next_at <= now) {
+            self.plan_verify_slice(now, &mut ops);
         }
         if due.resync {
             self.plan_list(&mut ops);
@@ -1946,43 +1965,91 @@ impl<D: Domain> Reconciler<D> {
         stuck
     }
 
-    fn plan_verify(&mut self, ops: &mut Vec<Operation<D>>) {
-        let mut nodes: Vec<D::Node> = self.actual.nodes().cloned().collect();
+    /// Starts a round of the periodic verify at `now`: every node with attachments once, in
+    /// slices of about `verify_batch` attachments spread evenly over the sync period (a round
+    /// still under way starts over: the nodes it had not reached appeared during it). The
+    /// slices are at least a reconcile period apart, so when the period is too short for that
+    /// they take more.
+    fn start_verify_round(&mut self, now: Duration) {
+        self.actual.restart_verify_round();
+        let total = self.actual.len().max(1);
+        let pace = self.config.reconcile_period.max(Duration::from_millis(1));
+        let fit = (self.config.sync_period.as_nanos() / pace.as_nanos()).max(1);
+        let slices = (total.div_ceil(self.config.verify_batch) as u128).clamp(1, fit);
+        let per_slice = usize::try_from((total as u128).div_ceil(slices)).unwrap_or(usize::MAX);
+        let interval = Duration::from_nanos(
+            u64::try_from(self.config.sync_period.as_nanos() / slices).unwrap_or(u64::MAX),
+        );
+        self.verify_round = Some(VerifyRound {
+            next_at: now,
+            interval,
+            per_slice,
+        });
+    }
+
+    /// Plans the verifies of the round's next slice: the next nodes it has not reached, whole,
+    /// until they hold the slice's attachments, in node order (a round of one slice plans every
+    /// node in order, as a round in one pass did).
+    fn plan_verify_slice(&mut self, now: Duration, ops: &mut Vec<Operation<D>>) {
+        let Some(round) = self.verify_round else {
+            return;
+        };
+        let mut nodes = Vec::new();
+        let mut taken = 0;
+        while taken < round.per_slice {
+            let Some(node) = self.actual.next_to_verify() else {
+                break;
+            };
+            // A node with nothing attached costs a lookup and takes none of the slice.
+            let attached = self.actual.volumes_on(&node).count();
+            if attached > 0 {
+                taken += attached;
+                nodes.push(node);
+            }
+        }
+        self.verify_round = (!self.actual.verify_round_done()).then(|| VerifyRound {
+            next_at: now.saturating_add(round.interval),
+            ..round
+        });
         nodes.sort();
         for node in nodes {
-            let key = GateKey::Verify(node.clone());
-            if self.gate.is_running(&key) {
-                continue;
-            }
-            let mut checked = Vec::new();
-            let mut volumes = Vec::new();
-            for volume in self.actual.volumes_on(&node) {
-                let (Some(a), Some(spec)) =
-                    (self.actual.get(volume, &node), self.desired.spec(volume))
-                else {
-                    continue;
-                };
-                if !spec.attach_required {
-                    // The backend knows nothing of a claim.
-                    continue;
-                }
-                checked.push((volume.clone(), a.generation));
-                volumes.push((volume.clone(), spec.payload.clone()));
-            }
-            if volumes.is_empty() {
-                continue;
-            }
-            self.gate.start(key);
-            let id = self.next_op_id();
-            self.in_flight.insert(
-                id,
-                InFlight::Verify {
-                    node: node.clone(),
-                    checked,
-                },
-            );
-            ops.push(Operation::Verify { id, node, volumes });
+            self.plan_verify(node, ops);
         }
+    }
+
+    /// Plans a verify of every attachment of `node` the backend knows of, unless one runs.
+    fn plan_verify(&mut self, node: D::Node, ops: &mut Vec<Operation<D>>) {
+        let key = GateKey::Verify(node.clone());
+        if self.gate.is_running(&key) {
+            return;
+        }
+        let mut checked = Vec::new();
+        let mut volumes = Vec::new();
+        for volume in self.actual.volumes_on(&node) {
+            let (Some(a), Some(spec)) = (self.actual.get(volume, &node), self.desired.spec(volume))
+            else {
+                continue;
+            };
+            if !spec.attach_required {
+                // The backend knows nothing of a claim.
+                continue;
+            }
+            checked.push((volume.clone(), a.generation));
+            volumes.push((volume.clone(), spec.payload.clone()));
+        }
+        if volumes.is_empty() {
+            return;
+        }
+        self.gate.start(key);
+        let id = self.next_op_id();
+        self.in_flight.insert(
+            id,
+            InFlight::Verify {
+                node: node.clone(),
+                checked,
+            },
+        );
+        ops.push(Operation::Verify { id, node, volumes });
     }
 
     /// Plans the recovery listings that are due.

@@ -2353,3 +2353,94 @@ fn claims_and_releases_leave_no_backend_slot_taken() {
 }
 #[path = "machine_fencing_tests.rs"]
 mod machine_fencing;
+
+// ---- the periodic verify, spread over the period (issue 16) ----------------------------------
+
+/// Six nodes with two attached volumes each; then `rounds` sync periods tick by tick, every
+/// operation succeeding. Returns each verify: (time since the first round started, node).
+fn verify_times(config: Config, rounds: u32) -> Vec<(Duration, &'static str)> {
+    const NODES: [&str; 6] = ["n1", "n2", "n3", "n4", "n5", "n6"];
+    const VOLUMES: [&str; 12] = [
+        "v01", "v02", "v03", "v04", "v05", "v06", "v07", "v08", "v09", "v10", "v11", "v12",
+    ];
+    let period = config.sync_period;
+    let mut h = H::new(config);
+    for (i, node) in NODES.iter().enumerate() {
+        h.node(node, &[]);
+        for volume in &VOLUMES[2 * i..2 * i + 2] {
+            h.rwo(volume);
+            h.pod(volume, node, &[volume]);
+        }
+    }
+    h.run_ok(secs(1));
+    assert_eq!(h.r.actual().len(), 12);
+    let mut verifies = Vec::new();
+    let mut start = None;
+    let end = h.now + period * (rounds + 1);
+    while h.now < end {
+        for op in h.tick() {
+            if let Operation::Verify { node, .. } = &op {
+                let at = *start.get_or_insert(h.now);
+                verifies.push((h.now - at, *node));
+            }
+            h.ok(op);
+        }
+    }
+    verifies
+}
+
+#[test]
+fn the_periodic_verify_is_spread_over_the_period_in_slices_of_whole_nodes() {
+    let verifies = verify_times(
+        Config {
+            verify_batch: 4,
+            ..Config::default()
+        },
+        2,
+    );
+    let at = |s: u64, n: &'static str| (secs(s), n);
+    // 12 attachments in slices of 4 (two nodes each): three slices, 20 s apart, then the next
+    // round a period after the first began.
+    assert_eq!(
+        verifies[..9],
+        [
+            at(0, "n1"),
+            at(0, "n2"),
+            at(20, "n3"),
+            at(20, "n4"),
+            at(40, "n5"),
+            at(40, "n6"),
+            at(60, "n1"),
+            at(60, "n2"),
+            at(80, "n3"),
+        ]
+    );
+}
+
+#[test]
+fn a_cluster_within_one_batch_is_verified_in_one_pass_as_before() {
+    let verifies = verify_times(Config::default(), 1);
+    let first: Vec<_> = verifies.iter().take_while(|(t, _)| t.is_zero()).collect();
+    assert_eq!(first.len(), 6, "every node in the round's first pass");
+    assert_eq!(verifies[6].0, secs(60), "the next round a period later");
+}
+
+#[test]
+fn slices_grow_when_the_period_is_too_short_to_space_them_a_reconcile_period_apart() {
+    // A batch of one attachment would need 12 slices in 300 ms; passes are 100 ms apart, so
+    // there are 3 slices of 4 (two nodes each), and the round still ends within the period.
+    let verifies = verify_times(
+        Config {
+            verify_batch: 1,
+            sync_period: Duration::from_millis(300),
+            ..Config::default()
+        },
+        1,
+    );
+    let ms = |m: u64| Duration::from_millis(m);
+    let times: Vec<Duration> = verifies.iter().map(|(t, _)| *t).take(6).collect();
+    assert_eq!(times, [ms(0), ms(0), ms(100), ms(100), ms(200), ms(200)]);
+    let mut nodes: Vec<_> = verifies.iter().take(6).map(|(_, n)| *n).collect();
+    nodes.sort();
+    assert_eq!(nodes, ["n1", "n2", "n3", "n4", "n5", "n6"]);
+}

@@ -221,6 +221,9 @@ fn build(input: &Input) -> Scenario {
         Duration::from_millis(100 * u64::from(input.attach_latency_100ms % 30));
     settings.status_latency = Duration::from_millis(10 * u64::from(input.status_latency_10ms % 50));
     settings.seed = u64::from(input.seed);
+    // Half the runs spread the periodic verify over the sync period in slices of 1 to 4
+    // attachments (issue 16), so a round meets nodes that come and go under it.
+    settings.verify_batch = (input.seed & 0x80 != 0).then(|| 1 + usize::from(input.seed & 3));
     if let Some((attaches, detaches, every, burst)) = input.limits {
         settings.backend_load = BackendLoad {
             max_attaches: Some(1 + usize::from(attaches % 3)),

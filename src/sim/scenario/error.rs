@@ -84,7 +84,7 @@ pub enum ParseErrorKind {
     #[error(
         "unknown setting `{0}` (expected reconcile-period, sync-period, max-wait-for-unmount, \
          force-detach-on-timeout, cache-lag, status-cache-lag, attach-latency, detach-latency, \
-         status-latency, seed, max-attaches, max-detaches, backend-rate \
+         status-latency, seed, verify-batch, max-attaches, max-detaches, backend-rate \
          or upstream-bug)"
     )]
     UnknownSetting(String),

@@ -303,6 +303,10 @@ impl Parser {
                 settings.seed = tokens.number("a seed (a whole number)")?;
                 key.to_string()
             }
+            "verify-batch" => {
+                settings.verify_batch = Some(tokens.limit()? as usize);
+                key.to_string()
+            }
             "max-attaches" => {
                 settings.backend_load.max_attaches = Some(tokens.limit()? as usize);
                 key.to_string()

@@ -64,6 +64,9 @@ impl fmt::Display for Scenario {
         if settings.seed != defaults.seed {
             writeln!(f, "set seed {}", settings.seed)?;
         }
+        if let Some(batch) = settings.verify_batch {
+            writeln!(f, "set verify-batch {batch}")?;
+        }
         let load = settings.backend_load;
         if let Some(max) = load.max_attaches {
             writeln!(f, "set max-attaches {max}")?;

@@ -84,6 +84,7 @@ fn every_setting_parses() {
             set max-attaches 20
             set max-detaches 5
             set backend-rate 100ms 30
+            set verify-batch 7
             set upstream-bug c1 on
             set upstream-bug c6 on
             set upstream-bug c3 off");
@@ -108,6 +109,7 @@ fn every_setting_parses() {
                 burst: 30,
             }),
         },
+        verify_batch: Some(7),
     };
     assert_eq!(scenario.settings, expected);
     // And back to text, as the printer writes it.

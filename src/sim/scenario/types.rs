@@ -82,6 +82,9 @@ pub struct Settings {
     /// The controller's backend load limits (`set max-attaches 20`, `set max-detaches 20`,
     /// `set backend-rate 100ms 20`: a token every 100 ms, bursts of 20); unbounded by default.
     pub backend_load: crate::config::BackendLoad,
+    /// The most attachments one pass of the periodic verify takes (`set verify-batch 2`);
+    /// `None` keeps the core's default ([`Config::verify_batch`](crate::config::Config)).
+    pub verify_batch: Option<usize>,
 }
 
 impl Default for Settings {
@@ -100,6 +103,7 @@ impl Default for Settings {
             seed: 0,
             upstream_bugs: BTreeSet::new(),
             backend_load: crate::config::BackendLoad::UNBOUNDED,
+            verify_batch: None,
         }
     }
 }
