@@ -2,7 +2,6 @@
 //! offered first in each pass, the slots of detaches that no longer need them given back, and
 //! the public view of the queues.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::Reconciler;
@@ -30,7 +29,7 @@ impl<D: Domain> Reconciler<D> {
     pub(super) fn admit_queued(
         &mut self,
         now: Duration,
-        dirty: &mut BTreeSet<D::Volume>,
+        dirty: &mut Vec<D::Volume>,
         ops: &mut Vec<Operation<D>>,
     ) {
         // Slots whose detach no longer needs them are offered too.
@@ -43,7 +42,9 @@ impl<D: Domain> Reconciler<D> {
             for class in self.admission.order() {
                 if let Some((volume, _node)) = self.admission.offer(class, now) {
                     offered = true;
-                    dirty.remove(&volume);
+                    if let Ok(i) = dirty.binary_search(&volume) {
+                        dirty.remove(i);
+                    }
                     self.reconcile_volume(now, &volume, ops);
                     self.admission.withdraw(class);
                 }

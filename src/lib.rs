@@ -230,6 +230,7 @@ mod fresh_read;
 mod gate;
 mod input;
 mod machine;
+mod marks;
 pub mod memory;
 mod operation;
 mod reconciler;

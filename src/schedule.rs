@@ -6,13 +6,14 @@
 //! nothing and an idle core has no deadline at all.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 
 use crate::domain::Domain;
 use crate::gate::trim_map;
+use crate::marks::Marks;
 
 /// The periodic work a pass found due.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -27,7 +28,7 @@ pub(crate) struct Periodic {
 #[derive(Debug)]
 pub(crate) struct Schedule<D: Domain> {
     /// Volumes to look at in the next pass.
-    dirty: BTreeSet<D::Volume>,
+    dirty: Marks<D::Volume>,
     /// When to mark a volume dirty again.
     volume_timers: BinaryHeap<Reverse<(Duration, D::Volume)>>,
     /// The earliest pending wake of each volume in `volume_timers`.
@@ -42,7 +43,7 @@ pub(crate) struct Schedule<D: Domain> {
 impl<D: Domain> Default for Schedule<D> {
     fn default() -> Self {
         Schedule {
-            dirty: BTreeSet::new(),
+            dirty: Marks::default(),
             volume_timers: BinaryHeap::new(),
             wakes: FxHashMap::default(),
             node_timers: BinaryHeap::new(),
@@ -56,7 +57,7 @@ impl<D: Domain> Default for Schedule<D> {
 impl<D: Domain> Schedule<D> {
     /// `volume` is looked at in the next pass.
     pub(crate) fn mark(&mut self, volume: D::Volume) {
-        self.dirty.insert(volume);
+        self.dirty.mark(volume);
     }
 
     /// Every volume of `volumes` is looked at in the next pass.
@@ -75,8 +76,8 @@ impl<D: Domain> Schedule<D> {
     }
 
     /// The volumes to look at in this pass.
-    pub(crate) fn take_dirty(&mut self) -> BTreeSet<D::Volume> {
-        std::mem::take(&mut self.dirty)
+    pub(crate) fn take_dirty(&mut self) -> Vec<D::Volume> {
+        self.dirty.take()
     }
 
     /// Marks `volume` again at `at`. One pending wake per volume, the earliest: a volume made
@@ -146,7 +147,7 @@ impl<D: Domain> Schedule<D> {
             if self.wakes.get(&volume) == Some(&at) {
                 self.wakes.remove(&volume);
             }
-            self.dirty.insert(volume);
+            self.dirty.mark(volume);
         }
         let mut nodes = Vec::new();
         while let Some(Reverse((at, _))) = self.node_timers.peek() {
@@ -222,7 +223,7 @@ mod tests {
             Some(s(5))
         );
         sched.start_pass(s(5), s(60), None, false);
-        assert!(sched.take_dirty().contains("v"));
+        assert!(sched.take_dirty().contains(&"v"));
         // The stale heap entry at 10 s still fires, harmlessly.
         assert_eq!(
             sched.next_deadline(false, false, false, None, period),

@@ -5,13 +5,12 @@
 //! own write, or a fresh read at recovery; anything else leaves the stored list unknown, and an
 //! unknown list is always written.
 
-use std::collections::BTreeSet;
-
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
 use crate::domain::Domain;
+use crate::marks::Marks;
 use crate::store::{ReportedVolume, Revision};
 
 /// A node's list, sorted by volume and packed: the volumes, and their device paths only when
@@ -119,14 +118,14 @@ impl<D: Domain> Default for NodeRecord<D> {
 pub struct StatusBook<D: Domain> {
     nodes: FxHashMap<D::Node, NodeRecord<D>>,
     /// Nodes whose report may differ from the store.
-    dirty: BTreeSet<D::Node>,
+    dirty: Marks<D::Node>,
 }
 
 impl<D: Domain> Default for StatusBook<D> {
     fn default() -> Self {
         StatusBook {
             nodes: FxHashMap::default(),
-            dirty: BTreeSet::new(),
+            dirty: Marks::default(),
         }
     }
 }
@@ -134,15 +133,15 @@ impl<D: Domain> Default for StatusBook<D> {
 impl<D: Domain> StatusBook<D> {
     /// `node`'s report may now differ from what the store holds.
     pub(crate) fn mark(&mut self, node: D::Node) {
-        self.dirty.insert(node);
+        self.dirty.mark(node);
     }
 
     pub(crate) fn has_dirty(&self) -> bool {
         !self.dirty.is_empty()
     }
 
-    pub(crate) fn take_dirty(&mut self) -> BTreeSet<D::Node> {
-        std::mem::take(&mut self.dirty)
+    pub(crate) fn take_dirty(&mut self) -> Vec<D::Node> {
+        self.dirty.take()
     }
 
     /// A fresh read (or the store's listing at recovery) found `list` for `node`, at
@@ -273,7 +272,7 @@ impl<D: Domain> StatusBook<D> {
             record.stored = None;
             record.revision = None;
         }
-        self.dirty.insert(node);
+        self.dirty.mark(node);
     }
 
     /// The node object is gone; a node of the same name will be a new object.
