@@ -9,7 +9,8 @@
 
 use std::collections::BTreeMap;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
+use smallvec::SmallVec;
 
 use crate::domain::Domain;
 use crate::gate::trim_map;
@@ -27,6 +28,13 @@ pub(crate) struct NodeCapacity<D: Domain> {
     /// Per node, the volumes whose attach waits for room there, each with the workloads the
     /// wait's `NodeFull` events named so far (sorted).
     waiting: FxHashMap<D::Node, Waits<D>>,
+    /// The nodes each waiting volume waits on: the reverse of `waiting`, so that a volume no
+    /// longer wanted somewhere ends its waits without a look at every node with waits.
+    waiting_on: FxHashMap<D::Volume, SmallVec<[D::Node; 1]>>,
+    /// Nodes whose backend said they are full, until a volume leaves or joins them: only
+    /// these have a node-capacity backoff to look at or clear, so an attach or a detach
+    /// elsewhere builds no backoff key.
+    full: FxHashSet<D::Node>,
 }
 
 impl<D: Domain> Default for NodeCapacity<D> {
@@ -34,6 +42,8 @@ impl<D: Domain> Default for NodeCapacity<D> {
         NodeCapacity {
             attaching: FxHashMap::default(),
             waiting: FxHashMap::default(),
+            waiting_on: FxHashMap::default(),
+            full: FxHashSet::default(),
         }
     }
 }
@@ -68,12 +78,14 @@ impl<D: Domain> NodeCapacity<D> {
         volume: &D::Volume,
         workloads: &[D::Workload],
     ) -> bool {
-        let named = self
-            .waiting
-            .entry(node.clone())
-            .or_default()
-            .entry(volume.clone())
-            .or_default();
+        let waits = self.waiting.entry(node.clone()).or_default();
+        if !waits.contains_key(volume) {
+            let nodes = self.waiting_on.entry(volume.clone()).or_default();
+            if !nodes.contains(node) {
+                nodes.push(node.clone());
+            }
+        }
+        let named = waits.entry(volume.clone()).or_default();
         let fresh = named.is_empty() || workloads.iter().any(|w| named.binary_search(w).is_err());
         if fresh {
             named.extend(workloads.iter().cloned());
@@ -86,7 +98,9 @@ impl<D: Domain> NodeCapacity<D> {
     /// `volume` got room on `node` (or no longer needs it): its wait ends.
     pub(crate) fn stop_waiting(&mut self, node: &D::Node, volume: &D::Volume) {
         if let Some(map) = self.waiting.get_mut(node) {
-            map.remove(volume);
+            if map.remove(volume).is_some() {
+                unindex(&mut self.waiting_on, volume, node);
+            }
             if map.is_empty() {
                 self.waiting.remove(node);
             }
@@ -105,7 +119,14 @@ impl<D: Domain> NodeCapacity<D> {
     /// Keeps only the waits on `node` that `still` says are still wanted.
     pub(crate) fn retain(&mut self, node: &D::Node, still: impl Fn(&D::Volume) -> bool) {
         if let Some(map) = self.waiting.get_mut(node) {
-            map.retain(|v, _| still(v));
+            let waiting_on = &mut self.waiting_on;
+            map.retain(|v, _| {
+                let keep = still(v);
+                if !keep {
+                    unindex(waiting_on, v, node);
+                }
+                keep
+            });
             if map.is_empty() {
                 self.waiting.remove(node);
             }
@@ -118,20 +139,41 @@ impl<D: Domain> NodeCapacity<D> {
         volume: &D::Volume,
         wanted: impl Fn(&D::Node) -> bool,
     ) {
-        if self.waiting.is_empty() {
+        let Some(nodes) = self.waiting_on.get(volume) else {
             return;
+        };
+        let unwanted: SmallVec<[D::Node; 1]> =
+            nodes.iter().filter(|n| !wanted(n)).cloned().collect();
+        for node in unwanted {
+            self.stop_waiting(&node, volume);
         }
-        self.waiting.retain(|node, map| {
-            if map.contains_key(volume) && !wanted(node) {
-                map.remove(volume);
-            }
-            !map.is_empty()
-        });
     }
 
     /// The node is gone: no wait for room on it goes on (its workloads wait for the node).
     pub(crate) fn forget_node(&mut self, node: &D::Node) {
-        self.waiting.remove(node);
+        if let Some(waits) = self.waiting.remove(node) {
+            for volume in waits.keys() {
+                unindex(&mut self.waiting_on, volume, node);
+            }
+        }
+        self.full.remove(node);
+    }
+
+    /// The backend said `node` is full: attaches to it back off until a volume leaves or
+    /// joins it.
+    pub(crate) fn set_full(&mut self, node: &D::Node) {
+        self.full.insert(node.clone());
+    }
+
+    /// Whether the backend said `node` is full and nothing left or joined it since.
+    pub(crate) fn said_full(&self, node: &D::Node) -> bool {
+        !self.full.is_empty() && self.full.contains(node)
+    }
+
+    /// A volume left or joined `node`: returns whether it had been said full (its backoff is
+    /// then to be cleared).
+    pub(crate) fn clear_full(&mut self, node: &D::Node) -> bool {
+        !self.full.is_empty() && self.full.remove(node)
     }
 
     /// Number of volumes waiting for room, over all nodes.
@@ -143,6 +185,21 @@ impl<D: Domain> NodeCapacity<D> {
     pub(crate) fn trim(&mut self) {
         trim_map(&mut self.attaching);
         trim_map(&mut self.waiting);
+        trim_map(&mut self.waiting_on);
+    }
+}
+
+/// Drops `node` from the nodes `volume` waits on.
+fn unindex<V: Eq + std::hash::Hash, N: PartialEq>(
+    index: &mut FxHashMap<V, SmallVec<[N; 1]>>,
+    volume: &V,
+    node: &N,
+) {
+    if let Some(nodes) = index.get_mut(volume) {
+        nodes.retain(|n| n != node);
+        if nodes.is_empty() {
+            index.remove(volume);
+        }
     }
 }
 
@@ -188,5 +245,36 @@ mod tests {
         );
         c.forget_node(&"n1");
         assert!(c.waiting(&"n1").is_empty());
+        assert!(c.waiting_on.is_empty(), "the reverse index follows");
+    }
+
+    #[test]
+    fn a_volume_no_longer_wanted_on_a_node_ends_just_that_wait() {
+        let mut c = NodeCapacity::<T>::default();
+        c.wait(&"n1", &"v1", &["p1"]);
+        c.wait(&"n2", &"v1", &["p2"]);
+        c.wait(&"n2", &"v2", &["p3"]);
+        c.forget_unwanted(&"v1", |n| *n == "n2");
+        assert!(c.waiting(&"n1").is_empty());
+        assert_eq!(c.waiting(&"n2"), vec!["v1", "v2"]);
+        c.retain(&"n2", |v| *v == "v2");
+        assert_eq!(c.waiting(&"n2"), vec!["v2"]);
+        assert_eq!(c.waiting_on.len(), 1, "only v2 still waits");
+        c.forget_unwanted(&"v2", |_| false);
+        assert_eq!(c.waiting_len(), 0);
+        assert!(c.waiting_on.is_empty());
+    }
+
+    #[test]
+    fn a_full_node_is_remembered_until_a_volume_leaves_or_joins_it() {
+        let mut c = NodeCapacity::<T>::default();
+        assert!(!c.said_full(&"n1") && !c.clear_full(&"n1"));
+        c.set_full(&"n1");
+        assert!(c.said_full(&"n1"));
+        assert!(c.clear_full(&"n1"));
+        assert!(!c.said_full(&"n1") && !c.clear_full(&"n1"));
+        c.set_full(&"n2");
+        c.forget_node(&"n2");
+        assert!(!c.said_full(&"n2"));
     }
 }

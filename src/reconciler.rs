@@ -819,8 +819,10 @@ impl<D: Domain> Reconciler<D> {
         self.actual.set_detached(volume, node);
         // A volume left the node: whatever full answer it gave is over, and the volumes
         // waiting for room there look again.
-        self.gate
-            .succeeded(GateKey::NodeCapacity(node.clone()), OpKind::Attach);
+        if self.capacity.clear_full(node) {
+            self.gate
+                .succeeded(GateKey::NodeCapacity(node.clone()), OpKind::Attach);
+        }
         self.room_freed(node);
         if !self.blocked.is_empty() {
             self.blocked.remove(&(node.clone(), volume.clone()));
@@ -863,8 +865,10 @@ impl<D: Domain> Reconciler<D> {
             Ok(info) => {
                 self.gate.succeeded(key, OpKind::Attach);
                 // The node took a volume: whatever full answer it gave before is over.
-                self.gate
-                    .succeeded(GateKey::NodeCapacity(node.clone()), OpKind::Attach);
+                if self.capacity.clear_full(&node) {
+                    self.gate
+                        .succeeded(GateKey::NodeCapacity(node.clone()), OpKind::Attach);
+                }
                 self.capacity.stop_waiting(&node, &volume);
                 self.actual
                     .set_attached(volume.clone(), node.clone(), info.device.map(Arc::from));
@@ -880,6 +884,7 @@ impl<D: Domain> Reconciler<D> {
                 if slot {
                     self.room_freed(&node);
                 }
+                self.capacity.set_full(&node);
                 let retry =
                     self.gate
                         .failed(GateKey::NodeCapacity(node.clone()), OpKind::Attach, now);
@@ -1843,8 +1848,15 @@ impl<D: Domain> Reconciler<D> {
     /// node is at its limit, or the backend said it is full and attaches to it back off (the
     /// volume then wakes when the backoff ends).
     fn no_room(&mut self, now: Duration, volume: &D::Volume, node: &D::Node) -> Option<String> {
-        let key = GateKey::NodeCapacity(node.clone());
-        if let Err(Some(retry)) = self.gate.may_start(&key, OpKind::Attach, now) {
+        if let Err(Some(retry)) = self
+            .capacity
+            .said_full(node)
+            .then(|| {
+                self.gate
+                    .may_start(&GateKey::NodeCapacity(node.clone()), OpKind::Attach, now)
+            })
+            .unwrap_or(Ok(()))
+        {
             self.schedule.wake_volume_at(retry, volume.clone());
             return Some(
                 "the backend said the node can hold no more volumes; attaches to it back off"
