@@ -9,7 +9,8 @@
 //! lines, so CI stays quick. Speed goals are checked here only, never in `cargo test`; a
 //! missed goal prints `GOAL MISSED` and fails the run only with `ATTACH_DETACH_ENFORCE_GOALS`
 //! set (the figures depend on what else the machine runs). The memory ceiling of 256 bytes per
-//! attachment (u32 ids, 150,000 and 1,000,000) is asserted in every mode. The unstable
+//! attachment (u32 ids, 150,000 and 1,000,000) is asserted in every mode, at the end of the
+//! run, so that a broken ceiling still shows every other figure. The unstable
 //! `internals` feature gives the replay of upstream's full scan its hooks into the core;
 //! without it cargo skips this bench.
 
@@ -196,6 +197,12 @@ const GOAL_MOVE_RATIO: f64 = 1.3;
 const GOAL_SYNC_PASS: Duration = Duration::from_millis(1);
 /// Goal (issue 16): from the recovery listings' arrival to the first plan, at 1,000,000.
 const GOAL_RECOVERY: Duration = Duration::from_secs(1);
+
+/// The memory ceilings broken so far: the run fails at its end, once every figure is out.
+fn ceiling_broken() -> std::sync::MutexGuard<'static, Vec<String>> {
+    static BROKEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    BROKEN.lock().expect("not poisoned")
+}
 
 /// Prints a goal line; a miss panics only with `ATTACH_DETACH_ENFORCE_GOALS` set.
 fn goal(met: bool, what: String) {
@@ -784,12 +791,13 @@ fn build_clusters<K: Naming>(test_mode: bool) -> Vec<Cluster<K>> {
             K::KIND,
             t.elapsed()
         );
-        if K::KIND == U32Ids::KIND && size >= 150_000 {
-            assert!(
-                per <= MAX_BYTES_PER_ATTACHMENT,
-                "a settled reconciler holds {per:.1} bytes per attachment at {size} (u32 ids); \
-                 the ceiling is {MAX_BYTES_PER_ATTACHMENT}"
+        if K::KIND == U32Ids::KIND && size >= 150_000 && per > MAX_BYTES_PER_ATTACHMENT {
+            let message = format!(
+                "a settled reconciler holds {per:.2} bytes per attachment at {size} (u32 ids, \
+                 {bytes} bytes); the ceiling is {MAX_BYTES_PER_ATTACHMENT}"
             );
+            println!("CEILING BROKEN: {message}");
+            ceiling_broken().push(message);
         }
         if K::KIND == U32Ids::KIND && size == 1_000_000 {
             goal(
@@ -809,6 +817,7 @@ fn bench_idle<K: Naming>(c: &mut Criterion, clusters: &mut [Cluster<K>]) {
     let mut group = c.benchmark_group("idle_pass");
     for cl in clusters.iter_mut() {
         let size = cl.size;
+        group.sample_size(100).sampling_mode(SamplingMode::Auto);
         group.bench_function(
             BenchmarkId::new(format!("ours_poll/{}", K::KIND), size),
             |b| b.iter(|| assert_eq!(cl.idle_poll(), 0)),
@@ -818,6 +827,11 @@ fn bench_idle<K: Naming>(c: &mut Criterion, clusters: &mut [Cluster<K>]) {
             desired: size as usize,
             ..Scan::default()
         };
+        if size >= 150_000 {
+            // A scan is 10 ms to more than 1 s here (string ids at 1,000,000): ten samples of
+            // one, not criterion's 5,050 scans of a linear sampling.
+            group.sample_size(10).sampling_mode(SamplingMode::Flat);
+        }
         group.bench_function(
             BenchmarkId::new(format!("upstream_full_scan/{}", K::KIND), size),
             |b| {
@@ -962,8 +976,10 @@ fn bench_sync<K: Naming>(c: &mut Criterion, clusters: &mut [Cluster<K>], test_mo
     }
 }
 
-/// Restart recovery at scale, hand-timed (median of `runs`): each run builds a whole new core,
-/// a second or more at 1,000,000, which criterion's sampling would repeat dozens of times.
+/// Restart recovery at scale, hand-timed (median of 5 runs at 150,000, 3 at 1,000,000; one at
+/// 150,000 in test mode): each run builds a whole new core, seconds at 1,000,000 (about 15 s
+/// with string ids), which even criterion's smallest sampling (10 samples after a warm-up)
+/// would repeat a dozen times or more.
 ///
 /// Asserted: the first plan after the listings. Over a settled cluster whose store and backend
 /// agree with the orchestrator, it is empty: the store's list is what the core would write, so
@@ -974,7 +990,9 @@ fn check_recovery<K: Naming>(clusters: &[Cluster<K>], test_mode: bool) {
     for cl in clusters {
         let runs = match (test_mode, cl.size) {
             (true, 150_000) => 1,
-            (false, 150_000 | 1_000_000) => 5,
+            (false, 150_000) => 5,
+            // A restart with string ids is about 15 s at this size.
+            (false, 1_000_000) => 3,
             _ => continue,
         };
         let inputs = cl.inputs();
@@ -1187,4 +1205,6 @@ fn main() {
     });
     run_kind::<StringIds>(&mut c, test_mode, |_, _| {});
     c.final_summary();
+    let broken = ceiling_broken();
+    assert!(broken.is_empty(), "memory ceiling broken: {broken:?}");
 }
