@@ -2,10 +2,11 @@
 //! between nodes. Throughput is counted in attach-or-detach operations per second (each move is
 //! one detach and one attach, plus two status writes that are not counted).
 //!
-//! `cargo bench --bench controller` measures on 150,000 attachments and prints the figure
-//! against the goal (set `ATTACH_DETACH_ENFORCE_THROUGHPUT=1` to make a miss fail the run: the
-//! figure depends on what else the machine runs); `-- --test` (and `cargo test --benches`)
-//! runs one small batch on a small cluster.
+//! `cargo bench --bench controller` measures on 150,000 attachments and prints the figures
+//! against the goals, >= 150,000 operations per second and within 2x of the floor below (set
+//! `ATTACH_DETACH_ENFORCE_THROUGHPUT=1` to make a miss fail the run: the figures depend on
+//! what else the machine runs); `-- --test` (and `cargo test --benches`) runs one small batch
+//! of each on a small cluster, with no goal checked.
 //!
 //! The moves are sent by 16 tasks at once and a batch ends when every detach and attach of it
 //! succeeded, so a batch includes the core's pacing (one pass per 100 ms; a move takes four
