@@ -22,6 +22,12 @@ impl Moves {
     /// coprime with the sizes used visits every workload once per round, all over the maps
     /// rather than in a row.
     pub fn next(&mut self) -> (u32, u32) {
+        let (w, _, to) = self.next_from();
+        (w, to)
+    }
+
+    /// As [`next`](Moves::next), with the node the workload leaves: `(workload, from, to)`.
+    pub fn next_from(&mut self) -> (u32, u32, u32) {
         let size = self.placed.len() as u64;
         self.cursor = (self.cursor + 7919) % size;
         let w = self.cursor as u32;
@@ -33,6 +39,6 @@ impl Moves {
             to
         };
         self.placed[w as usize] = to;
-        (w, to)
+        (w, from, to)
     }
 }
