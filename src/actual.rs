@@ -109,17 +109,18 @@ pub(crate) struct ActualNode<D: Domain> {
     pub(crate) present: bool,
     pub(crate) healthy: bool,
     pub(crate) fenced: bool,
-    /// Sorted; `None` until the node reports.
-    pub(crate) in_use: Option<Vec<D::Volume>>,
+    /// Sorted; `None` until the node reports. A boxed slice: replaced whole on each report,
+    /// and 8 bytes per node less than a `Vec`.
+    pub(crate) in_use: Option<Box<[D::Volume]>>,
     /// [`NodeFacts::attach_limit`].
     pub(crate) attach_limit: Option<u32>,
     /// The volumes attached (or maybe attached) here, sorted, each with whether the node must
     /// report it: the node's report is read from here, without a lookup per volume.
     attached: Vec<(D::Volume, bool)>,
     /// The device paths of the attachments here that have one, sorted by volume.
-    devices: Vec<(D::Volume, Arc<str>)>,
+    devices: Sparse<(D::Volume, Arc<str>)>,
     /// When the controller first wanted each of these attachments gone, sorted by volume.
-    detach_requested: Vec<(D::Volume, Duration)>,
+    detach_requested: Sparse<(D::Volume, Duration)>,
     /// Where the node sits in [`VerifyRing::order`].
     ring_pos: u32,
 }
@@ -127,6 +128,37 @@ pub(crate) struct ActualNode<D: Domain> {
 /// Finds `volume` in a list sorted by volume.
 fn find<V: Ord, T>(list: &[(V, T)], volume: &V) -> Result<usize, usize> {
     list.binary_search_by(|(v, _)| v.cmp(volume))
+}
+
+/// A list sorted by volume that is usually empty (device paths, for backends that give none;
+/// detach requests): 8 bytes per node while empty instead of a `Vec`'s 24.
+#[derive(Debug)]
+struct Sparse<T>(Option<Box<Vec<T>>>);
+
+impl<T> Default for Sparse<T> {
+    fn default() -> Self {
+        Sparse(None)
+    }
+}
+
+impl<T> Sparse<T> {
+    fn as_slice(&self) -> &[T] {
+        self.0.as_deref().map_or(&[], Vec::as_slice)
+    }
+}
+
+/// [`put`] on a [`Sparse`] list, which holds no allocation once empty.
+fn put_sparse<V: Ord + Clone, T>(list: &mut Sparse<(V, T)>, volume: &V, value: Option<T>) {
+    match (&mut list.0, value) {
+        (None, None) => {}
+        (slot, value) => {
+            let items = slot.get_or_insert_with(Box::default);
+            put(items, volume, value);
+            if items.is_empty() {
+                *slot = None;
+            }
+        }
+    }
 }
 
 /// Sets or removes `volume`'s entry in a list sorted by volume.
@@ -162,8 +194,8 @@ impl<D: Domain> ActualNode<D> {
             in_use: None,
             attach_limit: None,
             attached: Vec::new(),
-            devices: Vec::new(),
-            detach_requested: Vec::new(),
+            devices: Sparse::default(),
+            detach_requested: Sparse::default(),
             ring_pos: 0,
         }
     }
@@ -247,15 +279,17 @@ impl<D: Domain> ActualState<D> {
     /// What the backend returned when attaching `volume` to `node` (e.g. a device path).
     pub fn device(&self, volume: &D::Volume, node: &D::Node) -> Option<&str> {
         let n = self.nodes.get(node)?;
-        let i = find(&n.devices, volume).ok()?;
-        Some(&n.devices[i].1)
+        let devices = n.devices.as_slice();
+        let i = find(devices, volume).ok()?;
+        Some(&devices[i].1)
     }
 
     /// When the controller first wanted the attachment of `volume` to `node` gone.
     pub fn detach_requested_at(&self, volume: &D::Volume, node: &D::Node) -> Option<Duration> {
         let n = self.nodes.get(node)?;
-        let i = find(&n.detach_requested, volume).ok()?;
-        Some(n.detach_requested[i].1)
+        let requested = n.detach_requested.as_slice();
+        let i = find(requested, volume).ok()?;
+        Some(requested[i].1)
     }
 
     /// The controller wants the attachment gone: returns when it first did, `now` if this is
@@ -269,11 +303,11 @@ impl<D: Domain> ActualState<D> {
         let Some(n) = self.nodes.get_mut(node) else {
             return now;
         };
-        match find(&n.detach_requested, volume) {
-            Ok(i) => n.detach_requested[i].1,
-            Err(i) => {
+        match find(n.detach_requested.as_slice(), volume) {
+            Ok(i) => n.detach_requested.as_slice()[i].1,
+            Err(_) => {
                 if find(&n.attached, volume).is_ok() {
-                    n.detach_requested.insert(i, (volume.clone(), now));
+                    put_sparse(&mut n.detach_requested, volume, Some(now));
                 }
                 now
             }
@@ -287,6 +321,7 @@ impl<D: Domain> ActualState<D> {
     ) -> impl Iterator<Item = (&D::Volume, &D::Node, Duration)> + '_ {
         self.nodes.iter().flat_map(|(node, n)| {
             n.detach_requested
+                .as_slice()
                 .iter()
                 .map(move |(volume, since)| (volume, node, *since))
         })
@@ -294,9 +329,7 @@ impl<D: Domain> ActualState<D> {
 
     pub(crate) fn cancel_detach_request(&mut self, volume: &D::Volume, node: &D::Node) {
         if let Some(n) = self.nodes.get_mut(node) {
-            if !n.detach_requested.is_empty() {
-                put(&mut n.detach_requested, volume, None);
-            }
+            put_sparse(&mut n.detach_requested, volume, None);
         }
     }
 
@@ -377,7 +410,7 @@ impl<D: Domain> ActualState<D> {
             None => self.insert(volume.clone(), node.clone(), AttachState::Attached),
         }
         if let Some(n) = self.nodes.get_mut(&node) {
-            put(&mut n.devices, &volume, device);
+            put_sparse(&mut n.devices, &volume, device);
         }
         self.sync_reported(&volume, &node);
     }
@@ -435,8 +468,8 @@ impl<D: Domain> ActualState<D> {
         self.len -= 1;
         if let Some(n) = self.nodes.get_mut(node) {
             put(&mut n.attached, volume, None);
-            put(&mut n.devices, volume, None);
-            put(&mut n.detach_requested, volume, None);
+            put_sparse(&mut n.devices, volume, None);
+            put_sparse(&mut n.detach_requested, volume, None);
             if !n.present && n.attached.is_empty() {
                 self.forget_node(node);
             }
@@ -473,7 +506,10 @@ impl<D: Domain> ActualState<D> {
         node: &D::Node,
     ) -> impl Iterator<Item = (&D::Volume, Option<&Arc<str>>)> {
         let n = self.nodes.get(node);
-        let mut devices = n.map_or(&[][..], |n| &n.devices[..]).iter().peekable();
+        let mut devices = n
+            .map_or(&[][..], |n| n.devices.as_slice())
+            .iter()
+            .peekable();
         n.map_or(&[][..], |n| &n.attached[..])
             .iter()
             .filter(|(_, reported)| *reported)
@@ -502,11 +538,11 @@ impl<D: Domain> ActualState<D> {
         facts: NodeFacts<D::Volume>,
     ) -> Vec<D::Volume> {
         let n = node_entry(&mut self.nodes, &mut self.ring, &node);
-        let mut in_use = facts.in_use;
-        if let Some(list) = in_use.as_mut() {
+        let in_use: Option<Box<[D::Volume]>> = facts.in_use.map(|mut list| {
             list.sort();
             list.dedup();
-        }
+            list.into_boxed_slice()
+        });
         let affected: Vec<D::Volume> = if n.healthy != facts.healthy
             || n.fenced != facts.fenced
             || n.in_use.is_none() != in_use.is_none()
