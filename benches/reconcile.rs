@@ -14,11 +14,12 @@
 //! `internals` feature gives the replay of upstream's full scan its hooks into the core;
 //! without it cargo skips this bench.
 //!
-//! Both id kinds are built at every size (about 20 s for the 1M state with string ids, 1 GB);
+//! Every id kind is built at every size (about 20 s for the 1M state with string ids, 1 GB):
+//! `u32`, `string` (owned names) and, in bench mode, `arc` (the same names as `Arc<str>`);
 //! the hand-timed figures (move cost, recovery, the sync round's largest pass) are printed
 //! after criterion's. Criterion's name filter selects benchmarks only: the clusters are built
 //! and the hand-timed checks run anyway. To run less, `ATTACH_DETACH_BENCH_KINDS=u32` (or
-//! `string`) and `ATTACH_DETACH_BENCH_MAX_SIZE=10000`:
+//! `string`, `arc`, comma-separated) and `ATTACH_DETACH_BENCH_MAX_SIZE=10000`:
 //!
 //! ```sh
 //! cargo bench -p attach-detach --features internals --bench reconcile -- \
@@ -33,6 +34,7 @@ use common::Moves;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
 use std::hint::black_box;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
@@ -104,6 +106,10 @@ fn live_bytes_of<R>(f: impl FnOnce() -> R) -> (R, isize) {
 type U32Ids = Ids<u32, u32, u32, ()>;
 /// Kubernetes-like names: PV names, EC2 node names, `namespace/pod` workloads.
 type StringIds = Ids<String, String, String, ()>;
+/// The same names shared: an id is cloned by a reference count, not a copy of its bytes. The
+/// names are made (and their bytes held) by the embedder, so the memory figure counts each
+/// name's bytes nowhere; what it shows is the core's own share.
+type ArcIds = Ids<Arc<str>, Arc<str>, Arc<str>, ()>;
 
 /// How the bench names node, volume and workload number `n` in one id kind.
 trait Naming: Domain<Payload = ()> {
@@ -124,6 +130,19 @@ impl Naming for U32Ids {
     }
     fn workload(w: u32) -> u32 {
         w
+    }
+}
+
+impl Naming for ArcIds {
+    const KIND: &'static str = "arc";
+    fn node(n: u32) -> Arc<str> {
+        StringIds::node(n).into()
+    }
+    fn volume(v: u32) -> Arc<str> {
+        StringIds::volume(v).into()
+    }
+    fn workload(w: u32) -> Arc<str> {
+        StringIds::workload(w).into()
     }
 }
 
@@ -798,7 +817,7 @@ fn sizes(test_mode: bool) -> Vec<u32> {
 }
 
 /// Whether to run the id kind `kind`: every kind unless `ATTACH_DETACH_BENCH_KINDS` lists
-/// some (`u32`, `string`, comma-separated). Criterion's name filter selects benchmarks, but
+/// some (`u32`, `string`, `arc`, comma-separated; `arc` runs in test mode only when listed). Criterion's name filter selects benchmarks, but
 /// the clusters are built and the hand-timed checks run whatever it selects.
 fn wanted(kind: &str) -> bool {
     std::env::var("ATTACH_DETACH_BENCH_KINDS")
@@ -1233,6 +1252,10 @@ fn main() {
         }
     });
     run_kind::<StringIds>(&mut c, test_mode, |_, _| {});
+    // Shared names: in bench mode, or in test mode when asked for by name.
+    if !test_mode || std::env::var("ATTACH_DETACH_BENCH_KINDS").is_ok() {
+        run_kind::<ArcIds>(&mut c, test_mode, |_, _| {});
+    }
     c.final_summary();
     let broken = ceiling_broken();
     assert!(broken.is_empty(), "memory ceiling broken: {broken:?}");
