@@ -752,10 +752,12 @@ impl<D: Domain> Reconciler<D> {
         spec: VolumeSpec<D::Payload>,
     ) {
         self.adopt_spec(&volume, spec);
+        // An attachment the store listed was marked when its status was taken in: a million
+        // attachments are marked (and sorted) once, not twice.
         if self.actual.state(&volume, &node) == AttachState::Detached {
             self.actual.set_uncertain(volume.clone(), node);
+            self.schedule.mark(volume);
         }
-        self.schedule.mark(volume);
     }
 
     /// Takes the backend's spec for a volume the orchestrator has not registered, so that the
