@@ -1850,15 +1850,14 @@ impl<D: Domain> Reconciler<D> {
     /// node is at its limit, or the backend said it is full and attaches to it back off (the
     /// volume then wakes when the backoff ends).
     fn no_room(&mut self, now: Duration, volume: &D::Volume, node: &D::Node) -> Option<String> {
-        if let Err(Some(retry)) = self
-            .capacity
-            .said_full(node)
-            .then(|| {
-                self.gate
-                    .may_start(&GateKey::NodeCapacity(node.clone()), OpKind::Attach, now)
-            })
-            .unwrap_or(Ok(()))
-        {
+        // Only a node the backend said is full has a backoff to look at (no key built else).
+        let backoff = if self.capacity.said_full(node) {
+            self.gate
+                .may_start(&GateKey::NodeCapacity(node.clone()), OpKind::Attach, now)
+        } else {
+            Ok(())
+        };
+        if let Err(Some(retry)) = backoff {
             self.schedule.wake_volume_at(retry, volume.clone());
             return Some(
                 "the backend said the node can hold no more volumes; attaches to it back off"
