@@ -396,6 +396,18 @@ impl<D: Domain> ActualState<D> {
         self.ring.next()
     }
 
+    /// Passes over the nodes this verify round has not reached that have nothing attached,
+    /// up to the next one that has: a round whose last attached node was verified is done,
+    /// rather than left open for its empty tail.
+    pub(crate) fn skip_unattached(&mut self) {
+        while let Some(node) = self.ring.peek() {
+            if self.nodes.get(node).is_some_and(|n| !n.attached.is_empty()) {
+                return;
+            }
+            self.ring.next();
+        }
+    }
+
     /// Whether this verify round has reached every node.
     pub(crate) fn verify_round_done(&self) -> bool {
         self.ring.is_done()

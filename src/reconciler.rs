@@ -249,13 +249,25 @@ pub struct Reconciler<D: Domain> {
     verify_round: Option<VerifyRound>,
 }
 
-/// A round of the periodic verify that has nodes left: when its next slice is due, how far
-/// apart the slices are, and how many attachments each takes.
+/// A round of the periodic verify that has nodes left: when it began, how far apart its
+/// slices are, how many attachments each takes, and how many were planned.
 #[derive(Clone, Copy, Debug)]
 struct VerifyRound {
-    next_at: Duration,
+    start: Duration,
     interval: Duration,
     per_slice: usize,
+    slices_done: u32,
+}
+
+impl VerifyRound {
+    /// When the next slice is due: counted from the round's start, not from the last slice,
+    /// so that a late pass does not push every later slice back.
+    fn next_at(&self) -> Duration {
+        let offset = self.interval.as_nanos() * u128::from(self.slices_done);
+        self.start.saturating_add(Duration::from_nanos(
+            u64::try_from(offset).unwrap_or(u64::MAX),
+        ))
+    }
 }
 
 impl<D: Domain> Reconciler<D> {
@@ -1343,7 +1355,7 @@ impl<D: Domain> Reconciler<D> {
                 // Nothing to verify once nothing is attached (as the round's start).
                 self.verify_round
                     .filter(|_| !self.actual.is_empty())
-                    .map(|round| round.next_at),
+                    .map(|round| round.next_at()),
             ]
             .into_iter()
             .flatten()
@@ -1380,8 +1392,11 @@ impl<D: Domain> Reconciler<D> {
             self.start_verify_round(now);
             self.report_stuck(now);
         }
-        if self.verify_round.is_some_and(|round| round.next_at <= now) {
-            self.plan_verify_slice(now, &mut ops);
+        if self
+            .verify_round
+            .is_some_and(|round| round.next_at() <= now)
+        {
+            self.plan_verify_slice(&mut ops);
         }
         if due.resync {
             self.plan_list(&mut ops);
@@ -1979,14 +1994,23 @@ impl<D: Domain> Reconciler<D> {
     }
 
     /// Starts a round of the periodic verify at `now`: every node with attachments once, in
-    /// slices of about `verify_batch` attachments spread evenly over the sync period (a round
-    /// still under way starts over: the nodes it had not reached appeared during it). The
-    /// slices are at least a reconcile period apart, so when the period is too short for that
-    /// they take more.
+    /// slices of about `verify_batch` attachments spread evenly over the sync period. The
+    /// slices are at least two reconcile periods apart, so that a late pass can catch up; when
+    /// the period is too short for that, they take more.
+    ///
+    /// A round still under way (its passes came late, or nodes were added during it) is not
+    /// started over but goes on from where it is, paced anew: started over, the nodes at its
+    /// end could be skipped round after round for ever.
     fn start_verify_round(&mut self, now: Duration) {
-        self.actual.restart_verify_round();
+        if self.verify_round.is_none() || self.actual.verify_round_done() {
+            self.actual.restart_verify_round();
+        }
         let total = self.actual.len().max(1);
-        let pace = self.config.reconcile_period.max(Duration::from_millis(1));
+        let pace = self
+            .config
+            .reconcile_period
+            .max(Duration::from_millis(1))
+            .saturating_mul(2);
         let fit = (self.config.sync_period.as_nanos() / pace.as_nanos()).max(1);
         let slices = (total.div_ceil(self.config.verify_batch) as u128).clamp(1, fit);
         let per_slice = usize::try_from((total as u128).div_ceil(slices)).unwrap_or(usize::MAX);
@@ -1994,16 +2018,17 @@ impl<D: Domain> Reconciler<D> {
             u64::try_from(self.config.sync_period.as_nanos() / slices).unwrap_or(u64::MAX),
         );
         self.verify_round = Some(VerifyRound {
-            next_at: now,
+            start: now,
             interval,
             per_slice,
+            slices_done: 0,
         });
     }
 
     /// Plans the verifies of the round's next slice: the next nodes it has not reached, whole,
     /// until they hold the slice's attachments, in node order (a round of one slice plans every
     /// node in order, as a round in one pass did).
-    fn plan_verify_slice(&mut self, now: Duration, ops: &mut Vec<Operation<D>>) {
+    fn plan_verify_slice(&mut self, ops: &mut Vec<Operation<D>>) {
         let Some(round) = self.verify_round else {
             return;
         };
@@ -2020,8 +2045,9 @@ impl<D: Domain> Reconciler<D> {
                 nodes.push(node);
             }
         }
+        self.actual.skip_unattached();
         self.verify_round = (!self.actual.verify_round_done()).then(|| VerifyRound {
-            next_at: now.saturating_add(round.interval),
+            slices_done: round.slices_done.saturating_add(1),
             ..round
         });
         nodes.sort();

@@ -2356,14 +2356,12 @@ mod machine_fencing;
 
 // ---- the periodic verify, spread over the period (issue 16) ----------------------------------
 
-/// Six nodes with two attached volumes each; then `rounds` sync periods tick by tick, every
-/// operation succeeding. Returns each verify: (time since the first round started, node).
-fn verify_times(config: Config, rounds: u32) -> Vec<(Duration, &'static str)> {
+/// Six nodes with two attached volumes each, settled.
+fn six_nodes(config: Config) -> H {
     const NODES: [&str; 6] = ["n1", "n2", "n3", "n4", "n5", "n6"];
     const VOLUMES: [&str; 12] = [
         "v01", "v02", "v03", "v04", "v05", "v06", "v07", "v08", "v09", "v10", "v11", "v12",
     ];
-    let period = config.sync_period;
     let mut h = H::new(config);
     for (i, node) in NODES.iter().enumerate() {
         h.node(node, &[]);
@@ -2374,6 +2372,27 @@ fn verify_times(config: Config, rounds: u32) -> Vec<(Duration, &'static str)> {
     }
     h.run_ok(secs(1));
     assert_eq!(h.r.actual().len(), 12);
+    h
+}
+
+/// The nodes verified in one pass `d` from now, every operation succeeding.
+fn verified_in_pass_at(h: &mut H, d: Duration) -> Vec<&'static str> {
+    h.now += d - TICK;
+    let mut nodes = Vec::new();
+    for op in h.tick() {
+        if let Operation::Verify { node, .. } = &op {
+            nodes.push(*node);
+        }
+        h.ok(op);
+    }
+    nodes
+}
+
+/// [`six_nodes`]; then `rounds` sync periods tick by tick, every operation succeeding.
+/// Returns each verify: (time since the first round started, node).
+fn verify_times(config: Config, rounds: u32) -> Vec<(Duration, &'static str)> {
+    let period = config.sync_period;
+    let mut h = six_nodes(config);
     let mut verifies = Vec::new();
     let mut start = None;
     let end = h.now + period * (rounds + 1);
@@ -2426,21 +2445,44 @@ fn a_cluster_within_one_batch_is_verified_in_one_pass_as_before() {
 }
 
 #[test]
-fn slices_grow_when_the_period_is_too_short_to_space_them_a_reconcile_period_apart() {
-    // A batch of one attachment would need 12 slices in 300 ms; passes are 100 ms apart, so
-    // there are 3 slices of 4 (two nodes each), and the round still ends within the period.
+fn slices_grow_when_the_period_is_too_short_to_space_them_two_reconcile_periods_apart() {
+    // A batch of one attachment would need 12 slices in 600 ms; passes are 100 ms apart and
+    // slices at least two apart (room for a late pass to catch up), so there are 3 slices of 4
+    // (two nodes each), and the round still ends within the period.
     let verifies = verify_times(
         Config {
             verify_batch: 1,
-            sync_period: Duration::from_millis(300),
+            sync_period: Duration::from_millis(600),
             ..Config::default()
         },
         1,
     );
     let ms = |m: u64| Duration::from_millis(m);
     let times: Vec<Duration> = verifies.iter().map(|(t, _)| *t).take(6).collect();
-    assert_eq!(times, [ms(0), ms(0), ms(100), ms(100), ms(200), ms(200)]);
+    assert_eq!(times, [ms(0), ms(0), ms(200), ms(200), ms(400), ms(400)]);
     let mut nodes: Vec<_> = verifies.iter().take(6).map(|(_, n)| *n).collect();
     nodes.sort();
     assert_eq!(nodes, ["n1", "n2", "n3", "n4", "n5", "n6"]);
+}
+
+#[test]
+fn a_round_still_under_way_when_the_next_is_due_goes_on_from_where_it_was() {
+    // Three slices of two nodes, 20 s apart. The driver polls late: the round's first slice at
+    // 60 s, then nothing until 125 s, past the next round's start. Started over, the round
+    // would verify n1 and n2 again and, were the driver late every period, never reach n5
+    // and n6; it goes on instead.
+    let mut h = six_nodes(Config {
+        verify_batch: 4,
+        ..Config::default()
+    });
+    let start = h.r.next_deadline().expect("the sync is due") - h.now;
+    assert_eq!(verified_in_pass_at(&mut h, start), ["n1", "n2"]);
+    assert_eq!(verified_in_pass_at(&mut h, secs(65)), ["n3", "n4"]);
+    // Slices are counted from the round's (re)start, not from the late pass.
+    let next = h.r.next_deadline().expect("the round's next slice");
+    assert_eq!(next, h.now + secs(20));
+    assert_eq!(verified_in_pass_at(&mut h, secs(20)), ["n5", "n6"]);
+    // That round is done; the next one starts from the first node again.
+    let again = h.r.next_deadline().expect("the next sync") - h.now;
+    assert_eq!(verified_in_pass_at(&mut h, again), ["n1", "n2"]);
 }

@@ -73,6 +73,11 @@ impl<N: Clone> VerifyRing<N> {
         Some(node)
     }
 
+    /// The next node this round has not visited, left unvisited.
+    pub(crate) fn peek(&self) -> Option<&N> {
+        self.order.get(self.cursor)
+    }
+
     /// Whether the round has visited every node.
     pub(crate) fn is_done(&self) -> bool {
         self.cursor >= self.order.len()

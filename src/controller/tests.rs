@@ -1035,7 +1035,11 @@ async fn an_idle_controller_sleeps_instead_of_polling() {
         "{} passes in an hour",
         m.reconcile_passes
     );
-    assert!((59..=60).contains(&m.verify.succeeded));
+    assert!(
+        (59..=60).contains(&m.verify.succeeded),
+        "{} verifies",
+        m.verify.succeeded
+    );
     h.finish().await;
 }
 
