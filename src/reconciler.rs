@@ -1994,9 +1994,10 @@ impl<D: Domain> Reconciler<D> {
     }
 
     /// Starts a round of the periodic verify at `now`: every node with attachments once, in
-    /// slices of about `verify_batch` attachments spread evenly over the sync period. The
-    /// slices are at least two reconcile periods apart, so that a late pass can catch up; when
-    /// the period is too short for that, they take more.
+    /// slices of about `verify_batch` attachments spread evenly over the sync period, counted
+    /// from the round's start (a late pass does not push the later slices back). The slices
+    /// are at least a reconcile period apart; when the period is too short for that, they
+    /// take more.
     ///
     /// A round still under way (its passes came late, or nodes were added during it) is not
     /// started over but goes on from where it is, paced anew: started over, the nodes at its
@@ -2006,11 +2007,7 @@ impl<D: Domain> Reconciler<D> {
             self.actual.restart_verify_round();
         }
         let total = self.actual.len().max(1);
-        let pace = self
-            .config
-            .reconcile_period
-            .max(Duration::from_millis(1))
-            .saturating_mul(2);
+        let pace = self.config.reconcile_period.max(Duration::from_millis(1));
         let fit = (self.config.sync_period.as_nanos() / pace.as_nanos()).max(1);
         let slices = (total.div_ceil(self.config.verify_batch) as u128).clamp(1, fit);
         let per_slice = usize::try_from((total as u128).div_ceil(slices)).unwrap_or(usize::MAX);

@@ -2445,21 +2445,20 @@ fn a_cluster_within_one_batch_is_verified_in_one_pass_as_before() {
 }
 
 #[test]
-fn slices_grow_when_the_period_is_too_short_to_space_them_two_reconcile_periods_apart() {
-    // A batch of one attachment would need 12 slices in 600 ms; passes are 100 ms apart and
-    // slices at least two apart (room for a late pass to catch up), so there are 3 slices of 4
-    // (two nodes each), and the round still ends within the period.
+fn slices_grow_when_the_period_is_too_short_to_space_them_a_reconcile_period_apart() {
+    // A batch of one attachment would need 12 slices in 300 ms; passes are 100 ms apart, so
+    // there are 3 slices of 4 (two nodes each), and the round still ends within the period.
     let verifies = verify_times(
         Config {
             verify_batch: 1,
-            sync_period: Duration::from_millis(600),
+            sync_period: Duration::from_millis(300),
             ..Config::default()
         },
         1,
     );
     let ms = |m: u64| Duration::from_millis(m);
     let times: Vec<Duration> = verifies.iter().map(|(t, _)| *t).take(6).collect();
-    assert_eq!(times, [ms(0), ms(0), ms(200), ms(200), ms(400), ms(400)]);
+    assert_eq!(times, [ms(0), ms(0), ms(100), ms(100), ms(200), ms(200)]);
     let mut nodes: Vec<_> = verifies.iter().take(6).map(|(_, n)| *n).collect();
     nodes.sort();
     assert_eq!(nodes, ["n1", "n2", "n3", "n4", "n5", "n6"]);
