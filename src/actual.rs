@@ -390,16 +390,22 @@ impl<D: Domain> ActualState<D> {
         self.ring.restart();
     }
 
-    /// The next node this verify round has not reached; `None` once it reached them all.
-    /// Nodes that appear during a round are reached in it too.
-    pub(crate) fn next_to_verify(&mut self) -> Option<D::Node> {
-        self.ring.next()
+    /// The next node with attachments this verify round has not reached, with how many it
+    /// holds; `None` once it reached them all. Nodes that appear during a round are reached in
+    /// it too. Nodes with nothing attached are passed over, the ones after the node returned
+    /// included: a round whose last attached node was taken is done, rather than left open
+    /// for its empty tail.
+    pub(crate) fn next_to_verify(&mut self) -> Option<(D::Node, usize)> {
+        self.skip_unattached();
+        let node = self.ring.next()?;
+        let attached = self.nodes.get(&node).map_or(0, |n| n.attached.len());
+        self.skip_unattached();
+        Some((node, attached))
     }
 
     /// Passes over the nodes this verify round has not reached that have nothing attached,
-    /// up to the next one that has: a round whose last attached node was verified is done,
-    /// rather than left open for its empty tail.
-    pub(crate) fn skip_unattached(&mut self) {
+    /// up to the next one that has.
+    fn skip_unattached(&mut self) {
         while let Some(node) = self.ring.peek() {
             if self.nodes.get(node).is_some_and(|n| !n.attached.is_empty()) {
                 return;

@@ -2032,17 +2032,12 @@ impl<D: Domain> Reconciler<D> {
         let mut nodes = Vec::new();
         let mut taken = 0;
         while taken < round.per_slice {
-            let Some(node) = self.actual.next_to_verify() else {
+            let Some((node, attached)) = self.actual.next_to_verify() else {
                 break;
             };
-            // A node with nothing attached costs a lookup and takes none of the slice.
-            let attached = self.actual.volumes_on(&node).count();
-            if attached > 0 {
-                taken += attached;
-                nodes.push(node);
-            }
+            taken += attached;
+            nodes.push(node);
         }
-        self.actual.skip_unattached();
         self.verify_round = (!self.actual.verify_round_done()).then(|| VerifyRound {
             slices_done: round.slices_done.saturating_add(1),
             ..round
