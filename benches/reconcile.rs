@@ -15,11 +15,12 @@
 //! without it cargo skips this bench.
 //!
 //! Every id kind is built at every size (about 20 s for the 1M state with string ids, 1 GB):
-//! `u32`, `string` (owned names) and, in bench mode, `arc` (the same names as `Arc<str>`);
+//! `u32`, `string` (owned names), `name` (the same names interned as `Name`) and, in bench
+//! mode, `arc` (the same names as `Arc<str>`);
 //! the hand-timed figures (move cost, recovery, the sync round's largest pass) are printed
 //! after criterion's. Criterion's name filter selects benchmarks only: the clusters are built
 //! and the hand-timed checks run anyway. To run less, `ATTACH_DETACH_BENCH_KINDS=u32` (or
-//! `string`, `arc`, comma-separated) and `ATTACH_DETACH_BENCH_MAX_SIZE=10000`:
+//! `string`, `name`, `arc`, comma-separated) and `ATTACH_DETACH_BENCH_MAX_SIZE=10000`:
 //!
 //! ```sh
 //! cargo bench -p attach-detach --features internals --bench reconcile -- \
@@ -43,7 +44,7 @@ use attach_detach::core::{
     Access, AttachState, Input, NodeFacts, OpKind, Operation, Reconciler, VolumeSpec,
 };
 use attach_detach::traits::{AttachInfo, BackendAttachment, MachineState, NodeStatus, Revision};
-use attach_detach::{Domain, Ids};
+use attach_detach::{Domain, Ids, Name};
 use criterion::{BenchmarkId, Criterion, SamplingMode};
 
 // ---- live-bytes counting --------------------------------------------------------------------
@@ -142,6 +143,24 @@ impl Naming for ArcIds {
         StringIds::volume(v).into()
     }
     fn workload(w: u32) -> Arc<str> {
+        StringIds::workload(w).into()
+    }
+}
+
+/// The same names interned as [`Name`]s: a clone is a count, a hash and an equality test the
+/// pointer's. As with `arc`, the names are made by the embedder (the interner's copy of each
+/// name is counted once, when first made).
+type NameIds = Ids<Name, Name, Name, ()>;
+
+impl Naming for NameIds {
+    const KIND: &'static str = "name";
+    fn node(n: u32) -> Name {
+        StringIds::node(n).into()
+    }
+    fn volume(v: u32) -> Name {
+        StringIds::volume(v).into()
+    }
+    fn workload(w: u32) -> Name {
         StringIds::workload(w).into()
     }
 }
@@ -1255,6 +1274,9 @@ fn main() {
     // Shared names: in bench mode, or in test mode when asked for by name.
     if !test_mode || std::env::var("ATTACH_DETACH_BENCH_KINDS").is_ok() {
         run_kind::<ArcIds>(&mut c, test_mode, |_, _| {});
+    }
+    if wanted("name") {
+        run_kind::<NameIds>(&mut c, test_mode, |_, _| {});
     }
     c.final_summary();
     let broken = ceiling_broken();

@@ -22,7 +22,8 @@
 //! - `sim` (feature `sim`): the deterministic incident simulator.
 //! - `conformance` (feature `conformance`): test suites for your store and backend.
 //! - At the root, what every module is generic over: the [`Domain`] of identifiers (node,
-//!   volume, workload, per-volume payload), [`Id`], and [`Ids`] to name one.
+//!   volume, workload, per-volume payload), [`Id`], and [`Ids`] to name one; and [`Name`],
+//!   interned names to use as ids (a clone is a count, a hash is a pointer's).
 //!
 //! # Driving the core by hand
 //!
@@ -232,6 +233,7 @@ mod input;
 mod machine;
 mod marks;
 pub mod memory;
+mod name;
 mod operation;
 mod reconciler;
 mod recovery;
@@ -254,6 +256,7 @@ pub mod conformance;
 pub struct ReadmeDoctests;
 
 pub use domain::{Domain, Id, Ids};
+pub use name::Name;
 
 pub mod core {
     //! The state machine and its vocabulary: the pure [`Reconciler`], what goes into it and

@@ -1,0 +1,189 @@
+//! [`Name`]: an interned name to use as a node, volume or workload id.
+//!
+//! The core keeps ids in a dozen tables and lists: it clones, hashes and compares them on every
+//! move. With `String` ids each clone is an allocation and each hash reads the name's bytes,
+//! which at a million attachments lie all over the heap (a move costs 8 to 15 times one with
+//! `u32` ids, PERFORMANCE.md). A `Name` is one pointer to the only copy of its text: a clone is
+//! a reference count, a hash and an equality test look at the pointer alone, and a table entry
+//! holds 8 bytes instead of 24 plus the text.
+
+use std::fmt;
+use std::hash::{Hash, Hasher};
+
+use internment::ArcIntern;
+
+/// A node, volume or workload name, interned: every `Name` with the same text shares one
+/// allocation, freed when the last of them is dropped.
+///
+/// Use it as all three ids where an orchestrator names things (PV names, CSI handles, node
+/// names, `namespace/pod`), with [`Ids`](crate::Ids): the core then runs at close to the speed
+/// of integer ids, without a numbering of your own to keep.
+///
+/// - **Equality and hashing are by identity**: two `Name`s are equal when they point at the same
+///   interned text, which interning makes the same thing as equal text. Neither reads the text.
+///   This is why `Name` does not implement `Borrow<str>`: a `str` hashes its bytes, so a map
+///   keyed by `Name` cannot be searched with a `&str`; make a `Name` of it.
+/// - **Order is by text**, so that sorted lists (a node's reported volumes, events, listings)
+///   come out the same in every run.
+/// - **Hash order differs from run to run** (it follows addresses). The core's decisions and
+///   the order of what it plans never depend on it: a test drives the same history with names
+///   hashed in different orders and requires the same operations, in the same order.
+/// - Making a `Name` looks its text up in a process-wide table (a sharded lock); do it once per
+///   object an informer hands you, not per comparison.
+///
+/// ```
+/// use attach_detach::{Ids, Name};
+/// use attach_detach::config::Config;
+/// use attach_detach::core::{Input, Reconciler, VolumeSpec};
+///
+/// type K8s = Ids<Name, Name, Name, String>;
+/// let mut core: Reconciler<K8s> = Reconciler::new(Config::default());
+/// core.handle(Input::SetVolume {
+///     volume: Name::from("pvc-0a1b2c3d"),
+///     spec: VolumeSpec::single_node("csi-handle-0a1b2c3d".to_string()),
+/// })
+/// .unwrap();
+///
+/// let a = Name::from("node-a");
+/// let b = Name::from(String::from("node-a"));
+/// assert_eq!(a, b, "the same text is the same name");
+/// assert_eq!(a.as_str(), "node-a");
+/// assert!(Name::from("node-a") < Name::from("node-b"), "ordered by text");
+/// assert_eq!(format!("{a} {a:?}"), "node-a \"node-a\"");
+/// ```
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Name(ArcIntern<String>);
+
+impl Name {
+    /// Interns `text`: the existing `Name` for it if one is alive, a new one otherwise.
+    pub fn new(text: &str) -> Self {
+        Name(ArcIntern::from_ref(text))
+    }
+
+    /// The name's text.
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+}
+
+impl Hash for Name {
+    /// Hashes the pointer, not the text: the text is not read, and it is the same thing since
+    /// equal texts share one allocation.
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
+
+impl From<&str> for Name {
+    fn from(text: &str) -> Self {
+        Name::new(text)
+    }
+}
+
+impl From<String> for Name {
+    /// Interns `text`, keeping its allocation when the name is new.
+    fn from(text: String) -> Self {
+        Name(ArcIntern::new(text))
+    }
+}
+
+impl From<&String> for Name {
+    fn from(text: &String) -> Self {
+        Name::new(text)
+    }
+}
+
+impl From<Name> for String {
+    fn from(name: Name) -> Self {
+        name.as_str().to_owned()
+    }
+}
+
+impl AsRef<str> for Name {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq<str> for Name {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Name {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl fmt::Display for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Debug for Name {
+    /// As the text's own `Debug`, quoted: logs and events read as with `String` ids.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustc_hash::FxHashSet;
+
+    #[test]
+    fn the_same_text_is_one_allocation_and_equal_text_is_equal() {
+        let a = Name::from("pvc-1");
+        let b = Name::from(String::from("pvc-1"));
+        let c = Name::new("pvc-2");
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert!(std::ptr::eq(a.as_str().as_ptr(), b.as_str().as_ptr()));
+        let set: FxHashSet<Name> = [a.clone(), b, c].into_iter().collect();
+        assert_eq!(set.len(), 2);
+        assert!(set.contains(&Name::from("pvc-1")));
+        assert!(!set.contains(&Name::from("pvc-3")));
+    }
+
+    #[test]
+    fn order_is_by_text_whatever_the_addresses() {
+        // Interned in reverse order, so the allocations are not in text order either.
+        let mut names: Vec<Name> = (0..50)
+            .rev()
+            .map(|i| Name::from(format!("n-{i:03}")))
+            .collect();
+        names.sort();
+        let texts: Vec<&str> = names.iter().map(Name::as_str).collect();
+        let mut expected = texts.clone();
+        expected.sort_unstable();
+        assert_eq!(texts, expected);
+    }
+
+    #[test]
+    fn a_name_is_freed_with_its_last_holder_and_made_anew_after() {
+        let text = "name-freed-with-its-last-holder";
+        let a = Name::from(text);
+        let b = a.clone();
+        assert_eq!(a.0.refcount(), 2, "a clone is a count, not a copy");
+        drop(a);
+        assert_eq!(b, Name::from(text));
+        drop(b);
+        // Other tests intern in parallel; this text is ours alone.
+        let again = Name::from(text);
+        assert_eq!(again.as_str(), text);
+        assert_eq!(again.0.refcount(), 1, "a fresh allocation, not a freed one");
+    }
+
+    #[test]
+    fn reads_as_its_text() {
+        let n = Name::from("ip-10-0-0-1.ec2.internal");
+        assert_eq!(n.to_string(), "ip-10-0-0-1.ec2.internal");
+        assert_eq!(format!("{n:?}"), "\"ip-10-0-0-1.ec2.internal\"");
+        assert_eq!(n, "ip-10-0-0-1.ec2.internal");
+        assert_eq!(String::from(n), "ip-10-0-0-1.ec2.internal");
+    }
+}
