@@ -99,6 +99,16 @@ impl From<Name> for String {
     }
 }
 
+impl std::ops::Deref for Name {
+    type Target = str;
+
+    /// The text, so that a `Name` reads as a `&str` (`name.starts_with(..)`, `&name` where a
+    /// `&str` is wanted).
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
 impl AsRef<str> for Name {
     fn as_ref(&self) -> &str {
         self.as_str()
@@ -184,6 +194,7 @@ mod tests {
         assert_eq!(n.to_string(), "ip-10-0-0-1.ec2.internal");
         assert_eq!(format!("{n:?}"), "\"ip-10-0-0-1.ec2.internal\"");
         assert_eq!(n, "ip-10-0-0-1.ec2.internal");
+        assert!(n.ends_with(".ec2.internal"), "reads as a &str");
         assert_eq!(String::from(n), "ip-10-0-0-1.ec2.internal");
     }
 }
