@@ -148,8 +148,9 @@ impl Naming for ArcIds {
 }
 
 /// The same names interned as [`Name`]s: a clone is a count, a hash and an equality test the
-/// pointer's. As with `arc`, the names are made by the embedder (the interner's copy of each
-/// name is counted once, when first made).
+/// pointer's. As with `arc`, the names are made by the embedder before counting starts, so the
+/// memory figure is the core's own share: each name's one copy (its text and a 32-byte count
+/// and header in the interner) is counted nowhere.
 type NameIds = Ids<Name, Name, Name, ()>;
 
 impl Naming for NameIds {
