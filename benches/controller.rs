@@ -20,7 +20,7 @@
 //! controller adds (goal: within 2x).
 
 mod common;
-use common::Moves;
+use common::{Moves, median};
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -236,20 +236,7 @@ impl Cluster {
 
 /// Prints a goal line; a miss panics only with `ATTACH_DETACH_ENFORCE_THROUGHPUT` set.
 fn goal(met: bool, what: String) {
-    if met {
-        println!("GOAL MET: {what}");
-        return;
-    }
-    let message = format!("GOAL MISSED: {what}");
-    if std::env::var_os("ATTACH_DETACH_ENFORCE_THROUGHPUT").is_some() {
-        panic!("{message}");
-    }
-    println!("{message}");
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
+    common::goal(met, what, "ATTACH_DETACH_ENFORCE_THROUGHPUT");
 }
 
 /// Operations per second from batches timed by hand, outside criterion, the controller's and

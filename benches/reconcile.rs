@@ -30,7 +30,7 @@
 //! ```
 
 mod common;
-use common::Moves;
+use common::{Moves, median};
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
@@ -258,20 +258,7 @@ fn ceiling_broken() -> std::sync::MutexGuard<'static, Vec<String>> {
 
 /// Prints a goal line; a miss panics only with `ATTACH_DETACH_ENFORCE_GOALS` set.
 fn goal(met: bool, what: String) {
-    if met {
-        println!("GOAL MET: {what}");
-        return;
-    }
-    let message = format!("GOAL MISSED: {what}");
-    if std::env::var_os("ATTACH_DETACH_ENFORCE_GOALS").is_some() {
-        panic!("{message}");
-    }
-    println!("{message}");
-}
-
-fn median<X: Copy + PartialOrd>(mut xs: Vec<X>) -> X {
-    xs.sort_by(|a, b| a.partial_cmp(b).expect("comparable"));
-    xs[xs.len() / 2]
+    common::goal(met, what, "ATTACH_DETACH_ENFORCE_GOALS");
 }
 
 fn config() -> Config {

@@ -1,4 +1,5 @@
-//! What both benchmark binaries share: which workload moves where next.
+//! What both benchmark binaries share: which workload moves where next, and how a goal is
+//! reported.
 
 /// Placement of every workload (index) on a node, and a cursor walking them.
 pub struct Moves {
@@ -41,4 +42,24 @@ impl Moves {
         self.placed[w as usize] = to;
         (w, from, to)
     }
+}
+
+/// Prints a `GOAL MET` or `GOAL MISSED` line; a miss panics only when the environment variable
+/// `enforce` is set (the figures depend on what else the machine runs).
+pub fn goal(met: bool, what: String, enforce: &str) {
+    if met {
+        println!("GOAL MET: {what}");
+        return;
+    }
+    let message = format!("GOAL MISSED: {what}");
+    if std::env::var_os(enforce).is_some() {
+        panic!("{message}");
+    }
+    println!("{message}");
+}
+
+/// The median of `xs` (the upper one of an even count).
+pub fn median<X: Copy + PartialOrd>(mut xs: Vec<X>) -> X {
+    xs.sort_by(|a, b| a.partial_cmp(b).expect("comparable"));
+    xs[xs.len() / 2]
 }
