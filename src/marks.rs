@@ -7,14 +7,29 @@
 //! deterministic.
 
 /// Items marked since the last [`take`](Self::take), possibly more than once.
+///
+/// Bounded by what is marked, not by how often: once the list holds more than twice what
+/// it held after its last sort (plus [`SLACK`]), it is sorted and deduplicated in place. A
+/// core that takes no marks for a long while (a recovery whose listings keep failing, while
+/// the informers go on) so holds at most about twice its distinct items, as a `BTreeSet` did,
+/// at an amortised cost of one sort per doubling.
 #[derive(Debug)]
 pub(crate) struct Marks<T> {
     items: Vec<T>,
+    /// How many distinct items the list held after its last sort.
+    distinct: usize,
 }
+
+/// Marks taken up to before the list is first sorted in place: a pass's marks are usually
+/// far fewer, and then they are sorted once, when taken.
+const SLACK: usize = 1024;
 
 impl<T> Default for Marks<T> {
     fn default() -> Self {
-        Marks { items: Vec::new() }
+        Marks {
+            items: Vec::new(),
+            distinct: 0,
+        }
     }
 }
 
@@ -22,11 +37,22 @@ impl<T: Ord> Marks<T> {
     /// Marks `item`.
     pub(crate) fn mark(&mut self, item: T) {
         self.items.push(item);
+        self.bound();
     }
 
     /// Marks every item of `items`.
     pub(crate) fn extend(&mut self, items: impl IntoIterator<Item = T>) {
         self.items.extend(items);
+        self.bound();
+    }
+
+    /// Sorts and deduplicates the list in place once repeats may have doubled it.
+    fn bound(&mut self) {
+        if self.items.len() > 2 * self.distinct + SLACK {
+            self.items.sort_unstable();
+            self.items.dedup();
+            self.distinct = self.items.len();
+        }
     }
 
     /// Whether nothing is marked.
@@ -37,6 +63,7 @@ impl<T: Ord> Marks<T> {
     /// Everything marked, each once, in order; nothing is marked afterwards.
     pub(crate) fn take(&mut self) -> Vec<T> {
         let mut items = std::mem::take(&mut self.items);
+        self.distinct = 0;
         items.sort_unstable();
         items.dedup();
         items
@@ -56,5 +83,32 @@ mod tests {
         assert_eq!(marks.take(), vec![1, 2, 3]);
         assert!(marks.is_empty());
         assert_eq!(marks.take(), Vec::<i32>::new());
+    }
+
+    #[test]
+    fn marks_repeated_without_a_take_hold_what_was_marked_not_how_often() {
+        let mut marks = Marks::default();
+        for i in 0..1_000_000u32 {
+            marks.mark(i % 10);
+        }
+        marks.extend((0..100_000u32).map(|i| i % 10));
+        assert!(
+            marks.items.len() <= SLACK + 20,
+            "{} held",
+            marks.items.len()
+        );
+        // Many distinct items: at most about twice them, whatever the repeats.
+        for round in 0..5 {
+            for i in 0..5_000u32 {
+                marks.mark(i + round);
+            }
+        }
+        assert!(
+            marks.items.len() <= 2 * 5_004 + SLACK,
+            "{} held",
+            marks.items.len()
+        );
+        assert_eq!(marks.take(), (0..5_004).collect::<Vec<u32>>());
+        assert_eq!(marks.distinct, 0);
     }
 }
