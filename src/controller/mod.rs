@@ -9,6 +9,7 @@
 //! back when it stops ([`ShutdownReport`]) are here too; with the feature `prometheus`, so is
 //! `PrometheusMetrics`, which exports the metrics to a `prometheus-client` registry.
 
+mod batch;
 mod deadline;
 mod handle;
 mod metrics;
@@ -23,8 +24,7 @@ mod world;
 #[cfg(test)]
 mod tests;
 
-use std::any::Any;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::pin::Pin;
@@ -32,6 +32,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use rustc_hash::FxHashMap;
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{self, JoinError, JoinHandle, JoinSet};
@@ -47,6 +48,7 @@ pub use recorder::{EventRecorder, MemoryRecorder};
 pub use shutdown::{OperationSummary, ShutdownReport};
 pub use world::World;
 
+use batch::{Ended, Finished, panic_message};
 use deadline::Deadlines;
 use handle::{Command, DeathNote};
 use metrics::StateSizes;
@@ -58,7 +60,7 @@ use crate::config::{Config, ConfigError};
 use crate::domain::Domain;
 use crate::event::Event;
 use crate::input::{Input, Rejection};
-use crate::operation::Operation;
+use crate::operation::{OpId, Operation};
 use crate::reconciler::{Reconciler, ReconcilerError};
 use crate::store::NodeStatusStore;
 
@@ -274,6 +276,7 @@ impl<D: Domain> Controller<D> {
         let mut deadlines = Deadlines::new(core.config().call_timeouts);
         deadlines.set_metrics(Arc::clone(&metrics));
         deadlines.set_events(timed_out);
+        let (finish, finished) = mpsc::unbounded_channel();
         let epoch = Instant::now();
         let driver = Driver {
             core,
@@ -291,7 +294,10 @@ impl<D: Domain> Controller<D> {
             outcomes,
             epoch,
             tasks: JoinSet::new(),
-            running: HashMap::new(),
+            batches: FxHashMap::default(),
+            finished,
+            finish,
+            running: FxHashMap::default(),
             starts: StartTimes::default(),
             published: None,
         };
@@ -300,17 +306,6 @@ impl<D: Domain> Controller<D> {
             note: death,
         }
         .await
-    }
-}
-
-/// The message a panic carried, as `panic!` formatted it.
-fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(message) = payload.downcast_ref::<&'static str>() {
-        (*message).to_string()
-    } else if let Some(message) = payload.downcast_ref::<String>() {
-        message.clone()
-    } else {
-        "a panic without a message".to_string()
     }
 }
 
@@ -382,11 +377,34 @@ async fn until(deadline: Option<Instant>) {
     }
 }
 
-/// How a task ended.
-enum Joined<D: Domain> {
-    Done(OpResult<D>),
-    Panicked,
+/// How the operations of a task that ended without their answer are taken to have ended.
+#[derive(Clone, Copy)]
+enum Lost {
+    /// The task was aborted.
     Cancelled,
+    /// The task panicked outside any one call.
+    Panicked,
+    /// The task returned: that cannot be, since each operation answers before it does.
+    Unanswered,
+}
+
+/// How an operation ended.
+enum Joined<D: Domain> {
+    /// Its call returned, or missed its deadline.
+    Done(OpResult<D>),
+    /// Its call, or the task running it, panicked.
+    Panicked,
+    /// Its task was aborted (at shutdown) before it ended.
+    Cancelled,
+}
+
+impl<D: Domain> From<Ended<D>> for Joined<D> {
+    fn from(ended: Ended<D>) -> Self {
+        match ended {
+            Ended::Done(result) => Joined::Done(result),
+            Ended::Panicked => Joined::Panicked,
+        }
+    }
 }
 
 struct Driver<D: Domain> {
@@ -401,10 +419,18 @@ struct Driver<D: Domain> {
     outcomes: OutcomeSender<D>,
     /// Time zero of the core.
     epoch: Instant,
-    tasks: JoinSet<OpResult<D>>,
-    /// Each running task's operation, with when it started. Only looked up, never iterated,
-    /// so its order cannot leak into behaviour.
-    running: HashMap<task::Id, (OperationSummary<D>, Instant)>,
+    /// The tasks running the operations, a batch of them each ([`batch`]).
+    tasks: JoinSet<()>,
+    /// Each task's operations, in the order they were planned, until the task ends.
+    batches: FxHashMap<task::Id, Vec<OpId>>,
+    /// Where the tasks send each operation's end, and the sender they are given a copy of.
+    /// The loop keeps one, so the channel never closes under it.
+    finished: mpsc::UnboundedReceiver<Finished<D>>,
+    finish: mpsc::UnboundedSender<Finished<D>>,
+    /// Each running operation, with when it started. Only looked up, never iterated, so its
+    /// order cannot leak into behaviour. Hashed with Fx: the keys are the core's own numbers,
+    /// and SipHash was an eighth of taking in an operation's end.
+    running: FxHashMap<OpId, (OperationSummary<D>, Instant)>,
     /// The start instants in `running`, oldest first.
     starts: StartTimes,
     /// The oldest start last published to the metrics.
@@ -439,13 +465,16 @@ impl<D: Domain> Driver<D> {
             }
             tokio::select! {
                 biased;
-                Some(joined) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
-                    self.joined(joined);
+                Some((id, ended)) = self.finished.recv() => {
+                    self.ended(id, ended.into());
                     // Take in every other finished call too before the next pass: one wake-up
                     // per burst, not one per call.
-                    while let Some(joined) = self.tasks.try_join_next_with_id() {
-                        self.joined(joined);
+                    while let Ok((id, ended)) = self.finished.try_recv() {
+                        self.ended(id, ended.into());
                     }
+                }
+                Some(joined) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
+                    self.batch_ended(joined);
                 }
                 command = rx.recv() => {
                     let mut command = command;
@@ -488,8 +517,10 @@ impl<D: Domain> Driver<D> {
         let core_now = self.core_time(now);
         if self.core.next_deadline().is_some_and(|due| due <= core_now) {
             self.metrics.reconcile_pass();
-            for op in self.core.poll(core_now) {
-                self.start_op(op, now);
+            let mut ops = self.core.poll(core_now).into_iter().peekable();
+            while ops.peek().is_some() {
+                let batch: Vec<_> = ops.by_ref().take(batch::OPS_PER_TASK).collect();
+                self.start_batch(batch, now);
             }
             self.flush_events();
         }
@@ -516,41 +547,71 @@ impl<D: Domain> Driver<D> {
         }
     }
 
-    /// Remembers that the task running `op` started at `now`.
-    fn track(&mut self, id: task::Id, op: OperationSummary<D>, now: Instant) {
-        self.starts.add(now);
-        self.running.insert(id, (op, now));
-    }
-
-    fn start_op(&mut self, op: Operation<D>, now: Instant) {
-        if let Operation::Detach {
-            force: Some(reason),
-            ..
-        } = &op
-        {
-            self.metrics.forced_detach(*reason);
+    /// Starts `ops`, planned by one pass, in one task.
+    fn start_batch(&mut self, ops: Vec<Operation<D>>, now: Instant) {
+        let mut ids = Vec::with_capacity(ops.len());
+        for op in &ops {
+            if let Operation::Detach {
+                force: Some(reason),
+                ..
+            } = op
+            {
+                self.metrics.forced_detach(*reason);
+            }
+            ids.push(op.id());
+            self.starts.add(now);
+            self.running
+                .insert(op.id(), (OperationSummary::of(op), now));
+            self.metrics.operation_started();
         }
-        let summary = OperationSummary::of(&op);
-        let call = self
-            .tasks
-            .spawn(runner::execute(op, Arc::clone(&self.parts)));
-        self.track(call.id(), summary, now);
-        self.metrics.operation_started();
+        let task = self.tasks.spawn(batch::run(
+            ops,
+            Arc::clone(&self.parts),
+            self.finish.clone(),
+        ));
+        self.batches.insert(task.id(), ids);
     }
 
-    /// Takes in a finished task; returns the summary of the operation it ran, if it ran one.
-    fn joined(
+    /// Takes in a task that ended. Every operation it ran sent its end before the task
+    /// returned, so those are taken in first; any left ended with the task: abandoned if it
+    /// was aborted, panicked if it panicked. Returns the summaries of the operations ended here.
+    fn batch_ended(
         &mut self,
-        joined: Result<(task::Id, OpResult<D>), JoinError>,
-    ) -> Option<OperationSummary<D>> {
-        let (id, how) = match joined {
-            Ok((id, done)) => (id, Joined::Done(done)),
-            Err(e) if e.is_cancelled() => (e.id(), Joined::Cancelled),
+        joined: Result<(task::Id, ()), JoinError>,
+    ) -> Vec<OperationSummary<D>> {
+        let mut summaries = Vec::new();
+        while let Ok((id, ended)) = self.finished.try_recv() {
+            summaries.extend(self.ended(id, ended.into()));
+        }
+        let (task, lost) = match joined {
+            Ok((task, ())) => (task, Lost::Unanswered),
+            Err(e) if e.is_cancelled() => (e.id(), Lost::Cancelled),
             Err(e) => {
                 error!(error = %e, "a controller task panicked");
-                (e.id(), Joined::Panicked)
+                (e.id(), Lost::Panicked)
             }
         };
+        for id in self.batches.remove(&task).unwrap_or_default() {
+            if !self.running.contains_key(&id) {
+                continue;
+            }
+            let how = match lost {
+                Lost::Cancelled => Joined::Cancelled,
+                Lost::Panicked => Joined::Panicked,
+                Lost::Unanswered => {
+                    // Not by this module's code; were it to happen, the call may have done
+                    // anything, as after a panic.
+                    error!(%id, "an operation's task ended without its answer");
+                    Joined::Panicked
+                }
+            };
+            summaries.extend(self.ended(id, how));
+        }
+        summaries
+    }
+
+    /// Takes in the end of the operation `id`; returns its summary, if it was running.
+    fn ended(&mut self, id: OpId, how: Joined<D>) -> Option<OperationSummary<D>> {
         let (mut summary, started) = self.running.remove(&id)?;
         self.starts.remove(started);
         self.metrics.operation_ended();
@@ -656,26 +717,29 @@ impl<D: Domain> Driver<D> {
                 waiting.push(reply);
             }
         }
-        info!(running = self.tasks.len(), ?grace, "shutting down");
+        info!(running = self.running.len(), ?grace, "shutting down");
         // A grace too long to represent waits for every call; each ends by its own deadline.
         let deadline = Instant::now().checked_add(grace);
-        let mut report = ShutdownReport::default();
-        while !self.tasks.is_empty() {
+        let mut ended = Vec::new();
+        while !self.running.is_empty() {
             tokio::select! {
                 biased;
-                Some(joined) = self.tasks.join_next_with_id() => {
-                    report.finished.extend(self.joined(joined));
+                Some((id, how)) = self.finished.recv() => ended.extend(self.ended(id, how.into())),
+                Some(joined) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
+                    ended.extend(self.batch_ended(joined));
                 }
                 () = until(deadline) => break,
             }
         }
         self.tasks.abort_all();
         while let Some(joined) = self.tasks.join_next_with_id().await {
-            if let Some(summary) = self.joined(joined) {
-                match summary.outcome {
-                    Outcome::Abandoned => report.abandoned.push(summary),
-                    _ => report.finished.push(summary),
-                }
+            ended.extend(self.batch_ended(joined));
+        }
+        let mut report = ShutdownReport::default();
+        for summary in ended {
+            match summary.outcome {
+                Outcome::Abandoned => report.abandoned.push(summary),
+                _ => report.finished.push(summary),
             }
         }
         report.abandoned.sort_by_key(|s| s.id);
