@@ -2148,12 +2148,7 @@ impl<D: Domain> Reconciler<D> {
             // Compared borrowed: a node whose store already holds its report costs no copy.
             let wants_write = present
                 && self.gate.may_start(&key, OpKind::WriteStatus, now).is_ok()
-                && self.status.needs_write(
-                    &node,
-                    self.actual
-                        .reported(&node)
-                        .map(|(v, d)| (v, d.map(|d| &**d))),
-                );
+                && self.status.needs_write(&node, self.actual.reported(&node));
             // When detaches wait for a read and the report for a write, the two take turns,
             // so that neither starves the other on a busy node.
             let read_turn = checks && (!wants_write || !self.read_last.contains(&node));

@@ -106,9 +106,10 @@ pub enum BuildError<D: Domain> {
 /// It only executes what the core plans: the core's first operations are the recovery
 /// listings ([`NodeStatusStore::list`], [`AttachBackend::list`]), and every later decision
 /// (the fresh read before a detach, the compare-and-set status protocol) is the core's too.
-/// The driver sleeps until the core's next deadline or the next input, runs each planned
-/// operation in its own task so a slow volume holds up no other, each call within its
-/// deadline, and feeds every result back as it arrives.
+/// The driver sleeps until the core's next deadline or the next input, runs the operations a
+/// pass plans a few dozen to a task (each call within its deadline, a panic contained to its
+/// own operation), and feeds every result back as it arrives, so a slow volume holds up no
+/// other.
 /// Time handed to the core is [`tokio::time::Instant`] since the controller started, so tests on
 /// tokio's paused clock are deterministic; every `select!` is biased for the same reason.
 ///
