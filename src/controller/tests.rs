@@ -489,10 +489,12 @@ async fn a_panicking_backend_call_counts_as_uncertain() {
     h.finish().await;
 }
 
-/// A backend whose attach of some volumes takes a while before reaching the mock.
+/// A backend whose attach of some volumes takes a while, or panics, before reaching the mock
+/// (a mock that panics itself is poisoned for the calls after).
 struct Slow {
     inner: MockAttachBackend<D>,
     attach_latency: Vec<(&'static str, Duration)>,
+    panics_on: Option<&'static str>,
 }
 
 #[async_trait]
@@ -506,6 +508,7 @@ impl AttachBackend<D> for Slow {
         if let Some((_, latency)) = self.attach_latency.iter().find(|(v, _)| v == volume) {
             sleep(*latency).await;
         }
+        assert_ne!(Some(*volume), self.panics_on, "backend bug");
         self.inner.attach(volume, node, payload).await
     }
 
@@ -531,15 +534,20 @@ impl AttachBackend<D> for Slow {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_slow_attach_holds_up_no_other_volume() {
+/// A controller attaching vol-1 and vol-2 to node-a in its first pass, through `Slow` with
+/// these quirks; with the log of attaches and of status writes.
+fn two_attaches_on_a(
+    attach_latency: Vec<(&'static str, Duration)>,
+    panics_on: Option<&'static str>,
+) -> (Harness, Log<Call>, Log<Write>) {
     let epoch = Instant::now();
     let mut inner = backend();
     let attaches = accept_attaches(&mut inner, epoch);
     verify_all(&mut inner);
     let backend = Slow {
         inner,
-        attach_latency: vec![(V1, secs(30))],
+        attach_latency,
+        panics_on,
     };
     let mut store = store(&[A, B]);
     let writes = accept_writes(&mut store, epoch);
@@ -549,6 +557,12 @@ async fn a_slow_attach_holds_up_no_other_volume() {
         store,
         world().workload("w2", A, [V2]),
     );
+    (h, attaches, writes)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_attach_holds_up_no_other_volume() {
+    let (h, attaches, writes) = two_attaches_on_a(vec![(V1, secs(30))], None);
 
     sleep(secs(1)).await;
     assert_eq!(attaches.items(), vec![(V2, A)]);
@@ -561,64 +575,11 @@ async fn a_slow_attach_holds_up_no_other_volume() {
     h.finish().await;
 }
 
-/// A backend whose attach of one volume panics before reaching the mock (a mock's own panic
-/// would poison it for the other calls).
-struct PanicsOn {
-    inner: MockAttachBackend<D>,
-    volume: &'static str,
-}
-
-#[async_trait]
-impl AttachBackend<D> for PanicsOn {
-    async fn attach(
-        &self,
-        volume: &&'static str,
-        node: &&'static str,
-        payload: &u32,
-    ) -> Result<AttachInfo, BackendError<&'static str>> {
-        assert_ne!(*volume, self.volume, "backend bug");
-        self.inner.attach(volume, node, payload).await
-    }
-
-    async fn detach(
-        &self,
-        volume: &&'static str,
-        node: &&'static str,
-        payload: &u32,
-    ) -> Result<(), BackendError<&'static str>> {
-        self.inner.detach(volume, node, payload).await
-    }
-
-    async fn verify(
-        &self,
-        node: &&'static str,
-        volumes: &[(&'static str, u32)],
-    ) -> Result<Vec<&'static str>, BackendError<&'static str>> {
-        self.inner.verify(node, volumes).await
-    }
-
-    async fn list(&self) -> Result<Vec<BackendAttachment<D>>, BackendError<&'static str>> {
-        self.inner.list().await
-    }
-}
-
 /// The operations of a pass share a task (`batch.rs`): a call that panics fails its own
 /// operation, and the others of its pass go on as if it had run alone.
 #[tokio::test(start_paused = true)]
 async fn a_panicking_call_fails_only_its_own_operation() {
-    let epoch = Instant::now();
-    let mut inner = backend();
-    let attaches = accept_attaches(&mut inner, epoch);
-    verify_all(&mut inner);
-    let backend = PanicsOn { inner, volume: V1 };
-    let mut store = store(&[A, B]);
-    let writes = accept_writes(&mut store, epoch);
-    let h = Harness::start(
-        Config::default(),
-        backend,
-        store,
-        world().workload("w2", A, [V2]),
-    );
+    let (h, attaches, writes) = two_attaches_on_a(Vec::new(), Some(V1));
     let mut outcomes = h.handle.outcomes();
 
     sleep(ms(50)).await;
@@ -1031,6 +992,7 @@ async fn shutdown_lets_calls_finish_within_the_grace_and_abandons_the_rest() {
     let backend = Slow {
         inner,
         attach_latency: vec![(V1, secs(5)), (V2, secs(60))],
+        panics_on: None,
     };
     let mut store = store(&[A, B]);
     accept_writes(&mut store, epoch);
