@@ -233,6 +233,10 @@ impl<N: Eq> Eq for BackendError<N> {}
 /// [`BackendError`] so the controller knows whether the call may have taken effect. Calls must
 /// be idempotent: attaching an attached volume or detaching a detached one succeeds.
 ///
+/// Calls must not block the thread: the controller runs the calls a pass plans a few dozen to
+/// a task, so a call that blocks holds up the others of its task, and no deadline can fire
+/// while it blocks. Wrap a blocking client in `tokio::task::spawn_blocking`.
+///
 /// Implement it with `#[async_trait]`; the trait is dyn-compatible, so a controller can hold an
 /// `Arc<dyn AttachBackend<D>>`:
 ///

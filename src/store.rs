@@ -404,6 +404,9 @@ impl Eq for StoreError {}
 /// view) can never silently erase each other's volumes: Kubernetes' status updater once lost
 /// attached volumes by diffing against a lagging informer cache, which this contract rules out.
 ///
+/// Calls must not block the thread, as for [`AttachBackend`](crate::traits::AttachBackend): they
+/// share a task with the other calls of their pass.
+///
 /// The trait is dyn-compatible, so a controller can hold an `Arc<dyn NodeStatusStore<D>>`.
 #[cfg_attr(test, mockall::automock)]
 #[async_trait]
