@@ -229,6 +229,7 @@ mod event;
 mod fault;
 mod fresh_read;
 mod gate;
+mod in_flight;
 mod input;
 mod machine;
 mod marks;

@@ -22,6 +22,7 @@ use crate::domain::{Domain, Id};
 use crate::event::{Event, Holder};
 use crate::fresh_read::judge_detach;
 use crate::gate::{OpKind, OperationGate, trim_map};
+use crate::in_flight::InFlightTable;
 use crate::input::{Input, Kind, Rejection, Relists};
 use crate::machine::MachineWatch;
 use crate::operation::{ForceReason, InFlight, OpId, Operation};
@@ -200,7 +201,7 @@ pub struct Reconciler<D: Domain> {
     actual: ActualState<D>,
     status: StatusBook<D>,
     gate: OperationGate<GateKey<D>>,
-    in_flight: FxHashMap<OpId, InFlight<D>>,
+    in_flight: InFlightTable<D>,
     /// The dirty volumes, the timers and the pacing of passes.
     schedule: Schedule<D>,
     /// Per node, the volumes whose detach waits for the node's next acknowledged status write;
@@ -295,7 +296,7 @@ impl<D: Domain> Reconciler<D> {
             config,
             actual: ActualState::default(),
             status: StatusBook::default(),
-            in_flight: FxHashMap::default(),
+            in_flight: InFlightTable::default(),
             schedule: Schedule::default(),
             awaiting_ack: FxHashMap::default(),
             events: Vec::new(),
@@ -1427,7 +1428,7 @@ impl<D: Domain> Reconciler<D> {
     fn trim(&mut self) {
         trim_map(&mut self.cleared);
         trim_map(&mut self.checks);
-        trim_map(&mut self.in_flight);
+        self.in_flight.trim();
         trim_map(&mut self.awaiting_ack);
         self.gate.trim();
         self.capacity.trim();
@@ -1486,10 +1487,7 @@ impl<D: Domain> Reconciler<D> {
         }
         if self.retiring.contains(volume)
             && self.actual.attachments(volume).is_empty()
-            && !self
-                .in_flight
-                .values()
-                .any(|op| op.volume() == Some(volume))
+            && !self.in_flight.runs_on(volume)
         {
             // Removed and no longer attached anywhere: forget it, backoff included.
             self.retiring.remove(volume);

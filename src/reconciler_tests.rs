@@ -1318,6 +1318,33 @@ fn a_removed_volume_is_detached_then_forgotten() {
     assert_eq!(h.count("attach v1 n2"), 1);
 }
 
+/// A volume removed while its attach runs is kept until the attach ends: forgotten before,
+/// the attach that lands would leave an attachment the core has no payload to detach.
+#[test]
+fn a_volume_removed_while_its_attach_runs_is_detached_then_forgotten() {
+    let mut h = H::new(Config::default());
+    h.node("n1", &[]);
+    h.rwo("v1");
+    h.pod("p1", "n1", &["v1"]);
+    let attach = h.run_until_taking(OpKind::Attach);
+    h.unpod("p1");
+    h.unvolume("v1");
+    h.run_ok(secs(1));
+    assert!(
+        h.r.desired().spec(&"v1").is_some(),
+        "kept while its attach runs"
+    );
+    h.ok(attach);
+    h.log.clear();
+    h.run_ok(secs(5));
+    assert_eq!(h.count("detach v1 n1"), 1, "{:?}", h.log);
+    assert!(h.r.actual().is_empty());
+    assert!(
+        h.r.desired().spec(&"v1").is_none(),
+        "forgotten once detached"
+    );
+}
+
 #[test]
 fn a_volume_attached_twice_cannot_become_single_node() {
     let mut h = H::new(Config::default());
