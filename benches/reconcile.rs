@@ -1097,6 +1097,52 @@ fn check_recovery<K: Naming>(clusters: &[Cluster<K>], test_mode: bool) {
     }
 }
 
+/// A mass removal: every workload and volume of a settled cluster removed at once, the
+/// detaches answered 1,000 a pass (the rest keep running, as a slow backend would have them),
+/// until nothing is attached. Prints the passes' total and the largest; per removed volume the
+/// total should not grow with the cluster (`tests/mass_removal.rs` guards the cause: the core
+/// once scanned every running operation per removed volume). Nothing is asserted about time.
+fn check_mass_removal(test_mode: bool) {
+    const ANSWERED_PER_PASS: usize = 1_000;
+    let sizes: &[u32] = if test_mode {
+        &[1_000]
+    } else {
+        &[3_000, 30_000]
+    };
+    for &size in sizes {
+        let mut cl = Cluster::<U32Ids>::build(Names::new(size), size);
+        for v in 0..size {
+            cl.r.handle(Input::WorkloadRemoved { workload: v }).unwrap();
+            cl.r.handle(Input::VolumeRemoved { volume: v }).unwrap();
+        }
+        let (mut running, mut passes) = (Vec::new(), 0);
+        let (mut total, mut worst) = (Duration::ZERO, Duration::ZERO);
+        while let Some(due) = cl.r.next_deadline().filter(|due| *due < cl.sync_at) {
+            cl.now = cl.now.max(due);
+            let t = Instant::now();
+            let ops = cl.r.poll(cl.now);
+            let took = t.elapsed();
+            (total, worst, passes) = (total + took, worst.max(took), passes + 1);
+            let (detaches, others): (Vec<_>, Vec<_>) = ops
+                .into_iter()
+                .partition(|op| matches!(op, Operation::Detach { .. }));
+            running.extend(detaches);
+            complete(&mut cl.r, cl.now, others);
+            let answered = running.len().min(ANSWERED_PER_PASS);
+            complete(&mut cl.r, cl.now, running.drain(..answered).collect());
+            assert!(passes < 10_000, "the mass removal does not settle");
+        }
+        assert!(cl.r.actual().is_empty() && running.is_empty());
+        println!(
+            "mass removal at {size}, u32 ids: {passes} passes, {:.1} ms of passes ({:.2} µs \
+             per volume), the largest {:.1} ms",
+            total.as_secs_f64() * 1e3,
+            total.as_secs_f64() * 1e6 / size as f64,
+            worst.as_secs_f64() * 1e3
+        );
+    }
+}
+
 /// The admission's cost on the hot path: the same move, and the same burst of 64 attaches on
 /// one node, with the limits off and on (at 16 at a time, the burst queues and is served in
 /// four rounds). Criterion's figures are the comparison; nothing is asserted about time.
@@ -1257,6 +1303,7 @@ fn main() {
         if let Some(at_150k) = clusters.iter_mut().find(|cl| cl.size == 150_000) {
             bench_status_burst(c, at_150k);
         }
+        check_mass_removal(test_mode);
     });
     run_kind::<StringIds>(&mut c, test_mode, |_, _| {});
     // Shared names: in bench mode, or in test mode when asked for by name.
