@@ -473,6 +473,11 @@ impl<D: Domain> Driver<D> {
                     while let Ok((id, ended)) = self.finished.try_recv() {
                         self.ended(id, ended.into());
                     }
+                    // And the tasks that are done: under a steady stream of answers this
+                    // branch always wins the biased select, and the finished tasks would wait.
+                    while let Some(joined) = self.tasks.try_join_next_with_id() {
+                        self.batch_ended(joined);
+                    }
                 }
                 Some(joined) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
                     self.batch_ended(joined);
