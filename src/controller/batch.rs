@@ -16,7 +16,8 @@ use futures_util::{FutureExt, StreamExt, stream::FuturesUnordered};
 use tokio::sync::mpsc;
 use tracing::error;
 
-use super::runner::{self, OpResult, Parts};
+use super::Joined;
+use super::runner::{self, Parts};
 use crate::domain::Domain;
 use crate::operation::{OpId, Operation};
 
@@ -24,16 +25,8 @@ use crate::operation::{OpId, Operation};
 /// drained at once) is spread over several, so that the runtime's workers share it.
 pub(crate) const OPS_PER_TASK: usize = 32;
 
-/// How one operation of a batch ended.
-pub(crate) enum Ended<D: Domain> {
-    /// Its call returned, or missed its deadline: the result for the core.
-    Done(OpResult<D>),
-    /// Its call panicked (the message is logged here, where it is known).
-    Panicked,
-}
-
 /// An operation's end, as sent to the loop.
-pub(crate) type Finished<D> = (OpId, Ended<D>);
+pub(crate) type Finished<D> = (OpId, Joined<D>);
 
 /// Runs `ops` at once, each through [`runner::execute`], and sends each one's end to `done` as
 /// soon as it has one.
@@ -51,11 +44,11 @@ pub(crate) async fn run<D: Domain>(
             AssertUnwindSafe(runner::execute(op, Arc::clone(&parts)))
                 .catch_unwind()
                 .map(move |answer| match answer {
-                    Ok(result) => (id, Ended::Done(result)),
+                    Ok(result) => (id, Joined::Done(result)),
                     Err(payload) => {
                         let message = panic_message(&*payload);
                         error!(%id, panic = %message, "an operation's call panicked");
-                        (id, Ended::Panicked)
+                        (id, Joined::Panicked)
                     }
                 })
         })

@@ -48,7 +48,7 @@ pub use recorder::{EventRecorder, MemoryRecorder};
 pub use shutdown::{OperationSummary, ShutdownReport};
 pub use world::World;
 
-use batch::{Ended, Finished, panic_message};
+use batch::{Finished, panic_message};
 use deadline::Deadlines;
 use handle::{Command, DeathNote};
 use metrics::StateSizes;
@@ -378,17 +378,6 @@ async fn until(deadline: Option<Instant>) {
     }
 }
 
-/// How the operations of a task that ended without their answer are taken to have ended.
-#[derive(Clone, Copy)]
-enum Lost {
-    /// The task was aborted.
-    Cancelled,
-    /// The task panicked outside any one call.
-    Panicked,
-    /// The task returned: that cannot be, since each operation answers before it does.
-    Unanswered,
-}
-
 /// How an operation ended.
 enum Joined<D: Domain> {
     /// Its call returned, or missed its deadline.
@@ -397,15 +386,6 @@ enum Joined<D: Domain> {
     Panicked,
     /// Its task was aborted (at shutdown) before it ended.
     Cancelled,
-}
-
-impl<D: Domain> From<Ended<D>> for Joined<D> {
-    fn from(ended: Ended<D>) -> Self {
-        match ended {
-            Ended::Done(result) => Joined::Done(result),
-            Ended::Panicked => Joined::Panicked,
-        }
-    }
 }
 
 struct Driver<D: Domain> {
@@ -467,11 +447,11 @@ impl<D: Domain> Driver<D> {
             tokio::select! {
                 biased;
                 Some((id, ended)) = self.finished.recv() => {
-                    self.ended(id, ended.into());
+                    self.ended(id, ended);
                     // Take in every other finished call too before the next pass: one wake-up
                     // per burst, not one per call.
                     while let Ok((id, ended)) = self.finished.try_recv() {
-                        self.ended(id, ended.into());
+                        self.ended(id, ended);
                     }
                     // And the tasks that are done: under a steady stream of answers this
                     // branch always wins the biased select, and the finished tasks would wait.
@@ -587,29 +567,28 @@ impl<D: Domain> Driver<D> {
     ) -> Vec<OperationSummary<D>> {
         let mut summaries = Vec::new();
         while let Ok((id, ended)) = self.finished.try_recv() {
-            summaries.extend(self.ended(id, ended.into()));
+            summaries.extend(self.ended(id, ended));
         }
-        let (task, lost) = match joined {
-            Ok((task, ())) => (task, Lost::Unanswered),
-            Err(e) if e.is_cancelled() => (e.id(), Lost::Cancelled),
+        // An operation left unanswered was cut off by an abort, or may have done anything.
+        let (task, aborted) = match joined {
+            Ok((task, ())) => (task, false),
+            Err(e) if e.is_cancelled() => (e.id(), true),
             Err(e) => {
                 error!(error = %e, "a controller task panicked");
-                (e.id(), Lost::Panicked)
+                (e.id(), false)
             }
         };
         for id in self.batches.remove(&task).unwrap_or_default() {
             if !self.running.contains_key(&id) {
                 continue;
             }
-            let how = match lost {
-                Lost::Cancelled => Joined::Cancelled,
-                Lost::Panicked => Joined::Panicked,
-                Lost::Unanswered => {
-                    // Not by this module's code; were it to happen, the call may have done
-                    // anything, as after a panic.
-                    error!(%id, "an operation's task ended without its answer");
-                    Joined::Panicked
-                }
+            let how = if aborted {
+                Joined::Cancelled
+            } else {
+                // After a normal return, not by this module's code: every operation answers
+                // before its task returns.
+                error!(%id, "an operation's task ended without its answer");
+                Joined::Panicked
             };
             summaries.extend(self.ended(id, how));
         }
@@ -730,7 +709,7 @@ impl<D: Domain> Driver<D> {
         while !self.running.is_empty() {
             tokio::select! {
                 biased;
-                Some((id, how)) = self.finished.recv() => ended.extend(self.ended(id, how.into())),
+                Some((id, how)) = self.finished.recv() => ended.extend(self.ended(id, how)),
                 Some(joined) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
                     ended.extend(self.batch_ended(joined));
                 }
