@@ -123,6 +123,8 @@ pub(crate) struct ActualNode<D: Domain> {
     detach_requested: Sparse<(D::Volume, Duration)>,
     /// Where the node sits in [`VerifyRing::order`].
     ring_pos: u32,
+    /// Changes whenever the node's report may have: see [`ActualState::report_generation`].
+    report_gen: u64,
 }
 
 /// Finds `volume` in a list sorted by volume.
@@ -180,12 +182,20 @@ fn put<V: Ord + Clone, T>(list: &mut Vec<(V, T)>, volume: &V, value: Option<T>) 
 fn node_entry<'a, D: Domain>(
     nodes: &'a mut FxHashMap<D::Node, ActualNode<D>>,
     ring: &mut VerifyRing<D::Node>,
+    generations: &mut u64,
     node: &D::Node,
 ) -> &'a mut ActualNode<D> {
     nodes.entry(node.clone()).or_insert_with(|| ActualNode {
         ring_pos: ring.push(node.clone()),
+        report_gen: next_generation(generations),
         ..ActualNode::unknown()
     })
+}
+
+/// A report generation never handed out before.
+fn next_generation(generations: &mut u64) -> u64 {
+    *generations += 1;
+    *generations
 }
 
 impl<D: Domain> ActualNode<D> {
@@ -200,6 +210,7 @@ impl<D: Domain> ActualNode<D> {
             devices: Sparse::default(),
             detach_requested: Sparse::default(),
             ring_pos: 0,
+            report_gen: 0,
         }
     }
 
@@ -233,6 +244,8 @@ pub struct ActualState<D: Domain> {
     ring: VerifyRing<D::Node>,
     /// Nodes whose reported list may have changed since last taken.
     report_changed: Marks<D::Node>,
+    /// The last report generation handed out.
+    generations: u64,
     len: usize,
 }
 
@@ -244,6 +257,7 @@ impl<D: Domain> Default for ActualState<D> {
             requesting: FxHashSet::default(),
             ring: VerifyRing::default(),
             report_changed: Marks::default(),
+            generations: 0,
             len: 0,
         }
     }
@@ -360,6 +374,7 @@ impl<D: Domain> ActualState<D> {
         if let Ok(i) = find(&n.attached, volume) {
             if n.attached[i].1 != reported {
                 n.attached[i].1 = reported;
+                n.report_gen = next_generation(&mut self.generations);
                 self.report_changed.mark(node.clone());
             }
         }
@@ -447,6 +462,7 @@ impl<D: Domain> ActualState<D> {
         }
         if let Some(n) = self.nodes.get_mut(&node) {
             put_sparse(&mut n.devices, &volume, device);
+            n.report_gen = next_generation(&mut self.generations);
         }
         self.sync_reported(&volume, &node);
     }
@@ -473,8 +489,14 @@ impl<D: Domain> ActualState<D> {
 
     /// A new record, not yet reported (the caller syncs the flag).
     fn insert(&mut self, volume: D::Volume, node: D::Node, state: AttachState) {
-        let n = node_entry(&mut self.nodes, &mut self.ring, &node);
+        let n = node_entry(
+            &mut self.nodes,
+            &mut self.ring,
+            &mut self.generations,
+            &node,
+        );
         put(&mut n.attached, &volume, Some(false));
+        n.report_gen = next_generation(&mut self.generations);
         #[cfg(feature = "upstream-bugs")]
         let assumed_mounted = n.in_use.is_none();
         self.volumes.entry(volume).or_default().push(Attachment {
@@ -505,6 +527,7 @@ impl<D: Domain> ActualState<D> {
         if let Some(n) = self.nodes.get_mut(node) {
             put(&mut n.attached, volume, None);
             put_sparse(&mut n.devices, volume, None);
+            n.report_gen = next_generation(&mut self.generations);
             put_sparse(&mut n.detach_requested, volume, None);
             if n.detach_requested.as_slice().is_empty() {
                 self.requesting.remove(node);
@@ -560,6 +583,15 @@ impl<D: Domain> ActualState<D> {
             })
     }
 
+    /// A number that is the same on two calls only if `node`'s report (what
+    /// [`reported`](Self::reported) lists) is the same: every change to the node's list, flags
+    /// or device paths hands out a new one, and a node made anew never reuses an old one. A
+    /// node without a record reports nothing, and is 0. It lets the status book skip
+    /// comparing a report it already matched against what the store holds.
+    pub(crate) fn report_generation(&self, node: &D::Node) -> u64 {
+        self.nodes.get(node).map_or(0, |n| n.report_gen)
+    }
+
     pub(crate) fn has_report_changes(&self) -> bool {
         !self.report_changed.is_empty()
     }
@@ -576,7 +608,12 @@ impl<D: Domain> ActualState<D> {
         node: D::Node,
         facts: NodeFacts<D::Volume>,
     ) -> Vec<D::Volume> {
-        let n = node_entry(&mut self.nodes, &mut self.ring, &node);
+        let n = node_entry(
+            &mut self.nodes,
+            &mut self.ring,
+            &mut self.generations,
+            &node,
+        );
         let in_use: Option<Box<[D::Volume]>> = facts.in_use.map(|mut list| {
             list.sort();
             list.dedup();
@@ -634,6 +671,7 @@ impl<D: Domain> ActualState<D> {
             devices: std::mem::take(&mut n.devices),
             detach_requested: std::mem::take(&mut n.detach_requested),
             ring_pos: n.ring_pos,
+            report_gen: next_generation(&mut self.generations),
             ..ActualNode::unknown()
         };
         n.volumes().cloned().collect()
@@ -824,5 +862,57 @@ mod tests {
         a.set_attached("v", "n2", None);
         assert_eq!(a.state(&"v", &"n2"), AttachState::Attached);
         assert_eq!(a.len(), 2);
+    }
+
+    #[test]
+    fn a_node_whose_report_changed_has_a_new_generation() {
+        // Every kind of change, in a fixed pseudo-random order over two nodes and three
+        // volumes; after each, a node whose report differs must have a new generation, or the
+        // status book would skip a write it needs (122413 again).
+        let mut a: ActualState<T> = ActualState::default();
+        let (nodes, volumes) = (["n1", "n2"], ["v1", "v2", "v3"]);
+        let devices = [None, Some("/dev/a"), Some("/dev/b")];
+        let seen = |a: &ActualState<T>| nodes.map(|n| (a.report(&n), a.report_generation(&n)));
+        let mut before = seen(&a);
+        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut changes = 0;
+        for _ in 0..5_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let (v, n) = (
+                volumes[(state % 3) as usize],
+                nodes[((state >> 8) % 2) as usize],
+            );
+            match (state >> 16) % 7 {
+                0 | 1 => a.set_attached(v, n, devices[((state >> 24) % 3) as usize].map(Arc::from)),
+                2 => a.set_uncertain(v, n),
+                3 => a.set_detached(&v, &n),
+                4 => a.set_withheld(&v, &n, (state >> 24) % 2 == 0),
+                5 => {
+                    a.remove_node(&n);
+                }
+                _ => {
+                    a.set_node(
+                        n,
+                        NodeFacts {
+                            healthy: true,
+                            fenced: false,
+                            in_use: None,
+                            attach_limit: None,
+                        },
+                    );
+                }
+            }
+            let after = seen(&a);
+            for (b, now) in before.iter().zip(&after) {
+                if b.0 != now.0 {
+                    changes += 1;
+                    assert_ne!(b.1, now.1, "report changed from {:?} to {:?}", b.0, now.0);
+                }
+            }
+            before = after;
+        }
+        assert!(changes > 1_000, "the walk changed reports {changes} times");
     }
 }

@@ -2146,7 +2146,11 @@ impl<D: Domain> Reconciler<D> {
             // Compared borrowed: a node whose store already holds its report costs no copy.
             let wants_write = present
                 && self.gate.may_start(&key, OpKind::WriteStatus, now).is_ok()
-                && self.status.needs_write(&node, self.actual.reported(&node));
+                && self.status.needs_write(
+                    &node,
+                    self.actual.report_generation(&node),
+                    self.actual.reported(&node),
+                );
             // When detaches wait for a read and the report for a write, the two take turns,
             // so that neither starves the other on a busy node.
             let read_turn = checks && (!wants_write || !self.read_last.contains(&node));
@@ -2180,7 +2184,8 @@ impl<D: Domain> Reconciler<D> {
             let id = self.next_op_id();
             self.in_flight
                 .insert(id, InFlight::WriteStatus { node: node.clone() });
-            self.status.start_write(node.clone(), &report);
+            self.status
+                .start_write(node.clone(), self.actual.report_generation(&node), &report);
             ops.push(Operation::WriteStatus {
                 id,
                 node,
