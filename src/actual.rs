@@ -601,6 +601,11 @@ impl<D: Domain> ActualState<D> {
         self.report_changed.take()
     }
 
+    /// Hands back a list [`take_report_changed`](Self::take_report_changed) gave, for reuse.
+    pub(crate) fn recycle_report_changed(&mut self, list: Vec<D::Node>) {
+        self.report_changed.recycle(list);
+    }
+
     /// Records what the orchestrator says about `node`, which now exists. Returns the volumes
     /// attached there whose decisions may change.
     pub(crate) fn set_node(

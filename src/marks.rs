@@ -18,6 +18,10 @@ pub(crate) struct Marks<T> {
     items: Vec<T>,
     /// How many distinct items the list held after its last sort.
     distinct: usize,
+    /// An empty list handed back by [`recycle`](Self::recycle), for the next marks to fill:
+    /// taking the marks of every pass used to leave the next mark to allocate anew, and the
+    /// three sets of marks were several allocations per workload move.
+    spare: Vec<T>,
 }
 
 /// Marks taken up to before the list is first sorted in place: a pass's marks are usually
@@ -29,6 +33,7 @@ impl<T> Default for Marks<T> {
         Marks {
             items: Vec::new(),
             distinct: 0,
+            spare: Vec::new(),
         }
     }
 }
@@ -60,13 +65,29 @@ impl<T: Ord> Marks<T> {
         self.items.is_empty()
     }
 
-    /// Everything marked, each once, in order; nothing is marked afterwards.
+    /// Everything marked, each once, in order; nothing is marked afterwards. Hand the list
+    /// back with [`recycle`](Self::recycle) once done with it.
     pub(crate) fn take(&mut self) -> Vec<T> {
-        let mut items = std::mem::take(&mut self.items);
+        let mut items = std::mem::replace(&mut self.items, std::mem::take(&mut self.spare));
         self.distinct = 0;
         items.sort_unstable();
         items.dedup();
         items
+    }
+
+    /// Takes back a list [`take`](Self::take) gave, emptied, to hold later marks without a new
+    /// allocation. A list grown past [`SLACK`] by a burst is dropped instead, so that the marks
+    /// keep no burst's peak.
+    pub(crate) fn recycle(&mut self, mut list: Vec<T>) {
+        if list.capacity() > SLACK {
+            return;
+        }
+        list.clear();
+        if self.items.capacity() == 0 {
+            self.items = list;
+        } else if self.spare.capacity() == 0 {
+            self.spare = list;
+        }
     }
 }
 
@@ -110,5 +131,23 @@ mod tests {
         );
         assert_eq!(marks.take(), (0..5_004).collect::<Vec<u32>>());
         assert_eq!(marks.distinct, 0);
+    }
+
+    #[test]
+    fn a_recycled_list_holds_the_next_marks_and_a_burst_is_not_kept() {
+        let mut marks = Marks::default();
+        marks.extend([2, 1, 2]);
+        let taken = marks.take();
+        assert_eq!(taken, vec![1, 2]);
+        let buffer = taken.as_ptr();
+        marks.recycle(taken);
+        marks.mark(9);
+        assert_eq!(marks.items.as_ptr(), buffer, "the same allocation");
+        assert_eq!(marks.take(), vec![9], "nothing left of the recycled list");
+        // A burst's list is dropped, not kept as the spare.
+        marks.extend(0..(SLACK as u32) * 2);
+        let burst = marks.take();
+        marks.recycle(burst);
+        assert_eq!(marks.spare.capacity(), 0);
     }
 }

@@ -21,13 +21,13 @@ use crate::desired::{DesiredError, DesiredState};
 use crate::domain::{Domain, Id};
 use crate::event::{Event, Holder};
 use crate::fresh_read::judge_detach;
-use crate::gate::{OpKind, OperationGate, trim_map};
+use crate::gate::{OpKind, OperationGate, trim_map, trim_set};
 use crate::in_flight::InFlightTable;
 use crate::input::{Input, Kind, Rejection, Relists};
 use crate::machine::MachineWatch;
 use crate::operation::{ForceReason, InFlight, OpId, Operation};
 use crate::recovery::{Load, Recovery, Statuses};
-use crate::schedule::Schedule;
+use crate::schedule::{Schedule, earliest};
 use crate::status::StatusBook;
 use crate::store::{NodeStatus, ReportedVolume, Revision, StoreError};
 use crate::volume::{Access, VolumeSpec};
@@ -229,7 +229,7 @@ pub struct Reconciler<D: Domain> {
     /// Upstream's bug C6 only: nodes whose cached copy was read for the write now due.
     cache_consulted: BTreeSet<D::Node>,
     /// Nodes whose last store call was a read: a write wanted too goes next.
-    read_last: BTreeSet<D::Node>,
+    read_last: FxHashSet<D::Node>,
     /// The relists under way.
     relists: Relists<D>,
     /// The nodes the last input call removed, for [`removed_nodes`](Self::removed_nodes).
@@ -283,7 +283,7 @@ impl<D: Domain> Reconciler<D> {
             cleared: FxHashMap::default(),
             waiting_unmount: BTreeSet::new(),
             cache_consulted: BTreeSet::new(),
-            read_last: BTreeSet::new(),
+            read_last: FxHashSet::default(),
             gate: OperationGate::new(config.backoff),
             admission: Admission::new(config.backend_load, {
                 #[cfg(feature = "upstream-bugs")]
@@ -1349,7 +1349,7 @@ impl<D: Domain> Reconciler<D> {
             has_work,
             !self.actual.is_empty(),
             self.desired.node_count() > 0,
-            [
+            earliest([
                 self.desired.next_pending_wake(),
                 self.admission.wake(),
                 self.machine.next_wake(),
@@ -1357,10 +1357,7 @@ impl<D: Domain> Reconciler<D> {
                 self.verify_round
                     .filter(|_| !self.actual.is_empty())
                     .map(|round| round.next_at()),
-            ]
-            .into_iter()
-            .flatten()
-            .min(),
+            ]),
             self.config.reconcile_period,
         )
     }
@@ -1408,9 +1405,10 @@ impl<D: Domain> Reconciler<D> {
         for volume in &dirty {
             self.reconcile_volume(now, volume, &mut ops);
         }
-        for node in self.actual.take_report_changed() {
-            self.status.mark(node);
-        }
+        self.schedule.recycle_dirty(dirty);
+        let mut changed = self.actual.take_report_changed();
+        self.status.mark_all(changed.drain(..));
+        self.actual.recycle_report_changed(changed);
         self.plan_status(now, &mut ops);
         self.plan_machine_checks(now, &mut ops);
         // A clearance is for the pass right after its read: one this pass did not use (the
@@ -1430,6 +1428,7 @@ impl<D: Domain> Reconciler<D> {
         trim_map(&mut self.checks);
         self.in_flight.trim();
         trim_map(&mut self.awaiting_ack);
+        trim_set(&mut self.read_last);
         self.gate.trim();
         self.capacity.trim();
         self.admission.trim();
@@ -2132,7 +2131,8 @@ impl<D: Domain> Reconciler<D> {
     /// revision to write against is unknown, else a compare-and-set write. One call per node at
     /// a time: a running one marks the node when it ends, a backoff timer when it expires.
     fn plan_status(&mut self, now: Duration, ops: &mut Vec<Operation<D>>) {
-        for node in self.status.take_dirty() {
+        let mut nodes = self.status.take_dirty();
+        for node in nodes.drain(..) {
             let checks = self.checks.get(&node).is_some_and(|c| !c.is_empty());
             let present = self.actual.node_present(&node);
             if !checks && !present {
@@ -2193,6 +2193,7 @@ impl<D: Domain> Reconciler<D> {
                 expected,
             });
         }
+        self.status.recycle_dirty(nodes);
     }
 
     fn plan_read(

@@ -15,6 +15,17 @@ use crate::domain::Domain;
 use crate::gate::trim_map;
 use crate::marks::Marks;
 
+/// The earliest of `times`, if any. A plain loop: the core asks for its next deadline after
+/// every pass and answer, and the same fold over a flattened iterator was about 130
+/// instructions a call, 8 % of a workload move.
+pub(crate) fn earliest<const N: usize>(times: [Option<Duration>; N]) -> Option<Duration> {
+    times.iter().fold(None, |first, t| match (first, *t) {
+        (Some(f), Some(t)) => Some(f.min(t)),
+        (f, None) => f,
+        (None, t) => t,
+    })
+}
+
 /// The periodic work a pass found due.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Periodic {
@@ -80,6 +91,11 @@ impl<D: Domain> Schedule<D> {
         self.dirty.take()
     }
 
+    /// Hands back a list [`take_dirty`](Self::take_dirty) gave, for reuse.
+    pub(crate) fn recycle_dirty(&mut self, list: Vec<D::Volume>) {
+        self.dirty.recycle(list);
+    }
+
     /// Marks `volume` again at `at`. One pending wake per volume, the earliest: a volume made
     /// dirty over and over while it waits would otherwise stack a timer each time.
     pub(crate) fn wake_volume_at(&mut self, at: Duration, volume: D::Volume) {
@@ -109,18 +125,17 @@ impl<D: Domain> Schedule<D> {
         extra: Option<Duration>,
         period: Duration,
     ) -> Option<Duration> {
-        let now = (has_work || self.has_dirty()).then_some(Duration::ZERO);
-        let earliest = [
-            now,
-            self.volume_timers.peek().map(|Reverse((t, _))| *t),
-            self.node_timers.peek().map(|Reverse((t, _))| *t),
-            self.next_sync.filter(|_| attached),
-            self.next_resync.filter(|_| managing),
-            extra,
-        ]
-        .into_iter()
-        .flatten()
-        .min()?;
+        let earliest = if has_work || self.has_dirty() {
+            Duration::ZERO
+        } else {
+            earliest([
+                self.volume_timers.peek().map(|Reverse((t, _))| *t),
+                self.node_timers.peek().map(|Reverse((t, _))| *t),
+                self.next_sync.filter(|_| attached),
+                self.next_resync.filter(|_| managing),
+                extra,
+            ])?
+        };
         Some(match self.last_pass {
             Some(last) => earliest.max(last.saturating_add(period)),
             None => earliest,

@@ -150,6 +150,16 @@ impl<D: Domain> StatusBook<D> {
         self.dirty.take()
     }
 
+    /// Hands back a list [`take_dirty`](Self::take_dirty) gave, for reuse.
+    pub(crate) fn recycle_dirty(&mut self, list: Vec<D::Node>) {
+        self.dirty.recycle(list);
+    }
+
+    /// Every node of `nodes`' report may now differ from what the store holds.
+    pub(crate) fn mark_all(&mut self, nodes: impl IntoIterator<Item = D::Node>) {
+        self.dirty.extend(nodes);
+    }
+
     /// A fresh read (or the store's listing at recovery) found `list` for `node`, at
     /// `revision`: both are now known.
     pub(crate) fn read(&mut self, node: D::Node, list: &[ReportedVolume<D>], revision: &Revision) {
