@@ -121,8 +121,8 @@ pub(crate) struct ActualNode<D: Domain> {
     devices: Sparse<(D::Volume, Arc<str>)>,
     /// When the controller first wanted each of these attachments gone, sorted by volume.
     detach_requested: Sparse<(D::Volume, Duration)>,
-    /// Where the node sits in [`VerifyRing::order`].
-    ring_pos: u32,
+    /// Where the node sits in [`VerifyRing::order`]; `None` while nothing is attached here.
+    ring_pos: Option<u32>,
     /// Changes whenever the node's report may have: see [`ActualState::report_generation`].
     report_gen: u64,
 }
@@ -178,18 +178,33 @@ fn put<V: Ord + Clone, T>(list: &mut Vec<(V, T)>, volume: &V, value: Option<T>) 
     }
 }
 
-/// `node`'s record, made (and put in the verify ring) if it is new.
+/// `node`'s record, made if it is new.
 fn node_entry<'a, D: Domain>(
     nodes: &'a mut FxHashMap<D::Node, ActualNode<D>>,
-    ring: &mut VerifyRing<D::Node>,
     generations: &mut u64,
     node: &D::Node,
 ) -> &'a mut ActualNode<D> {
     nodes.entry(node.clone()).or_insert_with(|| ActualNode {
-        ring_pos: ring.push(node.clone()),
         report_gen: next_generation(generations),
         ..ActualNode::unknown()
     })
+}
+
+/// Takes the node at `pos` (if any) out of the verify ring, keeping the positions of the
+/// nodes the ring moves true.
+fn leave_ring<D: Domain>(
+    ring: &mut VerifyRing<D::Node>,
+    nodes: &mut FxHashMap<D::Node, ActualNode<D>>,
+    pos: Option<u32>,
+) {
+    let Some(pos) = pos else {
+        return;
+    };
+    ring.remove(pos, |moved, at| {
+        if let Some(n) = nodes.get_mut(moved) {
+            n.ring_pos = Some(at);
+        }
+    });
 }
 
 /// A report generation never handed out before.
@@ -209,7 +224,7 @@ impl<D: Domain> ActualNode<D> {
             attached: Vec::new(),
             devices: Sparse::default(),
             detach_requested: Sparse::default(),
-            ring_pos: 0,
+            ring_pos: None,
             report_gen: 0,
         }
     }
@@ -240,7 +255,9 @@ pub struct ActualState<D: Domain> {
     nodes: FxHashMap<D::Node, ActualNode<D>>,
     /// The nodes with a pending detach request.
     requesting: FxHashSet<D::Node>,
-    /// Every node of `nodes`, in the order the periodic verify walks them.
+    /// Every node of `nodes` with something attached, in the order the periodic verify walks
+    /// them. Only those: a verify slice used to pass over the nodes with nothing attached one
+    /// lookup each, and a long run of them (thousands of nodes without volumes) was a pause.
     ring: VerifyRing<D::Node>,
     /// Nodes whose reported list may have changed since last taken.
     report_changed: Marks<D::Node>,
@@ -391,12 +408,23 @@ impl<D: Domain> ActualState<D> {
             return;
         };
         self.requesting.remove(node);
-        let nodes = &mut self.nodes;
-        self.ring.remove(gone.ring_pos, |moved, pos| {
-            if let Some(n) = nodes.get_mut(moved) {
-                n.ring_pos = pos;
+        leave_ring(&mut self.ring, &mut self.nodes, gone.ring_pos);
+    }
+
+    /// Puts `node` in the verify ring once something is attached there, and takes it out once
+    /// nothing is: the ring holds exactly the nodes with attachments.
+    fn place_in_ring(&mut self, node: &D::Node) {
+        let Some(n) = self.nodes.get_mut(node) else {
+            return;
+        };
+        match (n.ring_pos, n.attached.is_empty()) {
+            (None, false) => n.ring_pos = Some(self.ring.push(node.clone())),
+            (Some(pos), true) => {
+                n.ring_pos = None;
+                leave_ring(&mut self.ring, &mut self.nodes, Some(pos));
             }
-        });
+            _ => {}
+        }
     }
 
     /// Starts a round of the periodic verify: [`next_to_verify`](Self::next_to_verify) walks
@@ -405,28 +433,13 @@ impl<D: Domain> ActualState<D> {
         self.ring.restart();
     }
 
-    /// The next node with attachments this verify round has not reached, with how many it
-    /// holds; `None` once it reached them all. Nodes that appear during a round are reached in
-    /// it too. Nodes with nothing attached are passed over, the ones after the node returned
-    /// included: a round whose last attached node was taken is done, rather than left open
-    /// for its empty tail.
+    /// The next node this verify round has not reached (every node in the ring has
+    /// attachments), with how many it holds; `None` once it reached them all. Nodes that gain
+    /// their first attachment during a round are reached in it too.
     pub(crate) fn next_to_verify(&mut self) -> Option<(D::Node, usize)> {
-        self.skip_unattached();
         let node = self.ring.next()?;
         let attached = self.nodes.get(&node).map_or(0, |n| n.attached.len());
-        self.skip_unattached();
         Some((node, attached))
-    }
-
-    /// Passes over the nodes this verify round has not reached that have nothing attached,
-    /// up to the next one that has.
-    fn skip_unattached(&mut self) {
-        while let Some(node) = self.ring.peek() {
-            if self.nodes.get(node).is_some_and(|n| !n.attached.is_empty()) {
-                return;
-            }
-            self.ring.next();
-        }
     }
 
     /// Whether this verify round has reached every node.
@@ -489,16 +502,12 @@ impl<D: Domain> ActualState<D> {
 
     /// A new record, not yet reported (the caller syncs the flag).
     fn insert(&mut self, volume: D::Volume, node: D::Node, state: AttachState) {
-        let n = node_entry(
-            &mut self.nodes,
-            &mut self.ring,
-            &mut self.generations,
-            &node,
-        );
+        let n = node_entry(&mut self.nodes, &mut self.generations, &node);
         put(&mut n.attached, &volume, Some(false));
         n.report_gen = next_generation(&mut self.generations);
         #[cfg(feature = "upstream-bugs")]
         let assumed_mounted = n.in_use.is_none();
+        self.place_in_ring(&node);
         self.volumes.entry(volume).or_default().push(Attachment {
             node,
             state,
@@ -534,6 +543,8 @@ impl<D: Domain> ActualState<D> {
             }
             if !n.present && n.attached.is_empty() {
                 self.forget_node(node);
+            } else {
+                self.place_in_ring(node);
             }
         }
         if gone.is_reported() {
@@ -629,12 +640,7 @@ impl<D: Domain> ActualState<D> {
         node: D::Node,
         facts: NodeFacts<D::Volume>,
     ) -> Vec<D::Volume> {
-        let n = node_entry(
-            &mut self.nodes,
-            &mut self.ring,
-            &mut self.generations,
-            &node,
-        );
+        let n = node_entry(&mut self.nodes, &mut self.generations, &node);
         let in_use: Option<Box<[D::Volume]>> = facts.in_use.map(|mut list| {
             list.sort();
             list.dedup();
@@ -886,7 +892,7 @@ mod tests {
     }
 
     #[test]
-    fn a_node_whose_report_changed_has_a_new_generation() {
+    fn a_node_whose_report_changed_has_a_new_generation_and_the_ring_holds_attached_nodes() {
         // Every kind of change, in a fixed pseudo-random order over two nodes and three
         // volumes; after each, a node whose report differs must have a new generation, or the
         // status book would skip a write it needs (122413 again).
@@ -933,6 +939,16 @@ mod tests {
                 }
             }
             before = after;
+            // The verify ring holds exactly the nodes with attachments, at their positions.
+            let attached: Vec<_> = nodes
+                .iter()
+                .filter(|n| a.volumes_on(n).next().is_some())
+                .collect();
+            assert_eq!(a.ring.len(), attached.len(), "ring {:?}", a.ring);
+            for n in attached {
+                let pos = a.nodes[n].ring_pos.expect("in the ring") as usize;
+                assert_eq!(a.ring.at(pos), Some(n));
+            }
         }
         assert!(changes > 1_000, "the walk changed reports {changes} times");
     }

@@ -7,7 +7,8 @@
 //! the round walks, nodes that appear are appended (this round still reaches them), and a node
 //! that goes is removed in O(1) without skipping any node the round has not reached yet.
 
-/// Every node the actual state knows, in walking order, with the round's cursor.
+/// Every node the actual state holds attachments on, in walking order, with the round's
+/// cursor.
 #[derive(Debug)]
 pub(crate) struct VerifyRing<N> {
     /// Positions `..cursor` were visited this round, `cursor..` were not.
@@ -73,11 +74,6 @@ impl<N: Clone> VerifyRing<N> {
         Some(node)
     }
 
-    /// The next node this round has not visited, left unvisited.
-    pub(crate) fn peek(&self) -> Option<&N> {
-        self.order.get(self.cursor)
-    }
-
     /// Whether the round has visited every node.
     pub(crate) fn is_done(&self) -> bool {
         self.cursor >= self.order.len()
@@ -87,6 +83,12 @@ impl<N: Clone> VerifyRing<N> {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.order.len()
+    }
+
+    /// The node at `pos`.
+    #[cfg(test)]
+    pub(crate) fn at(&self, pos: usize) -> Option<&N> {
+        self.order.get(pos)
     }
 }
 
