@@ -121,8 +121,9 @@ pub(crate) struct ActualNode<D: Domain> {
     devices: Sparse<(D::Volume, Arc<str>)>,
     /// When the controller first wanted each of these attachments gone, sorted by volume.
     detach_requested: Sparse<(D::Volume, Duration)>,
-    /// Where the node sits in [`VerifyRing::order`]; `None` while nothing is attached here.
-    ring_pos: Option<u32>,
+    /// Where the node sits in [`VerifyRing::order`]; [`OUT_OF_RING`] while nothing is
+    /// attached here. Not an `Option`: the tag cost every node 8 bytes.
+    ring_pos: u32,
     /// Changes whenever the node's report may have: see [`ActualState::report_generation`].
     report_gen: u64,
 }
@@ -190,19 +191,22 @@ fn node_entry<'a, D: Domain>(
     })
 }
 
-/// Takes the node at `pos` (if any) out of the verify ring, keeping the positions of the
-/// nodes the ring moves true.
+/// [`ActualNode::ring_pos`] of a node not in the verify ring.
+const OUT_OF_RING: u32 = u32::MAX;
+
+/// Takes the node at `pos` out of the verify ring (nothing for [`OUT_OF_RING`]), keeping the
+/// positions of the nodes the ring moves true.
 fn leave_ring<D: Domain>(
     ring: &mut VerifyRing<D::Node>,
     nodes: &mut FxHashMap<D::Node, ActualNode<D>>,
-    pos: Option<u32>,
+    pos: u32,
 ) {
-    let Some(pos) = pos else {
+    if pos == OUT_OF_RING {
         return;
-    };
+    }
     ring.remove(pos, |moved, at| {
         if let Some(n) = nodes.get_mut(moved) {
-            n.ring_pos = Some(at);
+            n.ring_pos = at;
         }
     });
 }
@@ -224,7 +228,7 @@ impl<D: Domain> ActualNode<D> {
             attached: Vec::new(),
             devices: Sparse::default(),
             detach_requested: Sparse::default(),
-            ring_pos: None,
+            ring_pos: OUT_OF_RING,
             report_gen: 0,
         }
     }
@@ -418,10 +422,11 @@ impl<D: Domain> ActualState<D> {
             return;
         };
         match (n.ring_pos, n.attached.is_empty()) {
-            (None, false) => n.ring_pos = Some(self.ring.push(node.clone())),
-            (Some(pos), true) => {
-                n.ring_pos = None;
-                leave_ring(&mut self.ring, &mut self.nodes, Some(pos));
+            (OUT_OF_RING, false) => n.ring_pos = self.ring.push(node.clone()),
+            (OUT_OF_RING, true) => {}
+            (pos, true) => {
+                n.ring_pos = OUT_OF_RING;
+                leave_ring(&mut self.ring, &mut self.nodes, pos);
             }
             _ => {}
         }
@@ -946,7 +951,9 @@ mod tests {
                 .collect();
             assert_eq!(a.ring.len(), attached.len(), "ring {:?}", a.ring);
             for n in attached {
-                let pos = a.nodes[n].ring_pos.expect("in the ring") as usize;
+                let pos = a.nodes[n].ring_pos;
+                assert_ne!(pos, OUT_OF_RING, "in the ring");
+                let pos = pos as usize;
                 assert_eq!(a.ring.at(pos), Some(n));
             }
         }

@@ -28,6 +28,10 @@ pub(crate) struct Marks<T> {
 /// far fewer, and then they are sorted once, when taken.
 const SLACK: usize = 1024;
 
+/// The largest list [`Marks::recycle`] keeps: a pass usually marks a few dozen items, and a
+/// start-up burst's list (a thousand volumes) would otherwise stay allocated for good.
+const RECYCLED: usize = 256;
+
 impl<T> Default for Marks<T> {
     fn default() -> Self {
         Marks {
@@ -76,10 +80,10 @@ impl<T: Ord> Marks<T> {
     }
 
     /// Takes back a list [`take`](Self::take) gave, emptied, to hold later marks without a new
-    /// allocation. A list grown past [`SLACK`] by a burst is dropped instead, so that the marks
-    /// keep no burst's peak.
+    /// allocation. A list grown past [`RECYCLED`] by a burst is dropped instead, so that the
+    /// marks keep no burst's peak.
     pub(crate) fn recycle(&mut self, mut list: Vec<T>) {
-        if list.capacity() > SLACK {
+        if list.capacity() > RECYCLED {
             return;
         }
         list.clear();
@@ -145,7 +149,7 @@ mod tests {
         assert_eq!(marks.items.as_ptr(), buffer, "the same allocation");
         assert_eq!(marks.take(), vec![9], "nothing left of the recycled list");
         // A burst's list is dropped, not kept as the spare.
-        marks.extend(0..(SLACK as u32) * 2);
+        marks.extend(0..(RECYCLED as u32) * 2);
         let burst = marks.take();
         marks.recycle(burst);
         assert_eq!(marks.spare.capacity(), 0);

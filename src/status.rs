@@ -93,10 +93,11 @@ struct NodeRecord<D: Domain> {
     /// Boxed: rarely there, and every node has a record.
     writing: Option<Box<(Packed<D>, u64)>>,
     /// The report generation (`ActualState::report_generation`) that `stored` is known to
-    /// equal: while the node's report is still at it, the next look needs no compare. Set
-    /// each time `stored` is (our acknowledged write: the write's generation; a read: none),
-    /// and read only while `stored` is known.
-    matched: Option<u64>,
+    /// equal, 0 for none: while the node's report is still at it, the next look needs no
+    /// compare. Set each time `stored` is (our acknowledged write: the write's generation; a
+    /// read: none), and read only while `stored` is known. Not an `Option`: every node has a
+    /// record, and the tag cost 8 bytes more each.
+    matched: u64,
     /// The store said the node does not exist; nothing is written until it reappears.
     missing: bool,
     /// The revision the store held the node at when we last learned it (our acknowledged
@@ -111,7 +112,7 @@ impl<D: Domain> Default for NodeRecord<D> {
         NodeRecord {
             stored: None,
             writing: None,
-            matched: None,
+            matched: 0,
             missing: false,
             revision: None,
             conflicts: 0,
@@ -177,7 +178,7 @@ impl<D: Domain> StatusBook<D> {
         let mut sorted = list.to_vec();
         sorted.sort_by(|a, b| a.volume.cmp(&b.volume));
         record.stored = Some(Packed::pack(&sorted));
-        record.matched = None;
+        record.matched = 0;
         record.revision = Some(revision.clone());
     }
 
@@ -242,12 +243,12 @@ impl<D: Domain> StatusBook<D> {
         let Some(stored) = &r.stored else {
             return true;
         };
-        if r.matched == Some(generation) {
+        if generation != 0 && r.matched == generation {
             return false;
         }
         let same = stored.matches(report);
         if same {
-            r.matched = Some(generation);
+            r.matched = generation;
         }
         !same
     }
@@ -267,10 +268,7 @@ impl<D: Domain> StatusBook<D> {
     /// The store acknowledged the write in flight, which it now holds at `revision`.
     pub(crate) fn write_acked(&mut self, node: &D::Node, revision: Revision) {
         if let Some(r) = self.nodes.get_mut(node) {
-            let (stored, matched) = r
-                .writing
-                .take()
-                .map_or((None, None), |w| (Some(w.0), Some(w.1)));
+            let (stored, matched) = r.writing.take().map_or((None, 0), |w| (Some(w.0), w.1));
             r.stored = stored;
             r.matched = matched;
             r.revision = Some(revision);
