@@ -415,23 +415,6 @@ impl<D: Domain> ActualState<D> {
         leave_ring(&mut self.ring, &mut self.nodes, gone.ring_pos);
     }
 
-    /// Puts `node` in the verify ring once something is attached there, and takes it out once
-    /// nothing is: the ring holds exactly the nodes with attachments.
-    fn place_in_ring(&mut self, node: &D::Node) {
-        let Some(n) = self.nodes.get_mut(node) else {
-            return;
-        };
-        match (n.ring_pos, n.attached.is_empty()) {
-            (OUT_OF_RING, false) => n.ring_pos = self.ring.push(node.clone()),
-            (OUT_OF_RING, true) => {}
-            (pos, true) => {
-                n.ring_pos = OUT_OF_RING;
-                leave_ring(&mut self.ring, &mut self.nodes, pos);
-            }
-            _ => {}
-        }
-    }
-
     /// Starts a round of the periodic verify: [`next_to_verify`](Self::next_to_verify) walks
     /// every node again from the first.
     pub(crate) fn restart_verify_round(&mut self) {
@@ -510,9 +493,12 @@ impl<D: Domain> ActualState<D> {
         let n = node_entry(&mut self.nodes, &mut self.generations, &node);
         put(&mut n.attached, &volume, Some(false));
         n.report_gen = next_generation(&mut self.generations);
+        if n.ring_pos == OUT_OF_RING {
+            // Its first attachment: the verify walks it from now on.
+            n.ring_pos = self.ring.push(node.clone());
+        }
         #[cfg(feature = "upstream-bugs")]
         let assumed_mounted = n.in_use.is_none();
-        self.place_in_ring(&node);
         self.volumes.entry(volume).or_default().push(Attachment {
             node,
             state,
@@ -548,8 +534,10 @@ impl<D: Domain> ActualState<D> {
             }
             if !n.present && n.attached.is_empty() {
                 self.forget_node(node);
-            } else {
-                self.place_in_ring(node);
+            } else if n.attached.is_empty() {
+                // Its last attachment: the verify has nothing left to walk here.
+                let pos = std::mem::replace(&mut n.ring_pos, OUT_OF_RING);
+                leave_ring(&mut self.ring, &mut self.nodes, pos);
             }
         }
         if gone.is_reported() {

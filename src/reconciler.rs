@@ -2144,13 +2144,12 @@ impl<D: Domain> Reconciler<D> {
                 continue;
             }
             // Compared borrowed: a node whose store already holds its report costs no copy.
+            let generation = self.actual.report_generation(&node);
             let wants_write = present
                 && self.gate.may_start(&key, OpKind::WriteStatus, now).is_ok()
-                && self.status.needs_write(
-                    &node,
-                    self.actual.report_generation(&node),
-                    self.actual.reported(&node),
-                );
+                && self
+                    .status
+                    .needs_write(&node, generation, self.actual.reported(&node));
             // When detaches wait for a read and the report for a write, the two take turns,
             // so that neither starves the other on a busy node.
             let read_turn = checks && (!wants_write || !self.read_last.contains(&node));
@@ -2184,8 +2183,7 @@ impl<D: Domain> Reconciler<D> {
             let id = self.next_op_id();
             self.in_flight
                 .insert(id, InFlight::WriteStatus { node: node.clone() });
-            self.status
-                .start_write(node.clone(), self.actual.report_generation(&node), &report);
+            self.status.start_write(node.clone(), generation, &report);
             ops.push(Operation::WriteStatus {
                 id,
                 node,

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::backend::BackendAttachment;
 use crate::domain::Domain;
+use crate::schedule::earliest;
 use crate::store::NodeStatus;
 
 /// Every node's status, as the store lists it.
@@ -58,10 +59,7 @@ impl<D: Domain> Default for Recovery<D> {
 impl<D: Domain> Recovery<D> {
     /// When a listing should next start, if one waits to.
     pub(crate) fn wake_at(&self) -> Option<Duration> {
-        [self.statuses.due_at(), self.attachments.due_at()]
-            .into_iter()
-            .flatten()
-            .min()
+        earliest([self.statuses.due_at(), self.attachments.due_at()])
     }
 
     /// Both listings, once both are loaded.

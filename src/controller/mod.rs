@@ -585,8 +585,8 @@ impl<D: Domain> Driver<D> {
             let how = if aborted {
                 Joined::Cancelled
             } else {
-                // After a normal return, not by this module's code: every operation answers
-                // before its task returns.
+                // A panic outside any call, or a return (not by this module's code: every
+                // operation answers before its task returns): the call may have done anything.
                 error!(%id, "an operation's task ended without its answer");
                 Joined::Panicked
             };
