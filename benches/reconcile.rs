@@ -8,7 +8,7 @@
 //! sizes, skipping the 1M states, the idle/full-scan ratio check and the hand-timed goal
 //! lines, so CI stays quick. Speed goals are checked here only, never in `cargo test`; a
 //! missed goal prints `GOAL MISSED` and fails the run only with `ATTACH_DETACH_ENFORCE_GOALS`
-//! set (the figures depend on what else the machine runs). The memory ceiling of 256 bytes per
+//! set (the figures depend on what else the machine runs). The memory ceiling of 172 bytes per
 //! attachment (u32 ids, 150,000 and 1,000,000) is asserted in every mode, at the end of the
 //! run, so that a broken ceiling still shows every other figure. The unstable
 //! `internals` feature gives the replay of upstream's full scan its hooks into the core;
@@ -237,8 +237,9 @@ const SYNC_PERIOD: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// Goal: the idle pass at least this many times cheaper than upstream's scan at 150,000.
 const MIN_RATIO: f64 = 1000.0;
 /// Ceiling, asserted in every mode: live bytes of a settled reconciler per attachment, u32
-/// ids, at 150,000 and 1,000,000 attachments.
-const MAX_BYTES_PER_ATTACHMENT: f64 = 256.0;
+/// ids, at 150,000 and 1,000,000 attachments. It was 256 over the hash-map tables; the dense
+/// tables (`src/dense_map.rs`) settle at about 160, and this keeps that win from eroding.
+const MAX_BYTES_PER_ATTACHMENT: f64 = 172.0;
 /// Goal (issue 16): live bytes per attachment at 1,000,000, u32 ids.
 const GOAL_BYTES_PER_ATTACHMENT: f64 = 160.0;
 /// Goal (issue 16): one move through the core, at every size.

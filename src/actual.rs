@@ -6,6 +6,7 @@ use std::time::Duration;
 use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 
+use crate::dense_map::DenseMap;
 use crate::domain::Domain;
 use crate::marks::Marks;
 use crate::store::ReportedVolume;
@@ -255,7 +256,7 @@ impl<D: Domain> ActualNode<D> {
 /// through [`Reconciler::actual`](crate::core::Reconciler::actual).
 #[derive(Debug)]
 pub struct ActualState<D: Domain> {
-    volumes: FxHashMap<D::Volume, SmallVec<[Attachment<D>; 1]>>,
+    volumes: DenseMap<D::Volume, SmallVec<[Attachment<D>; 1]>>,
     nodes: FxHashMap<D::Node, ActualNode<D>>,
     /// The nodes with a pending detach request.
     requesting: FxHashSet<D::Node>,
@@ -273,7 +274,7 @@ pub struct ActualState<D: Domain> {
 impl<D: Domain> Default for ActualState<D> {
     fn default() -> Self {
         ActualState {
-            volumes: FxHashMap::default(),
+            volumes: DenseMap::default(),
             nodes: FxHashMap::default(),
             requesting: FxHashSet::default(),
             ring: VerifyRing::default(),
@@ -499,15 +500,17 @@ impl<D: Domain> ActualState<D> {
         }
         #[cfg(feature = "upstream-bugs")]
         let assumed_mounted = n.in_use.is_none();
-        self.volumes.entry(volume).or_default().push(Attachment {
-            node,
-            state,
-            withheld: false,
-            #[cfg(feature = "upstream-bugs")]
-            assumed_mounted,
-            generation: 0,
-            landed: state == AttachState::Attached,
-        });
+        self.volumes
+            .get_or_insert_with(volume, SmallVec::new)
+            .push(Attachment {
+                node,
+                state,
+                withheld: false,
+                #[cfg(feature = "upstream-bugs")]
+                assumed_mounted,
+                generation: 0,
+                landed: state == AttachState::Attached,
+            });
         self.len += 1;
     }
 

@@ -12,6 +12,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use thiserror::Error;
 
 use crate::config::Config;
+use crate::dense_map::DenseMap;
 use crate::domain::Domain;
 use crate::gate::trim_map;
 use crate::volume::VolumeSpec;
@@ -244,9 +245,9 @@ pub struct DesiredState<D: Domain> {
     nodes: FxHashMap<D::Node, Vec<D::Workload>>,
     /// Every volume with a known spec. Spec and desired nodes share one entry: one table keyed
     /// by volume instead of two saves a hash-table slot per volume.
-    volumes: FxHashMap<D::Volume, VolumeEntry<D>>,
+    volumes: DenseMap<D::Volume, VolumeEntry<D>>,
     /// Placed workloads.
-    workloads: FxHashMap<D::Workload, Placement<D>>,
+    workloads: DenseMap<D::Workload, Placement<D>>,
     /// Workloads that wait for a node or a volume.
     pending: FxHashMap<D::Workload, Pending<D>>,
     /// Pending workloads by the node they name, whether it is known or not: an arriving node
@@ -277,8 +278,8 @@ impl<D: Domain> DesiredState<D> {
     pub(crate) fn new(config: &Config) -> Self {
         DesiredState {
             nodes: FxHashMap::default(),
-            volumes: FxHashMap::default(),
-            workloads: FxHashMap::default(),
+            volumes: DenseMap::default(),
+            workloads: DenseMap::default(),
             pending: FxHashMap::default(),
             pending_on_node: FxHashMap::default(),
             pending_on_volume: FxHashMap::default(),
@@ -378,17 +379,18 @@ impl<D: Domain> DesiredState<D> {
     /// detached; workloads cannot use it. Returns whether it was taken (false when a spec is
     /// known already).
     pub(crate) fn keep_spec(&mut self, volume: D::Volume, spec: VolumeSpec<D::Payload>) -> bool {
-        match self.volumes.entry(volume) {
-            Entry::Occupied(_) => false,
-            Entry::Vacant(slot) => {
-                slot.insert(VolumeEntry {
-                    spec,
-                    registered: false,
-                    wanted: None,
-                });
-                true
-            }
+        if self.volumes.contains_key(&volume) {
+            return false;
         }
+        self.volumes.insert(
+            volume,
+            VolumeEntry {
+                spec,
+                registered: false,
+                wanted: None,
+            },
+        );
+        true
     }
 
     /// Unregisters `volume` (a no-op unless registered): its spec is kept for the detach, and

@@ -222,6 +222,7 @@ mod capacity;
 pub mod config;
 pub mod controller;
 mod decision;
+mod dense_map;
 mod desired;
 mod domain;
 mod error;
