@@ -187,6 +187,9 @@ pub(crate) struct WantedOn<D: Domain> {
     pub(crate) multi_attach_reported: bool,
 }
 
+/// A volume's spec and the nodes it is desired on, read together.
+pub(crate) type SpecAndWanted<'a, D> = (&'a VolumeSpec<<D as Domain>::Payload>, &'a [WantedOn<D>]);
+
 /// A volume with a known spec, and the nodes it is desired on (often none, usually one).
 #[derive(Debug)]
 struct VolumeEntry<D: Domain> {
@@ -773,6 +776,11 @@ impl<D: Domain> DesiredState<D> {
             .into_iter()
             .flat_map(|e| e.wanted())
             .map(|w| (&w.node, &*w.workloads))
+    }
+
+    /// A volume's spec, if known, and the nodes it is wanted on: one lookup for both.
+    pub(crate) fn spec_and_wanted(&self, volume: &D::Volume) -> Option<SpecAndWanted<'_, D>> {
+        self.volumes.get(volume).map(|e| (&e.spec, e.wanted()))
     }
 
     pub(crate) fn wanted_on(&self, volume: &D::Volume) -> &[WantedOn<D>] {

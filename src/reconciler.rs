@@ -1440,7 +1440,11 @@ impl<D: Domain> Reconciler<D> {
     }
 
     fn reconcile_volume(&mut self, now: Duration, volume: &D::Volume, ops: &mut Vec<Operation<D>>) {
-        let Some(spec) = self.desired.spec(volume).cloned() else {
+        // The spec and the nodes it is wanted on, in one lookup: nothing below changes them.
+        let Some((spec, wanted)) = self.desired.spec_and_wanted(volume).map(|(spec, wanted)| {
+            let nodes: SmallVec<[D::Node; 2]> = wanted.iter().map(|w| w.node.clone()).collect();
+            (spec.clone(), nodes)
+        }) else {
             // Only the store reported it (at recovery), and neither the orchestrator nor the
             // backend knows it: without its payload the core cannot detach it.
             let nodes: SmallVec<[D::Node; 2]> = self
@@ -1468,19 +1472,12 @@ impl<D: Domain> Reconciler<D> {
             .map(|a| a.node.clone())
             .collect();
         for node in &attached {
-            if !self.desired.is_desired(volume, node) {
+            if !wanted.contains(node) {
                 self.consider_detach(now, volume, node, &spec, ops);
             }
         }
-        let wanted: SmallVec<[D::Node; 2]> = self
-            .desired
-            .wanted_on(volume)
-            .iter()
-            .map(|w| w.node.clone())
-            .collect();
-        let desired = &self.desired;
         self.capacity
-            .forget_unwanted(volume, |node| desired.is_desired(volume, node));
+            .forget_unwanted(volume, |node| wanted.contains(node));
         for node in &wanted {
             self.consider_attach(now, volume, node, &spec, ops);
         }
