@@ -6,7 +6,7 @@ use std::time::Duration;
 use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 
-use crate::dense_map::DenseMap;
+use crate::dense_table::{DenseTable, Keyed};
 use crate::domain::Domain;
 use crate::marks::Marks;
 use crate::store::ReportedVolume;
@@ -101,6 +101,21 @@ impl<D: Domain> Attachment<D> {
     /// Whether the node must list this volume in its status.
     pub fn is_reported(&self) -> bool {
         self.state == AttachState::Attached && !self.withheld
+    }
+}
+
+/// The attachments of one volume (a volume is rarely on more than one node).
+#[derive(Debug)]
+struct VolumeAttachments<D: Domain> {
+    /// The key of [`ActualState::volumes`].
+    volume: D::Volume,
+    list: SmallVec<[Attachment<D>; 1]>,
+}
+
+impl<D: Domain> Keyed for VolumeAttachments<D> {
+    type Key = D::Volume;
+    fn key(&self) -> &D::Volume {
+        &self.volume
     }
 }
 
@@ -256,7 +271,7 @@ impl<D: Domain> ActualNode<D> {
 /// through [`Reconciler::actual`](crate::core::Reconciler::actual).
 #[derive(Debug)]
 pub struct ActualState<D: Domain> {
-    volumes: DenseMap<D::Volume, SmallVec<[Attachment<D>; 1]>>,
+    volumes: DenseTable<VolumeAttachments<D>>,
     nodes: FxHashMap<D::Node, ActualNode<D>>,
     /// The nodes with a pending detach request.
     requesting: FxHashSet<D::Node>,
@@ -274,7 +289,7 @@ pub struct ActualState<D: Domain> {
 impl<D: Domain> Default for ActualState<D> {
     fn default() -> Self {
         ActualState {
-            volumes: DenseMap::default(),
+            volumes: DenseTable::default(),
             nodes: FxHashMap::default(),
             requesting: FxHashSet::default(),
             ring: VerifyRing::default(),
@@ -294,7 +309,11 @@ impl<D: Domain> ActualState<D> {
 
     /// The record of (`volume`, `node`), if any.
     pub fn get(&self, volume: &D::Volume, node: &D::Node) -> Option<&Attachment<D>> {
-        self.volumes.get(volume)?.iter().find(|a| a.node == *node)
+        self.volumes
+            .get(volume)?
+            .list
+            .iter()
+            .find(|a| a.node == *node)
     }
 
     pub(crate) fn get_mut(
@@ -304,13 +323,14 @@ impl<D: Domain> ActualState<D> {
     ) -> Option<&mut Attachment<D>> {
         self.volumes
             .get_mut(volume)?
+            .list
             .iter_mut()
             .find(|a| a.node == *node)
     }
 
     /// Every node `volume` is attached (or maybe attached) to.
     pub fn attachments(&self, volume: &D::Volume) -> &[Attachment<D>] {
-        self.volumes.get(volume).map_or(&[], |a| a.as_slice())
+        self.volumes.get(volume).map_or(&[], |a| a.list.as_slice())
     }
 
     /// Volumes attached (or maybe attached) to `node`, in order.
@@ -501,7 +521,11 @@ impl<D: Domain> ActualState<D> {
         #[cfg(feature = "upstream-bugs")]
         let assumed_mounted = n.in_use.is_none();
         self.volumes
-            .get_or_insert_with(volume, SmallVec::new)
+            .get_or_insert_with(volume, |volume| VolumeAttachments {
+                volume,
+                list: SmallVec::new(),
+            })
+            .list
             .push(Attachment {
                 node,
                 state,
@@ -516,7 +540,7 @@ impl<D: Domain> ActualState<D> {
 
     /// Forgets the attachment: the volume is detached from the node.
     pub(crate) fn set_detached(&mut self, volume: &D::Volume, node: &D::Node) {
-        let Some(list) = self.volumes.get_mut(volume) else {
+        let Some(VolumeAttachments { list, .. }) = self.volumes.get_mut(volume) else {
             return;
         };
         let Some(i) = list.iter().position(|a| a.node == *node) else {

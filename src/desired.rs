@@ -12,7 +12,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use thiserror::Error;
 
 use crate::config::Config;
-use crate::dense_map::DenseMap;
+use crate::dense_table::{DenseTable, Keyed};
 use crate::domain::Domain;
 use crate::gate::trim_map;
 use crate::volume::VolumeSpec;
@@ -155,6 +155,8 @@ impl<T> Few<T> {
 /// Where one workload runs and what it uses.
 #[derive(Clone, Debug)]
 struct Placement<D: Domain> {
+    /// The workload itself: the key of [`DesiredState::workloads`].
+    workload: D::Workload,
     node: D::Node,
     /// Sorted, no duplicates.
     volumes: Few<D::Volume>,
@@ -193,12 +195,28 @@ pub(crate) type SpecAndWanted<'a, D> = (&'a VolumeSpec<<D as Domain>::Payload>, 
 /// A volume with a known spec, and the nodes it is desired on (often none, usually one).
 #[derive(Debug)]
 struct VolumeEntry<D: Domain> {
+    /// The volume itself: the key of [`DesiredState::volumes`].
+    volume: D::Volume,
     spec: VolumeSpec<D::Payload>,
     /// The orchestrator registered it, so workloads may use it. Otherwise the spec is kept
     /// only to detach the volume (removed, or known only from the backend), and it is desired
     /// nowhere.
     registered: bool,
     wanted: Option<Few<WantedOn<D>>>,
+}
+
+impl<D: Domain> Keyed for VolumeEntry<D> {
+    type Key = D::Volume;
+    fn key(&self) -> &D::Volume {
+        &self.volume
+    }
+}
+
+impl<D: Domain> Keyed for Placement<D> {
+    type Key = D::Workload;
+    fn key(&self) -> &D::Workload {
+        &self.workload
+    }
 }
 
 impl<D: Domain> VolumeEntry<D> {
@@ -248,9 +266,9 @@ pub struct DesiredState<D: Domain> {
     nodes: FxHashMap<D::Node, Vec<D::Workload>>,
     /// Every volume with a known spec. Spec and desired nodes share one entry: one table keyed
     /// by volume instead of two saves a hash-table slot per volume.
-    volumes: DenseMap<D::Volume, VolumeEntry<D>>,
+    volumes: DenseTable<VolumeEntry<D>>,
     /// Placed workloads.
-    workloads: DenseMap<D::Workload, Placement<D>>,
+    workloads: DenseTable<Placement<D>>,
     /// Workloads that wait for a node or a volume.
     pending: FxHashMap<D::Workload, Pending<D>>,
     /// Pending workloads by the node they name, whether it is known or not: an arriving node
@@ -281,8 +299,8 @@ impl<D: Domain> DesiredState<D> {
     pub(crate) fn new(config: &Config) -> Self {
         DesiredState {
             nodes: FxHashMap::default(),
-            volumes: DenseMap::default(),
-            workloads: DenseMap::default(),
+            volumes: DenseTable::default(),
+            workloads: DenseTable::default(),
             pending: FxHashMap::default(),
             pending_on_node: FxHashMap::default(),
             pending_on_volume: FxHashMap::default(),
@@ -362,14 +380,12 @@ impl<D: Domain> DesiredState<D> {
                 entry.registered = true;
             }
             None => {
-                self.volumes.insert(
-                    volume.clone(),
-                    VolumeEntry {
-                        spec,
-                        registered: true,
-                        wanted: None,
-                    },
-                );
+                self.volumes.insert(VolumeEntry {
+                    volume: volume.clone(),
+                    spec,
+                    registered: true,
+                    wanted: None,
+                });
             }
         }
         let waiting = sorted(self.pending_on_volume.get(&volume));
@@ -385,14 +401,12 @@ impl<D: Domain> DesiredState<D> {
         if self.volumes.contains_key(&volume) {
             return false;
         }
-        self.volumes.insert(
+        self.volumes.insert(VolumeEntry {
             volume,
-            VolumeEntry {
-                spec,
-                registered: false,
-                wanted: None,
-            },
-        );
+            spec,
+            registered: false,
+            wanted: None,
+        });
         true
     }
 
@@ -446,8 +460,8 @@ impl<D: Domain> DesiredState<D> {
     pub fn registered_volumes(&self) -> impl Iterator<Item = &D::Volume> {
         self.volumes
             .iter()
-            .filter(|(_, e)| e.registered)
-            .map(|(v, _)| v)
+            .filter(|e| e.registered)
+            .map(|e| &e.volume)
     }
 
     // ---- workloads ----------------------------------------------------------------------------
@@ -492,6 +506,7 @@ impl<D: Domain> DesiredState<D> {
         };
         self.unpend(&workload);
         let placement = Placement {
+            workload: workload.clone(),
             node,
             volumes: Few::from_vec(wanted),
         };
@@ -520,7 +535,10 @@ impl<D: Domain> DesiredState<D> {
 
     /// Every workload known, placed or waiting, in no particular order.
     pub fn workloads(&self) -> impl Iterator<Item = &D::Workload> {
-        self.workloads.keys().chain(self.pending.keys())
+        self.workloads
+            .iter()
+            .map(|p| &p.workload)
+            .chain(self.pending.keys())
     }
 
     /// Whether `node` is managed and every one of `volumes` registered.
@@ -578,7 +596,7 @@ impl<D: Domain> DesiredState<D> {
             .get_mut(&placement.node)
             .expect("managed")
             .push(workload.clone());
-        self.workloads.insert(workload, placement);
+        self.workloads.insert(placement);
         changed
     }
 
@@ -696,7 +714,7 @@ impl<D: Domain> DesiredState<D> {
     }
 
     fn describe(&self, workload: &D::Workload, pending: &Pending<D>) -> PendingWorkload<D> {
-        let Placement { node, volumes } = &pending.placement;
+        let Placement { node, volumes, .. } = &pending.placement;
         PendingWorkload {
             workload: workload.clone(),
             node: node.clone(),
@@ -813,7 +831,7 @@ impl<D: Domain> DesiredState<D> {
     pub fn volumes_to_attach(&self) -> impl Iterator<Item = (&D::Volume, &D::Node)> {
         self.volumes
             .iter()
-            .flat_map(|(v, e)| e.wanted().iter().map(move |w| (v, &w.node)))
+            .flat_map(|e| e.wanted().iter().map(move |w| (&e.volume, &w.node)))
     }
 
     /// Number of desired (volume, node) pairs.
@@ -990,8 +1008,9 @@ mod tests {
         type Small = Ids<u32, u32, u32>;
         assert_eq!(std::mem::size_of::<Few<u32>>(), 16);
         assert!(std::mem::size_of::<Option<Few<WantedOn<Small>>>>() <= 24);
-        assert!(std::mem::size_of::<(u32, VolumeEntry<Small>)>() <= 40);
-        assert!(std::mem::size_of::<(u32, Placement<Small>)>() <= 32);
+        // An entry carries its key in what would be padding (src/dense_table.rs).
+        assert_eq!(std::mem::size_of::<VolumeEntry<Small>>(), 32);
+        assert_eq!(std::mem::size_of::<Placement<Small>>(), 24);
     }
 
     #[test]

@@ -222,7 +222,7 @@ mod capacity;
 pub mod config;
 pub mod controller;
 mod decision;
-mod dense_map;
+mod dense_table;
 mod desired;
 mod domain;
 mod error;

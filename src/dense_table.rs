@@ -1,0 +1,314 @@
+//! A hash table for the core's largest tables (one entry per volume or workload): the entries
+//! live in one dense array, each carrying its own key, and the hash table holds only a 4-byte
+//! position.
+//!
+//! Why not `FxHashMap`: a hash table keeps its load between 7/16 and 7/8, so at a million
+//! entries (just past a power of two) it holds 2.1 slots per entry, each as large as a key and
+//! its value. Here the table's slots are 4 bytes, and the array grows by a quarter at a time,
+//! so it carries at most a quarter of spare room. With `u32` ids that took the settled
+//! million-attachment state from about 255 to about 155 bytes per attachment. Not `indexmap`:
+//! it keeps an 8-byte hash beside every entry and 8-byte positions, most of the saving.
+//!
+//! The key lives inside the entry ([`Keyed`]), not beside it: a key of 4 bytes fits in the
+//! padding an entry has anyway, and a lookup reads the key and the value on one cache line
+//! (with the keys in an array of their own, a lookup at a million entries missed the cache
+//! once more).
+//!
+//! Removing swaps the last entry into the hole (one more probe, to repoint its slot), so
+//! positions are not stable and iteration is in no particular order.
+
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+
+use hashbrown::HashTable;
+use rustc_hash::FxBuildHasher;
+
+/// Arrays at most this long are not trimmed: a small table's spare room costs nothing.
+const TRIM_ABOVE: usize = 1_024;
+
+/// An entry of a [`DenseTable`]: it carries its own key.
+pub(crate) trait Keyed {
+    /// What the table finds the entry by.
+    type Key: Hash + Eq;
+    /// The entry's key. It must not change while the entry is in a table: the table found it
+    /// by the key it had when inserted.
+    fn key(&self) -> &Self::Key;
+}
+
+/// Entries found by their key, in one dense array, indexed by a hash table of positions.
+pub(crate) struct DenseTable<T> {
+    /// Position of each entry in `entries`, hashed by its key.
+    index: HashTable<u32>,
+    entries: Vec<T>,
+}
+
+impl<T> Default for DenseTable<T> {
+    fn default() -> Self {
+        DenseTable {
+            index: HashTable::new(),
+            entries: Vec::new(),
+        }
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for DenseTable<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(&self.entries).finish()
+    }
+}
+
+impl<T> DenseTable<T> {
+    /// Every entry, in no particular order.
+    pub(crate) fn iter(&self) -> std::slice::Iter<'_, T> {
+        self.entries.iter()
+    }
+
+    /// Number of entries.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+#[inline]
+fn hash_of<K: Hash>(key: &K) -> u64 {
+    FxBuildHasher.hash_one(key)
+}
+
+/// The position `at` as a table slot. A table of 2^32 entries would hold at least 128 GiB; the
+/// core's tables never come near.
+fn slot(at: usize) -> u32 {
+    u32::try_from(at).expect("a dense table holds fewer than 2^32 entries")
+}
+
+/// Makes room for one more item, by a quarter of the length at a time (a `Vec` doubles, which
+/// leaves up to half of a large array unused).
+fn grow<T>(items: &mut Vec<T>) {
+    if items.len() == items.capacity() {
+        items.reserve_exact((items.len() / 4).max(4));
+    }
+}
+
+impl<T: Keyed> DenseTable<T> {
+    /// Where the entry of `key` is, if present.
+    #[inline]
+    fn position(&self, key: &T::Key) -> Option<usize> {
+        let entries = &self.entries;
+        self.index
+            .find(hash_of(key), |&at| entries[at as usize].key() == key)
+            .map(|&at| at as usize)
+    }
+
+    /// The entry of `key`.
+    #[inline]
+    pub(crate) fn get(&self, key: &T::Key) -> Option<&T> {
+        self.position(key).map(|at| &self.entries[at])
+    }
+
+    /// The entry of `key`, to change (all but its key).
+    #[inline]
+    pub(crate) fn get_mut(&mut self, key: &T::Key) -> Option<&mut T> {
+        self.position(key).map(|at| &mut self.entries[at])
+    }
+
+    /// Whether `key` has an entry.
+    #[inline]
+    pub(crate) fn contains_key(&self, key: &T::Key) -> bool {
+        self.position(key).is_some()
+    }
+
+    /// Appends an entry whose key is known to be absent; returns its position.
+    fn push(&mut self, hash: u64, entry: T) -> usize {
+        let at = self.entries.len();
+        let entries = &self.entries;
+        self.index
+            .insert_unique(hash, slot(at), |&i| hash_of(entries[i as usize].key()));
+        grow(&mut self.entries);
+        self.entries.push(entry);
+        at
+    }
+
+    /// Puts `entry` in, in place of the entry of the same key if there is one (returned).
+    pub(crate) fn insert(&mut self, entry: T) -> Option<T> {
+        match self.position(entry.key()) {
+            Some(at) => Some(std::mem::replace(&mut self.entries[at], entry)),
+            None => {
+                self.push(hash_of(entry.key()), entry);
+                None
+            }
+        }
+    }
+
+    /// The entry of `key`, made by `make` (from the key) first if there is none.
+    pub(crate) fn get_or_insert_with(
+        &mut self,
+        key: T::Key,
+        make: impl FnOnce(T::Key) -> T,
+    ) -> &mut T {
+        let hash = hash_of(&key);
+        let entries = &self.entries;
+        let at = match self
+            .index
+            .find(hash, |&at| *entries[at as usize].key() == key)
+        {
+            Some(&at) => at as usize,
+            None => {
+                let entry = make(key);
+                self.push(hash, entry)
+            }
+        };
+        &mut self.entries[at]
+    }
+
+    /// Takes the entry of `key` out. The last entry moves into its place.
+    pub(crate) fn remove(&mut self, key: &T::Key) -> Option<T> {
+        let entries = &self.entries;
+        let found = self
+            .index
+            .find_entry(hash_of(key), |&at| entries[at as usize].key() == key)
+            .ok()?;
+        let (at, _) = found.remove();
+        let at = at as usize;
+        let last = self.entries.len() - 1;
+        if at != last {
+            // The last entry moves to `at`: its slot must say so.
+            let moved = self
+                .index
+                .find_mut(hash_of(self.entries[last].key()), |&i| i as usize == last)
+                .expect("every entry has a slot");
+            *moved = slot(at);
+        }
+        let entry = self.entries.swap_remove(at);
+        self.trim();
+        Some(entry)
+    }
+
+    /// Gives back room left by removals once at most a quarter of it is used: after a mass
+    /// removal, the table shrinks to twice what is left.
+    fn trim(&mut self) {
+        let len = self.entries.len();
+        if self.entries.capacity() > TRIM_ABOVE && len * 4 <= self.entries.capacity() {
+            self.entries.shrink_to(len * 2);
+            let entries = &self.entries;
+            self.index
+                .shrink_to(len * 2, |&i| hash_of(entries[i as usize].key()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    /// A key and a value, as the core's entries are.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    struct Entry(u32, u64);
+
+    impl Keyed for Entry {
+        type Key = u32;
+        fn key(&self) -> &u32 {
+            &self.0
+        }
+    }
+
+    /// A small deterministic generator, so a failure replays.
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            self.0 >> 33
+        }
+    }
+
+    /// Every operation, checked against `std`'s map after each step, keys drawn from a small
+    /// range so that inserts, replacements and removals of present and absent keys all happen,
+    /// through growth, emptying and shrinking.
+    #[test]
+    fn behaves_like_a_hash_map_through_a_random_walk() {
+        let mut rng = Lcg(7);
+        let mut dense: DenseTable<Entry> = DenseTable::default();
+        let mut model: HashMap<u32, u64> = HashMap::new();
+        for step in 0..200_000u64 {
+            // Phases of growth and of shrinkage, so the array fills and empties.
+            let range = if (step / 20_000) % 2 == 0 { 5_000 } else { 50 };
+            let key = (rng.next() % range) as u32;
+            match rng.next() % 6 {
+                0 | 1 => assert_eq!(
+                    dense.insert(Entry(key, step)).map(|e| e.1),
+                    model.insert(key, step)
+                ),
+                2 => {
+                    dense.get_or_insert_with(key, |k| Entry(k, step)).1 += 1;
+                    *model.entry(key).or_insert(step) += 1;
+                }
+                3 | 4 => assert_eq!(dense.remove(&key).map(|e| e.1), model.remove(&key)),
+                _ => {
+                    if let Some(entry) = dense.get_mut(&key) {
+                        entry.1 ^= 1;
+                    }
+                    if let Some(value) = model.get_mut(&key) {
+                        *value ^= 1;
+                    }
+                }
+            }
+            assert_eq!(dense.len(), model.len());
+            assert_eq!(dense.get(&key).map(|e| e.1), model.get(&key).copied());
+            assert_eq!(dense.contains_key(&key), model.contains_key(&key));
+            if step % 997 == 0 {
+                let mut seen: Vec<_> = dense.iter().map(|e| (e.0, e.1)).collect();
+                let mut want: Vec<_> = model.iter().map(|(k, v)| (*k, *v)).collect();
+                seen.sort_unstable();
+                want.sort_unstable();
+                assert_eq!(seen, want, "step {step}");
+            }
+        }
+    }
+
+    #[test]
+    fn removing_repoints_the_entry_that_moved() {
+        let mut dense = DenseTable::default();
+        for k in 0..10u32 {
+            dense.insert(Entry(k, u64::from(k) * 10));
+        }
+        // 9 moves into 3's place; it must still be found, and so must the rest.
+        assert_eq!(dense.remove(&3), Some(Entry(3, 30)));
+        assert_eq!(dense.get(&9), Some(&Entry(9, 90)));
+        assert_eq!(dense.remove(&9), Some(Entry(9, 90)));
+        assert_eq!(dense.remove(&9), None);
+        for k in [0, 1, 2, 4, 5, 6, 7, 8] {
+            assert_eq!(dense.get(&k), Some(&Entry(k, u64::from(k) * 10)));
+        }
+        assert_eq!(dense.len(), 8);
+    }
+
+    #[test]
+    fn grows_by_a_quarter_and_shrinks_after_a_mass_removal() {
+        let mut dense = DenseTable::default();
+        for k in 0..100_000u32 {
+            dense.insert(Entry(k, u64::from(k)));
+        }
+        let spare = dense.entries.capacity() - dense.len();
+        assert!(
+            spare * 4 <= dense.len() + 4,
+            "{spare} spare of {}",
+            dense.len()
+        );
+        for k in 0..99_000u32 {
+            dense.remove(&k);
+        }
+        // Shrunk as it emptied: never more than four times the room the entries need.
+        assert!(
+            dense.entries.capacity() <= 4_000,
+            "{}",
+            dense.entries.capacity()
+        );
+        for k in 99_000..100_000u32 {
+            assert!(dense.contains_key(&k));
+        }
+    }
+}
