@@ -90,13 +90,19 @@ fn grow<T>(items: &mut Vec<T>) {
 }
 
 impl<T: Keyed> DenseTable<T> {
+    /// Where the entry of `key`, whose hash is `hash`, is, if present.
+    #[inline]
+    fn find(&self, hash: u64, key: &T::Key) -> Option<usize> {
+        let entries = &self.entries;
+        self.index
+            .find(hash, |&at| entries[at as usize].key() == key)
+            .map(|&at| at as usize)
+    }
+
     /// Where the entry of `key` is, if present.
     #[inline]
     fn position(&self, key: &T::Key) -> Option<usize> {
-        let entries = &self.entries;
-        self.index
-            .find(hash_of(key), |&at| entries[at as usize].key() == key)
-            .map(|&at| at as usize)
+        self.find(hash_of(key), key)
     }
 
     /// The entry of `key`.
@@ -130,10 +136,11 @@ impl<T: Keyed> DenseTable<T> {
 
     /// Puts `entry` in, in place of the entry of the same key if there is one (returned).
     pub(crate) fn insert(&mut self, entry: T) -> Option<T> {
-        match self.position(entry.key()) {
+        let hash = hash_of(entry.key());
+        match self.find(hash, entry.key()) {
             Some(at) => Some(std::mem::replace(&mut self.entries[at], entry)),
             None => {
-                self.push(hash_of(entry.key()), entry);
+                self.push(hash, entry);
                 None
             }
         }
@@ -146,16 +153,9 @@ impl<T: Keyed> DenseTable<T> {
         make: impl FnOnce(T::Key) -> T,
     ) -> &mut T {
         let hash = hash_of(&key);
-        let entries = &self.entries;
-        let at = match self
-            .index
-            .find(hash, |&at| *entries[at as usize].key() == key)
-        {
-            Some(&at) => at as usize,
-            None => {
-                let entry = make(key);
-                self.push(hash, entry)
-            }
+        let at = match self.find(hash, &key) {
+            Some(at) => at,
+            None => self.push(hash, make(key)),
         };
         &mut self.entries[at]
     }
