@@ -158,6 +158,18 @@ pub enum Event<D: Domain> {
         /// The backend's message.
         message: String,
     },
+    /// After a restart, several nodes report the claim-only single-node volume in use and no
+    /// node's status lists it. A claim is recorded only in its node's status, which goes with
+    /// a deleted node object: any of them may have it mounted, and an agent also reports what
+    /// it is about to mount, so none is granted it. Each holds it as maybe claimed until its
+    /// agent stops using it; then the last one left is granted it. A human who knows which
+    /// node really has it mounted ends the wait by removing the others' workloads.
+    ClaimInDoubt {
+        /// The volume.
+        volume: D::Volume,
+        /// The nodes that report it in use, in order.
+        nodes: Vec<D::Node>,
+    },
     /// A call to the backend or the store got no answer within its deadline
     /// ([`CallTimeouts`](crate::config::CallTimeouts)) and was given up. Raised by the driver,
     /// never by the core; a timed-out attach or detach is then handled as an uncertain failure (it
@@ -188,6 +200,7 @@ impl<D: Domain> Event<D> {
             Event::WaitingForUnmount { .. } => "WaitingForUnmount",
             Event::WorkloadWaiting { .. } => "WorkloadWaiting",
             Event::CallTimedOut { .. } => "CallTimedOut",
+            Event::ClaimInDoubt { .. } => "ClaimInDoubt",
             Event::NodeFull { .. } => "NodeFull",
             Event::DetachStuck { .. } => "DetachStuck",
             Event::VolumeReleased { .. } => "VolumeReleased",
@@ -318,6 +331,10 @@ impl<D: Domain> fmt::Display for Event<D> {
             Event::MachineCheckFailed { node, message } => write!(
                 f,
                 "Asking whether the machine of node {node:?} is powered off failed: {message}"
+            ),
+            Event::ClaimInDoubt { volume, nodes } => write!(
+                f,
+                "Claim-only volume {volume:?} is reported in use on nodes {nodes:?} and no node status lists it (a claim's status may have gone with a deleted node object): none is granted it until all but one stop using it"
             ),
             Event::CallTimedOut {
                 call,

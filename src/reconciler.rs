@@ -1,6 +1,6 @@
 //! The reconciler: a pure, synchronous planner that turns changes into operations.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -663,8 +663,27 @@ impl<D: Domain> Reconciler<D> {
         }
         let placed = self.desired.add_node(node.clone());
         self.schedule.mark_all(placed);
+        // Newly reported in use: an unchanged report was looked at when it came.
+        let newly: Vec<D::Volume> = match (&facts.in_use, self.recovery.is_none()) {
+            (Some(list), true) => {
+                let old = self.actual.node(&node).and_then(|n| n.in_use.as_deref());
+                let old = old.unwrap_or(&[]);
+                list.iter()
+                    .filter(|v| old.binary_search(v).is_err())
+                    .cloned()
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
         let affected = self.actual.set_node(node.clone(), facts);
         self.schedule.mark_all(affected);
+        // A claim its status may no longer list (see `adopt_claims_in_use`, which looks at
+        // every node once recovery is done). Held nowhere, so its first asker takes it.
+        if !newly.is_empty() {
+            for volume in self.unheld_claims(newly.iter()) {
+                self.adopt_claim(volume, node.clone());
+            }
+        }
         if old_limit != new_limit {
             // A raised (or lowered, or lifted) limit: the volumes waiting for room look again.
             self.room_freed(&node);
@@ -770,6 +789,69 @@ impl<D: Domain> Reconciler<D> {
         if self.actual.state(&volume, &node) == AttachState::Detached {
             self.actual.set_uncertain(volume.clone(), node);
             self.schedule.mark(volume);
+        }
+    }
+
+    /// The single-node claim-only volumes `node` reports in use that no node holds on record.
+    fn unrecorded_claims(&self, node: &D::Node) -> Vec<D::Volume> {
+        let Some(in_use) = self.actual.node(node).and_then(|n| n.in_use.as_deref()) else {
+            return Vec::new();
+        };
+        self.unheld_claims(in_use.iter())
+    }
+
+    /// Those of `volumes` that are single-node claim-only volumes no node holds on record.
+    fn unheld_claims<'a>(&self, volumes: impl Iterator<Item = &'a D::Volume>) -> Vec<D::Volume>
+    where
+        D::Volume: 'a,
+    {
+        volumes
+            .filter(|v| {
+                self.desired
+                    .spec(v)
+                    .is_some_and(|s| !s.attach_required && s.access == Access::SingleNode)
+                    && self.actual.attachments(v).is_empty()
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Holds `volume` as maybe claimed (Uncertain) on `node`, whose agent reports it in use: no
+    /// other node is granted it, and it is released only as any claim is (the agent stops using
+    /// it, the store settles, a fresh read agrees).
+    fn adopt_claim(&mut self, volume: D::Volume, node: D::Node) {
+        warn!(volume = ?volume, node = ?node, "a node uses a claim-only volume no status lists: holding it as maybe claimed there");
+        self.actual.set_uncertain(volume.clone(), node);
+        self.schedule.mark(volume);
+    }
+
+    /// Restart recovery, after both listings: a claim is recorded only in its node's status, and
+    /// that status goes with a deleted node object (a node registered again starts with an empty
+    /// one). So each single-node claim-only volume a node reports in use, which no listing
+    /// holds, is adopted as maybe claimed on every node that reports it: any of them may have
+    /// it mounted. One such node is granted it if it wants it; several wait for one another,
+    /// named in a [`ClaimInDoubt`](Event::ClaimInDoubt) event, until all but one stop using it.
+    fn adopt_claims_in_use(&mut self) {
+        let mut nodes: Vec<D::Node> = self
+            .actual
+            .nodes()
+            .filter(|n| self.actual.node_present(n))
+            .cloned()
+            .collect();
+        nodes.sort();
+        let mut reporters: BTreeMap<D::Volume, Vec<D::Node>> = BTreeMap::new();
+        for node in nodes {
+            for volume in self.unrecorded_claims(&node) {
+                reporters.entry(volume).or_default().push(node.clone());
+            }
+        }
+        for (volume, nodes) in reporters {
+            for node in &nodes {
+                self.adopt_claim(volume.clone(), node.clone());
+            }
+            if nodes.len() > 1 {
+                self.events.push(Event::ClaimInDoubt { volume, nodes });
+            }
         }
     }
 
@@ -1332,6 +1414,7 @@ impl<D: Domain> Reconciler<D> {
         for a in attachments {
             self.recover_attachment(a.volume, a.node, a.spec);
         }
+        self.adopt_claims_in_use();
         // Inputs taken while recovering left their volumes dirty: the next pass sees them.
     }
 

@@ -17,6 +17,9 @@ const TICK: Duration = Duration::from_millis(100);
 #[path = "admission_tests.rs"]
 mod admission_tests;
 
+#[path = "claim_recovery_tests.rs"]
+mod claim_recovery_tests;
+
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }

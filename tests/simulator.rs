@@ -317,3 +317,31 @@ fn a_returning_agent_corrects_its_stale_report() {
     let report = run(&parse(text).unwrap());
     assert!(report.passed(), "{:#?}", report.violations);
 }
+
+/// A claim-only volume's claim lives only in its node's status, which goes with the node
+/// object. n2's object is deleted while its pod keeps the claim mounted, and the controller
+/// restarts: both agents report the volume in use and no status lists it, so the new
+/// controller grants it to neither until n2's pod goes. The world fuzzer found it granted to n0
+/// at once (I1: mounted on two nodes).
+#[test]
+fn a_claim_whose_status_went_with_its_node_is_not_granted_twice_after_a_restart() {
+    let text = "set sync-period 20s
+        set cache-lag 1100ms
+        set attach-latency 1100ms
+        set status-latency 0s
+        node n0
+        node n2
+        volume v0 single-node claim-only
+        at 3600ms pod p3 on n2 uses v0
+        at 52100ms node n2 delete
+        at 95500ms pod p1 on n0 uses v0
+        at 120200ms restart controller
+        at 120200ms node n2 create
+        at 150s expect pod p3 running
+        at 150s expect pod p1 pending
+        at 160s delete pod p3
+        at 220s expect pod p1 running
+        run 300s";
+    let report = run(&parse(text).unwrap());
+    assert!(report.passed(), "{:#?}", report.violations);
+}

@@ -228,6 +228,7 @@ fn event_node(event: &Event<SimIds>) -> Option<&String> {
         | Event::VolumeReleased { node, .. } => Some(node),
         Event::NodePoweredOff { node } | Event::MachineCheckFailed { node, .. } => Some(node),
         Event::CallTimedOut { node, .. } => node.as_ref(),
+        Event::ClaimInDoubt { .. } => None,
     }
 }
 
@@ -250,6 +251,12 @@ impl Recorder {
             self.node_full.lock().extend(workloads.iter().cloned());
         }
         let mut w = self.world.lock();
+        if let Event::ClaimInDoubt { volume, nodes } = event {
+            w.claims_in_doubt
+                .entry(volume.clone())
+                .or_default()
+                .extend(nodes.iter().cloned());
+        }
         w.now = self.epoch.elapsed();
         w.log(format!("event {}: {event}", event.reason()));
         w.record(Happening::Event {

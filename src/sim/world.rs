@@ -165,6 +165,9 @@ pub(crate) struct World {
     pub(crate) restarted: bool,
     /// Volumes nodes reach without an attach (`claim-only`): mounted once listed.
     pub(crate) claim_only: BTreeSet<String>,
+    /// Volume -> the nodes a controller named in a `ClaimInDoubt` event: after a restart,
+    /// several nodes reported it in use and no status listed it, so none was granted it.
+    pub(crate) claims_in_doubt: BTreeMap<String, BTreeSet<String>>,
 }
 
 pub(crate) fn fmt_time(d: Duration) -> String {
@@ -654,6 +657,17 @@ impl World {
                     .into_iter()
                     .any(|n| n != waiting_on && keeps(n, volume))
         };
+        // A claim in doubt (see `Event::ClaimInDoubt`) on `node` while another node named with
+        // it still has a pod that uses the volume: the controller cannot tell which of them has
+        // it mounted, so it grants it to none, lists it on none, and their pods wait for it.
+        let in_doubt = |volume: &str, node: &str| {
+            self.claims_in_doubt.get(volume).is_some_and(|nodes| {
+                nodes.contains(node)
+                    && nodes
+                        .iter()
+                        .any(|other| other != node && used_on(other, volume))
+            })
+        };
         let mut real: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
         for (volume, nodes) in &self.attached {
             for node in nodes {
@@ -673,7 +687,12 @@ impl World {
             }
             let real = real.get(name.as_str()).unwrap_or(&nothing);
             let listed = self.listed.get(name).unwrap_or(&nothing);
-            if real != listed {
+            let unlisted_in_doubt = |v: &&String| !listed.contains(*v) && in_doubt(v, name);
+            if !real
+                .iter()
+                .filter(|v| !unlisted_in_doubt(v))
+                .eq(listed.iter())
+            {
                 problems.push(format!(
                     "I3: {name} reports [{}] but has [{}] attached",
                     join(listed),
@@ -690,7 +709,10 @@ impl World {
             if pod.phase == Phase::Terminating && pod.volumes.iter().any(hangs) {
                 continue;
             }
-            let waits = pod.volumes.iter().any(|v| rightly_held(v, &pod.node));
+            let waits = pod
+                .volumes
+                .iter()
+                .any(|v| rightly_held(v, &pod.node) || in_doubt(v, &pod.node));
             if waits && multi_attach_pods.contains(name) {
                 continue;
             }

@@ -1,0 +1,174 @@
+//! Claims across a restart. A claim-only volume's claim is recorded only in its node's status,
+//! and a node object's deletion takes that status with it: after a restart, the agents' in-use
+//! reports are the only evidence of a claim whose status went. Found by the world fuzzer
+//! (an I1 violation: granted to a second node while the first still had it mounted).
+
+use super::*;
+
+fn claim(h: &mut H, volume: &'static str) {
+    h.input(Input::SetVolume {
+        volume,
+        spec: VolumeSpec::single_node(()).without_attach(),
+    });
+}
+
+/// A status as a node registered again holds it: nothing listed.
+fn fresh(h: &H, node: &'static str) -> (&'static str, NodeStatus<T>) {
+    (node, h.read(node).unwrap())
+}
+
+/// Recovers with the store listing `listed` and the backend listing nothing.
+fn recover(h: &mut H, listed: &[&'static str]) {
+    for op in h.r.poll(h.now) {
+        match op {
+            Operation::ListStatuses { id } => {
+                let statuses = listed.iter().map(|n| fresh(h, n)).collect();
+                h.r.statuses_listed(h.now, id, Ok(statuses)).unwrap();
+            }
+            Operation::ListAttachments { id } => {
+                h.r.list_finished(h.now, id, Ok(Vec::new())).unwrap();
+            }
+            other => panic!("recovery planned {}", render(&other)),
+        }
+    }
+    assert!(!h.r.is_recovering());
+}
+
+fn in_doubt(events: &[Event<T>]) -> Vec<(&'static str, Vec<&'static str>)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ClaimInDoubt { volume, nodes } => Some((*volume, nodes.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The fuzzer's case: n2 mounts the claim (its pod runs) but its status went with its node
+/// object; n1's pod waits for it. Both agents report it in use, and no status lists it: the
+/// restarted controller cannot tell which mounts it, so it grants it to neither, and says so.
+/// When n1's pod goes and its agent stops using it, n2 is granted it.
+#[test]
+fn a_restart_grants_a_claim_no_status_lists_to_none_of_the_nodes_using_it() {
+    let mut h = H::recovering(Config {
+        resync_period: None,
+        ..Config::default()
+    });
+    claim(&mut h, "share");
+    h.node("n1", &["share"]);
+    h.node("n2", &["share"]);
+    h.pod("p1", "n1", &["share"]);
+    h.pod("p2", "n2", &["share"]);
+    recover(&mut h, &["n1", "n2"]);
+    let planned = h.run_ok(secs(5));
+    assert!(
+        !planned.iter().any(|op| op.ends_with("[share]")),
+        "granted to a node while the other may have it mounted: {planned:?}"
+    );
+    for node in ["n1", "n2"] {
+        assert_eq!(h.r.actual().state(&"share", &node), AttachState::Uncertain);
+    }
+    let events = h.r.take_events();
+    assert_eq!(in_doubt(&events), vec![("share", vec!["n1", "n2"])]);
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::MultiAttach { node: "n1", .. }))
+    );
+    // n1's pod goes; once its agent stops using it (and a fresh read agrees), n2 has it.
+    h.unpod("p1");
+    assert!(
+        !h.run_ok(secs(2)).iter().any(|op| op.ends_with("[share]")),
+        "n1 still uses it"
+    );
+    h.node("n1", &[]);
+    assert_eq!(h.run_ok(secs(2)), vec!["write n2 [share]"]);
+    assert!(h.log.iter().any(|l| l == "read n1"), "a fresh read first");
+    assert_eq!(h.r.actual().state(&"share", &"n1"), AttachState::Detached);
+    assert_eq!(h.r.actual().state(&"share", &"n2"), AttachState::Attached);
+    assert_eq!(h.count("attach") + h.count("detach"), 0);
+}
+
+/// One node reports the claim in use and no status lists it: it holds it (and, wanting it, is
+/// granted it), and a node whose agent has not reported it waits with a Multi-Attach event.
+#[test]
+fn a_restart_keeps_a_claim_for_the_one_node_using_it() {
+    let mut h = H::recovering(Config {
+        resync_period: None,
+        ..Config::default()
+    });
+    claim(&mut h, "share");
+    h.node("n0", &[]);
+    h.node("n2", &["share"]);
+    h.pod("p0", "n0", &["share"]);
+    h.pod("p2", "n2", &["share"]);
+    recover(&mut h, &["n0", "n2"]);
+    let planned = h.run_ok(secs(5));
+    assert!(
+        planned.contains(&"write n2 [share]".to_string()),
+        "{planned:?}"
+    );
+    assert!(
+        !planned.contains(&"write n0 [share]".to_string()),
+        "{planned:?}"
+    );
+    assert_eq!(h.r.actual().state(&"share", &"n0"), AttachState::Detached);
+    let events = h.r.take_events();
+    assert!(in_doubt(&events).is_empty(), "one node: no doubt");
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::MultiAttach { node: "n0", .. }))
+    );
+}
+
+/// A claim a status lists stays the recovered holder's: another node that reports it in use
+/// (its pod waits for it) adopts nothing.
+#[test]
+fn a_listed_claim_is_not_put_in_doubt_by_a_waiting_node() {
+    let mut h = H::recovering(Config {
+        resync_period: None,
+        ..Config::default()
+    });
+    claim(&mut h, "share");
+    h.node("n1", &["share"]);
+    h.node("n2", &["share"]);
+    h.store.get_mut("n1").unwrap().1 = vec![ReportedVolume {
+        volume: "share",
+        device: None,
+    }];
+    h.pod("p1", "n1", &["share"]);
+    h.pod("p2", "n2", &["share"]);
+    recover(&mut h, &["n1", "n2"]);
+    h.run_ok(secs(5));
+    assert_eq!(h.r.actual().state(&"share", &"n1"), AttachState::Attached);
+    assert_eq!(h.r.actual().state(&"share", &"n2"), AttachState::Detached);
+    assert!(in_doubt(&h.r.take_events()).is_empty());
+}
+
+/// After recovery, a node the controller hears of reporting a claim no node holds (registered
+/// again with an empty status, say) holds it: a node whose pod asks for it later waits.
+#[test]
+fn a_node_reporting_an_unheld_claim_holds_it() {
+    let mut h = H::new(Config::default());
+    claim(&mut h, "share");
+    h.node("n0", &[]);
+    h.node("n2", &["share"]);
+    assert_eq!(h.r.actual().state(&"share", &"n2"), AttachState::Uncertain);
+    h.pod("p0", "n0", &["share"]);
+    assert!(!h.run_ok(secs(5)).contains(&"write n0 [share]".to_string()));
+    // Its agent stops using it: released, and n0 is granted it.
+    h.node("n2", &[]);
+    let planned = h.run_ok(secs(5));
+    assert!(
+        planned.contains(&"write n0 [share]".to_string()),
+        "{planned:?}"
+    );
+    assert_eq!(h.r.actual().state(&"share", &"n2"), AttachState::Detached);
+    // Attach-required and multi-node volumes are the backend's to tell, or shared: no hold.
+    h.rwo("disk");
+    h.rwx("files");
+    h.node("n3", &["disk", "files"]);
+    assert_eq!(h.r.actual().state(&"disk", &"n3"), AttachState::Detached);
+    assert_eq!(h.r.actual().state(&"files", &"n3"), AttachState::Detached);
+}
