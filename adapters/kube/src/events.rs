@@ -149,6 +149,7 @@ fn limit(mut note: String) -> String {
 /// | [`Event::WaitingForUnmount`] | `WaitingForUnmount` | Normal | the node | what the fresh read showed |
 /// | [`Event::WorkloadWaiting`] | `WorkloadWaiting` | Warning | the pod | what it waits for |
 /// | [`Event::CallTimedOut`] | `CallTimedOut` | Warning | the node (none for a listing) | the call and its deadline |
+/// | [`Event::ClaimInDoubt`] | `ClaimInDoubt` | Warning | each node named | which nodes report the volume in use |
 ///
 /// Upstream's controller posts events on pods only; detach events have no pod left to go to
 /// (the pod is gone when its volume is detached), so ours go to the Node. Our own reasons are
@@ -320,6 +321,24 @@ pub fn kube_events(event: &Event<Kube>, index: &ObjectIndex) -> Vec<KubeEvent> {
             event.to_string(),
             "Call",
         )],
+        Event::ClaimInDoubt { volume, nodes } => {
+            let note = format!(
+                "Volume \"{}\" is in use on nodes {} and no node's volumesAttached lists it: it is granted to none of them until all but one stop using it",
+                pv(volume),
+                nodes.join(", ")
+            );
+            nodes
+                .iter()
+                .map(|node| {
+                    warning(
+                        node_ref(node, index),
+                        event.reason(),
+                        note.clone(),
+                        "Attach",
+                    )
+                })
+                .collect()
+        }
         // A timed-out listing is about no object; events the core adds later are logged only
         // until they are mapped here.
         _ => Vec::new(),
@@ -665,6 +684,26 @@ mod tests {
                 after: std::time::Duration::from_secs(1)
             })
             .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_claim_in_doubt_is_told_on_each_node() {
+        let told = summary(Event::ClaimInDoubt {
+            volume: VOL.into(),
+            nodes: vec!["n1".into(), "n9".into()],
+        });
+        let expected = |n, uid| {
+            (
+                "ClaimInDoubt",
+                EventType::Warning,
+                "Volume \"pv-1\" is in use on nodes n1, n9 and no node's volumesAttached lists it: it is granted to none of them until all but one stop using it".to_string(),
+                node(n, uid),
+            )
+        };
+        assert_eq!(
+            told,
+            vec![expected("n1", Some("uid-n1")), expected("n9", None)]
         );
     }
 
