@@ -172,3 +172,46 @@ fn a_node_reporting_an_unheld_claim_holds_it() {
     assert_eq!(h.r.actual().state(&"disk", &"n3"), AttachState::Detached);
     assert_eq!(h.r.actual().state(&"files", &"n3"), AttachState::Detached);
 }
+
+/// The same loss with the node still gone at the restart: the orchestrator no longer lists n2,
+/// but a workload using the claim is still placed there. The old controller kept the claim
+/// until the node returned or was fenced; so does the new one, and n0 waits. When n2 returns
+/// its agent reports the claim in use and, wanting it, n2 is granted it again.
+#[test]
+fn a_restart_keeps_a_claim_for_a_gone_node_a_workload_is_placed_on() {
+    let mut h = H::recovering(Config {
+        resync_period: None,
+        ..Config::default()
+    });
+    claim(&mut h, "share");
+    h.node("n0", &[]);
+    h.pod("p0", "n0", &["share"]);
+    h.pod("p2", "n2", &["share"]);
+    recover(&mut h, &["n0"]);
+    let planned = h.run_ok(secs(5));
+    assert!(
+        !planned.contains(&"write n0 [share]".to_string()),
+        "{planned:?}"
+    );
+    assert_eq!(h.r.actual().state(&"share", &"n2"), AttachState::Uncertain);
+    let events = h.r.take_events();
+    assert!(in_doubt(&events).is_empty(), "one node: no doubt");
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::MultiAttach { node: "n0", .. }))
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::DetachBlocked { node: "n2", .. })),
+        "a gone node's claim waits for the node or a fence"
+    );
+    h.node("n2", &["share"]);
+    let planned = h.run_ok(secs(5));
+    assert!(
+        planned.contains(&"write n2 [share]".to_string()),
+        "{planned:?}"
+    );
+    assert_eq!(h.r.actual().state(&"share", &"n0"), AttachState::Detached);
+}

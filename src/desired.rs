@@ -713,6 +713,16 @@ impl<D: Domain> DesiredState<D> {
         self.pending.iter().map(|(w, p)| self.describe(w, p))
     }
 
+    /// Each node the core does not know that a waiting workload is placed on, with the volumes
+    /// the workload uses: after a restart, a node whose object is gone may still run it.
+    pub(crate) fn placed_on_absent_nodes(&self) -> impl Iterator<Item = (&D::Node, &[D::Volume])> {
+        self.pending
+            .values()
+            .map(|p| &p.placement)
+            .filter(|placement| !self.nodes.contains_key(&placement.node))
+            .map(|placement| (&placement.node, &placement.volumes[..]))
+    }
+
     fn describe(&self, workload: &D::Workload, pending: &Pending<D>) -> PendingWorkload<D> {
         let Placement { node, volumes, .. } = &pending.placement;
         PendingWorkload {

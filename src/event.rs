@@ -158,16 +158,18 @@ pub enum Event<D: Domain> {
         /// The backend's message.
         message: String,
     },
-    /// After a restart, several nodes report the claim-only single-node volume in use and no
-    /// node's status lists it. A claim is recorded only in its node's status, which goes with
-    /// a deleted node object: any of them may have it mounted, and an agent also reports what
-    /// it is about to mount, so none is granted it. Each holds it as maybe claimed until its
-    /// agent stops using it; then the last one left is granted it. A human who knows which
-    /// node really has it mounted ends the wait by removing the others' workloads.
+    /// After a restart, a claim-only single-node volume that no node's status lists may be
+    /// mounted on several nodes: each reports it in use, or is a node whose object is gone with
+    /// a workload using it placed there. A claim is recorded only in its node's status, which
+    /// goes with a deleted node object, and an agent also reports what it is about to mount, so
+    /// the core cannot tell which has it mounted: it grants it to none. Each holds it as maybe
+    /// claimed until its agent stops using it; then the last one left is granted it. A human
+    /// who knows which node really has it mounted ends the wait by removing the others'
+    /// workloads.
     ClaimInDoubt {
         /// The volume.
         volume: D::Volume,
-        /// The nodes that report it in use, in order.
+        /// The nodes that may have it mounted, in order.
         nodes: Vec<D::Node>,
     },
     /// A call to the backend or the store got no answer within its deadline
@@ -334,7 +336,7 @@ impl<D: Domain> fmt::Display for Event<D> {
             ),
             Event::ClaimInDoubt { volume, nodes } => write!(
                 f,
-                "Claim-only volume {volume:?} is reported in use on nodes {nodes:?} and no node status lists it (a claim's status may have gone with a deleted node object): none is granted it until all but one stop using it"
+                "Claim-only volume {volume:?} may be mounted on any of nodes {nodes:?} and no node status lists it (a claim's status goes with a deleted node object): none is granted it until all but one stop using it"
             ),
             Event::CallTimedOut {
                 call,

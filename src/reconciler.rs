@@ -816,36 +816,54 @@ impl<D: Domain> Reconciler<D> {
             .collect()
     }
 
-    /// Holds `volume` as maybe claimed (Uncertain) on `node`, whose agent reports it in use: no
+    /// Holds `volume` as maybe claimed (Uncertain) on `node`, which may have it mounted: no
     /// other node is granted it, and it is released only as any claim is (the agent stops using
     /// it, the store settles, a fresh read agrees).
     fn adopt_claim(&mut self, volume: D::Volume, node: D::Node) {
-        warn!(volume = ?volume, node = ?node, "a node uses a claim-only volume no status lists: holding it as maybe claimed there");
+        warn!(volume = ?volume, node = ?node, "a node may use a claim-only volume no status lists: holding it as maybe claimed there");
         self.actual.set_uncertain(volume.clone(), node);
         self.schedule.mark(volume);
     }
 
-    /// Restart recovery, after both listings: a claim is recorded only in its node's status, and
-    /// that status goes with a deleted node object (a node registered again starts with an empty
-    /// one). So each single-node claim-only volume a node reports in use, which no listing
-    /// holds, is adopted as maybe claimed on every node that reports it: any of them may have
-    /// it mounted. One such node is granted it if it wants it; several wait for one another,
-    /// named in a [`ClaimInDoubt`](Event::ClaimInDoubt) event, until all but one stop using it.
+    /// Restart recovery, after both listings. A claim is recorded only in its node's status,
+    /// and that status goes with a deleted node object (a node registered again starts with an
+    /// empty one). So a single-node claim-only volume that no listing holds is adopted as maybe
+    /// claimed on every node that may have it mounted:
+    /// - each node that reports it in use;
+    /// - each node the orchestrator does not list (its object is gone) on which a workload using
+    ///   it is placed: the old controller kept such a claim until the node returned or was
+    ///   fenced, and so does this one.
+    ///
+    /// One such node holds it (and is granted it if it wants it). Several wait for one another,
+    /// named in a [`ClaimInDoubt`](Event::ClaimInDoubt) event, until all but one stop using it:
+    /// an agent also reports what it is about to mount, so the core cannot tell which of them
+    /// has it mounted.
     fn adopt_claims_in_use(&mut self) {
-        let mut nodes: Vec<D::Node> = self
+        let mut holders: BTreeMap<D::Volume, Vec<D::Node>> = BTreeMap::new();
+        let present: Vec<D::Node> = self
             .actual
             .nodes()
             .filter(|n| self.actual.node_present(n))
             .cloned()
             .collect();
-        nodes.sort();
-        let mut reporters: BTreeMap<D::Volume, Vec<D::Node>> = BTreeMap::new();
-        for node in nodes {
+        for node in present {
             for volume in self.unrecorded_claims(&node) {
-                reporters.entry(volume).or_default().push(node.clone());
+                holders.entry(volume).or_default().push(node.clone());
             }
         }
-        for (volume, nodes) in reporters {
+        let absent: Vec<(D::Node, Vec<D::Volume>)> = self
+            .desired
+            .placed_on_absent_nodes()
+            .map(|(node, volumes)| (node.clone(), self.unheld_claims(volumes.iter())))
+            .collect();
+        for (node, volumes) in absent {
+            for volume in volumes {
+                holders.entry(volume).or_default().push(node.clone());
+            }
+        }
+        for (volume, mut nodes) in holders {
+            nodes.sort();
+            nodes.dedup();
             for node in &nodes {
                 self.adopt_claim(volume.clone(), node.clone());
             }

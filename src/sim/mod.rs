@@ -10,7 +10,9 @@
 //!
 //! Invariants, checked as things happen and at the end of a run:
 //! - **I1** a single-node volume is never attached to two nodes at once, nor, if claim-only
-//!   (no backend call), mounted on two nodes at once;
+//!   (no backend call), mounted on two nodes at once (unless a controller started while the
+//!   first node's object was gone and no pod placed there used the volume: nothing it could
+//!   read recorded that claim, the gap the README names);
 //! - **I2** no detach of a volume mounted on a node that is neither fenced nor allowed by
 //!   configuration (force-detach-on-timeout on and the node down);
 //! - **I3** at the end, every live node's reported list equals its real attachments, every pod
@@ -18,7 +20,9 @@
 //!   by a crashed, unfenced node stays there and the pods waiting for it wait, with a
 //!   Multi-Attach event (seed 004's safe outcome). The same goes for a node whose object was
 //!   deleted, whose agent is cut off from the API, or that the backend cannot reach (nothing
-//!   may be detached from them on a guess), and for a volume whose unmount hangs. A live node
+//!   may be detached from them on a guess), and for a volume whose unmount hangs. A claim a
+//!   restarted controller named in a `ClaimInDoubt` event may stay unlisted, and the pods
+//!   that want it wait, while another node it named still has a pod using it. A live node
 //!   is up, has its object, its agent reports, and the backend reaches it. A pod may also wait
 //!   for room on a node at its attach limit, once a node-full event named it;
 //! - **I4** no detach while the node's status still lists the volume for a live agent;

@@ -399,7 +399,9 @@ impl Sim {
                 },
             );
         }
-        for (name, node) in &w.nodes {
+        // The orchestrator lists node objects: a node whose object is gone is not among them,
+        // whatever its machine still runs.
+        for (name, node) in w.nodes.iter().filter(|(_, n)| n.object) {
             start = start.node(name.clone(), facts_of(node));
         }
         for (name, pod) in &w.pods {
@@ -463,6 +465,7 @@ impl Sim {
         self.log(format!("controller started (generation {generation})"));
         let mut w = self.world.lock();
         w.now = self.now();
+        w.note_invisible_claims();
         w.record(Happening::ControllerStarted { generation });
     }
 
