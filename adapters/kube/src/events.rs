@@ -149,7 +149,7 @@ fn limit(mut note: String) -> String {
 /// | [`Event::WaitingForUnmount`] | `WaitingForUnmount` | Normal | the node | what the fresh read showed |
 /// | [`Event::WorkloadWaiting`] | `WorkloadWaiting` | Warning | the pod | what it waits for |
 /// | [`Event::CallTimedOut`] | `CallTimedOut` | Warning | the node (none for a listing) | the call and its deadline |
-/// | [`Event::ClaimInDoubt`] | `ClaimInDoubt` | Warning | each node named | which nodes report the volume in use |
+/// | [`Event::ClaimInDoubt`] | `ClaimInDoubt` | Warning | each node named | which nodes may have the volume mounted |
 ///
 /// Upstream's controller posts events on pods only; detach events have no pod left to go to
 /// (the pod is gone when its volume is detached), so ours go to the Node. Our own reasons are
@@ -323,7 +323,7 @@ pub fn kube_events(event: &Event<Kube>, index: &ObjectIndex) -> Vec<KubeEvent> {
         )],
         Event::ClaimInDoubt { volume, nodes } => {
             let note = format!(
-                "Volume \"{}\" is in use on nodes {} and no node's volumesAttached lists it: it is granted to none of them until all but one stop using it",
+                "Volume \"{}\" may be mounted on any of nodes {} and no node's volumesAttached lists it: it is granted to none of them until all but one stop using it",
                 pv(volume),
                 nodes.join(", ")
             );
@@ -697,7 +697,7 @@ mod tests {
             (
                 "ClaimInDoubt",
                 EventType::Warning,
-                "Volume \"pv-1\" is in use on nodes n1, n9 and no node's volumesAttached lists it: it is granted to none of them until all but one stop using it".to_string(),
+                "Volume \"pv-1\" may be mounted on any of nodes n1, n9 and no node's volumesAttached lists it: it is granted to none of them until all but one stop using it".to_string(),
                 node(n, uid),
             )
         };
