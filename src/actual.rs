@@ -253,6 +253,16 @@ impl<D: Domain> ActualNode<D> {
         self.attached.iter().map(|(v, _)| v)
     }
 
+    /// The volumes the node reports in use that it has no record of here, in order: a merge of
+    /// two sorted lists, so a node whose report holds only what it has costs no lookup.
+    pub(crate) fn in_use_unrecorded(&self) -> impl Iterator<Item = &D::Volume> {
+        let mut attached = self.attached.iter().map(|(v, _)| v).peekable();
+        self.in_use.iter().flatten().filter(move |v| {
+            while attached.next_if(|a| a < v).is_some() {}
+            attached.peek() != Some(v)
+        })
+    }
+
     pub(crate) fn reports_in_use(&self, volume: &D::Volume) -> Option<bool> {
         self.in_use
             .as_ref()
@@ -818,6 +828,40 @@ mod tests {
         assert_eq!(a.remove_node(&"n1"), vec!["v1", "v2"]);
         assert!(!a.node_present(&"n1"));
         assert_eq!(a.node(&"n1").unwrap().reports_in_use(&"v1"), None);
+    }
+
+    #[test]
+    fn in_use_unrecorded_is_what_the_report_adds_to_the_records() {
+        let mut a: ActualState<T> = ActualState::default();
+        let unrecorded = |a: &ActualState<T>| -> Vec<&str> {
+            a.node(&"n1")
+                .unwrap()
+                .in_use_unrecorded()
+                .copied()
+                .collect()
+        };
+        a.set_node("n1", NodeFacts::default());
+        assert!(unrecorded(&a).is_empty(), "no report, nothing");
+        for v in ["a", "c", "e"] {
+            a.set_attached(v, "n1", None);
+        }
+        a.set_uncertain("g", "n1");
+        a.set_node(
+            "n1",
+            NodeFacts {
+                in_use: Some(vec!["f", "b", "a", "g", "d", "c", "h"]),
+                ..NodeFacts::default()
+            },
+        );
+        assert_eq!(unrecorded(&a), vec!["b", "d", "f", "h"]);
+        a.set_node(
+            "n1",
+            NodeFacts {
+                in_use: Some(vec!["e", "a"]),
+                ..NodeFacts::default()
+            },
+        );
+        assert!(unrecorded(&a).is_empty());
     }
 
     #[test]

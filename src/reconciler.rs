@@ -794,10 +794,10 @@ impl<D: Domain> Reconciler<D> {
 
     /// The single-node claim-only volumes `node` reports in use that no node holds on record.
     fn unrecorded_claims(&self, node: &D::Node) -> Vec<D::Volume> {
-        let Some(in_use) = self.actual.node(node).and_then(|n| n.in_use.as_deref()) else {
-            return Vec::new();
-        };
-        self.unheld_claims(in_use.iter())
+        match self.actual.node(node) {
+            Some(n) => self.unheld_claims(n.in_use_unrecorded()),
+            None => Vec::new(),
+        }
     }
 
     /// Those of `volumes` that are single-node claim-only volumes no node holds on record.
@@ -807,10 +807,11 @@ impl<D: Domain> Reconciler<D> {
     {
         volumes
             .filter(|v| {
-                self.desired
-                    .spec(v)
-                    .is_some_and(|s| !s.attach_required && s.access == Access::SingleNode)
-                    && self.actual.attachments(v).is_empty()
+                self.actual.attachments(v).is_empty()
+                    && self
+                        .desired
+                        .spec(v)
+                        .is_some_and(|s| !s.attach_required && s.access == Access::SingleNode)
             })
             .cloned()
             .collect()
