@@ -1465,15 +1465,37 @@ impl<D: Domain> Reconciler<D> {
     }
 
     /// Runs a reconcile pass if one is due at `now` and returns the operations to start.
+    /// [`poll_into`](Self::poll_into) does the same into a buffer the caller keeps.
     pub fn poll(&mut self, now: Duration) -> Vec<Operation<D>> {
         let mut ops = Vec::new();
+        self.poll_into(now, &mut ops);
+        ops
+    }
+
+    /// Runs a reconcile pass if one is due at `now` and appends the operations to start to
+    /// `ops`. A driver that drains `ops` and hands it back each time allocates no list per
+    /// pass.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use attach_detach::Ids;
+    /// use attach_detach::config::Config;
+    /// use attach_detach::core::{Operation, Reconciler};
+    /// let mut core = Reconciler::<Ids<&str, &str, &str>>::new(Config::default());
+    /// let mut ops = Vec::new();
+    /// core.poll_into(Duration::ZERO, &mut ops);
+    /// // A new core first lists the store and the backend.
+    /// assert_eq!(ops.len(), 2);
+    /// assert!(matches!(ops[0], Operation::ListStatuses { .. } | Operation::ListAttachments { .. }));
+    /// ```
+    pub fn poll_into(&mut self, now: Duration, ops: &mut Vec<Operation<D>>) {
         match self.next_deadline() {
             Some(due) if due <= now => {}
-            _ => return ops,
+            _ => return,
         }
         if self.recovery.is_some() {
-            self.plan_recovery(now, &mut ops);
-            return ops;
+            self.plan_recovery(now, ops);
+            return;
         }
         self.trim();
         let managing = self.desired.node_count() > 0;
@@ -1496,30 +1518,29 @@ impl<D: Domain> Reconciler<D> {
             .verify_round
             .is_some_and(|round| round.next_at() <= now)
         {
-            self.plan_verify_slice(&mut ops);
+            self.plan_verify_slice(ops);
         }
         if due.resync {
-            self.plan_list(&mut ops);
+            self.plan_list(ops);
         }
         let mut dirty = self.schedule.take_dirty();
         // Queued attaches and detaches first, in their order, while capacity lasts.
-        self.admit_queued(now, &mut dirty, &mut ops);
+        self.admit_queued(now, &mut dirty, ops);
         for volume in &dirty {
-            self.reconcile_volume(now, volume, &mut ops);
+            self.reconcile_volume(now, volume, ops);
         }
         self.schedule.recycle_dirty(dirty);
         let mut changed = self.actual.take_report_changed();
         self.status.mark_all(changed.drain(..));
         self.actual.recycle_report_changed(changed);
-        self.plan_status(now, &mut ops);
-        self.plan_machine_checks(now, &mut ops);
+        self.plan_status(now, ops);
+        self.plan_machine_checks(now, ops);
         // A clearance is for the pass right after its read: one this pass did not use (the
         // detach was no longer wanted, or had to wait) is stale by the next.
         if !self.cleared.is_empty() {
             self.cleared.clear();
         }
         self.release_idle_slots();
-        ops
     }
 
     /// Gives back what a past burst left allocated: the tables of running operations and the
@@ -2323,6 +2344,12 @@ impl<D: Domain> Reconciler<D> {
     /// Events since the last call, oldest first.
     pub fn take_events(&mut self) -> Vec<Event<D>> {
         std::mem::take(&mut self.events)
+    }
+
+    /// Moves the events since the last call to the end of `out`, oldest first. Both lists
+    /// keep their capacity: a driver that clears `out` after use allocates nothing per event.
+    pub fn drain_events_into(&mut self, out: &mut Vec<Event<D>>) {
+        out.append(&mut self.events);
     }
 }
 

@@ -2515,3 +2515,41 @@ fn a_round_still_under_way_when_the_next_is_due_goes_on_from_where_it_was() {
     let again = h.r.next_deadline().expect("the next sync") - h.now;
     assert_eq!(verified_in_pass_at(&mut h, again), ["n1", "n2"]);
 }
+
+/// `poll_into` appends what `poll` would return, and `drain_events_into` appends the events
+/// oldest first and leaves none behind: a driver may reuse both lists.
+#[test]
+fn poll_into_and_drain_events_into_append_what_poll_and_take_events_return() {
+    let run = |reuse: bool| {
+        let mut h = H::new(Config::default());
+        h.rwo("v1");
+        h.rwo("v2");
+        h.node("n1", &[]);
+        h.pod("p1", "n1", &["v1", "v2"]);
+        // What the driver's list already holds stays first.
+        let mut ops = vec![Operation::ListAttachments { id: OpId(u64::MAX) }];
+        h.now += TICK;
+        if reuse {
+            h.r.poll_into(h.now, &mut ops);
+        } else {
+            ops.extend(h.r.poll(h.now));
+        }
+        let planned: Vec<String> = ops.iter().map(render).collect();
+        for op in ops.into_iter().skip(1) {
+            h.ok(op);
+        }
+        let mut events = vec![Event::NodePoweredOff { node: "before" }];
+        if reuse {
+            h.r.drain_events_into(&mut events);
+        } else {
+            events.extend(h.r.take_events());
+        }
+        assert!(h.r.take_events().is_empty(), "nothing left behind");
+        (planned, events)
+    };
+    let (planned, events) = run(true);
+    assert_eq!((planned.clone(), events.clone()), run(false));
+    assert_eq!(planned, ["list", "attach v1 n1", "attach v2 n1", "read n1"]);
+    assert_eq!(events.len(), 3, "{events:?}");
+    assert_eq!(events[0], Event::NodePoweredOff { node: "before" });
+}
