@@ -290,6 +290,7 @@ impl<D: Domain> Controller<D> {
                 metrics: Arc::clone(&metrics),
             }),
             timeouts,
+            events: Vec::new(),
             recorder,
             metrics,
             outcomes,
@@ -394,6 +395,8 @@ struct Driver<D: Domain> {
     parts: Arc<Parts<D>>,
     /// The calls that missed their deadline, as events, sent by the tasks.
     timeouts: mpsc::UnboundedReceiver<Event<D>>,
+    /// The core's events on their way to the recorder: kept, so that a flush allocates nothing.
+    events: Vec<Event<D>>,
     recorder: Option<Arc<dyn EventRecorder<D>>>,
     metrics: Arc<Metrics>,
     /// Where finished operations go, for [`ControllerHandle::outcomes`].
@@ -503,10 +506,18 @@ impl<D: Domain> Driver<D> {
         let core_now = self.core_time(now);
         if self.core.next_deadline().is_some_and(|due| due <= core_now) {
             self.metrics.reconcile_pass();
-            let mut ops = self.core.poll(core_now).into_iter().peekable();
-            while ops.peek().is_some() {
-                let batch: Vec<_> = ops.by_ref().take(batch::OPS_PER_TASK).collect();
-                self.start_batch(batch, now);
+            let ops = self.core.poll(core_now);
+            if ops.len() <= batch::OPS_PER_TASK {
+                // One task's worth (most passes): the list itself goes to the task.
+                if !ops.is_empty() {
+                    self.start_batch(ops, now);
+                }
+            } else {
+                let mut ops = ops.into_iter().peekable();
+                while ops.peek().is_some() {
+                    let batch: Vec<_> = ops.by_ref().take(batch::OPS_PER_TASK).collect();
+                    self.start_batch(batch, now);
+                }
             }
             self.flush_events();
         }
@@ -664,9 +675,12 @@ impl<D: Domain> Driver<D> {
         while let Ok(event) = self.timeouts.try_recv() {
             self.emit(&event);
         }
-        for event in self.core.take_events() {
+        let mut events = std::mem::take(&mut self.events);
+        self.core.drain_events_into(&mut events);
+        for event in events.drain(..) {
             self.emit(&event);
         }
+        self.events = events;
     }
 
     fn emit(&self, event: &Event<D>) {
