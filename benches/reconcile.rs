@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use attach_detach::config::{BackendLoad, Config, RateLimit};
 use attach_detach::core::{
-    Access, AttachState, Input, NodeFacts, OpKind, Operation, Reconciler, VolumeSpec,
+    Access, AttachState, Event, Input, NodeFacts, OpKind, Operation, Reconciler, VolumeSpec,
 };
 use attach_detach::traits::{AttachInfo, BackendAttachment, MachineState, NodeStatus, Revision};
 use attach_detach::{Domain, Ids, Name};
@@ -291,6 +291,7 @@ struct Cluster<K: Naming> {
     sync_max_passes: Vec<Duration>,
     /// The passes of the last sync round.
     sync_passes: usize,
+    scratch: Scratch<K>,
 }
 
 fn node_facts<K: Naming>() -> NodeFacts<K::Volume> {
@@ -322,8 +323,29 @@ fn stored_status<K: Naming>(r: &Reconciler<K>, node: &K::Node) -> NodeStatus<K> 
     }
 }
 
+/// What a driver keeps from pass to pass, so that a pass allocates no list of operations and
+/// no list of events ([`Reconciler::poll_into`], [`Reconciler::drain_events_into`]).
+struct Scratch<K: Naming> {
+    ops: Vec<Operation<K>>,
+    events: Vec<Event<K>>,
+}
+
+impl<K: Naming> Default for Scratch<K> {
+    fn default() -> Self {
+        Scratch {
+            ops: Vec::new(),
+            events: Vec::new(),
+        }
+    }
+}
+
 /// Completes every operation with success; returns how many of each kind ran.
-fn complete<K: Naming>(r: &mut Reconciler<K>, now: Duration, ops: Vec<Operation<K>>) -> Counts {
+fn complete<K: Naming>(
+    r: &mut Reconciler<K>,
+    now: Duration,
+    ops: impl IntoIterator<Item = Operation<K>>,
+    events: &mut Vec<Event<K>>,
+) -> Counts {
     let mut counts = [0; 5];
     for op in ops {
         match op {
@@ -366,20 +388,32 @@ fn complete<K: Naming>(r: &mut Reconciler<K>, now: Duration, ops: Vec<Operation<
         .expect("a planned operation accepts its result");
     }
     // A driver hands events to a recorder; left here they would pile up.
-    black_box(r.take_events());
+    r.drain_events_into(events);
+    black_box(&events);
+    events.clear();
     counts
 }
 
 /// Polls and completes until nothing but the sync timer is due; returns the op counts per pass.
-fn drive<K: Naming>(r: &mut Reconciler<K>, now: &mut Duration, sync_at: Duration) -> Vec<Counts> {
+fn drive<K: Naming>(
+    r: &mut Reconciler<K>,
+    now: &mut Duration,
+    sync_at: Duration,
+    scratch: &mut Scratch<K>,
+) -> Vec<Counts> {
     let mut passes = Vec::new();
     while let Some(due) = r.next_deadline() {
         if due >= sync_at {
             break;
         }
         *now = (*now).max(due);
-        let ops = r.poll(*now);
-        passes.push(complete(r, *now, ops));
+        r.poll_into(*now, &mut scratch.ops);
+        passes.push(complete(
+            r,
+            *now,
+            scratch.ops.drain(..),
+            &mut scratch.events,
+        ));
         assert!(
             passes.len() < 1000,
             "the core does not settle: due {due:?}, now {now:?}, sync at {sync_at:?}, last {:?}",
@@ -489,6 +523,7 @@ impl<K: Naming> Cluster<K> {
             burst_cursor: 0,
             sync_max_passes: Vec::new(),
             sync_passes: 0,
+            scratch: Scratch::default(),
         };
         for input in cl.inputs() {
             cl.r.handle(input).unwrap();
@@ -496,7 +531,7 @@ impl<K: Naming> Cluster<K> {
         let start = Duration::from_secs(1);
         cl.now = start;
         cl.sync_at = start + SYNC_PERIOD;
-        let passes = drive(&mut cl.r, &mut cl.now, cl.sync_at);
+        let passes = drive(&mut cl.r, &mut cl.now, cl.sync_at, &mut cl.scratch);
         assert!(!passes.is_empty());
         assert!(cl.r.poll(cl.now + PERIOD).is_empty());
         assert_eq!(
@@ -525,7 +560,7 @@ impl<K: Naming> Cluster<K> {
         let workload = self.names.workloads[w as usize].clone();
         self.r.handle(Input::WorkloadRemoved { workload }).unwrap();
         self.r.handle(self.schedule(w, to)).unwrap();
-        drive(&mut self.r, &mut self.now, self.sync_at)
+        drive(&mut self.r, &mut self.now, self.sync_at, &mut self.scratch)
     }
 
     /// Places `k` new workloads (with new volumes) on one node at once, drives until settled,
@@ -544,7 +579,7 @@ impl<K: Naming> Cluster<K> {
                 })
                 .unwrap();
         }
-        let up = drive(&mut self.r, &mut self.now, self.sync_at);
+        let up = drive(&mut self.r, &mut self.now, self.sync_at, &mut self.scratch);
         for w in first..first + k {
             self.r
                 .handle(Input::WorkloadRemoved {
@@ -552,7 +587,7 @@ impl<K: Naming> Cluster<K> {
                 })
                 .unwrap();
         }
-        let down = drive(&mut self.r, &mut self.now, self.sync_at);
+        let down = drive(&mut self.r, &mut self.now, self.sync_at, &mut self.scratch);
         (up, down)
     }
 
@@ -589,7 +624,12 @@ impl<K: Naming> Cluster<K> {
                 }
             }
             let t = Instant::now();
-            black_box(complete(&mut self.r, self.now, ops));
+            black_box(complete(
+                &mut self.r,
+                self.now,
+                ops,
+                &mut self.scratch.events,
+            ));
             let pass = planned + t.elapsed();
             total += pass;
             largest = largest.max(pass);
@@ -721,10 +761,11 @@ fn restart<K: Naming>(
         first_plan[k] += 1;
     }
     let mut now = now.max(due);
-    black_box(complete(&mut r, now, plan));
+    let mut scratch = Scratch::default();
+    black_box(complete(&mut r, now, plan, &mut scratch.events));
     // Untimed: the recovered core settles without touching an attachment.
     let until = now + SYNC_PERIOD / 2;
-    let after = drive(&mut r, &mut now, until);
+    let after = drive(&mut r, &mut now, until, &mut scratch);
     assert!(
         after.iter().all(|p| p[0] == 0 && p[1] == 0),
         "a core recovered over a settled cluster attached or detached: {after:?}"
@@ -1146,9 +1187,14 @@ fn check_mass_removal(test_mode: bool) {
                 .into_iter()
                 .partition(|op| matches!(op, Operation::Detach { .. }));
             running.extend(detaches);
-            complete(&mut cl.r, cl.now, others);
+            complete(&mut cl.r, cl.now, others, &mut cl.scratch.events);
             let answered = running.len().min(ANSWERED_PER_PASS);
-            complete(&mut cl.r, cl.now, running.drain(..answered).collect());
+            complete(
+                &mut cl.r,
+                cl.now,
+                running.drain(..answered),
+                &mut cl.scratch.events,
+            );
             assert!(passes < 10_000, "the mass removal does not settle");
         }
         assert!(cl.r.actual().is_empty() && running.is_empty());
