@@ -175,6 +175,11 @@ type Check<D> = (<D as Domain>::Volume, Option<ForceReason>);
 /// A fresh read's word that a detach may go: the force reason it was checked for, and when.
 type Clearance = (Option<ForceReason>, Duration);
 
+/// The most events the core's own list keeps room for between drains
+/// ([`Reconciler::drain_events_into`]): a pass emits a few, and a start-up burst's list (an
+/// event per attach) would otherwise stay allocated for good.
+pub(crate) const KEPT_EVENTS: usize = 256;
+
 /// A fresh read's clearance of a detach is meant for the very next pass, which comes at most
 /// `reconcile_period` after it in a driver that polls when told; it is dropped at the end of
 /// that pass if unused, and not used at all once older than `reconcile_period` plus this slack
@@ -1474,7 +1479,9 @@ impl<D: Domain> Reconciler<D> {
 
     /// Runs a reconcile pass if one is due at `now` and appends the operations to start to
     /// `ops`. A driver that drains `ops` and hands it back each time allocates no list per
-    /// pass.
+    /// pass. (It should drop the list once a burst has grown it past a few hundred
+    /// operations, as [`drain_events_into`](Self::drain_events_into) does with its own: a
+    /// start-up's million attaches would otherwise stay allocated for good.)
     ///
     /// ```
     /// use std::time::Duration;
@@ -2348,8 +2355,13 @@ impl<D: Domain> Reconciler<D> {
 
     /// Moves the events since the last call to the end of `out`, oldest first. Both lists
     /// keep their capacity: a driver that clears `out` after use allocates nothing per event.
+    /// (The core drops its own list once a burst has grown it past 256 events. A driver
+    /// should do likewise with `out`, or it holds the burst's peak for good.)
     pub fn drain_events_into(&mut self, out: &mut Vec<Event<D>>) {
         out.append(&mut self.events);
+        if self.events.capacity() > KEPT_EVENTS {
+            self.events = Vec::new();
+        }
     }
 }
 

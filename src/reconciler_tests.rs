@@ -2553,3 +2553,20 @@ fn poll_into_and_drain_events_into_append_what_poll_and_take_events_return() {
     assert_eq!(events.len(), 3, "{events:?}");
     assert_eq!(events[0], Event::NodePoweredOff { node: "before" });
 }
+
+/// The core's event list keeps its room between drains, unless a burst grew it: then it is
+/// dropped, or a start-up's event per attach would stay allocated for good.
+#[test]
+fn drained_events_leave_room_for_a_pass_not_a_burst() {
+    let mut h = H::new(Config::default());
+    let mut out = Vec::new();
+    for (burst, kept) in [(10, true), (KEPT_EVENTS + 1, false)] {
+        h.r.events
+            .extend((0..burst).map(|_| Event::NodePoweredOff { node: "n1" }));
+        h.r.drain_events_into(&mut out);
+        assert_eq!(out.len(), burst);
+        out.clear();
+        assert_eq!(h.r.events.capacity() >= burst, kept, "burst of {burst}");
+        assert!(h.r.events.capacity() <= KEPT_EVENTS);
+    }
+}

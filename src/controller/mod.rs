@@ -680,7 +680,10 @@ impl<D: Domain> Driver<D> {
         for event in events.drain(..) {
             self.emit(&event);
         }
-        self.events = events;
+        // Not a burst's room for good (a start-up emits an event per attach).
+        if events.capacity() <= crate::reconciler::KEPT_EVENTS {
+            self.events = events;
+        }
     }
 
     fn emit(&self, event: &Event<D>) {
