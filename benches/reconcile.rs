@@ -330,6 +330,20 @@ struct Scratch<K: Naming> {
     events: Vec<Event<K>>,
 }
 
+impl<K: Naming> Scratch<K> {
+    /// Drops a list a burst has grown (a settling's million attaches), as a driver should:
+    /// kept, it would hold the burst's peak for good.
+    fn trim(&mut self) {
+        const KEPT: usize = 256;
+        if self.ops.capacity() > KEPT {
+            self.ops = Vec::new();
+        }
+        if self.events.capacity() > KEPT {
+            self.events = Vec::new();
+        }
+    }
+}
+
 impl<K: Naming> Default for Scratch<K> {
     fn default() -> Self {
         Scratch {
@@ -414,6 +428,7 @@ fn drive<K: Naming>(
             scratch.ops.drain(..),
             &mut scratch.events,
         ));
+        scratch.trim();
         assert!(
             passes.len() < 1000,
             "the core does not settle: due {due:?}, now {now:?}, sync at {sync_at:?}, last {:?}",
@@ -631,6 +646,7 @@ impl<K: Naming> Cluster<K> {
                 &mut self.scratch.events,
             ));
             let pass = planned + t.elapsed();
+            self.scratch.trim();
             total += pass;
             largest = largest.max(pass);
             passes += 1;
@@ -1195,6 +1211,7 @@ fn check_mass_removal(test_mode: bool) {
                 running.drain(..answered),
                 &mut cl.scratch.events,
             );
+            cl.scratch.trim();
             assert!(passes < 10_000, "the mass removal does not settle");
         }
         assert!(cl.r.actual().is_empty() && running.is_empty());
@@ -1349,9 +1366,12 @@ fn run_kind<K: Naming>(
         }
         check_moves(&mut clusters);
     }
-    check_recovery(&clusters, test_mode);
-    // Last: it moves the clock past the idle benches' window.
+    // After the idle benches: it moves the clock past their window. Before the restart
+    // check: that one builds and drops a second core of each size, and the first passes after
+    // such a free paid for pages given back (at 1M the largest sync pass read 1.3 to 4.1 ms
+    // after it, 0.25 ms before). A controller never holds a second core beside its own.
     bench_sync(c, &mut clusters, test_mode);
+    check_recovery(&clusters, test_mode);
 }
 
 fn main() {
