@@ -1,28 +1,38 @@
 //! Claims across a restart. A claim-only volume's claim is recorded only in its node's status,
 //! and a node object's deletion takes that status with it: after a restart, the agents' in-use
-//! reports are the only evidence of a claim whose status went. Found by the world fuzzer
-//! (an I1 violation: granted to a second node while the first still had it mounted).
+//! reports and the placements on gone nodes are the only evidence of a claim whose status went.
+//! Found by the world fuzzer (an I1 violation: granted to a second node while the first still
+//! had it mounted).
 
 use super::*;
 
-fn claim(h: &mut H, volume: &'static str) {
+/// A core still to recover, which knows the claim-only volume `share`, and for each of
+/// `nodes`, its agent's in-use report (`None`: a node whose object is gone) and a pod there
+/// that uses `share`.
+fn restarting(nodes: &[(&'static str, Option<&[&'static str]>, &'static str)]) -> H {
+    let mut h = H::recovering(Config {
+        resync_period: None,
+        ..Config::default()
+    });
     h.input(Input::SetVolume {
-        volume,
+        volume: "share",
         spec: VolumeSpec::single_node(()).without_attach(),
     });
+    for (node, in_use, pod) in nodes {
+        if let Some(in_use) = in_use {
+            h.node(node, in_use);
+        }
+        h.pod(pod, node, &["share"]);
+    }
+    h
 }
 
-/// A status as a node registered again holds it: nothing listed.
-fn fresh(h: &H, node: &'static str) -> (&'static str, NodeStatus<T>) {
-    (node, h.read(node).unwrap())
-}
-
-/// Recovers with the store listing `listed` and the backend listing nothing.
+/// Recovers with the store listing `listed` as it holds them, and the backend nothing.
 fn recover(h: &mut H, listed: &[&'static str]) {
     for op in h.r.poll(h.now) {
         match op {
             Operation::ListStatuses { id } => {
-                let statuses = listed.iter().map(|n| fresh(h, n)).collect();
+                let statuses = listed.iter().map(|n| (*n, h.read(n).unwrap())).collect();
                 h.r.statuses_listed(h.now, id, Ok(statuses)).unwrap();
             }
             Operation::ListAttachments { id } => {
@@ -44,43 +54,47 @@ fn in_doubt(events: &[Event<T>]) -> Vec<(&'static str, Vec<&'static str>)> {
         .collect()
 }
 
+/// Whether `planned` lists `share` on `node`: the claim granted there.
+fn granted(planned: &[String], node: &str) -> bool {
+    planned.contains(&format!("write {node} [share]"))
+}
+
+/// The events so far, after checking that `node` waits for `share` with a Multi-Attach event.
+fn waits(h: &mut H, node: &'static str) -> Vec<Event<T>> {
+    let events = h.r.take_events();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::MultiAttach { node: n, .. } if *n == node)),
+        "{node} waits: {events:?}"
+    );
+    events
+}
+
 /// The fuzzer's case: n2 mounts the claim (its pod runs) but its status went with its node
 /// object; n1's pod waits for it. Both agents report it in use, and no status lists it: the
 /// restarted controller cannot tell which mounts it, so it grants it to neither, and says so.
 /// When n1's pod goes and its agent stops using it, n2 is granted it.
 #[test]
 fn a_restart_grants_a_claim_no_status_lists_to_none_of_the_nodes_using_it() {
-    let mut h = H::recovering(Config {
-        resync_period: None,
-        ..Config::default()
-    });
-    claim(&mut h, "share");
-    h.node("n1", &["share"]);
-    h.node("n2", &["share"]);
-    h.pod("p1", "n1", &["share"]);
-    h.pod("p2", "n2", &["share"]);
+    let mut h = restarting(&[
+        ("n1", Some(&["share"]), "p1"),
+        ("n2", Some(&["share"]), "p2"),
+    ]);
     recover(&mut h, &["n1", "n2"]);
     let planned = h.run_ok(secs(5));
     assert!(
-        !planned.iter().any(|op| op.ends_with("[share]")),
+        !granted(&planned, "n1") && !granted(&planned, "n2"),
         "granted to a node while the other may have it mounted: {planned:?}"
     );
     for node in ["n1", "n2"] {
         assert_eq!(h.r.actual().state(&"share", &node), AttachState::Uncertain);
     }
-    let events = h.r.take_events();
+    let events = waits(&mut h, "n1");
     assert_eq!(in_doubt(&events), vec![("share", vec!["n1", "n2"])]);
-    assert!(
-        events
-            .iter()
-            .any(|e| matches!(e, Event::MultiAttach { node: "n1", .. }))
-    );
     // n1's pod goes; once its agent stops using it (and a fresh read agrees), n2 has it.
     h.unpod("p1");
-    assert!(
-        !h.run_ok(secs(2)).iter().any(|op| op.ends_with("[share]")),
-        "n1 still uses it"
-    );
+    assert!(!granted(&h.run_ok(secs(2)), "n2"), "n1 still uses it");
     h.node("n1", &[]);
     assert_eq!(h.run_ok(secs(2)), vec!["write n2 [share]"]);
     assert!(h.log.iter().any(|l| l == "read n1"), "a fresh read first");
@@ -93,32 +107,17 @@ fn a_restart_grants_a_claim_no_status_lists_to_none_of_the_nodes_using_it() {
 /// granted it), and a node whose agent has not reported it waits with a Multi-Attach event.
 #[test]
 fn a_restart_keeps_a_claim_for_the_one_node_using_it() {
-    let mut h = H::recovering(Config {
-        resync_period: None,
-        ..Config::default()
-    });
-    claim(&mut h, "share");
-    h.node("n0", &[]);
-    h.node("n2", &["share"]);
-    h.pod("p0", "n0", &["share"]);
-    h.pod("p2", "n2", &["share"]);
+    let mut h = restarting(&[("n0", Some(&[]), "p0"), ("n2", Some(&["share"]), "p2")]);
     recover(&mut h, &["n0", "n2"]);
     let planned = h.run_ok(secs(5));
     assert!(
-        planned.contains(&"write n2 [share]".to_string()),
-        "{planned:?}"
-    );
-    assert!(
-        !planned.contains(&"write n0 [share]".to_string()),
+        granted(&planned, "n2") && !granted(&planned, "n0"),
         "{planned:?}"
     );
     assert_eq!(h.r.actual().state(&"share", &"n0"), AttachState::Detached);
-    let events = h.r.take_events();
-    assert!(in_doubt(&events).is_empty(), "one node: no doubt");
     assert!(
-        events
-            .iter()
-            .any(|e| matches!(e, Event::MultiAttach { node: "n0", .. }))
+        in_doubt(&waits(&mut h, "n0")).is_empty(),
+        "one node: no doubt"
     );
 }
 
@@ -126,19 +125,14 @@ fn a_restart_keeps_a_claim_for_the_one_node_using_it() {
 /// (its pod waits for it) adopts nothing.
 #[test]
 fn a_listed_claim_is_not_put_in_doubt_by_a_waiting_node() {
-    let mut h = H::recovering(Config {
-        resync_period: None,
-        ..Config::default()
-    });
-    claim(&mut h, "share");
-    h.node("n1", &["share"]);
-    h.node("n2", &["share"]);
+    let mut h = restarting(&[
+        ("n1", Some(&["share"]), "p1"),
+        ("n2", Some(&["share"]), "p2"),
+    ]);
     h.store.get_mut("n1").unwrap().1 = vec![ReportedVolume {
         volume: "share",
         device: None,
     }];
-    h.pod("p1", "n1", &["share"]);
-    h.pod("p2", "n2", &["share"]);
     recover(&mut h, &["n1", "n2"]);
     h.run_ok(secs(5));
     assert_eq!(h.r.actual().state(&"share", &"n1"), AttachState::Attached);
@@ -150,20 +144,17 @@ fn a_listed_claim_is_not_put_in_doubt_by_a_waiting_node() {
 /// again with an empty status, say) holds it: a node whose pod asks for it later waits.
 #[test]
 fn a_node_reporting_an_unheld_claim_holds_it() {
-    let mut h = H::new(Config::default());
-    claim(&mut h, "share");
+    let mut h = restarting(&[]);
+    recover(&mut h, &[]);
     h.node("n0", &[]);
     h.node("n2", &["share"]);
     assert_eq!(h.r.actual().state(&"share", &"n2"), AttachState::Uncertain);
     h.pod("p0", "n0", &["share"]);
-    assert!(!h.run_ok(secs(5)).contains(&"write n0 [share]".to_string()));
+    assert!(!granted(&h.run_ok(secs(5)), "n0"));
     // Its agent stops using it: released, and n0 is granted it.
     h.node("n2", &[]);
     let planned = h.run_ok(secs(5));
-    assert!(
-        planned.contains(&"write n0 [share]".to_string()),
-        "{planned:?}"
-    );
+    assert!(granted(&planned, "n0"), "{planned:?}");
     assert_eq!(h.r.actual().state(&"share", &"n2"), AttachState::Detached);
     // Attach-required and multi-node volumes are the backend's to tell, or shared: no hold.
     h.rwo("disk");
@@ -179,28 +170,12 @@ fn a_node_reporting_an_unheld_claim_holds_it() {
 /// its agent reports the claim in use and, wanting it, n2 is granted it again.
 #[test]
 fn a_restart_keeps_a_claim_for_a_gone_node_a_workload_is_placed_on() {
-    let mut h = H::recovering(Config {
-        resync_period: None,
-        ..Config::default()
-    });
-    claim(&mut h, "share");
-    h.node("n0", &[]);
-    h.pod("p0", "n0", &["share"]);
-    h.pod("p2", "n2", &["share"]);
+    let mut h = restarting(&[("n0", Some(&[]), "p0"), ("n2", None, "p2")]);
     recover(&mut h, &["n0"]);
-    let planned = h.run_ok(secs(5));
-    assert!(
-        !planned.contains(&"write n0 [share]".to_string()),
-        "{planned:?}"
-    );
+    assert!(!granted(&h.run_ok(secs(5)), "n0"));
     assert_eq!(h.r.actual().state(&"share", &"n2"), AttachState::Uncertain);
-    let events = h.r.take_events();
+    let events = waits(&mut h, "n0");
     assert!(in_doubt(&events).is_empty(), "one node: no doubt");
-    assert!(
-        events
-            .iter()
-            .any(|e| matches!(e, Event::MultiAttach { node: "n0", .. }))
-    );
     assert!(
         events
             .iter()
@@ -208,10 +183,6 @@ fn a_restart_keeps_a_claim_for_a_gone_node_a_workload_is_placed_on() {
         "a gone node's claim waits for the node or a fence"
     );
     h.node("n2", &["share"]);
-    let planned = h.run_ok(secs(5));
-    assert!(
-        planned.contains(&"write n2 [share]".to_string()),
-        "{planned:?}"
-    );
+    assert!(granted(&h.run_ok(secs(5)), "n2"));
     assert_eq!(h.r.actual().state(&"share", &"n0"), AttachState::Detached);
 }
