@@ -6,10 +6,19 @@
 
 use super::*;
 
+/// How a node is known to a restarted core.
+enum Seen {
+    /// Present, its agent reporting these volumes in use.
+    Reports(&'static [&'static str]),
+    /// Present, no in-use report from its agent.
+    Silent,
+    /// Its object is gone: the orchestrator does not list it.
+    Gone,
+}
+
 /// A core still to recover, which knows the claim-only volume `share`, and for each of
-/// `nodes`, its agent's in-use report (`None`: a node whose object is gone) and a pod there
-/// that uses `share`.
-fn restarting(nodes: &[(&'static str, Option<&[&'static str]>, &'static str)]) -> H {
+/// `nodes`, how the node is seen and a pod there that uses `share`.
+fn restarting(nodes: &[(&'static str, Seen, &'static str)]) -> H {
     let mut h = H::recovering(Config {
         resync_period: None,
         ..Config::default()
@@ -18,9 +27,11 @@ fn restarting(nodes: &[(&'static str, Option<&[&'static str]>, &'static str)]) -
         volume: "share",
         spec: VolumeSpec::single_node(()).without_attach(),
     });
-    for (node, in_use, pod) in nodes {
-        if let Some(in_use) = in_use {
-            h.node(node, in_use);
+    for (node, seen, pod) in nodes {
+        match seen {
+            Seen::Reports(in_use) => h.node(node, in_use),
+            Seen::Silent => h.facts(node, true, false, None),
+            Seen::Gone => {}
         }
         h.pod(pod, node, &["share"]);
     }
@@ -78,8 +89,8 @@ fn waits(h: &mut H, node: &'static str) -> Vec<Event<T>> {
 #[test]
 fn a_restart_grants_a_claim_no_status_lists_to_none_of_the_nodes_using_it() {
     let mut h = restarting(&[
-        ("n1", Some(&["share"]), "p1"),
-        ("n2", Some(&["share"]), "p2"),
+        ("n1", Seen::Reports(&["share"]), "p1"),
+        ("n2", Seen::Reports(&["share"]), "p2"),
     ]);
     recover(&mut h, &["n1", "n2"]);
     let planned = h.run_ok(secs(5));
@@ -107,7 +118,10 @@ fn a_restart_grants_a_claim_no_status_lists_to_none_of_the_nodes_using_it() {
 /// granted it), and a node whose agent has not reported it waits with a Multi-Attach event.
 #[test]
 fn a_restart_keeps_a_claim_for_the_one_node_using_it() {
-    let mut h = restarting(&[("n0", Some(&[]), "p0"), ("n2", Some(&["share"]), "p2")]);
+    let mut h = restarting(&[
+        ("n0", Seen::Reports(&[]), "p0"),
+        ("n2", Seen::Reports(&["share"]), "p2"),
+    ]);
     recover(&mut h, &["n0", "n2"]);
     let planned = h.run_ok(secs(5));
     assert!(
@@ -126,8 +140,8 @@ fn a_restart_keeps_a_claim_for_the_one_node_using_it() {
 #[test]
 fn a_listed_claim_is_not_put_in_doubt_by_a_waiting_node() {
     let mut h = restarting(&[
-        ("n1", Some(&["share"]), "p1"),
-        ("n2", Some(&["share"]), "p2"),
+        ("n1", Seen::Reports(&["share"]), "p1"),
+        ("n2", Seen::Reports(&["share"]), "p2"),
     ]);
     h.store.get_mut("n1").unwrap().1 = vec![ReportedVolume {
         volume: "share",
@@ -170,7 +184,7 @@ fn a_node_reporting_an_unheld_claim_holds_it() {
 /// its agent reports the claim in use and, wanting it, n2 is granted it again.
 #[test]
 fn a_restart_keeps_a_claim_for_a_gone_node_a_workload_is_placed_on() {
-    let mut h = restarting(&[("n0", Some(&[]), "p0"), ("n2", None, "p2")]);
+    let mut h = restarting(&[("n0", Seen::Reports(&[]), "p0"), ("n2", Seen::Gone, "p2")]);
     recover(&mut h, &["n0"]);
     assert!(!granted(&h.run_ok(secs(5)), "n0"));
     assert_eq!(h.r.actual().state(&"share", &"n2"), AttachState::Uncertain);
@@ -185,4 +199,22 @@ fn a_restart_keeps_a_claim_for_a_gone_node_a_workload_is_placed_on() {
     h.node("n2", &["share"]);
     assert!(granted(&h.run_ok(secs(5)), "n2"));
     assert_eq!(h.r.actual().state(&"share", &"n0"), AttachState::Detached);
+}
+
+/// A node whose agent has not reported (no in-use report at all) and on which a workload using
+/// the claim is placed may have it mounted: it holds the claim, as a gone node does. A node
+/// whose agent reports nothing in use holds nothing.
+#[test]
+fn a_restart_keeps_a_claim_for_a_silent_node_a_workload_is_placed_on() {
+    let mut h = restarting(&[("n0", Seen::Reports(&[]), "p0"), ("n2", Seen::Silent, "p2")]);
+    recover(&mut h, &["n0", "n2"]);
+    let planned = h.run_ok(secs(5));
+    assert!(
+        granted(&planned, "n2") && !granted(&planned, "n0"),
+        "{planned:?}"
+    );
+    assert!(
+        in_doubt(&waits(&mut h, "n0")).is_empty(),
+        "one node: no doubt"
+    );
 }

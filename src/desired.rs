@@ -713,6 +713,16 @@ impl<D: Domain> DesiredState<D> {
         self.pending.iter().map(|(w, p)| self.describe(w, p))
     }
 
+    /// The volumes the workloads placed on `node` use, a volume once per workload.
+    pub(crate) fn volumes_placed_on(&self, node: &D::Node) -> impl Iterator<Item = &D::Volume> {
+        self.nodes
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter_map(|workload| self.workloads.get(workload))
+            .flat_map(|placement| placement.volumes.iter())
+    }
+
     /// Each node the core does not know that a waiting workload is placed on, with the volumes
     /// the workload uses: after a restart, a node whose object is gone may still run it.
     pub(crate) fn placed_on_absent_nodes(&self) -> impl Iterator<Item = (&D::Node, &[D::Volume])> {

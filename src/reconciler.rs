@@ -836,6 +836,7 @@ impl<D: Domain> Reconciler<D> {
     /// empty one). So a single-node claim-only volume that no listing holds is adopted as maybe
     /// claimed on every node that may have it mounted:
     /// - each node that reports it in use;
+    /// - each node with no in-use report on which a workload using it is placed;
     /// - each node the orchestrator does not list (its object is gone) on which a workload using
     ///   it is placed: the old controller kept such a claim until the node returned or was
     ///   fenced, and so does this one.
@@ -853,7 +854,14 @@ impl<D: Domain> Reconciler<D> {
             .cloned()
             .collect();
         for node in present {
-            for volume in self.unrecorded_claims(&node) {
+            let reports = self.actual.node(&node).is_some_and(|n| n.in_use.is_some());
+            let claims = if reports {
+                self.unrecorded_claims(&node)
+            } else {
+                // Nothing heard from its agent: what its workloads use is all there is to go by.
+                self.unheld_claims(self.desired.volumes_placed_on(&node))
+            };
+            for volume in claims {
                 holders.entry(volume).or_default().push(node.clone());
             }
         }
