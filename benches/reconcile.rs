@@ -97,22 +97,24 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// Runs `f` and returns its value with the bytes it left allocated.
-fn live_bytes_of<R>(f: impl FnOnce() -> R) -> (R, isize) {
-    let before = LIVE.load(Relaxed);
+/// Runs `f` with the counters on; returns its value, the bytes it left allocated and the
+/// allocations (and reallocations) it made.
+fn counted<R>(f: impl FnOnce() -> R) -> (R, isize, usize) {
+    let (live, allocations) = (LIVE.load(Relaxed), ALLOCATIONS.load(Relaxed));
     COUNTING.store(true, Relaxed);
     let value = f();
     COUNTING.store(false, Relaxed);
-    (value, LIVE.load(Relaxed) - before)
+    (
+        value,
+        LIVE.load(Relaxed) - live,
+        ALLOCATIONS.load(Relaxed) - allocations,
+    )
 }
 
-/// Runs `f` and returns its value with the allocations (and reallocations) it made.
-fn allocations_of<R>(f: impl FnOnce() -> R) -> (R, usize) {
-    let before = ALLOCATIONS.load(Relaxed);
-    COUNTING.store(true, Relaxed);
-    let value = f();
-    COUNTING.store(false, Relaxed);
-    (value, ALLOCATIONS.load(Relaxed) - before)
+/// Runs `f` and returns its value with the bytes it left allocated.
+fn live_bytes_of<R>(f: impl FnOnce() -> R) -> (R, isize) {
+    let (value, bytes, _) = counted(f);
+    (value, bytes)
 }
 
 // ---- the two id kinds -----------------------------------------------------------------------
@@ -1034,7 +1036,7 @@ fn check_allocations<K: Naming>(clusters: &mut [Cluster<K>]) {
         for _ in 0..100 {
             black_box(cl.move_one());
         }
-        let ((), allocations) = allocations_of(|| {
+        let ((), _, allocations) = counted(|| {
             for _ in 0..MOVES {
                 black_box(cl.move_one());
             }
