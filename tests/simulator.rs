@@ -396,3 +396,51 @@ fn a_claim_invisible_to_a_restarted_controller_is_the_documented_gap() {
     let report = run(&parse(text).unwrap());
     assert!(report.passed(), "{:#?}", report.violations);
 }
+
+/// An operator's release is their word that the volume is no longer attached; the core has
+/// nothing else to go by on a fenced node the backend cannot reach. Here the attach landed
+/// (the partition healed for a moment) and the operator released the disk without detaching it
+/// by hand: the core rightly accepted it between two hung detach calls, and the disk went to
+/// n2 while the backend still held it on n1. The world fuzzer reported that as I1 (from the
+/// release scenario, where the same blind releases are refused because the attach has not
+/// landed); the simulator now notes such a release as the operator's error and excuses what
+/// follows from it, but not an attach still under way (that release the core must refuse).
+#[test]
+fn a_release_the_backend_contradicts_is_the_operators_error() {
+    let text = "set sync-period 20s
+        set max-wait-for-unmount 30s
+        set attach-latency 0s
+        set status-latency 0s
+        set force-detach-on-timeout on
+        node n1
+        node n2
+        volume disk single-node
+        at 0s partition backend n1
+        at 0s pod a on n1 uses disk
+        at 5s node n1 crash
+        at 8500ms heal backend n1
+        at 8600ms partition backend n1
+        at 10s force-delete pod a
+        at 10s pod b on n2 uses disk
+        at 1m node n1 fence
+        at 11m release disk from n1
+        at 690s release disk from n1
+        at 12m release disk from n1
+        at 750s release disk from n1
+        at 13m release disk from n1
+        at 810s release disk from n1
+        at 14m release disk from n1
+        at 14m expect pod b running
+        at 15m heal backend n1
+        at 16m expect detached disk n1
+        run 20m";
+    let report = run(&parse(text).unwrap());
+    assert!(report.passed(), "{:#?}", report.violations);
+    assert!(
+        report
+            .trace
+            .iter()
+            .any(|l| l.contains("operator: released disk from n1 while the backend still holds it")),
+        "the false release is named"
+    );
+}

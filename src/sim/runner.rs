@@ -258,6 +258,9 @@ impl Recorder {
                 .extend(nodes.iter().cloned());
         }
         w.now = self.epoch.elapsed();
+        if let Event::VolumeReleased { volume, node } = event {
+            w.note_release(volume, node);
+        }
         w.log(format!("event {}: {event}", event.reason()));
         w.record(Happening::Event {
             node: event_node(event).cloned(),

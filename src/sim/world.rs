@@ -173,6 +173,12 @@ pub(crate) struct World {
     /// there used the volume, yet the machine had it mounted: the gap the README names under
     /// "What is still not covered". A claim granted elsewhere meanwhile is excused from I1.
     pub(crate) invisible_claims: BTreeSet<(String, String)>,
+    /// (volume, node): attachments an operator released from a fenced node while the backend
+    /// still held them (`release` with no `operator-detach` first). The release's contract is
+    /// the operator's word that the volume is no longer attached, and the core has nothing
+    /// else to go by (it exists for when the backend cannot reach the node): I1 excuses a
+    /// second attachment until the backend lets go of this one.
+    pub(crate) released_while_attached: BTreeSet<(String, String)>,
 }
 
 pub(crate) fn fmt_time(d: Duration) -> String {
@@ -352,7 +358,12 @@ impl World {
             .get(volume)
             .into_iter()
             .flatten()
-            .filter(|n| *n != node)
+            .filter(|n| {
+                *n != node
+                    && !self
+                        .released_while_attached
+                        .contains(&(volume.to_string(), (*n).clone()))
+            })
             .cloned()
             .collect();
         if single && !others.is_empty() {
@@ -436,7 +447,24 @@ impl World {
             self.log(format!("backend: {volume} detached from {node}"));
             self.changed();
         }
+        self.released_while_attached
+            .remove(&(volume.to_string(), node.to_string()));
         self.mark(node);
+    }
+
+    /// A controller accepted an operator's release of `volume` from `node`. If the backend
+    /// still holds the attachment, the operator's word was wrong: noted, and excused from I1
+    /// (see [`released_while_attached`](World::released_while_attached)). An attach still
+    /// under way there is not excused: the core must refuse that release, since the attach may
+    /// land after the volume went elsewhere.
+    pub(crate) fn note_release(&mut self, volume: &str, node: &str) {
+        if self.is_attached(volume, node) {
+            self.log(format!(
+                "operator: released {volume} from {node} while the backend still holds it"
+            ));
+            self.released_while_attached
+                .insert((volume.to_string(), node.to_string()));
+        }
     }
 
     pub(crate) fn count_call(&mut self, op: CallOp, volume: &str, node: &str) {
