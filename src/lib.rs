@@ -109,8 +109,8 @@
 //! //    no call, no failure, one event saying why, and a re-check later.
 //! core.status_read(now, *id, Ok(status(vec![], vec![s("pvc-1")], 3))).unwrap();
 //! assert!(matches!(&core.take_events()[..], [.., Event::WaitingForUnmount { .. }]));
-//! now = core.next_deadline().unwrap();
-//! assert!(core.poll(now).is_empty());
+//! let recheck = now + core.config().unmount_recheck;
+//! assert_eq!(core.next_deadline(), Some(recheck), "nothing before the re-check");
 //!
 //! // 6. The pod is back on the node: the volume is reported again at once (C1), against the
 //! //    revision of the core's own acknowledged write, whatever a stale cache shows (seed

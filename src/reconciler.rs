@@ -1392,7 +1392,17 @@ impl<D: Domain> Reconciler<D> {
         if let Some(waiting) = self.awaiting_ack.remove(node) {
             self.schedule.mark_all(waiting);
         }
-        self.status.mark(node.clone());
+        // A pass drops the marks of a node whose call is running, so the node is looked at
+        // again now, unless nothing can have been dropped: the store holds the report at its
+        // current generation (our write, just acknowledged) and no detach waits for a read.
+        // That look was an empty pass at the end of every move.
+        let quiet = self.checks.get(node).is_none_or(|c| c.is_empty())
+            && self
+                .status
+                .holds_report_at(node, self.actual.report_generation(node));
+        if !quiet {
+            self.status.mark(node.clone());
+        }
     }
 
     /// The recovery listing of every node's status planned as `id` finished. Retried with

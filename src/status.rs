@@ -198,6 +198,16 @@ impl<D: Domain> StatusBook<D> {
         self.nodes.get(node).is_some_and(|r| r.writing.is_some())
     }
 
+    /// Whether the store is known to hold `node`'s report at `generation` (our write of that
+    /// generation was acknowledged and nothing has been learned since), with no call running:
+    /// a look at the node would find nothing to write.
+    pub(crate) fn holds_report_at(&self, node: &D::Node, generation: u64) -> bool {
+        generation != 0
+            && self.nodes.get(node).is_some_and(|r| {
+                !r.missing && r.writing.is_none() && r.stored.is_some() && r.matched == generation
+            })
+    }
+
     /// Whether the store reported `node` missing.
     pub fn is_missing(&self, node: &D::Node) -> bool {
         self.nodes.get(node).is_some_and(|r| r.missing)

@@ -921,6 +921,50 @@ fn a_transient_write_error_keeps_the_old_list_and_the_detach_waiting() {
     );
 }
 
+/// A write the store acknowledged, of the node's report as it still is, leaves nothing to
+/// look at: no pass follows it until the periodic verify. (A look at the node after every
+/// acknowledgement was an empty pass at the end of every workload move.)
+#[test]
+fn an_acknowledged_write_of_the_current_report_is_followed_by_no_pass() {
+    let mut p = P::new(Config::default());
+    p.node("n1", using(&[]));
+    p.pod("p1", "n1", &["v1"]);
+    let mut planned = Vec::new();
+    while !planned.contains(&"write n1 [v1] @1".to_string()) {
+        for op in p.next_ops(secs(1)) {
+            planned.push(render(&op));
+            p.ok(op);
+        }
+    }
+    assert_eq!(planned, ["attach v1 n1", "read n1", "write n1 [v1] @1"]);
+    let next = p.r.next_deadline();
+    assert!(
+        next.is_none_or(|at| at >= p.now + secs(30)),
+        "{next:?} after the write acknowledged at {:?}",
+        p.now
+    );
+}
+
+/// The report changes while its write runs (a pass skips a node whose call runs): the write's
+/// acknowledgement is followed by a write of the new report.
+#[test]
+fn a_report_changed_while_its_write_ran_is_written_after_the_acknowledgement() {
+    let mut p = P::attached(Config::default());
+    p.pod("p2", "n1", &["v2"]);
+    let attach = p.one();
+    assert_eq!(render(&attach), "attach v2 n1");
+    p.ok(attach);
+    let write = p.one();
+    assert_eq!(render(&write), "write n1 [v1,v2] @2");
+    p.pod("p3", "n1", &["v3"]);
+    let attach = p.one();
+    assert_eq!(render(&attach), "attach v3 n1");
+    p.ok(attach);
+    assert!(p.tick_names().is_empty(), "the write still runs");
+    p.ok(write);
+    assert_eq!(p.run(secs(1)), ["write n1 [v1,v2,v3] @3"]);
+}
+
 /// The removal's write fails with `error` twice; returns when each try was planned, relative to
 /// the failure before it.
 fn write_retries(error: fn() -> StoreError) -> Vec<(Duration, String)> {

@@ -2066,9 +2066,19 @@ fn replay(world: &World, found: &Found) -> Result<String, String> {
     };
     let mut tried = Vec::new();
     let c6 = world.config.upstream_bugs.c6_diff_against_stale_read;
-    // Each timing as derived, then with its steps delayed by a few fixed seeds.
+    // Each timing as derived, then with its steps delayed by a few fixed seeds, then (the
+    // model's steps can fit the simulator's pass times in a narrow window only) every shift
+    // in 5 ms steps.
+    let fine = (0..REPLAY_SEEDS).flat_map(move |jitter| {
+        timings(c6).into_iter().flat_map(move |t| {
+            (0..400)
+                .step_by(5)
+                .map(move |shift| Timing { shift, jitter, ..t })
+        })
+    });
     let candidates = (0..REPLAY_SEEDS)
-        .flat_map(|jitter| timings(c6).into_iter().map(move |t| Timing { jitter, ..t }));
+        .flat_map(|jitter| timings(c6).into_iter().map(move |t| Timing { jitter, ..t }))
+        .chain(fine);
     for timing in candidates {
         let buggy = scenario_of(world, found, timing, true);
         let (with, without) = (
