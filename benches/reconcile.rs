@@ -30,7 +30,10 @@
 //! ```
 
 mod common;
+#[path = "common/move_floor.rs"]
+mod move_floor;
 use common::{Moves, median};
+use move_floor::MoveFloor;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
@@ -1004,7 +1007,8 @@ fn bench_churn<K: Naming>(c: &mut Criterion, clusters: &mut [Cluster<K>]) {
     let mut group = c.benchmark_group("churn_move");
     for cl in clusters.iter_mut() {
         // The core's steps for one move, pass by pass: withhold and write A's status, read A
-        // fresh, detach, attach, write B's status, then a pass that finds nothing to do.
+        // fresh, detach, attach, write B's status. (A sixth pass, which found nothing to do
+        // after B's write, is gone.)
         let passes = cl.move_one();
         let expected = vec![
             [0, 0, 1, 0, 0],
@@ -1012,7 +1016,6 @@ fn bench_churn<K: Naming>(c: &mut Criterion, clusters: &mut [Cluster<K>]) {
             [0, 1, 0, 0, 0],
             [1, 0, 0, 0, 0],
             [0, 0, 1, 0, 0],
-            [0; 5],
         ];
         assert_eq!(
             passes, expected,
@@ -1059,30 +1062,54 @@ fn check_allocations<K: Naming>(clusters: &mut [Cluster<K>]) {
     }
 }
 
-fn check_moves<K: Naming>(clusters: &mut [Cluster<K>]) {
-    const MOVES: u32 = 2_000;
-    let mut per_size = Vec::new();
-    for cl in clusters.iter_mut() {
-        let move_cost = median(
-            (0..15)
-                .map(|_| {
-                    let t = Instant::now();
-                    for _ in 0..MOVES {
-                        black_box(cl.move_one());
-                    }
-                    t.elapsed() / MOVES
-                })
-                .collect(),
-        );
-        per_size.push((cl.size, move_cost));
-    }
-    let line = per_size
+/// The median time of one move, over 15 runs of `moves` moves each.
+fn time_move(moves: u32, mut move_one: impl FnMut()) -> Duration {
+    median(
+        (0..15)
+            .map(|_| {
+                let t = Instant::now();
+                for _ in 0..moves {
+                    move_one();
+                }
+                t.elapsed() / moves
+            })
+            .collect(),
+    )
+}
+
+/// `(size, time)` pairs as one line.
+fn by_size(per_size: &[(u32, Duration)]) -> String {
+    per_size
         .iter()
         .map(|(size, d)| format!("{size}: {:.2} µs", d.as_secs_f64() * 1e6))
         .collect::<Vec<_>>()
-        .join(", ");
-    let at = |size| per_size.iter().find(|(s, _)| *s == size).map(|(_, d)| *d);
-    let (Some(small), Some(large)) = (at(1_000), at(1_000_000)) else {
+        .join(", ")
+}
+
+fn check_moves<K: Naming>(clusters: &mut [Cluster<K>]) {
+    const MOVES: u32 = 2_000;
+    let mut per_size = Vec::new();
+    let mut floor_per_size = Vec::new();
+    for cl in clusters.iter_mut() {
+        per_size.push((
+            cl.size,
+            time_move(MOVES, || {
+                black_box(cl.move_one());
+            }),
+        ));
+        // The floor beside the core, at the same size, built and dropped here.
+        let mut floor = MoveFloor::new(cl.size);
+        floor_per_size.push((
+            cl.size,
+            time_move(MOVES * 10, || {
+                black_box(floor.move_one());
+            }),
+        ));
+    }
+    let line = by_size(&per_size);
+    let at =
+        |list: &[(u32, Duration)], size| list.iter().find(|(s, _)| *s == size).map(|(_, d)| *d);
+    let (Some(small), Some(large)) = (at(&per_size, 1_000), at(&per_size, 1_000_000)) else {
         println!("move cost, {} ids: {line}", K::KIND);
         return;
     };
@@ -1091,6 +1118,24 @@ fn check_moves<K: Naming>(clusters: &mut [Cluster<K>]) {
         "move cost, {} ids (hand-timed medians): {line}; 1M/1k {ratio:.2}x",
         K::KIND
     );
+    if let (Some(floor_small), Some(floor_large)) =
+        (at(&floor_per_size, 1_000), at(&floor_per_size, 1_000_000))
+    {
+        // What a move at 1M costs beyond one at 1k is memory: the core's, against the least
+        // any core must touch. At the goal's cost per move, the floor's share alone sets the
+        // lowest ratio any design can reach on this machine.
+        let core_extra = large.saturating_sub(small).as_secs_f64() * 1e6;
+        let floor_extra = floor_large.saturating_sub(floor_small).as_secs_f64() * 1e6;
+        let goal = GOAL_MOVE.as_secs_f64() * 1e6;
+        println!(
+            "memory floor of a move (dense indices, nothing but the records and lists a move \
+             must touch): {}; 1M costs {core_extra:.2} µs more than 1k in the core, \
+             {floor_extra:.2} µs in the floor; a {goal:.2} µs move at 1k would be at least \
+             {:.2}x dearer at 1M",
+            by_size(&floor_per_size),
+            (goal + floor_extra) / goal
+        );
+    }
     let worst = per_size.iter().map(|(_, d)| *d).max().expect("sizes");
     goal(
         worst <= GOAL_MOVE,
@@ -1414,7 +1459,14 @@ fn run_kind<K: Naming>(
     bench_churn(c, &mut clusters);
     extra(c, &mut clusters);
     check_allocations(&mut clusters);
-    if !test_mode {
+    if test_mode {
+        // The floor does the bookkeeping it claims to.
+        let mut floor = MoveFloor::new(3_000);
+        for _ in 0..10_000 {
+            black_box(floor.move_one());
+        }
+        floor.check();
+    } else {
         if let Some(at_150k) = clusters.iter_mut().find(|cl| cl.size == 150_000) {
             check_ratio(at_150k);
         }
