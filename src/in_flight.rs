@@ -73,6 +73,12 @@ impl<D: Domain> InFlightTable<D> {
         self.ops.len()
     }
 
+    /// Room for running operations; for tests of trimming.
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.ops.capacity()
+    }
+
     /// Every running operation, in no set order.
     pub(crate) fn values(&self) -> impl Iterator<Item = &InFlight<D>> {
         self.ops.values()

@@ -1395,12 +1395,15 @@ impl<D: Domain> Reconciler<D> {
         // A pass drops the marks of a node whose call is running, so the node is looked at
         // again now, unless nothing can have been dropped: the store holds the report at its
         // current generation (our write, just acknowledged) and no detach waits for a read.
-        // That look was an empty pass at the end of every move.
+        // That look was an empty pass at the end of every move; it also gave back the room a
+        // burst's operations left (a pass trims first), so a quiet end trims here.
         let quiet = self.checks.get(node).is_none_or(|c| c.is_empty())
             && self
                 .status
                 .holds_report_at(node, self.actual.report_generation(node));
-        if !quiet {
+        if quiet {
+            self.trim();
+        } else {
             self.status.mark(node.clone());
         }
     }

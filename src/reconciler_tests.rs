@@ -2570,3 +2570,35 @@ fn drained_events_leave_room_for_a_pass_not_a_burst() {
         assert!(h.r.events.capacity() <= KEPT_EVENTS);
     }
 }
+
+/// A burst gives back the room of its running operations once it settles, though no pass
+/// follows the last acknowledgement (a pass trims at its start): a settled core keeps no
+/// burst's peak. The last pass of a start-up plans one status write per node.
+#[test]
+fn a_settled_burst_gives_back_the_room_of_its_operations() {
+    let mut h = H::new(Config::default());
+    let name =
+        |prefix: &str, i: usize| -> &'static str { Box::leak(format!("{prefix}{i}").into()) };
+    for i in 0..300 {
+        let (node, volume) = (name("n", i), name("v", i));
+        h.node(node, &[]);
+        h.rwo(volume);
+        h.pod(name("p", i), node, &[volume]);
+    }
+    let mut peak = 0;
+    let end = h.now + Duration::from_secs(5);
+    while h.now < end {
+        let ops = h.tick();
+        peak = peak.max(h.r.in_flight.capacity());
+        for op in ops {
+            h.ok(op);
+        }
+    }
+    assert!(peak >= 300, "the burst ran at once: room for {peak}");
+    assert_eq!(h.stored("n299"), Some(vec!["v299"]), "settled");
+    let room = h.r.in_flight.capacity();
+    assert!(
+        room <= 64,
+        "room for {room} running operations kept after the burst"
+    );
+}
