@@ -1642,6 +1642,12 @@ impl<D: Domain> Reconciler<D> {
         NodeLists { wanted, attached }: &mut NodeLists<D>,
         ops: &mut Vec<Operation<D>>,
     ) {
+        attached.extend(
+            self.actual
+                .attachments(volume)
+                .iter()
+                .map(|a| a.node.clone()),
+        );
         // The spec and the nodes it is wanted on, in one lookup: nothing below changes them.
         let Some(spec) = self.desired.spec_and_wanted(volume).map(|(spec, on)| {
             wanted.extend(on.iter().map(|w| w.node.clone()));
@@ -1649,12 +1655,6 @@ impl<D: Domain> Reconciler<D> {
         }) else {
             // Only the store reported it (at recovery), and neither the orchestrator nor the
             // backend knows it: without its payload the core cannot detach it.
-            attached.extend(
-                self.actual
-                    .attachments(volume)
-                    .iter()
-                    .map(|a| a.node.clone()),
-            );
             for node in attached.iter() {
                 warn!(volume = ?volume, node = ?node, "attached volume has no spec; register it with set_volume");
                 self.report_blocked(
@@ -1667,12 +1667,6 @@ impl<D: Domain> Reconciler<D> {
             return;
         };
         // Detach pass first, so that a freed single-node volume can move in the same pass.
-        attached.extend(
-            self.actual
-                .attachments(volume)
-                .iter()
-                .map(|a| a.node.clone()),
-        );
         for node in attached.iter() {
             if !wanted.contains(node) {
                 self.consider_detach(now, volume, node, &spec, ops);
