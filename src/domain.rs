@@ -36,7 +36,10 @@ pub trait Domain:
     type Volume: Id;
     /// A workload (pod, allocation, task) name or id.
     type Workload: Id;
-    /// Data the backend needs to attach or detach a volume; handed to it untouched.
+    /// Data the backend needs to attach or detach a volume; handed to it untouched. The core
+    /// keeps one per volume and copies it only into the calls it plans (an attach or a
+    /// detach, and a verify for each volume it names); for a large payload, an `Arc` makes
+    /// those copies cheap.
     type Payload: Clone + Debug + PartialEq + Send + Sync + 'static;
 }
 
