@@ -135,16 +135,32 @@ impl Run {
     }
 }
 
-fn node(run: &mut Run, node: &'static str) {
-    run.input(Input::NodeUpdated {
+/// A recovered core with two nodes, n1 and n2, and the volume v1 of `spec`.
+fn two_nodes_and(spec: VolumeSpec<Counted>) -> Run {
+    let mut run = Run::new();
+    for node in ["n1", "n2"] {
+        run.input(Input::NodeUpdated {
+            node,
+            facts: NodeFacts {
+                healthy: true,
+                fenced: false,
+                in_use: Some(Vec::new()),
+                attach_limit: None,
+            },
+        });
+    }
+    run.input(Input::SetVolume { volume: "v1", spec });
+    run
+}
+
+/// Places `workload`, using v1, on `node`, and lets the core settle.
+fn place(run: &mut Run, workload: &'static str, node: &'static str) {
+    run.input(Input::WorkloadScheduled {
+        workload,
         node,
-        facts: NodeFacts {
-            healthy: true,
-            fenced: false,
-            in_use: Some(Vec::new()),
-            attach_limit: None,
-        },
+        volumes: vec!["v1"],
     });
+    run.settle();
 }
 
 /// A workload and its single-node volume move between two nodes: a detach and an attach, each
@@ -152,29 +168,13 @@ fn node(run: &mut Run, node: &'static str) {
 /// the volume copied the whole spec: seven copies in all).
 #[test]
 fn a_move_copies_the_payload_only_into_its_two_calls() {
-    let mut run = Run::new();
-    node(&mut run, "n1");
-    node(&mut run, "n2");
-    run.input(Input::SetVolume {
-        volume: "v1",
-        spec: VolumeSpec::single_node(Counted),
-    });
-    run.input(Input::WorkloadScheduled {
-        workload: "p1",
-        node: "n1",
-        volumes: vec!["v1"],
-    });
-    run.settle();
+    let mut run = two_nodes_and(VolumeSpec::single_node(Counted));
+    place(&mut run, "p1", "n1");
     assert_eq!(run.r.actual().state(&"v1", &"n1"), AttachState::Attached);
 
     let (before, carried, calls) = (copies(), run.carried, run.calls);
     run.input(Input::WorkloadRemoved { workload: "p1" });
-    run.input(Input::WorkloadScheduled {
-        workload: "p2",
-        node: "n2",
-        volumes: vec!["v1"],
-    });
-    run.settle();
+    place(&mut run, "p2", "n2");
     assert_eq!(run.r.actual().state(&"v1", &"n2"), AttachState::Attached);
     assert!(
         run.r.actual().get(&"v1", &"n1").is_none(),
@@ -192,22 +192,10 @@ fn a_move_copies_the_payload_only_into_its_two_calls() {
 /// copies when each look copied the spec).
 #[test]
 fn a_shared_volume_copies_the_payload_only_into_its_attaches() {
-    let mut run = Run::new();
-    node(&mut run, "n1");
-    node(&mut run, "n2");
-    run.input(Input::SetVolume {
-        volume: "v1",
-        spec: VolumeSpec::multi_node(Counted),
-    });
+    let mut run = two_nodes_and(VolumeSpec::multi_node(Counted));
     let before = copies();
-    for (workload, node) in [("p1", "n1"), ("p2", "n2")] {
-        run.input(Input::WorkloadScheduled {
-            workload,
-            node,
-            volumes: vec!["v1"],
-        });
-        run.settle();
-    }
+    place(&mut run, "p1", "n1");
+    place(&mut run, "p2", "n2");
     assert_eq!(run.r.actual().attachments(&"v1").len(), 2);
     assert_eq!(run.calls, 2, "two attaches");
     assert_eq!(copies() - before, run.carried);
