@@ -200,3 +200,34 @@ fn a_shared_volume_copies_the_payload_only_into_its_attaches() {
     assert_eq!(run.calls, 2, "two attaches");
     assert_eq!(copies() - before, run.carried);
 }
+
+/// An attach that must wait for room on its node plans no call, and copies nothing.
+#[test]
+fn an_attach_waiting_for_room_copies_no_payload() {
+    let mut run = Run::new();
+    run.input(Input::NodeUpdated {
+        node: "n1",
+        facts: NodeFacts {
+            healthy: true,
+            fenced: false,
+            in_use: Some(Vec::new()),
+            attach_limit: Some(1),
+        },
+    });
+    let before = copies();
+    for (workload, volume) in [("p1", "v1"), ("p2", "v2")] {
+        run.input(Input::SetVolume {
+            volume,
+            spec: VolumeSpec::single_node(Counted),
+        });
+        run.input(Input::WorkloadScheduled {
+            workload,
+            node: "n1",
+            volumes: vec![volume],
+        });
+        run.settle();
+    }
+    assert_eq!(run.r.actual().volumes_on(&"n1").count(), 1, "room for one");
+    assert_eq!(run.calls, 1, "one attach");
+    assert_eq!(copies() - before, run.carried);
+}

@@ -2029,10 +2029,6 @@ impl<D: Domain> Reconciler<D> {
                 // already holds it.
                 let slot = here.is_none();
                 debug_assert!(spec.attach_required);
-                let Some(payload) = self.payload_for_call(volume) else {
-                    // Not reached (see `payload_for_call`): nothing has changed yet.
-                    return;
-                };
                 if slot {
                     if let Some(reason) = self.no_room(now, volume, node) {
                         return self.wait_for_room(volume, node, reason);
@@ -2042,6 +2038,11 @@ impl<D: Domain> Reconciler<D> {
                     // Queued: a pass offers it capacity when its turn comes.
                     return;
                 }
+                let Some(payload) = self.payload_for_call(volume) else {
+                    // Not reached (see `payload_for_call`); the attach slot is given back.
+                    self.admission.finished(Class::Attach);
+                    return;
+                };
                 if slot {
                     self.capacity.attach_started(node);
                 } else {
