@@ -283,7 +283,8 @@ impl<D: Domain> ActualNode<D> {
 pub struct ActualState<D: Domain> {
     volumes: DenseTable<VolumeAttachments<D>>,
     nodes: FxHashMap<D::Node, ActualNode<D>>,
-    /// The nodes with a pending detach request.
+    /// The nodes with a pending detach request: exactly those whose `detach_requested` list
+    /// is not empty.
     requesting: FxHashSet<D::Node>,
     /// Every node of `nodes` with something attached, in the order the periodic verify walks
     /// them. Only those: a verify slice used to pass over the nodes with nothing attached one
@@ -497,6 +498,83 @@ impl<D: Domain> ActualState<D> {
             n.report_gen = next_generation(&mut self.generations);
         }
         self.sync_reported(&volume, &node);
+    }
+
+    /// Restart recovery: the store lists `reported` for `node`, so each is Attached there, as
+    /// [`set_attached`](Self::set_attached) would make them one by one (a volume listed twice
+    /// is set twice, its last device path kept). The node is looked up once and each volume
+    /// once, where `set_attached` looks each up three times: at a million attachments those
+    /// lookups, each a likely cache miss, were most of taking the store's listing in.
+    pub(crate) fn recover_reported(&mut self, node: &D::Node, reported: &[ReportedVolume<D>]) {
+        if reported.is_empty() {
+            return;
+        }
+        let n = node_entry(&mut self.nodes, &mut self.generations, node);
+        // The node's index, in one sort when it is new (at recovery it is); else one
+        // insertion each, as `set_attached` makes.
+        let fresh = n.attached.is_empty();
+        let mut changed = fresh;
+        for r in reported {
+            let list = &mut self
+                .volumes
+                .get_or_insert_with(r.volume.clone(), |volume| VolumeAttachments {
+                    volume,
+                    list: SmallVec::new(),
+                })
+                .list;
+            match list.iter_mut().find(|a| a.node == *node) {
+                Some(a) => {
+                    a.state = AttachState::Attached;
+                    a.withheld = false;
+                    a.generation = a.generation.wrapping_add(1);
+                    a.landed = true;
+                }
+                None => {
+                    list.push(Attachment {
+                        node: node.clone(),
+                        state: AttachState::Attached,
+                        withheld: false,
+                        #[cfg(feature = "upstream-bugs")]
+                        assumed_mounted: n.in_use.is_none(),
+                        generation: 0,
+                        landed: true,
+                    });
+                    self.len += 1;
+                }
+            }
+            if !fresh {
+                match find(&n.attached, &r.volume) {
+                    Ok(i) => {
+                        changed |= !n.attached[i].1;
+                        n.attached[i].1 = true;
+                    }
+                    Err(i) => {
+                        n.attached.insert(i, (r.volume.clone(), true));
+                        changed = true;
+                    }
+                }
+            }
+            put_sparse(&mut n.devices, &r.volume, r.device.clone());
+        }
+        if fresh {
+            n.attached = reported.iter().map(|r| (r.volume.clone(), true)).collect();
+            n.attached.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            n.attached.dedup_by(|a, b| a.0 == b.0);
+        }
+        if n.ring_pos == OUT_OF_RING {
+            // Its first attachments: the verify walks it from now on.
+            n.ring_pos = self.ring.push(node.clone());
+        }
+        n.report_gen = next_generation(&mut self.generations);
+        if changed {
+            self.report_changed.mark(node.clone());
+        }
+    }
+
+    /// Makes room for `volumes` more volumes with attachments at once: restart recovery knows
+    /// how many the store lists before it takes them in.
+    pub(crate) fn reserve(&mut self, volumes: usize) {
+        self.volumes.reserve(volumes);
     }
 
     /// An attach of an existing record was planned: until it answers, a call may attach the
@@ -764,6 +842,100 @@ mod tests {
     use crate::domain::Ids;
 
     type T = Ids<&'static str, &'static str, &'static str>;
+
+    type U = Ids<u32, u32, u32>;
+
+    /// Everything `recover_reported` may change, in an order no hash decides (report
+    /// generations left out: only their change is meant, and it is checked apart).
+    fn snapshot(a: &ActualState<U>) -> String {
+        let mut volumes: Vec<_> = a.volumes.iter().collect();
+        volumes.sort_by_key(|v| v.volume);
+        let mut nodes: Vec<_> = a.nodes.iter().collect();
+        nodes.sort_by_key(|(node, _)| **node);
+        let mut out = format!("len {}\n", a.len);
+        for v in volumes {
+            let mut list: Vec<_> = v.list.iter().collect();
+            list.sort_by_key(|a| a.node);
+            out += &format!("{} {list:?}\n", v.volume);
+        }
+        for (node, n) in nodes {
+            out += &format!(
+                "{node}: {:?} {:?} {:?} ring {}\n",
+                n.attached,
+                n.devices.as_slice(),
+                n.detach_requested.as_slice(),
+                n.ring_pos
+            );
+        }
+        out
+    }
+
+    /// Taking a node's listing in at once leaves exactly what setting each listed volume
+    /// Attached, one by one, leaves: over random states (records Attached, Uncertain and
+    /// withheld, detach requests, device paths) and random listings (volumes listed twice,
+    /// unsorted, with and without paths), onto a node with and without records.
+    #[test]
+    fn recovering_a_listing_is_setting_each_listed_volume_attached() {
+        let mut seed = 11u64;
+        let mut next = move |n: u64| {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) % n
+        };
+        for case in 0..2_000 {
+            // The earlier state, drawn once as steps and built twice (`ActualState` is not
+            // `Clone`).
+            let steps: Vec<(u64, u32, u32, u64)> = (0..next(12))
+                .map(|_| (next(4), next(8) as u32, next(3) as u32, next(5)))
+                .collect();
+            let build = || {
+                let mut a: ActualState<U> = ActualState::default();
+                for &(kind, v, n, x) in &steps {
+                    match kind {
+                        0 => a.set_attached(v, n, (x % 2 == 0).then(|| "/dev/x".into())),
+                        1 => a.set_uncertain(v, n),
+                        2 => a.set_withheld(&v, &n, true),
+                        _ => {
+                            a.request_detach(&v, &n, Duration::from_secs(x));
+                        }
+                    }
+                }
+                a.take_report_changed();
+                a
+            };
+            let node = next(3) as u32;
+            let listed: Vec<ReportedVolume<U>> = (0..next(10))
+                .map(|_| ReportedVolume {
+                    volume: next(8) as u32,
+                    device: match next(3) {
+                        0 => Some("/dev/y".into()),
+                        1 => Some("/dev/z".into()),
+                        _ => None,
+                    },
+                })
+                .collect();
+            let (mut one_by_one, mut at_once) = (build(), build());
+            let generation = |a: &ActualState<U>| a.report_generation(&node);
+            let before = generation(&at_once);
+            for r in &listed {
+                one_by_one.set_attached(r.volume, node, r.device.clone());
+            }
+            at_once.recover_reported(&node, &listed);
+            let context = format!("case {case}: {steps:?}, then {listed:?} on {node}");
+            assert_eq!(snapshot(&at_once), snapshot(&one_by_one), "{context}");
+            assert_eq!(
+                at_once.take_report_changed(),
+                one_by_one.take_report_changed(),
+                "{context}"
+            );
+            assert_eq!(
+                generation(&at_once) != before,
+                generation(&one_by_one) != before,
+                "the report generation moves exactly when it did: {context}"
+            );
+        }
+    }
 
     #[test]
     fn report_follows_attached_and_withheld() {

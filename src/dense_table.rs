@@ -146,6 +146,15 @@ impl<T: Keyed> DenseTable<T> {
         }
     }
 
+    /// Makes room for `additional` more entries at once, exactly: a table filled from a
+    /// listing of known length (restart recovery) is not grown and rehashed on the way.
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        let entries = &self.entries;
+        self.index
+            .reserve(additional, |&i| hash_of(entries[i as usize].key()));
+        self.entries.reserve_exact(additional);
+    }
+
     /// The entry of `key`, made by `make` (from the key) first if there is none.
     pub(crate) fn get_or_insert_with(
         &mut self,

@@ -821,9 +821,8 @@ impl<D: Domain> Reconciler<D> {
         attached: Vec<ReportedVolume<D>>,
         revision: Revision,
     ) {
+        self.actual.recover_reported(&node, &attached);
         for r in &attached {
-            self.actual
-                .set_attached(r.volume.clone(), node.clone(), r.device.clone());
             self.schedule.mark(r.volume.clone());
         }
         self.status.read(node.clone(), &attached, &revision);
@@ -1503,6 +1502,10 @@ impl<D: Domain> Reconciler<D> {
             attachments = attachments.len(),
             "recovered the actual state"
         );
+        // Room for every listed attachment at once: a million, taken in one by one, rehashed
+        // the volume table a dozen times on the way.
+        self.actual
+            .reserve(statuses.iter().map(|(_, s)| s.attached.len()).sum());
         for (node, status) in statuses {
             self.recover_status(node, status.attached, status.revision);
         }
