@@ -409,6 +409,11 @@ impl<D: Domain> ActualState<D> {
 
     /// The attachment is wanted again: a later detach waits for the unmount afresh.
     pub(crate) fn cancel_detach_request(&mut self, volume: &D::Volume, node: &D::Node) {
+        // Only a node in `requesting` has a request to cancel. That set is small and hot; the
+        // node table is not, and every look at an attached volume where it is wanted comes here.
+        if !self.requesting.contains(node) {
+            return;
+        }
         if let Some(n) = self.nodes.get_mut(node) {
             put_sparse(&mut n.detach_requested, volume, None);
             if n.detach_requested.as_slice().is_empty() {
