@@ -69,9 +69,10 @@ impl<V> Default for NodeFacts<V> {
 
 /// One attachment record.
 ///
-/// Kept small (12 bytes with `u32` ids): there is one per attachment in the cluster. What only
+/// Kept small (8 bytes with `u32` ids): there is one per attachment in the cluster. What only
 /// some attachments have, a device path or a pending detach request, lives with the node (see
-/// [`ActualState::device`] and [`ActualState::detach_requested_at`]).
+/// [`ActualState::device`] and [`ActualState::detach_requested_at`]), and so does the record's
+/// generation, which the periodic verify reads node by node.
 #[derive(Clone, Debug)]
 pub struct Attachment<D: Domain> {
     pub(crate) node: D::Node,
@@ -81,8 +82,6 @@ pub struct Attachment<D: Domain> {
     /// Upstream 141385 (only with `c4_sticky_assumed_mount`): mounted until the report changes.
     #[cfg(feature = "upstream-bugs")]
     pub(crate) assumed_mounted: bool,
-    /// Bumped on every change, so a verify answer planned before the change is ignored.
-    pub(crate) generation: u32,
     /// An attach of the pair is known to have landed, and no attach of it was planned since:
     /// no call in flight can attach it again behind an operator's back. Only such an
     /// attachment may be released ([`Input::ReleaseVolume`](crate::core::Input)).
@@ -101,6 +100,49 @@ impl<D: Domain> Attachment<D> {
     /// Whether the node must list this volume in its status.
     pub fn is_reported(&self) -> bool {
         self.state == AttachState::Attached && !self.withheld
+    }
+}
+
+/// What a node's index holds of one attachment there, in four bytes: whether the node must
+/// report it, and the record's generation, bumped on every change so that a verify answer
+/// planned before the change is ignored.
+///
+/// The generation lives here, not in the volume's record, so that a verify reads a node's
+/// attachments from the node's one sorted list: kept with the record, it cost every verified
+/// attachment a lookup in the volume table, a cache miss at a million attachments, and two
+/// of the three a verify made per attachment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Standing(u32);
+
+impl Standing {
+    /// The flag's bit; the generation is the other 31, wrapping.
+    const REPORTED: u32 = 1 << 31;
+
+    /// A new record's: generation 0.
+    fn new(reported: bool) -> Self {
+        Standing(if reported { Self::REPORTED } else { 0 })
+    }
+
+    /// Whether the node must list the volume in its status.
+    pub(crate) fn reported(self) -> bool {
+        self.0 & Self::REPORTED != 0
+    }
+
+    /// The record's generation.
+    pub(crate) fn generation(self) -> u32 {
+        self.0 & !Self::REPORTED
+    }
+
+    /// Sets the flag; returns whether it changed.
+    fn set_reported(&mut self, reported: bool) -> bool {
+        let was = self.reported();
+        self.0 = self.generation() | if reported { Self::REPORTED } else { 0 };
+        was != reported
+    }
+
+    /// The record changed: a new generation, the flag kept.
+    fn bump(&mut self) {
+        self.0 = (self.0 & Self::REPORTED) | (self.generation().wrapping_add(1) & !Self::REPORTED);
     }
 }
 
@@ -131,8 +173,9 @@ pub(crate) struct ActualNode<D: Domain> {
     /// [`NodeFacts::attach_limit`].
     pub(crate) attach_limit: Option<u32>,
     /// The volumes attached (or maybe attached) here, sorted, each with whether the node must
-    /// report it: the node's report is read from here, without a lookup per volume.
-    attached: Vec<(D::Volume, bool)>,
+    /// report it and its generation: the node's report and its verify are read from here,
+    /// without a lookup per volume. Exactly the volumes with a record on this node.
+    attached: Vec<(D::Volume, Standing)>,
     /// The device paths of the attachments here that have one, sorted by volume.
     devices: Sparse<(D::Volume, Arc<str>)>,
     /// When the controller first wanted each of these attachments gone, sorted by volume.
@@ -423,19 +466,46 @@ impl<D: Domain> ActualState<D> {
     }
 
     /// Brings the node index's "reported" flag of (`volume`, `node`) in line with the record,
-    /// noting the node when its report changes.
-    fn sync_reported(&mut self, volume: &D::Volume, node: &D::Node) {
+    /// noting the node when its report changes; with `bump`, the record changed and takes a
+    /// new generation.
+    fn sync_reported(&mut self, volume: &D::Volume, node: &D::Node, bump: bool) {
         let reported = self.get(volume, node).is_some_and(|a| a.is_reported());
         let Some(n) = self.nodes.get_mut(node) else {
             return;
         };
         if let Ok(i) = find(&n.attached, volume) {
-            if n.attached[i].1 != reported {
-                n.attached[i].1 = reported;
+            let standing = &mut n.attached[i].1;
+            if bump {
+                standing.bump();
+            }
+            if standing.set_reported(reported) {
                 n.report_gen = next_generation(&mut self.generations);
                 self.report_changed.mark(node.clone());
             }
         }
+    }
+
+    /// What `node`'s index holds of its attachment of `volume`, if it has one.
+    pub(crate) fn standing(&self, volume: &D::Volume, node: &D::Node) -> Option<Standing> {
+        let n = self.nodes.get(node)?;
+        find(&n.attached, volume).ok().map(|i| n.attached[i].1)
+    }
+
+    /// Whether (`volume`, `node`) has a record (Attached or Uncertain): what
+    /// [`state`](Self::state) tells apart from Detached, read from the node's index.
+    pub(crate) fn holds(&self, volume: &D::Volume, node: &D::Node) -> bool {
+        let held = self.standing(volume, node).is_some();
+        debug_assert_eq!(
+            held,
+            self.get(volume, node).is_some(),
+            "a node's index lists exactly its records"
+        );
+        held
+    }
+
+    /// Every attachment on `node`, in volume order, with what the node's index holds of it.
+    pub(crate) fn standings_on(&self, node: &D::Node) -> &[(D::Volume, Standing)] {
+        self.nodes.get(node).map_or(&[], |n| &n.attached)
     }
 
     /// Every node with an attachment or known facts.
@@ -489,20 +559,23 @@ impl<D: Domain> ActualState<D> {
         node: D::Node,
         device: Option<Arc<str>>,
     ) {
-        match self.get_mut(&volume, &node) {
+        let existed = match self.get_mut(&volume, &node) {
             Some(a) => {
                 a.state = AttachState::Attached;
                 a.withheld = false;
-                a.generation = a.generation.wrapping_add(1);
                 a.landed = true;
+                true
             }
-            None => self.insert(volume.clone(), node.clone(), AttachState::Attached),
-        }
+            None => {
+                self.insert(volume.clone(), node.clone(), AttachState::Attached);
+                false
+            }
+        };
         if let Some(n) = self.nodes.get_mut(&node) {
             put_sparse(&mut n.devices, &volume, device);
             n.report_gen = next_generation(&mut self.generations);
         }
-        self.sync_reported(&volume, &node);
+        self.sync_reported(&volume, &node, existed);
     }
 
     /// Restart recovery: the store lists `reported` for `node`, so each is Attached there, as
@@ -531,7 +604,6 @@ impl<D: Domain> ActualState<D> {
                 Some(a) => {
                     a.state = AttachState::Attached;
                     a.withheld = false;
-                    a.generation = a.generation.wrapping_add(1);
                     a.landed = true;
                 }
                 None => {
@@ -541,20 +613,22 @@ impl<D: Domain> ActualState<D> {
                         withheld: false,
                         #[cfg(feature = "upstream-bugs")]
                         assumed_mounted: n.in_use.is_none(),
-                        generation: 0,
                         landed: true,
                     });
                     self.len += 1;
                 }
             }
             if !fresh {
+                // A record there (found above) has its entry here: it changes.
                 match find(&n.attached, &r.volume) {
                     Ok(i) => {
-                        changed |= !n.attached[i].1;
-                        n.attached[i].1 = true;
+                        let standing = &mut n.attached[i].1;
+                        standing.bump();
+                        changed |= standing.set_reported(true);
                     }
                     Err(i) => {
-                        n.attached.insert(i, (r.volume.clone(), true));
+                        n.attached
+                            .insert(i, (r.volume.clone(), Standing::new(true)));
                         changed = true;
                     }
                 }
@@ -562,9 +636,20 @@ impl<D: Domain> ActualState<D> {
             put_sparse(&mut n.devices, &r.volume, r.device.clone());
         }
         if fresh {
-            n.attached = reported.iter().map(|r| (r.volume.clone(), true)).collect();
-            n.attached.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            n.attached.dedup_by(|a, b| a.0 == b.0);
+            let mut listed: Vec<_> = reported
+                .iter()
+                .map(|r| (r.volume.clone(), Standing::new(true)))
+                .collect();
+            listed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            // A volume listed again was set again: its record changed once more.
+            listed.dedup_by(|again, first| {
+                let same = again.0 == first.0;
+                if same {
+                    first.1.bump();
+                }
+                same
+            });
+            n.attached = listed;
         }
         if n.ring_pos == OUT_OF_RING {
             // Its first attachments: the verify walks it from now on.
@@ -592,20 +677,23 @@ impl<D: Domain> ActualState<D> {
 
     /// Records that the volume may be attached to the node. It stops being reported.
     pub(crate) fn set_uncertain(&mut self, volume: D::Volume, node: D::Node) {
-        match self.get_mut(&volume, &node) {
+        let existed = match self.get_mut(&volume, &node) {
             Some(a) => {
                 a.state = AttachState::Uncertain;
-                a.generation = a.generation.wrapping_add(1);
+                true
             }
-            None => self.insert(volume.clone(), node.clone(), AttachState::Uncertain),
-        }
-        self.sync_reported(&volume, &node);
+            None => {
+                self.insert(volume.clone(), node.clone(), AttachState::Uncertain);
+                false
+            }
+        };
+        self.sync_reported(&volume, &node, existed);
     }
 
     /// A new record, not yet reported (the caller syncs the flag).
     fn insert(&mut self, volume: D::Volume, node: D::Node, state: AttachState) {
         let n = node_entry(&mut self.nodes, &mut self.generations, &node);
-        put(&mut n.attached, &volume, Some(false));
+        put(&mut n.attached, &volume, Some(Standing::new(false)));
         n.report_gen = next_generation(&mut self.generations);
         if n.ring_pos == OUT_OF_RING {
             // Its first attachment: the verify walks it from now on.
@@ -625,7 +713,6 @@ impl<D: Domain> ActualState<D> {
                 withheld: false,
                 #[cfg(feature = "upstream-bugs")]
                 assumed_mounted,
-                generation: 0,
                 landed: state == AttachState::Attached,
             });
         self.len += 1;
@@ -669,7 +756,7 @@ impl<D: Domain> ActualState<D> {
     pub(crate) fn set_withheld(&mut self, volume: &D::Volume, node: &D::Node, withheld: bool) {
         if let Some(a) = self.get_mut(volume, node) {
             a.withheld = withheld;
-            self.sync_reported(volume, node);
+            self.sync_reported(volume, node, false);
         }
     }
 
@@ -684,8 +771,8 @@ impl<D: Domain> ActualState<D> {
         if n.devices.as_slice().is_empty() {
             // No device paths (CSI): a plain copy of the reported volumes, without the walk
             // beside the paths, which cost about 50 instructions a volume.
-            for (volume, reported) in &n.attached {
-                if *reported {
+            for (volume, standing) in &n.attached {
+                if standing.reported() {
                     report.push(ReportedVolume {
                         volume: volume.clone(),
                         device: None,
@@ -714,7 +801,7 @@ impl<D: Domain> ActualState<D> {
             .peekable();
         n.map_or(&[][..], |n| &n.attached[..])
             .iter()
-            .filter(|(_, reported)| *reported)
+            .filter(|(_, standing)| standing.reported())
             .map(move |(volume, _)| {
                 // Both lists are sorted by volume: walk them together.
                 while devices.next_if(|(v, _)| v < volume).is_some() {}
@@ -1117,7 +1204,7 @@ mod tests {
     fn an_attachment_record_stays_small() {
         // One per attachment in the cluster: 150,000 of them at Kubernetes' limits.
         type Small = Ids<u32, u32, u32>;
-        assert!(std::mem::size_of::<Attachment<Small>>() <= 12);
+        assert!(std::mem::size_of::<Attachment<Small>>() <= 8);
     }
 
     #[test]

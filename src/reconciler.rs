@@ -839,8 +839,9 @@ impl<D: Domain> Reconciler<D> {
     ) {
         self.adopt_spec(&volume, spec);
         // An attachment the store listed was marked when its status was taken in: a million
-        // attachments are marked (and sorted) once, not twice.
-        if self.actual.state(&volume, &node) == AttachState::Detached {
+        // attachments are marked (and sorted) once, not twice. Asked of the node's list, not
+        // of the million-entry volume table: the same answer, from a far smaller table.
+        if !self.actual.holds(&volume, &node) {
             self.actual.set_uncertain(volume.clone(), node);
             self.schedule.mark(volume);
         }
@@ -1180,14 +1181,22 @@ impl<D: Domain> Reconciler<D> {
         };
         for (volume, generation) in checked {
             let busy = self.busy(&volume, &node);
-            let Some(a) = self.actual.get(&volume, &node) else {
+            let Some(standing) = self.actual.standing(&volume, &node) else {
                 continue;
             };
             // Ignore answers about attachments that changed or are being changed since.
-            if a.generation != generation || busy {
+            if standing.generation() != generation || busy {
                 continue;
             }
             let still = attached.binary_search(&volume).is_ok();
+            if still && standing.reported() {
+                // Attached, and the backend agrees: the usual answer, decided from the node's
+                // list without a lookup in the volume table.
+                continue;
+            }
+            let Some(a) = self.actual.get(&volume, &node) else {
+                continue;
+            };
             match (a.state, still) {
                 (AttachState::Attached, false) => {
                     debug!(volume = ?volume, node = ?node, "backend says detached");
@@ -2279,18 +2288,20 @@ impl<D: Domain> Reconciler<D> {
         if self.gate.is_running(&key) {
             return;
         }
-        let mut checked = Vec::new();
-        let mut volumes = Vec::new();
-        for volume in self.actual.volumes_on(&node) {
-            let (Some(a), Some(spec)) = (self.actual.get(volume, &node), self.desired.spec(volume))
-            else {
+        // The node's own list holds each attachment's generation: no lookup of the attachment
+        // in the volume table, only of the spec.
+        let standings = self.actual.standings_on(&node);
+        let mut checked = Vec::with_capacity(standings.len());
+        let mut volumes = Vec::with_capacity(standings.len());
+        for (volume, standing) in standings {
+            let Some(spec) = self.desired.spec(volume) else {
                 continue;
             };
             if !spec.attach_required {
                 // The backend knows nothing of a claim.
                 continue;
             }
-            checked.push((volume.clone(), a.generation));
+            checked.push((volume.clone(), standing.generation()));
             volumes.push((volume.clone(), spec.payload.clone()));
         }
         if volumes.is_empty() {

@@ -767,6 +767,33 @@ fn sync_verifies_and_reattaches_what_the_backend_lost() {
     );
 }
 
+/// A verify answer is about the backend as it was when the verify listed it: an attachment
+/// that changed since (here a detach that errored, so it may or may not have run) is not
+/// settled by it. Taken as news, the stale "not attached" would drop a record whose volume
+/// may still be attached.
+#[test]
+fn a_verify_answer_about_an_attachment_changed_since_it_was_planned_is_ignored() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    // The first round of the periodic verify is a sync period in.
+    h.run_ok(secs(58));
+    let verify = h.run_until_taking(OpKind::Verify);
+    h.unpod("p1");
+    h.pod("p2", "n2", &["v1"]);
+    let detach = h.run_until_taking(OpKind::Detach);
+    h.fail(detach, uncertain());
+    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Uncertain);
+    let Operation::Verify { id, node, volumes } = verify else {
+        unreachable!()
+    };
+    assert_eq!((node, volumes), ("n1", vec![("v1", ())]));
+    h.r.verify_finished(h.now, id, Ok(vec![])).unwrap();
+    assert_eq!(
+        h.r.actual().state(&"v1", &"n1"),
+        AttachState::Uncertain,
+        "still held: only a detach or a later verify settles it"
+    );
+}
+
 #[test]
 fn a_burst_on_one_node_is_one_write() {
     let mut h = H::new(Config::default());
