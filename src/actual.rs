@@ -109,8 +109,8 @@ impl<D: Domain> Attachment<D> {
 ///
 /// The generation lives here, not in the volume's record, so that a verify reads a node's
 /// attachments from the node's one sorted list: kept with the record, it cost every verified
-/// attachment a lookup in the volume table, a cache miss at a million attachments, and two
-/// of the three a verify made per attachment.
+/// attachment two lookups in the volume table (of the three a verify made per attachment),
+/// each a likely cache miss at a million attachments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Standing(u32);
 
