@@ -101,6 +101,40 @@ impl<D: Domain> Attachment<D> {
     pub fn is_reported(&self) -> bool {
         self.state == AttachState::Attached && !self.withheld
     }
+
+    /// A new record on the node whose record is `on`: not withheld, and landed if Attached.
+    fn new(node: D::Node, state: AttachState, on: &ActualNode<D>) -> Self {
+        #[cfg(not(feature = "upstream-bugs"))]
+        let _ = on;
+        Attachment {
+            node,
+            state,
+            withheld: false,
+            #[cfg(feature = "upstream-bugs")]
+            assumed_mounted: on.in_use.is_none(),
+            landed: state == AttachState::Attached,
+        }
+    }
+
+    /// An attach of it landed: Attached, reported again, and no attach of it in flight.
+    fn confirm(&mut self) {
+        self.state = AttachState::Attached;
+        self.withheld = false;
+        self.landed = true;
+    }
+}
+
+/// The attachments of `volume`, made empty first if it has none.
+fn attachments_of<D: Domain>(
+    volumes: &mut DenseTable<VolumeAttachments<D>>,
+    volume: D::Volume,
+) -> &mut SmallVec<[Attachment<D>; 1]> {
+    &mut volumes
+        .get_or_insert_with(volume, |volume| VolumeAttachments {
+            volume,
+            list: SmallVec::new(),
+        })
+        .list
 }
 
 /// What a node's index holds of one attachment there, in four bytes: whether the node must
@@ -561,9 +595,7 @@ impl<D: Domain> ActualState<D> {
     ) {
         let existed = match self.get_mut(&volume, &node) {
             Some(a) => {
-                a.state = AttachState::Attached;
-                a.withheld = false;
-                a.landed = true;
+                a.confirm();
                 true
             }
             None => {
@@ -593,33 +625,17 @@ impl<D: Domain> ActualState<D> {
         let fresh = n.attached.is_empty();
         let mut changed = fresh;
         for r in reported {
-            let list = &mut self
-                .volumes
-                .get_or_insert_with(r.volume.clone(), |volume| VolumeAttachments {
-                    volume,
-                    list: SmallVec::new(),
-                })
-                .list;
+            let list = attachments_of(&mut self.volumes, r.volume.clone());
             match list.iter_mut().find(|a| a.node == *node) {
-                Some(a) => {
-                    a.state = AttachState::Attached;
-                    a.withheld = false;
-                    a.landed = true;
-                }
+                Some(a) => a.confirm(),
                 None => {
-                    list.push(Attachment {
-                        node: node.clone(),
-                        state: AttachState::Attached,
-                        withheld: false,
-                        #[cfg(feature = "upstream-bugs")]
-                        assumed_mounted: n.in_use.is_none(),
-                        landed: true,
-                    });
+                    list.push(Attachment::new(node.clone(), AttachState::Attached, n));
                     self.len += 1;
                 }
             }
             if !fresh {
-                // A record there (found above) has its entry here: it changes.
+                // The index has an entry exactly where a record was found above: that one
+                // changes, else a new one goes in.
                 match find(&n.attached, &r.volume) {
                     Ok(i) => {
                         let standing = &mut n.attached[i].1;
@@ -699,22 +715,8 @@ impl<D: Domain> ActualState<D> {
             // Its first attachment: the verify walks it from now on.
             n.ring_pos = self.ring.push(node.clone());
         }
-        #[cfg(feature = "upstream-bugs")]
-        let assumed_mounted = n.in_use.is_none();
-        self.volumes
-            .get_or_insert_with(volume, |volume| VolumeAttachments {
-                volume,
-                list: SmallVec::new(),
-            })
-            .list
-            .push(Attachment {
-                node,
-                state,
-                withheld: false,
-                #[cfg(feature = "upstream-bugs")]
-                assumed_mounted,
-                landed: state == AttachState::Attached,
-            });
+        let record = Attachment::new(node, state, n);
+        attachments_of(&mut self.volumes, volume).push(record);
         self.len += 1;
     }
 
