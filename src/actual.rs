@@ -6,7 +6,7 @@ use std::time::Duration;
 use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 
-use crate::dense_table::{DenseTable, Keyed};
+use crate::dense_table::{DenseTable, Keyed, WARM_BATCH};
 use crate::domain::Domain;
 use crate::marks::Marks;
 use crate::store::ReportedVolume;
@@ -389,6 +389,15 @@ impl<D: Domain> Default for ActualState<D> {
 }
 
 impl<D: Domain> ActualState<D> {
+    /// Brings the records of `volumes` into the cache before a batch reads them
+    /// ([`DenseTable::warm`]).
+    pub(crate) fn warm<'a>(&self, volumes: impl IntoIterator<Item = &'a D::Volume>)
+    where
+        D::Volume: 'a,
+    {
+        self.volumes.warm(volumes);
+    }
+
     /// The state of (`volume`, `node`).
     pub fn state(&self, volume: &D::Volume, node: &D::Node) -> AttachState {
         self.get(volume, node)
@@ -624,7 +633,12 @@ impl<D: Domain> ActualState<D> {
         // insertion each, as `set_attached` makes.
         let fresh = n.attached.is_empty();
         let mut changed = fresh;
-        for r in reported {
+        for (i, r) in reported.iter().enumerate() {
+            if i % WARM_BATCH == 0 {
+                // A restart takes a million of these in: their lookups' misses overlap.
+                self.volumes
+                    .warm(reported[i..].iter().take(WARM_BATCH).map(|r| &r.volume));
+            }
             let list = attachments_of(&mut self.volumes, r.volume.clone());
             match list.iter_mut().find(|a| a.node == *node) {
                 Some(a) => a.confirm(),

@@ -295,6 +295,15 @@ impl<D: Domain> Default for DesiredState<D> {
 }
 
 impl<D: Domain> DesiredState<D> {
+    /// Brings the entries of `volumes` into the cache before a batch reads them
+    /// ([`DenseTable::warm`]).
+    pub(crate) fn warm<'a>(&self, volumes: impl IntoIterator<Item = &'a D::Volume>)
+    where
+        D::Volume: 'a,
+    {
+        self.volumes.warm(volumes);
+    }
+
     /// An empty desired state with `config`'s limits on waiting workloads.
     pub(crate) fn new(config: &Config) -> Self {
         DesiredState {

@@ -17,6 +17,7 @@ use crate::config::{Config, UpstreamBugs};
 use crate::decision::{
     Attach, AttachFacts, Detach, DetachFacts, Step, decide_attach, decide_detach,
 };
+use crate::dense_table::WARM_BATCH;
 use crate::desired::{DesiredError, DesiredState};
 use crate::domain::{Domain, Id};
 use crate::event::{Event, Holder};
@@ -183,6 +184,9 @@ type Clearance = (Option<ForceReason>, Duration);
 /// ([`Reconciler::drain_events_into`]): a pass emits a few, and a start-up burst's list (an
 /// event per attach) would otherwise stay allocated for good.
 pub(crate) const KEPT_EVENTS: usize = 256;
+
+/// Passes with at least this many volumes are taken in warmed batches.
+const WARM_FROM: usize = 64;
 
 /// A fresh read's clearance of a detach is meant for the very next pass, which comes at most
 /// `reconcile_period` after it in a driver that polls when told; it is dropped at the end of
@@ -1518,8 +1522,14 @@ impl<D: Domain> Reconciler<D> {
         for (node, status) in statuses {
             self.recover_status(node, status.attached, status.revision);
         }
-        for a in attachments {
-            self.recover_attachment(a.volume, a.node, a.spec);
+        // Each listed attachment looks its volume's spec up: batches warmed, as a long pass's.
+        let mut listed = attachments.into_iter();
+        while listed.len() > 0 {
+            self.desired
+                .warm(listed.as_slice().iter().take(WARM_BATCH).map(|a| &a.volume));
+            for a in listed.by_ref().take(WARM_BATCH) {
+                self.recover_attachment(a.volume, a.node, a.spec);
+            }
         }
         self.adopt_claims_in_use();
         // Inputs taken while recovering left their volumes dirty: the next pass sees them.
@@ -1616,9 +1626,7 @@ impl<D: Domain> Reconciler<D> {
         let mut dirty = self.schedule.take_dirty();
         // Queued attaches and detaches first, in their order, while capacity lasts.
         self.admit_queued(now, &mut dirty, ops);
-        for volume in &dirty {
-            self.reconcile_volume(now, volume, ops);
-        }
+        self.reconcile_volumes(now, &dirty, ops);
         self.schedule.recycle_dirty(dirty);
         let mut changed = self.actual.take_report_changed();
         self.status.mark_all(changed.drain(..));
@@ -1650,6 +1658,33 @@ impl<D: Domain> Reconciler<D> {
     fn next_op_id(&mut self) -> OpId {
         self.next_id += 1;
         OpId(self.next_id)
+    }
+
+    /// Reconciles each of `volumes`. A long list (a restart's first pass, a resync, a dead
+    /// node's volumes) is taken in batches whose desired and actual records are first looked up
+    /// together ([`DenseTable::warm`](crate::dense_table::DenseTable::warm)): at a million
+    /// volumes the first pass after a restart spent most of its time waiting on those lookups'
+    /// cache misses one at a time. A short list (a move's) is not worth the second lookup.
+    fn reconcile_volumes(
+        &mut self,
+        now: Duration,
+        volumes: &[D::Volume],
+        ops: &mut Vec<Operation<D>>,
+    ) {
+        let batch = if volumes.len() >= WARM_FROM {
+            WARM_BATCH
+        } else {
+            volumes.len().max(1)
+        };
+        for volumes in volumes.chunks(batch) {
+            if batch == WARM_BATCH {
+                self.desired.warm(volumes);
+                self.actual.warm(volumes);
+            }
+            for volume in volumes {
+                self.reconcile_volume(now, volume, ops);
+            }
+        }
     }
 
     fn reconcile_volume(&mut self, now: Duration, volume: &D::Volume, ops: &mut Vec<Operation<D>>) {

@@ -2629,3 +2629,40 @@ fn a_settled_burst_gives_back_the_room_of_its_operations() {
         "room for {room} running operations kept after the burst"
     );
 }
+
+/// A long pass (a restart's first, a resync's) is reconciled in warmed batches: every volume
+/// of it, each once, in order, whether the batches divide it evenly or not, and a volume
+/// settled by the batch before is left alone.
+#[test]
+fn a_long_pass_reconciles_every_volume_once_in_order() {
+    for count in [WARM_FROM - 1, WARM_FROM, 4 * WARM_BATCH + 1, 100] {
+        let mut h = H::new(Config::default());
+        h.node("n1", &[]);
+        let volumes: Vec<&'static str> = (0..count)
+            .map(|i| &*Box::leak(format!("v{i:03}").into_boxed_str()))
+            .collect();
+        for &v in &volumes {
+            h.rwo(v);
+        }
+        h.pod("p1", "n1", &volumes);
+        let ops = h.tick_raw();
+        let attached: Vec<_> = ops
+            .iter()
+            .filter_map(|op| match op {
+                Operation::Attach { volume, .. } => Some(*volume),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            attached, volumes,
+            "{count} volumes: one attach each, in order"
+        );
+        for op in ops {
+            h.ok(op);
+        }
+        // Each finished attach marked its volume again: the next long pass finds them settled.
+        let settled = h.run_ok(secs(5));
+        assert_eq!(settled, vec![format!("write n1 [{}]", volumes.join(","))]);
+        assert_eq!(h.r.actual().report(&"n1").len(), count);
+    }
+}

@@ -1597,3 +1597,26 @@ fn a_read_that_lists_the_volume_again_does_not_clear_its_detach() {
     assert_eq!(since[0], "write n1 [] @4");
     assert_eq!(since[since.len() - 2..], ["read n1", "detach v1 n1"]);
 }
+
+/// Recovery takes long listings in batches (their lookups warmed together): every entry of
+/// both, whether the batches divide them evenly or not. What the store listed is Attached;
+/// what only the backend lists is Uncertain.
+#[test]
+fn a_long_recovery_listing_takes_every_entry_in() {
+    let volumes: Vec<&'static str> = (0..3 * WARM_BATCH + 5)
+        .map(|i| &*Box::leak(format!("v{i:03}").into_boxed_str()))
+        .collect();
+    let (stored, unlisted) = volumes.split_at(WARM_BATCH + 3);
+    let listed: Vec<(&'static str, &'static str)> = volumes.iter().map(|v| (*v, "n1")).collect();
+    let p = P::recovered_from(Config::default(), &[("n1", stored, 7)], &listed);
+    for v in &volumes {
+        let state = p.r.actual().get(v, &"n1").map(|a| a.state);
+        let want = if stored.contains(v) {
+            AttachState::Attached
+        } else {
+            AttachState::Uncertain
+        };
+        assert_eq!(state, Some(want), "{v}");
+    }
+    assert_eq!(unlisted.len(), 2 * WARM_BATCH + 2);
+}
