@@ -1671,13 +1671,14 @@ impl<D: Domain> Reconciler<D> {
         volumes: &[D::Volume],
         ops: &mut Vec<Operation<D>>,
     ) {
-        let batch = if volumes.len() >= WARM_FROM {
+        let warm = volumes.len() >= WARM_FROM;
+        let batch = if warm {
             WARM_BATCH
         } else {
             volumes.len().max(1)
         };
         for volumes in volumes.chunks(batch) {
-            if batch == WARM_BATCH {
+            if warm {
                 self.desired.warm(volumes);
                 self.actual.warm(volumes);
             }
