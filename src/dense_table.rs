@@ -26,7 +26,11 @@ use rustc_hash::FxBuildHasher;
 /// Keys a batch looks up together ([`DenseTable::warm`]) before its work reads them: enough
 /// for several keys' cache misses to overlap, few enough that what they bring in is still in
 /// the first-level cache when the batch's work reads it.
+#[cfg(not(fuzzing))]
 pub(crate) const WARM_BATCH: usize = 16;
+/// The fuzzers' worlds hold a few volumes: batches of two give them partial batches too.
+#[cfg(fuzzing)]
+pub(crate) const WARM_BATCH: usize = 2;
 
 /// Arrays at most this long are not trimmed: a small table's spare room costs nothing.
 const TRIM_ABOVE: usize = 1_024;
