@@ -1677,11 +1677,8 @@ impl<D: Domain> Reconciler<D> {
         ops: &mut Vec<Operation<D>>,
     ) {
         let warm = volumes.len() >= WARM_FROM;
-        let batch = if warm {
-            WARM_BATCH
-        } else {
-            volumes.len().max(1)
-        };
+        // Unwarmed, the whole list is one chunk.
+        let batch = if warm { WARM_BATCH } else { usize::MAX };
         for volumes in volumes.chunks(batch) {
             if warm {
                 self.desired.warm(volumes);
