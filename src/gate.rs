@@ -5,6 +5,7 @@ use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
 use rustc_hash::{FxHashMap, FxHashSet};
+use smallvec::SmallVec;
 
 /// A table is trimmed once it is at most a quarter full, to twice its length: a burst (say
 /// 150,000 attaches at start-up) must not keep its peak allocation forever, and halving the
@@ -70,6 +71,11 @@ struct Retry {
     next_delay: Duration,
 }
 
+/// A key's backoffs, one per kind that failed (rarely more than one). Keyed by the key alone,
+/// so that a lookup borrows it: keyed by `(key, kind)`, every check cloned the key, an
+/// allocation per check with `String` ids.
+type Backoffs = SmallVec<[(OpKind, Retry); 1]>;
+
 /// Serialises operations per key and paces retries.
 ///
 /// The key says what must not run twice at once: a single-node volume, a (volume, node) pair of
@@ -78,7 +84,7 @@ struct Retry {
 pub(crate) struct OperationGate<K> {
     config: BackoffConfig,
     running: FxHashSet<K>,
-    retries: FxHashMap<(K, OpKind), Retry>,
+    retries: FxHashMap<K, Backoffs>,
 }
 
 impl<K: Clone + Eq + Hash> OperationGate<K> {
@@ -102,8 +108,16 @@ impl<K: Clone + Eq + Hash> OperationGate<K> {
         if self.running.contains(key) {
             return Err(None);
         }
-        match self.retries.get(&(key.clone(), kind)) {
-            Some(retry) if retry.until > now => Err(Some(retry.until)),
+        // Most of the time nothing is in backoff: no second lookup then.
+        if self.retries.is_empty() {
+            return Ok(());
+        }
+        match self
+            .retries
+            .get(key)
+            .and_then(|b| b.iter().find(|(k, _)| *k == kind))
+        {
+            Some((_, retry)) if retry.until > now => Err(Some(retry.until)),
             _ => Ok(()),
         }
     }
@@ -121,7 +135,15 @@ impl<K: Clone + Eq + Hash> OperationGate<K> {
     /// The operation on `key` succeeded: the key is free and its backoff for `kind` forgotten.
     pub(crate) fn succeeded(&mut self, key: K, kind: OpKind) {
         self.running.remove(&key);
-        self.retries.remove(&(key, kind));
+        if self.retries.is_empty() {
+            return;
+        }
+        if let Some(backoffs) = self.retries.get_mut(&key) {
+            backoffs.retain(|(k, _)| *k != kind);
+            if backoffs.is_empty() {
+                self.retries.remove(&key);
+            }
+        }
     }
 
     /// The operation on `key` failed at `now`: the key is free, and `kind` may retry at the
@@ -130,10 +152,21 @@ impl<K: Clone + Eq + Hash> OperationGate<K> {
         self.running.remove(&key);
         let initial = self.config.initial;
         let max = self.config.max;
-        let retry = self.retries.entry((key, kind)).or_insert(Retry {
-            until: now,
-            next_delay: initial,
-        });
+        let backoffs = self.retries.entry(key).or_default();
+        let at = match backoffs.iter().position(|(k, _)| *k == kind) {
+            Some(at) => at,
+            None => {
+                backoffs.push((
+                    kind,
+                    Retry {
+                        until: now,
+                        next_delay: initial,
+                    },
+                ));
+                backoffs.len() - 1
+            }
+        };
+        let retry = &mut backoffs[at].1;
         let delay = retry.next_delay.min(max);
         retry.until = now.saturating_add(delay);
         retry.next_delay = delay.saturating_mul(2).min(max);
@@ -145,13 +178,15 @@ impl<K: Clone + Eq + Hash> OperationGate<K> {
     /// volume no longer wanted, a node gone) would otherwise keep their entry for ever.
     pub(crate) fn forget_stale(&mut self, now: Duration) {
         let max = self.config.max;
-        self.retries
-            .retain(|_, retry| retry.until.saturating_add(max) > now);
+        self.retries.retain(|_, backoffs| {
+            backoffs.retain(|(_, retry)| retry.until.saturating_add(max) > now);
+            !backoffs.is_empty()
+        });
     }
 
     /// Forgets the backoff of every key `matches` picks (their subject is gone for good).
     pub(crate) fn forget_where(&mut self, matches: impl Fn(&K) -> bool) {
-        self.retries.retain(|(key, _), _| !matches(key));
+        self.retries.retain(|key, _| !matches(key));
     }
 
     /// Gives back the memory of a past burst of operations (see [`trim_map`]).
@@ -163,7 +198,7 @@ impl<K: Clone + Eq + Hash> OperationGate<K> {
     /// Number of keys in backoff or running; for memory accounting and tests.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.running.len() + self.retries.len()
+        self.running.len() + self.retries.values().map(|b| b.len()).sum::<usize>()
     }
 
     /// Whether nothing runs and nothing is in backoff.
@@ -243,5 +278,30 @@ mod tests {
         );
         assert!(gate.may_start(&"v", OpKind::Detach, ms(10)).is_ok());
         assert!(gate.may_start(&"v", OpKind::Attach, until).is_ok());
+    }
+
+    #[test]
+    fn a_success_or_staleness_forgets_only_its_own_kind() {
+        let mut gate = OperationGate::new(BackoffConfig {
+            initial: ms(500),
+            max: ms(2000),
+        });
+        let attach = gate.failed("v", OpKind::Attach, ms(0));
+        let detach = gate.failed("v", OpKind::Detach, ms(100));
+        gate.failed("w", OpKind::Detach, ms(0));
+        assert_eq!(gate.len(), 3);
+        gate.succeeded("v", OpKind::Attach);
+        assert!(gate.may_start(&"v", OpKind::Attach, ms(1)).is_ok());
+        assert_eq!(
+            gate.may_start(&"v", OpKind::Detach, ms(1)),
+            Err(Some(detach)),
+            "the detach's backoff stays"
+        );
+        assert!(attach < detach);
+        // w's ran out at 500, stale from 2500; v's detach at 600, stale from 2600.
+        gate.forget_stale(ms(2550));
+        assert_eq!(gate.len(), 1, "only the expired backoff is forgotten");
+        gate.forget_where(|key| *key == "v");
+        assert!(gate.is_empty());
     }
 }
