@@ -520,7 +520,14 @@ impl<D: Domain> DesiredState<D> {
             volumes: Few::from_vec(wanted),
         };
         if ready {
-            changed.extend(self.place(workload, placement));
+            let placed = self.place(workload, placement);
+            // A new workload (or one whose removal came as its own input, as an informer
+            // sends a move) changed nothing before: take the list as it is, with no copy.
+            if changed.is_empty() {
+                changed = placed;
+            } else {
+                changed.extend(placed);
+            }
         } else {
             // Still the same wait if it waited already: a workload updated over and over while
             // it waits is reported all the same.
