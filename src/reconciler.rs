@@ -1042,6 +1042,8 @@ impl<D: Domain> Reconciler<D> {
         else {
             unreachable!("kind checked by take_op");
         };
+        let relook = self.in_flight.take_relook(&volume);
+        let succeeded = result.is_ok();
         self.changed(&volume, &node);
         if slot {
             self.capacity.attach_ended(&node);
@@ -1112,7 +1114,12 @@ impl<D: Domain> Reconciler<D> {
                 });
             }
         }
-        self.schedule.mark(volume);
+        // A success needs a look only when one was left to it (`relook_when_done`): the
+        // look that planned the attach decided everything else, and any input since marked
+        // the volume itself. A failure is looked at again (its retry, what it changed).
+        if relook || !succeeded {
+            self.schedule.mark(volume);
+        }
         Ok(())
     }
 
@@ -1132,6 +1139,8 @@ impl<D: Domain> Reconciler<D> {
         else {
             unreachable!("kind checked by take_op");
         };
+        // Every detach's end has its volume looked at (below), asked or not.
+        self.in_flight.take_relook(&volume);
         self.changed(&volume, &node);
         self.admission.finished(Class::Detach);
         let key = gate_key::<D>(access, &volume, &node);
@@ -1706,6 +1715,8 @@ impl<D: Domain> Reconciler<D> {
         NodeLists { wanted, attached }: &mut NodeLists<D>,
         ops: &mut Vec<Operation<D>>,
     ) {
+        // What an operation already running on the volume changes is decided at its end.
+        self.in_flight.relook_when_done(volume);
         attached.extend(
             self.actual
                 .attachments(volume)
@@ -1772,7 +1783,9 @@ impl<D: Domain> Reconciler<D> {
             !self.released.is_empty() && self.released.contains(&(volume.clone(), node.clone()));
         match self.gate.may_start(&key, OpKind::Detach, now) {
             Ok(()) => {}
-            // A running operation re-marks the volume when it finishes.
+            // Its end has the volume looked at again: a detach's always, and an attach's
+            // because this look, begun while it ran, asked for it (`reconcile_volume_with`).
+            // (Attaches are planned after detaches, so none was planned by this look.)
             Err(None) => return,
             // A released attachment makes no call: the failing detach's backoff is moot.
             Err(Some(_)) if released => {}
@@ -2054,6 +2067,10 @@ impl<D: Domain> Reconciler<D> {
             lose_report: bugs.c1_lose_report_on_failed_detach,
             ignore_uncertain: bugs.c2_ignore_uncertain_holder,
         };
+        if facts.running {
+            // Whatever waits on it (a report again, an attach here) is decided at its end.
+            self.in_flight.relook_when_done(volume);
+        }
         match decide_attach(&facts) {
             Attach::Attached { report_again } => {
                 if report_again {

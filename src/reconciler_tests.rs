@@ -619,6 +619,37 @@ fn rwo_on_two_nodes_reports_multi_attach_once_then_moves() {
     );
 }
 
+/// A single-node volume wanted on two nodes in the same pass: the look plans the attach to
+/// one, and meets it running when it comes to the other. The attach's success must have the
+/// volume looked at again, or the second workload's Multi-Attach is never reported.
+#[test]
+fn the_attach_a_look_planned_reports_the_multi_attach_it_left_when_it_lands() {
+    let mut h = H::new(Config::default());
+    h.node("n1", &[]);
+    h.node("n2", &[]);
+    h.rwo("v1");
+    h.run_ok(secs(1));
+    h.pod("p1", "n1", &["v1"]);
+    h.pod("p2", "n2", &["v1"]);
+    let attach = h.tick_taking(OpKind::Attach);
+    let Operation::Attach { node: first, .. } = &attach else {
+        unreachable!("taken by kind")
+    };
+    let other = if *first == "n1" { "n2" } else { "n1" };
+    h.r.take_events();
+    h.ok(attach);
+    assert!(h.run_ok(secs(1)).iter().all(|op| op.starts_with("write")));
+    let events = h.r.take_events();
+    let multi: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::MultiAttach { node, .. } => Some(*node),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(multi, vec![other], "{events:?}");
+}
+
 #[test]
 fn multi_attach_text_without_workloads_after_force_delete() {
     let mut h = H::attached_rwo(UpstreamBugs::default());
