@@ -1563,15 +1563,17 @@ impl<D: Domain> Reconciler<D> {
             has_work,
             !self.actual.is_empty(),
             self.desired.node_count() > 0,
-            earliest([
-                self.desired.next_pending_wake(),
-                self.admission.wake(),
-                self.machine.next_wake(),
-                // Nothing to verify once nothing is attached (as the round's start).
-                self.verify_round
-                    .filter(|_| !self.actual.is_empty())
-                    .map(|round| round.next_at()),
-            ]),
+            || {
+                earliest([
+                    self.desired.next_pending_wake(),
+                    self.admission.wake(),
+                    self.machine.next_wake(),
+                    // Nothing to verify once nothing is attached (as the round's start).
+                    self.verify_round
+                        .filter(|_| !self.actual.is_empty())
+                        .map(|round| round.next_at()),
+                ])
+            },
             self.config.reconcile_period,
         )
     }

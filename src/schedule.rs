@@ -117,12 +117,15 @@ impl<D: Domain> Schedule<D> {
     /// earliest timer, the periodic verify while `attached`, the periodic listing while
     /// `managing` nodes, or `extra`; never sooner than `period` after the last pass. `None`:
     /// nothing can happen until an input arrives.
+    ///
+    /// `extra` is asked only when nothing is to do at once: a driver asks this before every
+    /// pass, and the pass again, and in a busy cluster the timers do not matter.
     pub(crate) fn next_deadline(
         &self,
         has_work: bool,
         attached: bool,
         managing: bool,
-        extra: Option<Duration>,
+        extra: impl FnOnce() -> Option<Duration>,
         period: Duration,
     ) -> Option<Duration> {
         let earliest = if has_work || self.has_dirty() {
@@ -133,7 +136,7 @@ impl<D: Domain> Schedule<D> {
                 self.node_timers.peek().map(|Reverse((t, _))| *t),
                 self.next_sync.filter(|_| attached),
                 self.next_resync.filter(|_| managing),
-                extra,
+                extra(),
             ])?
         };
         Some(match self.last_pass {
@@ -234,14 +237,14 @@ mod tests {
         );
         let period = Duration::from_millis(100);
         assert_eq!(
-            sched.next_deadline(false, false, false, None, period),
+            sched.next_deadline(false, false, false, || None, period),
             Some(s(5))
         );
         sched.start_pass(s(5), s(60), None, false);
         assert!(sched.take_dirty().contains(&"v"));
         // The stale heap entry at 10 s still fires, harmlessly.
         assert_eq!(
-            sched.next_deadline(false, false, false, None, period),
+            sched.next_deadline(false, false, false, || None, period),
             Some(s(10))
         );
     }
@@ -250,20 +253,41 @@ mod tests {
     fn an_idle_schedule_has_no_deadline_and_passes_are_paced() {
         let mut sched: Schedule<T> = Schedule::default();
         let period = Duration::from_millis(100);
-        assert_eq!(sched.next_deadline(false, true, true, None, period), None);
+        assert_eq!(
+            sched.next_deadline(false, true, true, || None, period),
+            None
+        );
         let (_, due) = sched.start_pass(s(1), s(60), Some(s(300)), true);
         assert_eq!(due, Periodic::default(), "the first pass only schedules");
         assert_eq!(
-            sched.next_deadline(false, true, false, None, period),
+            sched.next_deadline(false, true, false, || None, period),
             Some(s(61)),
             "the verify while anything is attached; no listing without nodes"
         );
-        assert_eq!(sched.next_deadline(false, false, false, None, period), None);
+        assert_eq!(
+            sched.next_deadline(false, false, false, || None, period),
+            None
+        );
+        assert_eq!(
+            sched.next_deadline(false, false, false, || Some(s(7)), period),
+            Some(s(7)),
+            "an idle schedule waits for the caller's own timers too"
+        );
         sched.mark("v");
         assert_eq!(
-            sched.next_deadline(false, false, false, None, period),
+            sched.next_deadline(false, false, false, || None, period),
             Some(s(1) + period),
             "work is due at once, but not sooner than a period after the last pass"
+        );
+        assert_eq!(
+            sched.next_deadline(
+                false,
+                false,
+                false,
+                || unreachable!("not asked while work is due"),
+                period
+            ),
+            Some(s(1) + period),
         );
         let (_, due) = sched.start_pass(s(301), s(60), Some(s(300)), true);
         assert_eq!(
