@@ -195,7 +195,8 @@ impl<K: Clone + Eq + Hash> OperationGate<K> {
         trim_map(&mut self.retries);
     }
 
-    /// Number of keys in backoff or running; for memory accounting and tests.
+    /// Number of running keys plus backoffs (one per key and kind); for memory accounting and
+    /// tests.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.running.len() + self.retries.values().map(|b| b.len()).sum::<usize>()
