@@ -823,18 +823,31 @@ impl<D: Domain> Reconciler<D> {
     }
 
     /// Restart recovery: the store, read fresh, lists `attached` for `node` at `revision`.
-    /// Those volumes are Attached, and the list is what the store is known to hold.
+    /// Those volumes are Attached, and the list is what the store is known to hold. (Recovery
+    /// takes a whole listing in at once, [`take_in_status`](Self::take_in_status); tests take
+    /// in one node's.)
+    #[cfg(test)]
     fn recover_status(
         &mut self,
         node: D::Node,
         attached: Vec<ReportedVolume<D>>,
         revision: Revision,
     ) {
-        self.actual.recover_reported(&node, &attached);
-        for r in &attached {
-            self.schedule.mark(r.volume.clone());
-        }
-        self.status.read(node.clone(), &attached, &revision);
+        self.schedule
+            .mark_all(attached.iter().map(|r| r.volume.clone()));
+        self.take_in_status(node, &attached, &revision);
+    }
+
+    /// [`recover_status`](Self::recover_status) but for marking the listed volumes, which
+    /// the caller does.
+    fn take_in_status(
+        &mut self,
+        node: D::Node,
+        attached: &[ReportedVolume<D>],
+        revision: &Revision,
+    ) {
+        self.actual.recover_reported(&node, attached);
+        self.status.read(node.clone(), attached, revision);
         self.status.mark(node);
     }
 
@@ -1531,11 +1544,15 @@ impl<D: Domain> Reconciler<D> {
         );
         // Room for every listed attachment at once: a million, taken in one by one, rehashed
         // the volume table a dozen times on the way.
-        self.actual
-            .reserve(statuses.iter().map(|(_, s)| s.attached.len()).sum());
+        let listed = statuses.iter().map(|(_, s)| s.attached.len()).sum();
+        self.actual.reserve(listed);
+        // Every listed volume is looked at in the first pass: marked in one bulk, sorted once.
+        let mut volumes = Vec::with_capacity(listed);
         for (node, status) in statuses {
-            self.recover_status(node, status.attached, status.revision);
+            volumes.extend(status.attached.iter().map(|r| r.volume.clone()));
+            self.take_in_status(node, &status.attached, &status.revision);
         }
+        self.schedule.mark_bulk(volumes);
         // Each listed attachment looks its volume's spec up: batches warmed, as a long pass's.
         let mut listed = attachments.into_iter();
         while listed.len() > 0 {

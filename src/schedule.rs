@@ -76,6 +76,12 @@ impl<D: Domain> Schedule<D> {
         self.dirty.extend(volumes);
     }
 
+    /// Every volume of `volumes`, a bulk (a restart's listing), is looked at in the next pass:
+    /// sorted once ([`Marks::extend_bulk`]).
+    pub(crate) fn mark_bulk(&mut self, volumes: Vec<D::Volume>) {
+        self.dirty.extend_bulk(volumes);
+    }
+
     /// Timers pending, for tests of what a long wait leaves behind.
     #[cfg(test)]
     pub(crate) fn timers(&self) -> usize {
