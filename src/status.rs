@@ -175,9 +175,15 @@ impl<D: Domain> StatusBook<D> {
             // reads before a detach find just that, and comparing costs no allocation.
             return;
         }
-        let mut sorted = list.to_vec();
-        sorted.sort_by(|a, b| a.volume.cmp(&b.volume));
-        record.stored = Some(Packed::pack(&sorted));
+        // A store lists what we wrote, in order: packed as it is, not copied to be sorted (at
+        // a restart, a million clones).
+        record.stored = Some(if list.is_sorted_by(|a, b| a.volume <= b.volume) {
+            Packed::pack(list)
+        } else {
+            let mut sorted = list.to_vec();
+            sorted.sort_by(|a, b| a.volume.cmp(&b.volume));
+            Packed::pack(&sorted)
+        });
         record.matched = 0;
         record.revision = Some(revision.clone());
     }
