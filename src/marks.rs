@@ -11,11 +11,11 @@
 /// The first `distinct` items are sorted and each there once: a sort leaves them so, and marks
 /// are only appended after them.
 ///
-/// Bounded by what is marked, not by how often: once the list holds more than twice what
-/// it held after its last sort (plus [`SLACK`]), it is sorted and deduplicated in place. A
-/// core that takes no marks for a long while (a recovery whose listings keep failing, while
-/// the informers go on) so holds at most about twice its distinct items, as a `BTreeSet` did,
-/// at an amortised cost of one sort per doubling.
+/// Bounded by what is marked, not by how often: once the list holds more than twice what it
+/// held after its last sort (plus [`SLACK`]), it is sorted and deduplicated
+/// ([`settle`](Self::settle)). A core that takes no marks for a long while (a recovery whose
+/// listings keep failing, while the informers go on) so holds at most about twice its distinct
+/// items, as a `BTreeSet` did, at an amortised cost of one sort per doubling.
 #[derive(Debug)]
 pub(crate) struct Marks<T> {
     items: Vec<T>,
@@ -27,8 +27,8 @@ pub(crate) struct Marks<T> {
     spare: Vec<T>,
 }
 
-/// Marks taken up to before the list is first sorted in place: a pass's marks are usually
-/// far fewer, and then they are sorted once, when taken.
+/// Marks taken up to before the list is first sorted: a pass's marks are usually far fewer,
+/// and then they are sorted once, when taken.
 const SLACK: usize = 1024;
 
 /// The largest list [`Marks::recycle`] keeps: a pass usually marks a few dozen items, and a
