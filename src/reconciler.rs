@@ -838,8 +838,8 @@ impl<D: Domain> Reconciler<D> {
         self.take_in_status(node, &attached, &revision);
     }
 
-    /// [`recover_status`](Self::recover_status) but for marking the listed volumes, which
-    /// the caller does.
+    /// What `recover_status` does but for marking the listed volumes, which the caller does
+    /// (in one bulk, at recovery).
     fn take_in_status(
         &mut self,
         node: D::Node,
