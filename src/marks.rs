@@ -58,22 +58,14 @@ impl<T: Ord> Marks<T> {
         self.bound();
     }
 
-    /// Marks every item of `items` at once, a bulk of them (a restart's million volumes): it
-    /// is sorted alone and merged with what is marked, and not sorted again when taken.
-    /// Marked one at a time after a million inputs' marks, a restart's volumes were sorted
-    /// with them, two million at once, and again when taken; with ids ordered by text
-    /// (`Name`) each compare reads two texts from all over the heap.
-    pub(crate) fn extend_bulk(&mut self, mut items: Vec<T>) {
-        items.sort_unstable();
-        items.dedup();
+    /// Marks every item of `items` at once, a bulk of them (a restart's million volumes), and
+    /// sorts now ([`settle`](Self::settle)): what was sorted before is merged with, not sorted
+    /// again, and the take finds the list in order. Marked one at a time after a million
+    /// inputs' marks, a restart's volumes were sorted with all of them at a doubling, and again
+    /// when taken; with ids ordered by text (`Name`) each compare reads the heap.
+    pub(crate) fn extend_bulk(&mut self, items: Vec<T>) {
+        self.items.extend(items);
         self.settle();
-        self.items = if self.items.is_empty() {
-            // Its room goes with it; the spare list is kept for the next take.
-            items
-        } else {
-            merge(std::mem::take(&mut self.items), items)
-        };
-        self.distinct = self.items.len();
     }
 
     /// Sorts and deduplicates the list once repeats may have doubled it.
