@@ -1007,11 +1007,24 @@ impl<D: Domain> Reconciler<D> {
 
     /// Whether an attach or detach of `volume` that concerns `node` is running, whichever
     /// access mode it was planned under.
+    ///
+    /// The running-operations table counts attaches and detaches per volume, and the gate
+    /// holds a volume's keys only while one of them runs: one lookup by reference answers the
+    /// usual case (nothing runs on the volume) where the gate's keys are owned, three clones
+    /// per ask. A verify asks this of every attachment it checked: with `String` ids that was
+    /// a million clones per round at a million attachments.
     fn busy(&self, volume: &D::Volume, node: &D::Node) -> bool {
-        self.gate.is_running(&GateKey::Volume(volume.clone()))
-            || self
-                .gate
-                .is_running(&GateKey::Attachment(volume.clone(), node.clone()))
+        let gated = || {
+            self.gate.is_running(&GateKey::Volume(volume.clone()))
+                || self
+                    .gate
+                    .is_running(&GateKey::Attachment(volume.clone(), node.clone()))
+        };
+        if !self.in_flight.runs_on(volume) {
+            debug_assert!(!gated(), "the gate holds a volume's key only while its operation runs");
+            return false;
+        }
+        gated()
     }
 
     /// The record of (`volume`, `node`) is gone: nothing is attached there any more.
