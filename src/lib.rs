@@ -230,6 +230,7 @@ mod event;
 mod fault;
 mod fresh_read;
 mod gate;
+mod id_sort;
 mod in_flight;
 mod input;
 mod machine;

@@ -6,6 +6,8 @@
 //! appended here and sorted once when taken, in the order a `BTreeSet` gave, so plans stay
 //! deterministic.
 
+use crate::id_sort;
+
 /// Items marked since the last [`take`](Self::take), possibly more than once.
 ///
 /// The first `distinct` items are sorted and each there once: a sort leaves them so, and marks
@@ -45,7 +47,7 @@ impl<T> Default for Marks<T> {
     }
 }
 
-impl<T: Ord> Marks<T> {
+impl<T: Ord + 'static> Marks<T> {
     /// Marks `item`.
     pub(crate) fn mark(&mut self, item: T) {
         self.items.push(item);
@@ -83,11 +85,11 @@ impl<T: Ord> Marks<T> {
         }
         if self.distinct == 0 {
             // In place: a pass's few marks cost no allocation.
-            self.items.sort_unstable();
+            id_sort::sort_unstable(&mut self.items);
             self.items.dedup();
         } else {
             let mut added = self.items.split_off(self.distinct);
-            added.sort_unstable();
+            id_sort::sort_unstable(&mut added);
             added.dedup();
             self.items = merge(std::mem::take(&mut self.items), added);
         }

@@ -72,7 +72,7 @@ struct Text {
 /// texts: where two heads first differ, at a byte both texts have, that byte orders them; where
 /// one head has padding, that text ended there and the other is longer with all the same
 /// bytes before, so it is the lesser. Equal heads say nothing (`"a"` and `"a\0"`).
-fn head(text: &str) -> (u64, u64) {
+pub(crate) fn head(text: &str) -> (u64, u64) {
     let mut bytes = [0u8; 16];
     let n = text.len().min(16);
     bytes[..n].copy_from_slice(&text.as_bytes()[..n]);
@@ -143,6 +143,12 @@ impl Name {
     /// The name's text.
     pub fn as_str(&self) -> &str {
         &self.0.text
+    }
+
+    /// The text's first 16 bytes as [`head`] gives them, kept beside the count: a sort key
+    /// read without the text.
+    pub(crate) fn head(&self) -> (u64, u64) {
+        self.0.head
     }
 }
 
