@@ -534,18 +534,6 @@ impl<D: Domain> ActualState<D> {
         find(&n.attached, volume).ok().map(|i| n.attached[i].1)
     }
 
-    /// Whether (`volume`, `node`) has a record (Attached or Uncertain): what
-    /// [`state`](Self::state) tells apart from Detached, read from the node's index.
-    pub(crate) fn holds(&self, volume: &D::Volume, node: &D::Node) -> bool {
-        let held = self.standing(volume, node).is_some();
-        debug_assert_eq!(
-            held,
-            self.get(volume, node).is_some(),
-            "a node's index lists exactly its records"
-        );
-        held
-    }
-
     /// Every attachment on `node`, in volume order, with what the node's index holds of it.
     pub(crate) fn standings_on(&self, node: &D::Node) -> &[(D::Volume, Standing)] {
         self.nodes.get(node).map_or(&[], |n| &n.attached)

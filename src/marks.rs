@@ -96,6 +96,13 @@ impl<T: Ord + 'static> Marks<T> {
         self.distinct = self.items.len();
     }
 
+    /// Whether `item` is marked; sorts the marks first. For debug checks.
+    #[cfg(debug_assertions)]
+    pub(crate) fn holds(&mut self, item: &T) -> bool {
+        self.settle();
+        self.items.binary_search(item).is_ok()
+    }
+
     /// Whether nothing is marked.
     pub(crate) fn is_empty(&self) -> bool {
         self.items.is_empty()

@@ -82,6 +82,13 @@ impl<D: Domain> Schedule<D> {
         self.dirty.extend_bulk(volumes);
     }
 
+    /// Whether `volume` is marked for the next pass; for debug checks of what recovery relies
+    /// on.
+    #[cfg(debug_assertions)]
+    pub(crate) fn is_marked(&mut self, volume: &D::Volume) -> bool {
+        self.dirty.holds(volume)
+    }
+
     /// Timers pending, for tests of what a long wait leaves behind.
     #[cfg(test)]
     pub(crate) fn timers(&self) -> usize {

@@ -1630,3 +1630,41 @@ fn a_long_recovery_listing_takes_every_entry_in() {
         "what the store listed is reported, the rest not"
     );
 }
+
+/// A volume deleted while the controller was down: the store still lists it on n1 and the
+/// backend still has it attached, and the orchestrator no longer registers it. The informers'
+/// inputs arrive while the core recovers, as at a real restart, so they mark only what they
+/// name; nothing but recovery itself has the deleted volume looked at. It is detached, with the
+/// spec the backend listed, after the report drops it and a fresh read.
+#[test]
+fn a_volume_both_listings_hold_and_no_one_registers_is_detached_after_a_restart() {
+    let mut p = P::recovering(Config::default());
+    p.store.insert("n1", Record::new(&["gone", "v1"], 4));
+    p.node("n1", using(&[]));
+    p.rwo("v1");
+    p.pod("p1", "n1", &["v1"]);
+    for op in p.poll() {
+        match op {
+            Operation::ListStatuses { id } => {
+                let listed = p.store.iter().map(|(n, r)| (*n, r.status())).collect();
+                p.r.statuses_listed(p.now, id, Ok(listed)).unwrap();
+            }
+            Operation::ListAttachments { id } => {
+                let listed = ["gone", "v1"]
+                    .map(|volume| BackendAttachment {
+                        volume,
+                        node: "n1",
+                        spec: VolumeSpec::single_node(()),
+                    })
+                    .to_vec();
+                p.r.list_finished(p.now, id, Ok(listed)).unwrap();
+            }
+            other => panic!("{} planned while recovering", render(&other)),
+        }
+    }
+    assert!(!p.r.is_recovering());
+    assert_eq!(
+        p.run(secs(5)),
+        ["write n1 [v1] @4", "read n1", "detach gone n1"]
+    );
+}
