@@ -13,7 +13,7 @@
 
 use std::any::Any;
 
-use crate::name::{head, Name};
+use crate::name::{Name, head};
 
 /// Lists shorter than this are sorted as they are: a pass's few dozen marks fit in the cache,
 /// and the list of keys would cost an allocation.
@@ -24,6 +24,10 @@ pub(crate) fn sort_unstable<T: Ord + 'static>(items: &mut Vec<T>) {
     sort_keyed_from(items, KEYED_FROM);
 }
 
+#[expect(
+    clippy::ptr_arg,
+    reason = "a slice is unsized and cannot be downcast; the Vec is what is picked out"
+)]
 fn sort_keyed_from<T: Ord + 'static>(items: &mut Vec<T>, keyed_from: usize) {
     if items.len() >= keyed_from && u32::try_from(items.len()).is_ok() {
         let any: &mut dyn Any = items;

@@ -1022,7 +1022,10 @@ impl<D: Domain> Reconciler<D> {
                     .is_running(&GateKey::Attachment(volume.clone(), node.clone()))
         };
         if !self.in_flight.runs_on(volume) {
-            debug_assert!(!gated(), "the gate holds a volume's key only while its operation runs");
+            debug_assert!(
+                !gated(),
+                "the gate holds a volume's key only while its operation runs"
+            );
             return false;
         }
         gated()
@@ -1566,8 +1569,7 @@ impl<D: Domain> Reconciler<D> {
         // again cloned, sorted and dropped a million repeats: a third of recovering them.
         let mut unregistered = Vec::new();
         for (node, status) in statuses {
-            self.desired
-                .warm(status.attached.iter().map(|r| &r.volume));
+            self.desired.warm(status.attached.iter().map(|r| &r.volume));
             for r in &status.attached {
                 if self.desired.spec(&r.volume).is_none() {
                     unregistered.push(r.volume.clone());
