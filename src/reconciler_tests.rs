@@ -2364,6 +2364,33 @@ fn a_release_whose_fence_was_lifted_before_the_read_forgets_nothing() {
     );
 }
 
+/// A release while the forced detach it would replace runs is refused: the detach may land
+/// after, or fail and be retried, and either way the volume is not the operator's to settle.
+/// Once the detach has failed, the same release is taken.
+#[test]
+fn a_release_is_refused_while_the_detach_runs() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.facts("n1", false, true, Some(&["v1"]));
+    h.unpod("p1");
+    let detach = h.run_until_taking(OpKind::Detach);
+    let release = |h: &mut H| {
+        h.r.handle(Input::ReleaseVolume {
+            volume: "v1",
+            node: "n1",
+        })
+    };
+    assert_eq!(
+        release(&mut h),
+        Err(ReconcilerError::ReleaseRefused {
+            volume: "v1",
+            node: "n1",
+            reason: ReleaseRefusal::OperationRunning
+        })
+    );
+    h.fail(detach, transient());
+    assert_eq!(release(&mut h), Ok(()));
+}
+
 #[test]
 fn an_attach_that_may_still_land_cannot_be_released() {
     let mut h = H::new(Config::default());
