@@ -60,11 +60,11 @@ impl<T: Ord + 'static> Marks<T> {
         self.bound();
     }
 
-    /// Marks every item of `items` at once, a bulk of them (a restart's million volumes), and
-    /// sorts now ([`settle`](Self::settle)): what was sorted before is merged with, not sorted
-    /// again, and the take finds the list in order. Marked one at a time after a million
-    /// inputs' marks, a restart's volumes were sorted with all of them at a doubling, and again
-    /// when taken; with ids ordered by text (`Name`) each compare reads the heap.
+    /// Marks every item of `items` at once, a bulk of them (the volumes a restart's listing
+    /// holds that no one registered), and sorts now ([`settle`](Self::settle)): what was
+    /// sorted before is merged with, not sorted again, and the take finds the list in order.
+    /// Marked one at a time after a million inputs' marks, a bulk was sorted with all of them
+    /// at a doubling, and again when taken.
     pub(crate) fn extend_bulk(&mut self, items: Vec<T>) {
         self.items.extend(items);
         self.settle();

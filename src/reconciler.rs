@@ -860,10 +860,11 @@ impl<D: Domain> Reconciler<D> {
         spec: VolumeSpec<D::Payload>,
     ) {
         self.adopt_spec(&volume, spec);
-        // An attachment the store listed was looked at already: a million attachments are
-        // marked (and sorted) once, not twice. Asked of the volume table, whose entries the
-        // caller warmed in batches: the node's list, a binary search by id, read the texts of
-        // five names from all over the heap per attachment when ids are names.
+        // An attachment the store listed has its volume marked already (by the input that
+        // registered it, or in the bulk of unregistered ones): a million attachments are marked
+        // once, not twice. Asked of the volume table, whose entries the caller warmed in
+        // batches: the node's list, a binary search by id, read five names' texts from all over
+        // the heap per attachment when ids are names.
         if self.actual.get(&volume, &node).is_none() {
             self.actual.set_uncertain(volume.clone(), node);
             self.schedule.mark(volume);

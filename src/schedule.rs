@@ -76,8 +76,8 @@ impl<D: Domain> Schedule<D> {
         self.dirty.extend(volumes);
     }
 
-    /// Every volume of `volumes`, a bulk (a restart's listing), is looked at in the next pass:
-    /// sorted once ([`Marks::extend_bulk`]).
+    /// Every volume of `volumes`, a bulk (the volumes a restart's listing holds that no one
+    /// registered), is looked at in the next pass: sorted once ([`Marks::extend_bulk`]).
     pub(crate) fn mark_bulk(&mut self, volumes: Vec<D::Volume>) {
         self.dirty.extend_bulk(volumes);
     }
