@@ -60,16 +60,6 @@ impl<T: Ord + 'static> Marks<T> {
         self.bound();
     }
 
-    /// Marks every item of `items` at once, a bulk of them (the volumes a restart's listing
-    /// holds that no one registered), and sorts now ([`settle`](Self::settle)): what was
-    /// sorted before is merged with, not sorted again, and the take finds the list in order.
-    /// Marked one at a time after a million inputs' marks, a bulk was sorted with all of them
-    /// at a doubling, and again when taken.
-    pub(crate) fn extend_bulk(&mut self, items: Vec<T>) {
-        self.items.extend(items);
-        self.settle();
-    }
-
     /// Sorts and deduplicates the list once repeats may have doubled it.
     fn bound(&mut self) {
         if self.items.len() > 2 * self.distinct + SLACK {
@@ -224,27 +214,27 @@ mod tests {
     }
 
     #[test]
-    fn a_bulk_is_sorted_once_and_taken_without_another_sort() {
+    fn what_a_sort_left_in_order_is_taken_without_another_sort() {
         let mut marks = Marks::default();
-        // A restart's listing: every node's volumes, nodes in turn, one volume on two nodes.
-        let bulk: Vec<Counted> = (0..10_000u32).rev().chain([7]).map(Counted).collect();
-        marks.extend_bulk(bulk);
-        assert!(compares() > 0, "sorted when marked");
-        let taken = marks.take();
-        assert_eq!(compares(), 0, "taken as it is: already in order");
-        assert_eq!(taken, (0..10_000).map(Counted).collect::<Vec<_>>());
-        // What a sort left in order is taken as it is too.
+        // Enough to pass SLACK: the doubling's sort runs as they are marked.
         marks.extend((0..3_000u32).rev().map(Counted));
-        compares();
+        assert!(compares() > 0, "sorted when the list doubled");
         assert_eq!(marks.take().len(), 3_000);
         assert_eq!(compares(), 0, "the doubling's sort left the list in order");
-        // Marks added after a sort, or a bulk onto marks, are sorted when taken.
-        marks.extend_bulk(vec![Counted(5), Counted(3)]);
+        // Marks added after a sort are sorted when taken, and merged with what was sorted.
+        marks.extend((0..3_000u32).map(Counted));
+        marks.mark(Counted(5_000));
         marks.mark(Counted(4));
-        assert_eq!(marks.take(), vec![Counted(3), Counted(4), Counted(5)]);
-        marks.mark(Counted(9));
-        marks.extend_bulk(vec![Counted(9), Counted(1)]);
-        assert_eq!(marks.take(), vec![Counted(1), Counted(9)]);
+        compares();
+        let taken = marks.take();
+        assert!(
+            compares() > 0,
+            "what came after the sort is sorted when taken"
+        );
+        assert_eq!(
+            taken,
+            (0..3_000).chain([5_000]).map(Counted).collect::<Vec<_>>()
+        );
     }
 
     /// What is done to the marks, in [`marks_hold_what_a_set_would`].
@@ -252,7 +242,6 @@ mod tests {
     enum Step {
         Mark(u16),
         Extend(Vec<u16>),
-        Bulk(Vec<u16>),
         Take,
     }
 
@@ -261,8 +250,7 @@ mod tests {
         let item = 0..3_000u16;
         prop_oneof![
             item.clone().prop_map(Step::Mark),
-            proptest::collection::vec(item.clone(), 0..1_500).prop_map(Step::Extend),
-            proptest::collection::vec(item, 0..1_500).prop_map(Step::Bulk),
+            proptest::collection::vec(item, 0..1_500).prop_map(Step::Extend),
             Just(Step::Take),
         ]
     }
@@ -276,7 +264,7 @@ mod tests {
         })]
 
         /// Against a `BTreeSet`: every take gives what was marked since, each once, in order,
-        /// however the marks came (one by one, lists, bulks) and whatever sorts ran between.
+        /// however the marks came (one by one, lists) and whatever sorts ran between.
         #[test]
         fn marks_hold_what_a_set_would(steps in proptest::collection::vec(step(), 1..40)) {
             let mut marks = Marks::default();
@@ -290,10 +278,6 @@ mod tests {
                     Step::Extend(items) => {
                         set.extend(items.iter().copied());
                         marks.extend(items);
-                    }
-                    Step::Bulk(items) => {
-                        set.extend(items.iter().copied());
-                        marks.extend_bulk(items);
                     }
                     Step::Take => {
                         let taken = marks.take();

@@ -838,8 +838,8 @@ impl<D: Domain> Reconciler<D> {
         self.take_in_status(node, &attached, &revision);
     }
 
-    /// What `recover_status` does but for marking the listed volumes, which the caller does
-    /// (in one bulk, at recovery).
+    /// What `recover_status` does but for marking the listed volumes: at recovery, the
+    /// registered ones are marked already and the caller marks the others.
     fn take_in_status(
         &mut self,
         node: D::Node,
@@ -861,8 +861,8 @@ impl<D: Domain> Reconciler<D> {
     ) {
         self.adopt_spec(&volume, spec);
         // An attachment the store listed has its volume marked already (by the input that
-        // registered it, or in the bulk of unregistered ones): a million attachments are marked
-        // once, not twice. Asked of the volume table, whose entries the caller warmed in
+        // registered it, or with the unregistered ones at recovery): a million attachments are
+        // marked once, not twice. Asked of the volume table, whose entries the caller warmed in
         // batches: the node's list, a binary search by id, read five names' texts from all over
         // the heap per attachment when ids are names.
         if self.actual.get(&volume, &node).is_none() {
@@ -1566,8 +1566,8 @@ impl<D: Domain> Reconciler<D> {
         self.actual.reserve(listed);
         // Every listed volume is looked at in the first pass. One the orchestrator registered
         // was marked when it was registered, as nothing takes marks while the core recovers;
-        // the others, usually none, are marked here in one bulk. Marking every listed volume
-        // again cloned, sorted and dropped a million repeats: a third of recovering them.
+        // the others, usually none, are marked here. Marking every listed volume again cloned,
+        // sorted and dropped a million repeats: a third of recovering them.
         let mut unregistered = Vec::new();
         for (node, status) in statuses {
             self.desired.warm(status.attached.iter().map(|r| &r.volume));
@@ -1584,7 +1584,7 @@ impl<D: Domain> Reconciler<D> {
             }
             self.take_in_status(node, &status.attached, &status.revision);
         }
-        self.schedule.mark_bulk(unregistered);
+        self.schedule.mark_all(unregistered);
         // Each listed attachment looks its volume's spec and records up: batches warmed, as a
         // long pass's.
         let mut listed = attachments.into_iter();

@@ -76,12 +76,6 @@ impl<D: Domain> Schedule<D> {
         self.dirty.extend(volumes);
     }
 
-    /// Every volume of `volumes`, a bulk (the volumes a restart's listing holds that no one
-    /// registered), is looked at in the next pass: sorted once ([`Marks::extend_bulk`]).
-    pub(crate) fn mark_bulk(&mut self, volumes: Vec<D::Volume>) {
-        self.dirty.extend_bulk(volumes);
-    }
-
     /// Whether `volume` is marked for the next pass; for debug checks of what recovery relies
     /// on.
     #[cfg(debug_assertions)]
