@@ -4,7 +4,8 @@ use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use hashbrown::Equivalent;
+use rustc_hash::FxBuildHasher;
 use smallvec::SmallVec;
 
 /// A table is trimmed once it is at most a quarter full, to twice its length: a burst (say
@@ -12,15 +13,20 @@ use smallvec::SmallVec;
 /// threshold keeps the cost of trimming amortised over the inserts that grew the table.
 const TRIM_ABOVE: usize = 64;
 
+/// The capacity to shrink a table of `len` entries and `capacity` slots to, if it should be.
+fn trimmed(len: usize, capacity: usize) -> Option<usize> {
+    (capacity > TRIM_ABOVE && len * 4 <= capacity).then_some(len * 2)
+}
+
 pub(crate) fn trim_map<K: Eq + Hash, V, S: BuildHasher>(map: &mut HashMap<K, V, S>) {
-    if map.capacity() > TRIM_ABOVE && map.len() * 4 <= map.capacity() {
-        map.shrink_to(map.len() * 2);
+    if let Some(to) = trimmed(map.len(), map.capacity()) {
+        map.shrink_to(to);
     }
 }
 
 pub(crate) fn trim_set<K: Eq + Hash, S: BuildHasher>(set: &mut HashSet<K, S>) {
-    if set.capacity() > TRIM_ABOVE && set.len() * 4 <= set.capacity() {
-        set.shrink_to(set.len() * 2);
+    if let Some(to) = trimmed(set.len(), set.capacity()) {
+        set.shrink_to(to);
     }
 }
 
@@ -80,11 +86,15 @@ type Backoffs = SmallVec<[(OpKind, Retry); 1]>;
 ///
 /// The key says what must not run twice at once: a single-node volume, a (volume, node) pair of
 /// a multi-node volume, or a node whose status is written.
+///
+/// A look asks with a borrowed key (any `Q` that hashes as the key and is
+/// [`Equivalent`] to it): an owned one cloned the ids on each of the million looks of a
+/// restart's first pass, a cold reference count per `Name` and an allocation per `String`.
 #[derive(Debug)]
 pub(crate) struct OperationGate<K> {
     config: BackoffConfig,
-    running: FxHashSet<K>,
-    retries: FxHashMap<K, Backoffs>,
+    running: hashbrown::HashSet<K, FxBuildHasher>,
+    retries: hashbrown::HashMap<K, Backoffs, FxBuildHasher>,
 }
 
 impl<K: Clone + Eq + Hash> OperationGate<K> {
@@ -92,16 +102,16 @@ impl<K: Clone + Eq + Hash> OperationGate<K> {
     pub(crate) fn new(config: BackoffConfig) -> Self {
         OperationGate {
             config,
-            running: FxHashSet::default(),
-            retries: FxHashMap::default(),
+            running: hashbrown::HashSet::default(),
+            retries: hashbrown::HashMap::default(),
         }
     }
 
     /// Whether an operation of `kind` on `key` may start at `now`: `Err(None)` while another
     /// operation on the key runs, `Err(Some(t))` while in backoff until `t`.
-    pub(crate) fn may_start(
+    pub(crate) fn may_start<Q: Hash + Equivalent<K> + ?Sized>(
         &self,
-        key: &K,
+        key: &Q,
         kind: OpKind,
         now: Duration,
     ) -> Result<(), Option<Duration>> {
@@ -123,7 +133,7 @@ impl<K: Clone + Eq + Hash> OperationGate<K> {
     }
 
     /// Whether an operation on `key` is running.
-    pub(crate) fn is_running(&self, key: &K) -> bool {
+    pub(crate) fn is_running<Q: Hash + Equivalent<K> + ?Sized>(&self, key: &Q) -> bool {
         self.running.contains(key)
     }
 
@@ -191,8 +201,12 @@ impl<K: Clone + Eq + Hash> OperationGate<K> {
 
     /// Gives back the memory of a past burst of operations (see [`trim_map`]).
     pub(crate) fn trim(&mut self) {
-        trim_set(&mut self.running);
-        trim_map(&mut self.retries);
+        if let Some(to) = trimmed(self.running.len(), self.running.capacity()) {
+            self.running.shrink_to(to);
+        }
+        if let Some(to) = trimmed(self.retries.len(), self.retries.capacity()) {
+            self.retries.shrink_to(to);
+        }
     }
 
     /// Number of running keys plus backoffs (one per key and kind); for memory accounting and

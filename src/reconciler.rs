@@ -1,9 +1,11 @@
 //! The reconciler: a pure, synchronous planner that turns changes into operations.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
+use hashbrown::Equivalent;
 use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 use thiserror::Error;
@@ -144,7 +146,7 @@ pub struct StuckDetach<D: Domain> {
 }
 
 /// What must not run twice at once.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum GateKey<D: Domain> {
     /// Any attach or detach of a single-node volume.
     Volume(D::Volume),
@@ -163,9 +165,83 @@ enum GateKey<D: Domain> {
 }
 
 fn gate_key<D: Domain>(access: Access, volume: &D::Volume, node: &D::Node) -> GateKey<D> {
+    gate_key_ref::<D>(access, volume, node).to_owned()
+}
+
+/// The gate key of an attach or detach, borrowed: what a look asks the gate. An owned key
+/// cloned both ids on every look, whether or not an operation was planned: a cold reference
+/// count per volume with `Name` ids (a restart's first pass looks at a million), an allocation
+/// each with `String` ids.
+enum GateKeyRef<'a, D: Domain> {
+    Volume(&'a D::Volume),
+    Attachment(&'a D::Volume, &'a D::Node),
+}
+
+fn gate_key_ref<'a, D: Domain>(
+    access: Access,
+    volume: &'a D::Volume,
+    node: &'a D::Node,
+) -> GateKeyRef<'a, D> {
     match access {
-        Access::SingleNode => GateKey::Volume(volume.clone()),
-        Access::MultiNode => GateKey::Attachment(volume.clone(), node.clone()),
+        Access::SingleNode => GateKeyRef::Volume(volume),
+        Access::MultiNode => GateKeyRef::Attachment(volume, node),
+    }
+}
+
+impl<D: Domain> GateKeyRef<'_, D> {
+    fn to_owned(&self) -> GateKey<D> {
+        match *self {
+            GateKeyRef::Volume(volume) => GateKey::Volume(volume.clone()),
+            GateKeyRef::Attachment(volume, node) => {
+                GateKey::Attachment(volume.clone(), node.clone())
+            }
+        }
+    }
+}
+
+/// A borrowed key must hash as its owned key does, so both hash through here: a tag per
+/// variant, then the ids.
+impl<D: Domain> Hash for GateKeyRef<'_, D> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        match self {
+            GateKeyRef::Volume(volume) => {
+                state.write_u8(0);
+                volume.hash(state);
+            }
+            GateKeyRef::Attachment(volume, node) => {
+                state.write_u8(1);
+                volume.hash(state);
+                node.hash(state);
+            }
+        }
+    }
+}
+
+impl<D: Domain> Hash for GateKey<D> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let (tag, node) = match self {
+            GateKey::Volume(volume) => return GateKeyRef::<D>::Volume(volume).hash(state),
+            GateKey::Attachment(volume, node) => {
+                return GateKeyRef::<D>::Attachment(volume, node).hash(state);
+            }
+            GateKey::Status(node) => (2, Some(node)),
+            GateKey::Verify(node) => (3, Some(node)),
+            GateKey::List => (4, None),
+            GateKey::StoreList => (5, None),
+            GateKey::NodeCapacity(node) => (6, Some(node)),
+        };
+        state.write_u8(tag);
+        node.hash(state);
+    }
+}
+
+impl<D: Domain> Equivalent<GateKey<D>> for GateKeyRef<'_, D> {
+    fn equivalent(&self, key: &GateKey<D>) -> bool {
+        match (self, key) {
+            (GateKeyRef::Volume(v), GateKey::Volume(w)) => *v == w,
+            (GateKeyRef::Attachment(v, n), GateKey::Attachment(w, m)) => *v == w && *n == m,
+            _ => false,
+        }
     }
 }
 
@@ -434,7 +510,7 @@ impl<D: Domain> Reconciler<D> {
         kind: OpKind,
         now: Duration,
     ) -> bool {
-        let key = gate_key::<D>(self.access(volume), volume, node);
+        let key = gate_key_ref::<D>(self.access(volume), volume, node);
         self.gate.may_start(&key, kind, now).is_err()
     }
 
@@ -1831,7 +1907,7 @@ impl<D: Domain> Reconciler<D> {
         spec: SpecFacts,
         ops: &mut Vec<Operation<D>>,
     ) {
-        let key = gate_key::<D>(spec.access, volume, node);
+        let key = gate_key_ref::<D>(spec.access, volume, node);
         let released =
             !self.released.is_empty() && self.released.contains(&(volume.clone(), node.clone()));
         match self.gate.may_start(&key, OpKind::Detach, now) {
@@ -2002,7 +2078,7 @@ impl<D: Domain> Reconciler<D> {
             self.admission.finished(Class::Detach);
             return self.report_blocked(volume, node, UNREGISTERED);
         };
-        self.gate.start(key);
+        self.gate.start(key.to_owned());
         let id = self.next_op_id();
         debug!(%id, volume = ?volume, node = ?node, ?force, "planning detach");
         self.in_flight.insert(
@@ -2081,7 +2157,7 @@ impl<D: Domain> Reconciler<D> {
         spec: SpecFacts,
         ops: &mut Vec<Operation<D>>,
     ) {
-        let key = gate_key::<D>(spec.access, volume, node);
+        let key = gate_key_ref::<D>(spec.access, volume, node);
         let bugs = self.bugs();
         let here = self.actual.get(volume, node).map(|a| (a.state, a.withheld));
         if here.is_some() {
@@ -2168,7 +2244,7 @@ impl<D: Domain> Reconciler<D> {
                 } else {
                     self.actual.attach_planned(volume, node);
                 }
-                self.gate.start(key);
+                self.gate.start(key.to_owned());
                 let id = self.next_op_id();
                 debug!(%id, volume = ?volume, node = ?node, "planning attach");
                 self.in_flight.insert(

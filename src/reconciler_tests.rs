@@ -2724,3 +2724,66 @@ fn a_long_pass_reconciles_every_volume_once_in_order() {
         assert_eq!(h.r.actual().report(&"n1").len(), count);
     }
 }
+
+#[test]
+fn a_borrowed_gate_key_finds_its_owned_key_and_no_other() {
+    type S = Ids<String, String, String>;
+    let (v, n, m) = ("pv-1".to_string(), "n1".to_string(), "n2".to_string());
+    let mut gate: OperationGate<GateKey<S>> = OperationGate::new(Config::default().backoff);
+    gate.start(GateKey::Volume(v.clone()));
+    gate.start(GateKey::Attachment(v.clone(), n.clone()));
+    gate.start(GateKey::Status(n.clone()));
+    let single = gate_key_ref::<S>(Access::SingleNode, &v, &m);
+    assert!(
+        gate.is_running(&single),
+        "a single-node volume's key ignores the node"
+    );
+    assert!(gate.is_running(&gate_key_ref::<S>(Access::MultiNode, &v, &n)));
+    assert_eq!(
+        gate.may_start(
+            &gate_key_ref::<S>(Access::MultiNode, &v, &n),
+            OpKind::Attach,
+            Duration::ZERO
+        ),
+        Err(None)
+    );
+    // The same ids under another variant, or another node, are another key.
+    assert!(!gate.is_running(&gate_key_ref::<S>(Access::MultiNode, &v, &m)));
+    for (key, owned) in [
+        (
+            gate_key_ref::<S>(Access::MultiNode, &v, &m),
+            GateKey::Attachment(v.clone(), n.clone()),
+        ),
+        (
+            gate_key_ref::<S>(Access::MultiNode, &m, &n),
+            GateKey::Attachment(v.clone(), n.clone()),
+        ),
+        (
+            gate_key_ref::<S>(Access::SingleNode, &n, &n),
+            GateKey::Status(n.clone()),
+        ),
+        (
+            gate_key_ref::<S>(Access::SingleNode, &n, &n),
+            GateKey::Verify(n.clone()),
+        ),
+        (
+            gate_key_ref::<S>(Access::MultiNode, &v, &n),
+            GateKey::Volume(v.clone()),
+        ),
+    ] {
+        assert!(!key.equivalent(&owned), "{owned:?}");
+    }
+    gate.succeeded(GateKey::Volume(v.clone()), OpKind::Attach);
+    assert!(!gate.is_running(&single));
+    assert!(!gate.is_running(&gate_key_ref::<S>(Access::SingleNode, &n, &n)));
+    // A failure's backoff is found borrowed too.
+    gate.failed(GateKey::Volume(v.clone()), OpKind::Attach, Duration::ZERO);
+    assert!(matches!(
+        gate.may_start(&single, OpKind::Attach, Duration::ZERO),
+        Err(Some(_))
+    ));
+    assert_eq!(
+        gate.may_start(&single, OpKind::Detach, Duration::ZERO),
+        Ok(())
+    );
+}
