@@ -8,6 +8,7 @@ use smallvec::SmallVec;
 
 use crate::dense_table::{DenseTable, Keyed, WARM_BATCH};
 use crate::domain::Domain;
+use crate::id_warm;
 use crate::marks::Marks;
 use crate::store::ReportedVolume;
 use crate::verify_ring::VerifyRing;
@@ -636,9 +637,11 @@ impl<D: Domain> ActualState<D> {
         let mut changed = fresh;
         for (i, r) in reported.iter().enumerate() {
             if i % WARM_BATCH == 0 {
-                // A restart takes a million of these in: their lookups' misses overlap.
-                self.volumes
-                    .warm(reported[i..].iter().take(WARM_BATCH).map(|r| &r.volume));
+                // A restart takes a million of these in: their lookups' misses overlap, and
+                // so do those of the names' blocks that the clones below count in.
+                let batch = || reported[i..].iter().take(WARM_BATCH).map(|r| &r.volume);
+                self.volumes.warm(batch());
+                id_warm::warm(batch());
             }
             let list = attachments_of(&mut self.volumes, r.volume.clone());
             match list.iter_mut().find(|a| a.node == *node) {

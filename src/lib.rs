@@ -231,6 +231,7 @@ mod fault;
 mod fresh_read;
 mod gate;
 mod id_sort;
+mod id_warm;
 mod in_flight;
 mod input;
 mod machine;

@@ -25,6 +25,7 @@ use crate::domain::{Domain, Id};
 use crate::event::{Event, Holder};
 use crate::fresh_read::judge_detach;
 use crate::gate::{OpKind, OperationGate, trim_map, trim_set};
+use crate::id_warm;
 use crate::in_flight::InFlightTable;
 use crate::input::{Input, Kind, Rejection, Relists};
 use crate::machine::MachineWatch;
@@ -1668,6 +1669,8 @@ impl<D: Domain> Reconciler<D> {
             let batch = || listed.as_slice().iter().take(WARM_BATCH).map(|a| &a.volume);
             self.desired.warm(batch());
             self.actual.warm(batch());
+            // Most listed volumes are known, and dropped: their names' blocks are read first.
+            id_warm::warm(batch());
             for a in listed.by_ref().take(WARM_BATCH) {
                 self.recover_attachment(a.volume, a.node, a.spec);
             }
@@ -1769,7 +1772,7 @@ impl<D: Domain> Reconciler<D> {
         let mut dirty = self.schedule.take_dirty();
         // Queued attaches and detaches first, in their order, while capacity lasts.
         self.admit_queued(now, &mut dirty, ops);
-        self.reconcile_volumes(now, &dirty, ops);
+        self.reconcile_volumes(now, &mut dirty, ops);
         self.schedule.recycle_dirty(dirty);
         let mut changed = self.actual.take_report_changed();
         self.status.mark_all(changed.drain(..));
@@ -1803,27 +1806,33 @@ impl<D: Domain> Reconciler<D> {
         OpId(self.next_id)
     }
 
-    /// Reconciles each of `volumes`. A long list (a restart's first pass, a resync, a dead
-    /// node's volumes) is taken in batches whose desired and actual records are first looked up
-    /// together ([`DenseTable::warm`](crate::dense_table::DenseTable::warm)): at a million
-    /// volumes the first pass after a restart spent most of its time waiting on those lookups'
-    /// cache misses one at a time. A short list (a move's) is not worth the second lookup.
+    /// Reconciles each of `volumes`, and empties the list. A long list (a restart's first pass,
+    /// a resync, a dead node's volumes) is taken in batches whose desired and actual records
+    /// are first looked up together ([`DenseTable::warm`](crate::dense_table::DenseTable::warm)):
+    /// at a million volumes the first pass after a restart spent most of its time waiting on
+    /// those lookups' cache misses one at a time. A short list (a move's) is not worth the
+    /// second lookup. A batch's ids are dropped once it is done, their names' blocks read with
+    /// the lookups ([`id_warm`](crate::id_warm)): dropped at the end of the pass, each was a
+    /// cache miss of its own again.
     fn reconcile_volumes(
         &mut self,
         now: Duration,
-        volumes: &[D::Volume],
+        volumes: &mut Vec<D::Volume>,
         ops: &mut Vec<Operation<D>>,
     ) {
         let warm = volumes.len() >= WARM_FROM;
-        // Unwarmed, the whole list is one chunk.
+        // Unwarmed, the whole list is one batch.
         let batch = if warm { WARM_BATCH } else { usize::MAX };
-        for volumes in volumes.chunks(batch) {
+        let mut rest = volumes.drain(..);
+        while rest.len() > 0 {
             if warm {
-                self.desired.warm(volumes);
-                self.actual.warm(volumes);
+                let next = || rest.as_slice().iter().take(batch);
+                self.desired.warm(next());
+                self.actual.warm(next());
+                id_warm::warm(next());
             }
-            for volume in volumes {
-                self.reconcile_volume(now, volume, ops);
+            for volume in rest.by_ref().take(batch) {
+                self.reconcile_volume(now, &volume, ops);
             }
         }
     }
