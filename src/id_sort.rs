@@ -41,6 +41,56 @@ fn sort_keyed_from<T: Ord + 'static>(items: &mut Vec<T>, keyed_from: usize) {
     items.sort_unstable();
 }
 
+/// `a` and `b` merged, each sorted and without repeats: sorted, and each item there once.
+///
+/// When they are many names, each is ordered by its head first, read once in a pass along
+/// each list: a restart's inputs leave their marks in two such lists (the part sorted when
+/// the list last doubled, and what came after), and merging them by the names themselves
+/// read two blocks from all over the heap per step.
+pub(crate) fn merge<T: Ord + 'static>(a: Vec<T>, b: Vec<T>) -> Vec<T> {
+    merge_keyed_from(a, b, KEYED_FROM)
+}
+
+fn merge_keyed_from<T: Ord + 'static>(a: Vec<T>, b: Vec<T>, keyed_from: usize) -> Vec<T> {
+    let keyed = a.len() + b.len() >= keyed_from;
+    let heads = |list: &[T]| -> Option<Vec<(u64, u64)>> {
+        keyed.then(|| list.iter().map(head_of).collect()).flatten()
+    };
+    let (heads_a, heads_b) = (heads(&a), heads(&b));
+    let order = |(i, x): (usize, &T), (j, y): (usize, &T)| match (&heads_a, &heads_b) {
+        (Some(ha), Some(hb)) => ha[i].cmp(&hb[j]).then_with(|| x.cmp(y)),
+        _ => x.cmp(y),
+    };
+    let mut merged = Vec::with_capacity(a.len() + b.len());
+    let mut a = a.into_iter().enumerate().peekable();
+    let mut b = b.into_iter().enumerate().peekable();
+    loop {
+        let next = match (a.peek(), b.peek()) {
+            (Some((i, x)), Some((j, y))) => match order((*i, x), (*j, y)) {
+                std::cmp::Ordering::Less => a.next(),
+                std::cmp::Ordering::Greater => b.next(),
+                std::cmp::Ordering::Equal => {
+                    b.next();
+                    a.next()
+                }
+            },
+            (Some(_), None) => a.next(),
+            (None, Some(_)) => b.next(),
+            (None, None) => return merged,
+        };
+        merged.extend(next.map(|(_, item)| item));
+    }
+}
+
+/// The head of a `Name` or a `String`; `None` for any other id.
+fn head_of<T: 'static>(item: &T) -> Option<(u64, u64)> {
+    let any: &dyn Any = item;
+    if let Some(name) = any.downcast_ref::<Name>() {
+        return Some(name.head());
+    }
+    any.downcast_ref::<String>().map(|text| head(text))
+}
+
 /// Sorts `items` (at most `u32::MAX` of them) by `key`, a prefix of their order: where two keys
 /// differ they order the items, where they tie the items' own order decides.
 fn by_head<T: Ord>(items: &mut [T], key: impl Fn(&T) -> (u64, u64)) {
@@ -103,6 +153,28 @@ mod tests {
             sort_keyed_from(&mut names, 0);
             let names: Vec<&str> = names.iter().map(Name::as_str).collect();
             prop_assert_eq!(names, expected.iter().map(String::as_str).collect::<Vec<_>>());
+        }
+
+        /// Keyed or not, two sorted lists without repeats merge into their union, sorted.
+        #[test]
+        fn names_and_strings_merge_as_their_texts(a in texts(), b in texts()) {
+            let set = |texts: &[String]| {
+                let mut texts = texts.to_vec();
+                texts.sort_unstable();
+                texts.dedup();
+                texts
+            };
+            let (a, b) = (set(&a), set(&b));
+            let mut expected: Vec<String> = a.iter().chain(&b).cloned().collect();
+            expected.sort_unstable();
+            expected.dedup();
+            for keyed_from in [0, usize::MAX] {
+                prop_assert_eq!(&merge_keyed_from(a.clone(), b.clone(), keyed_from), &expected);
+                let names = |texts: &[String]| texts.iter().map(Name::from).collect::<Vec<_>>();
+                let merged = merge_keyed_from(names(&a), names(&b), keyed_from);
+                let merged: Vec<&str> = merged.iter().map(Name::as_str).collect();
+                prop_assert_eq!(merged, expected.iter().map(String::as_str).collect::<Vec<_>>());
+            }
         }
     }
 

@@ -81,7 +81,7 @@ impl<T: Ord + 'static> Marks<T> {
             let mut added = self.items.split_off(self.distinct);
             id_sort::sort_unstable(&mut added);
             added.dedup();
-            self.items = merge(std::mem::take(&mut self.items), added);
+            self.items = id_sort::merge(std::mem::take(&mut self.items), added);
         }
         self.distinct = self.items.len();
     }
@@ -119,29 +119,6 @@ impl<T: Ord + 'static> Marks<T> {
         } else if self.spare.capacity() == 0 {
             self.spare = list;
         }
-    }
-}
-
-/// `a` and `b` merged, each sorted and without repeats: sorted, and each item there once.
-fn merge<T: Ord>(a: Vec<T>, b: Vec<T>) -> Vec<T> {
-    let mut merged = Vec::with_capacity(a.len() + b.len());
-    let mut a = a.into_iter().peekable();
-    let mut b = b.into_iter().peekable();
-    loop {
-        let next = match (a.peek(), b.peek()) {
-            (Some(x), Some(y)) => match x.cmp(y) {
-                std::cmp::Ordering::Less => a.next(),
-                std::cmp::Ordering::Greater => b.next(),
-                std::cmp::Ordering::Equal => {
-                    b.next();
-                    a.next()
-                }
-            },
-            (Some(_), None) => a.next(),
-            (None, Some(_)) => b.next(),
-            (None, None) => return merged,
-        };
-        merged.extend(next);
     }
 }
 
