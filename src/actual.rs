@@ -139,8 +139,14 @@ fn attachments_of<D: Domain>(
 }
 
 /// What a node's index holds of one attachment there, in four bytes: whether the node must
-/// report it, and the record's generation, bumped on every change so that a verify answer
+/// report it, and the record's generation, new on every change so that a verify answer
 /// planned before the change is ignored.
+///
+/// Generations are drawn from the actual state's one counter (its low 31 bits), for a new
+/// record as for a change: a record made again for the same pair started at 0 as its
+/// predecessor had, so a verify planned before a detach and a new attach took its stale
+/// "not attached" for news of the new record, and the core granted an attached single-node
+/// volume elsewhere (`a_verify_answer_is_not_taken_for_an_attachment_made_again_since`).
 ///
 /// The generation lives here, not in the volume's record, so that a verify reads a node's
 /// attachments from the node's one sorted list: kept with the record, it cost every verified
@@ -153,9 +159,11 @@ impl Standing {
     /// The flag's bit; the generation is the other 31, wrapping.
     const REPORTED: u32 = 1 << 31;
 
-    /// A new record's: generation 0.
-    fn new(reported: bool) -> Self {
-        Standing(if reported { Self::REPORTED } else { 0 })
+    /// A new record's, with a generation never handed out before.
+    fn new(reported: bool, generation: u64) -> Self {
+        let mut standing = Standing(if reported { Self::REPORTED } else { 0 });
+        standing.bump(generation);
+        standing
     }
 
     /// Whether the node must list the volume in its status.
@@ -175,9 +183,11 @@ impl Standing {
         was != reported
     }
 
-    /// The record changed: a new generation, the flag kept.
-    fn bump(&mut self) {
-        self.0 = (self.0 & Self::REPORTED) | (self.generation().wrapping_add(1) & !Self::REPORTED);
+    /// The record changed: a generation never handed out before (its low 31 bits), the flag
+    /// kept.
+    fn bump(&mut self, generation: u64) {
+        let generation = (generation & u64::from(!Self::REPORTED)) as u32;
+        self.0 = (self.0 & Self::REPORTED) | generation;
     }
 }
 
@@ -533,7 +543,7 @@ impl<D: Domain> ActualState<D> {
         if let Ok(i) = find(&n.attached, volume) {
             let standing = &mut n.attached[i].1;
             if bump {
-                standing.bump();
+                standing.bump(next_generation(&mut self.generations));
             }
             if standing.set_reported(reported) {
                 n.report_gen = next_generation(&mut self.generations);
@@ -657,12 +667,17 @@ impl<D: Domain> ActualState<D> {
                 match find(&n.attached, &r.volume) {
                     Ok(i) => {
                         let standing = &mut n.attached[i].1;
-                        standing.bump();
+                        standing.bump(next_generation(&mut self.generations));
                         changed |= standing.set_reported(true);
                     }
                     Err(i) => {
-                        n.attached
-                            .insert(i, (r.volume.clone(), Standing::new(true)));
+                        n.attached.insert(
+                            i,
+                            (
+                                r.volume.clone(),
+                                Standing::new(true, next_generation(&mut self.generations)),
+                            ),
+                        );
                         changed = true;
                     }
                 }
@@ -672,14 +687,17 @@ impl<D: Domain> ActualState<D> {
         if fresh {
             let mut listed: Vec<_> = reported
                 .iter()
-                .map(|r| (r.volume.clone(), Standing::new(true)))
+                .map(|r| {
+                    let standing = Standing::new(true, next_generation(&mut self.generations));
+                    (r.volume.clone(), standing)
+                })
                 .collect();
             listed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             // A volume listed again was set again: its record changed once more.
             listed.dedup_by(|again, first| {
                 let same = again.0 == first.0;
                 if same {
-                    first.1.bump();
+                    first.1.bump(next_generation(&mut self.generations));
                 }
                 same
             });
@@ -727,7 +745,8 @@ impl<D: Domain> ActualState<D> {
     /// A new record, not yet reported (the caller syncs the flag).
     fn insert(&mut self, volume: D::Volume, node: D::Node, state: AttachState) {
         let n = node_entry(&mut self.nodes, &mut self.generations, &node);
-        put(&mut n.attached, &volume, Some(Standing::new(false)));
+        let standing = Standing::new(false, next_generation(&mut self.generations));
+        put(&mut n.attached, &volume, Some(standing));
         n.report_gen = next_generation(&mut self.generations);
         if n.ring_pos == OUT_OF_RING {
             // Its first attachment: the verify walks it from now on.
@@ -950,6 +969,8 @@ impl<D: Domain> ActualState<D> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use crate::domain::Ids;
 
@@ -957,8 +978,8 @@ mod tests {
 
     type U = Ids<u32, u32, u32>;
 
-    /// Everything `recover_reported` may change, in an order no hash decides (report
-    /// generations left out: only their change is meant, and it is checked apart).
+    /// Everything `recover_reported` may change, in an order no hash decides (report and
+    /// record generations left out: only their change is meant, and it is checked apart).
     fn snapshot(a: &ActualState<U>) -> String {
         let mut volumes: Vec<_> = a.volumes.iter().collect();
         volumes.sort_by_key(|v| v.volume);
@@ -971,9 +992,9 @@ mod tests {
             out += &format!("{} {list:?}\n", v.volume);
         }
         for (node, n) in nodes {
+            let attached: Vec<_> = n.attached.iter().map(|(v, s)| (v, s.reported())).collect();
             out += &format!(
-                "{node}: {:?} {:?} {:?} ring {}\n",
-                n.attached,
+                "{node}: {attached:?} {:?} {:?} ring {}\n",
                 n.devices.as_slice(),
                 n.detach_requested.as_slice(),
                 n.ring_pos
@@ -1030,12 +1051,32 @@ mod tests {
             let (mut one_by_one, mut at_once) = (build(), build());
             let generation = |a: &ActualState<U>| a.report_generation(&node);
             let before = generation(&at_once);
+            let records = |a: &ActualState<U>| -> BTreeMap<u32, u32> {
+                let n = a.nodes.get(&node);
+                n.into_iter()
+                    .flat_map(|n| n.attached.iter().map(|(v, s)| (*v, s.generation())))
+                    .collect()
+            };
+            let (earlier_one, earlier_once) = (records(&one_by_one), records(&at_once));
             for r in &listed {
                 one_by_one.set_attached(r.volume, node, r.device.clone());
             }
             at_once.recover_reported(&node, &listed);
             let context = format!("case {case}: {steps:?}, then {listed:?} on {node}");
             assert_eq!(snapshot(&at_once), snapshot(&one_by_one), "{context}");
+            // The same records changed (or are new), each with a generation of its own.
+            let changed = |earlier: &BTreeMap<u32, u32>, a: &ActualState<U>| -> Vec<u32> {
+                let now = records(a);
+                now.iter()
+                    .filter(|(v, g)| earlier.get(v) != Some(g))
+                    .map(|(v, _)| *v)
+                    .collect()
+            };
+            assert_eq!(
+                changed(&earlier_once, &at_once),
+                changed(&earlier_one, &one_by_one),
+                "{context}"
+            );
             assert_eq!(
                 at_once.take_report_changed(),
                 one_by_one.take_report_changed(),

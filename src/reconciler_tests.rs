@@ -825,6 +825,44 @@ fn a_verify_answer_about_an_attachment_changed_since_it_was_planned_is_ignored()
     );
 }
 
+/// A verify answer is about the attachment it listed. One planned before the pair was
+/// detached and attached again (a new record, whose generation starts again where the old
+/// one's did) is about the old record: its stale "not attached" must not drop the new one,
+/// or the core would take an attached single-node volume for free and grant it elsewhere.
+#[test]
+fn a_verify_answer_is_not_taken_for_an_attachment_made_again_since() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.run_ok(secs(58));
+    let verify = h.run_until_taking(OpKind::Verify);
+    h.unpod("p1");
+    h.run_ok(secs(5));
+    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
+    h.pod("p3", "n1", &["v1"]);
+    h.run_ok(secs(1));
+    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Attached);
+    // The verify listed n1 while v1 was detached there, and says so.
+    let Operation::Verify { id, volumes, .. } = verify else {
+        unreachable!()
+    };
+    assert_eq!(volumes, vec![("v1", ())]);
+    h.r.verify_finished(h.now, id, Ok(vec![])).unwrap();
+    assert_eq!(
+        h.r.actual().state(&"v1", &"n1"),
+        AttachState::Attached,
+        "the answer was about the record before the detach"
+    );
+    // Moved on to n2, v1 is detached from n1 first, not attached beside it.
+    h.unpod("p3");
+    h.pod("p4", "n2", &["v1"]);
+    let seen = h.run_ok(secs(5));
+    let detach = seen.iter().position(|op| op == "detach v1 n1");
+    let attach = seen.iter().position(|op| op == "attach v1 n2");
+    assert!(
+        matches!((detach, attach), (Some(d), Some(a)) if d < a),
+        "{seen:?}"
+    );
+}
+
 #[test]
 fn a_burst_on_one_node_is_one_write() {
     let mut h = H::new(Config::default());
