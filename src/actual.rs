@@ -552,12 +552,6 @@ impl<D: Domain> ActualState<D> {
         }
     }
 
-    /// What `node`'s index holds of its attachment of `volume`, if it has one.
-    pub(crate) fn standing(&self, volume: &D::Volume, node: &D::Node) -> Option<Standing> {
-        let n = self.nodes.get(node)?;
-        find(&n.attached, volume).ok().map(|i| n.attached[i].1)
-    }
-
     /// Every attachment on `node`, in volume order, with what the node's index holds of it.
     pub(crate) fn standings_on(&self, node: &D::Node) -> &[(D::Volume, Standing)] {
         self.nodes.get(node).map_or(&[], |n| &n.attached)

@@ -218,8 +218,11 @@ pub(crate) enum InFlight<D: Domain> {
     },
     Verify {
         node: D::Node,
-        /// Each volume with the attachment generation seen when planning.
-        checked: Vec<(D::Volume, u32)>,
+        /// The generation of each attachment listed, as planned, sorted. No generation is
+        /// handed out twice (`Standing`), so a record that still holds one of these is the
+        /// record the verify listed, unchanged: no volume is kept here, where a clone of
+        /// each was (an allocation each with `String` ids).
+        checked: Vec<u32>,
     },
     WriteStatus {
         node: D::Node,

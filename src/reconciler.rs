@@ -1305,21 +1305,25 @@ impl<D: Domain> Reconciler<D> {
                 return Ok(());
             }
         };
-        for (volume, generation) in checked {
-            let busy = self.busy(&volume, &node);
-            let Some(standing) = self.actual.standing(&volume, &node) else {
-                continue;
-            };
-            // Ignore answers about attachments that changed or are being changed since.
-            if standing.generation() != generation || busy {
+        // The node's records the verify listed, unchanged since (their generation is one it
+        // listed); answers about attachments that changed, are new, or are being changed are
+        // ignored.
+        let mut answered = Vec::new();
+        for (volume, standing) in self.actual.standings_on(&node) {
+            if checked.binary_search(&standing.generation()).is_err() {
                 continue;
             }
-            let still = attached.binary_search(&volume).is_ok();
+            let still = attached.binary_search(volume).is_ok();
             if still && standing.reported() {
                 // Attached, and the backend agrees: the usual answer, decided from the node's
                 // list without a lookup in the volume table.
                 continue;
             }
+            if !self.busy(volume, &node) {
+                answered.push((volume.clone(), still));
+            }
+        }
+        for (volume, still) in answered {
             let Some(a) = self.actual.get(&volume, &node) else {
                 continue;
             };
@@ -2494,12 +2498,13 @@ impl<D: Domain> Reconciler<D> {
                 // The backend knows nothing of a claim.
                 continue;
             }
-            checked.push((volume.clone(), standing.generation()));
+            checked.push(standing.generation());
             volumes.push((volume.clone(), spec.payload.clone()));
         }
         if volumes.is_empty() {
             return;
         }
+        checked.sort_unstable();
         self.gate.start(key);
         let id = self.next_op_id();
         self.in_flight.insert(
