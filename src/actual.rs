@@ -1338,29 +1338,9 @@ mod tests {
         assert!(changes > 1_000, "the walk changed reports {changes} times");
     }
 
-    thread_local! {
-        static ORDERED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-    }
-
-    /// A volume id that counts the times it is ordered (not compared for equality).
-    #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-    struct Counted(u32);
-
-    impl PartialOrd for Counted {
-        fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-            Some(self.cmp(other))
-        }
-    }
-
-    impl Ord for Counted {
-        fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-            ORDERED.with(|c| c.set(c.get() + 1));
-            self.0.cmp(&other.0)
-        }
-    }
-
     #[test]
     fn a_report_of_what_the_node_holds_is_merged_without_ordering_a_volume() {
+        use crate::counted::{Counted, orderings};
         type C = Ids<&'static str, Counted, &'static str>;
         let mut a: ActualState<C> = ActualState::default();
         for v in [1, 3, 5, 7] {
@@ -1375,14 +1355,14 @@ mod tests {
                     ..NodeFacts::default()
                 },
             );
-            ORDERED.with(|c| c.set(0));
+            orderings();
             let unrecorded: Vec<u32> = a
                 .node(&"n1")
                 .unwrap()
                 .in_use_unrecorded()
                 .map(|v| v.0)
                 .collect();
-            (unrecorded, ORDERED.with(|c| c.get()))
+            (unrecorded, orderings())
         };
         assert_eq!(
             report(&mut a, &[1, 3, 5, 7]),

@@ -221,6 +221,8 @@ mod backend;
 mod capacity;
 pub mod config;
 pub mod controller;
+#[cfg(test)]
+mod counted;
 mod decision;
 mod dense_table;
 mod desired;

@@ -165,30 +165,7 @@ mod tests {
         assert_eq!(marks.distinct, 0);
     }
 
-    thread_local! {
-        static COMPARES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-    }
-
-    /// An item that counts how often it is compared.
-    #[derive(Debug, PartialEq, Eq, Clone, Copy)]
-    struct Counted(u32);
-
-    impl PartialOrd for Counted {
-        fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-            Some(self.cmp(other))
-        }
-    }
-
-    impl Ord for Counted {
-        fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-            COMPARES.with(|c| c.set(c.get() + 1));
-            self.0.cmp(&other.0)
-        }
-    }
-
-    fn compares() -> u64 {
-        COMPARES.with(|c| c.replace(0))
-    }
+    use crate::counted::{Counted, orderings as compares};
 
     #[test]
     fn what_a_sort_left_in_order_is_taken_without_another_sort() {
