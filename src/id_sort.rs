@@ -83,7 +83,7 @@ fn merge_keyed_from<T: Ord + 'static>(a: Vec<T>, b: Vec<T>, keyed_from: usize) -
 }
 
 /// The head of a `Name` or a `String`; `None` for any other id.
-fn head_of<T: 'static>(item: &T) -> Option<(u64, u64)> {
+pub(crate) fn head_of<T: 'static>(item: &T) -> Option<(u64, u64)> {
     let any: &dyn Any = item;
     if let Some(name) = any.downcast_ref::<Name>() {
         return Some(name.head());

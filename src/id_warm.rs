@@ -11,23 +11,20 @@
 //! As in [`id_sort`](crate::id_sort), the two text types are picked out by their type, since
 //! `Id` is a blanket impl; other ids have nothing behind them to read.
 
-use std::any::{Any, TypeId};
+use std::any::TypeId;
 use std::hint::black_box;
 
+use crate::id_sort::head_of;
 use crate::name::Name;
 
-/// Reads the block behind each of `ids` that is a `Name` or a `String`.
+/// Reads the block behind each of `ids` that is a `Name` or a `String` (its head, as a sort
+/// by heads reads it).
 pub(crate) fn warm<'a, T: 'static>(ids: impl IntoIterator<Item = &'a T>) {
     let id_type = TypeId::of::<T>();
     if id_type != TypeId::of::<Name>() && id_type != TypeId::of::<String>() {
         return;
     }
     for id in ids {
-        let any: &dyn Any = id;
-        if let Some(name) = any.downcast_ref::<Name>() {
-            black_box(name.head());
-        } else if let Some(text) = any.downcast_ref::<String>() {
-            black_box(text.as_bytes().first());
-        }
+        black_box(head_of(id));
     }
 }
