@@ -153,7 +153,13 @@ mod tests {
         let mut t = InFlightTable::<D>::default();
         t.insert(OpId(1), detach("v", "a"));
         t.insert(OpId(2), detach("v", "b"));
-        t.insert(OpId(3), InFlight::WriteStatus { node: "a" });
+        t.insert(
+            OpId(3),
+            InFlight::WriteStatus {
+                node: "a",
+                object: 1,
+            },
+        );
         assert!(t.runs_on(&"v"));
         assert!(!t.runs_on(&"w"));
         assert!(t.remove(&OpId(1)).is_some());
@@ -164,7 +170,13 @@ mod tests {
         assert_eq!(t.len(), 1);
         // A reused id replaces its operation, and the count with it.
         t.insert(OpId(3), detach("w", "a"));
-        t.insert(OpId(3), InFlight::WriteStatus { node: "a" });
+        t.insert(
+            OpId(3),
+            InFlight::WriteStatus {
+                node: "a",
+                object: 1,
+            },
+        );
         assert!(!t.runs_on(&"w"));
         assert_eq!(t.len(), 1);
     }

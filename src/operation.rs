@@ -226,9 +226,14 @@ pub(crate) enum InFlight<D: Domain> {
     },
     WriteStatus {
         node: D::Node,
+        /// The node object the write was planned for (`StatusBook::object`): an answer about
+        /// an object deleted since says nothing of its successor of the same name.
+        object: u64,
     },
     ReadStatus {
         node: D::Node,
+        /// The node object the read was planned for, as for a write.
+        object: u64,
         /// The detaches of the node waiting for this read, each with the reason it would be
         /// forced for.
         checks: Vec<(D::Volume, Option<ForceReason>)>,

@@ -841,6 +841,9 @@ impl<D: Domain> Reconciler<D> {
     /// are no longer desired there.
     pub(crate) fn node_removed(&mut self, node: &D::Node) {
         self.removed_nodes.push(node.clone());
+        if let Some(recovery) = &mut self.recovery {
+            recovery.removed.insert(node.clone());
+        }
         let changed = self.desired.remove_node(node);
         self.schedule.mark_all(changed);
         let affected = self.actual.remove_node(node);
@@ -1427,10 +1430,19 @@ impl<D: Domain> Reconciler<D> {
         id: OpId,
         result: Result<Revision, StoreError>,
     ) -> Result<(), ReconcilerError<D>> {
-        let InFlight::WriteStatus { node } = self.take_op(id, OpKind::WriteStatus)? else {
+        let InFlight::WriteStatus { node, object } = self.take_op(id, OpKind::WriteStatus)? else {
             unreachable!("kind checked by take_op");
         };
         let key = GateKey::Status(node.clone());
+        if !self.status.is_object(&node, object) {
+            // Written to a node object deleted since: this one's list is still unknown, and
+            // the next look reads it and writes it afresh.
+            debug!(node = ?node, "a status write answered for a node object deleted since");
+            self.gate.succeeded(key, OpKind::WriteStatus);
+            self.status.write_superseded(&node);
+            self.status_settled(&node);
+            return Ok(());
+        }
         match result {
             Ok(revision) => {
                 self.gate.succeeded(key, OpKind::WriteStatus);
@@ -1478,6 +1490,7 @@ impl<D: Domain> Reconciler<D> {
     ) -> Result<(), ReconcilerError<D>> {
         let InFlight::ReadStatus {
             node,
+            object,
             checks,
             from_cache,
         } = self.take_op(id, OpKind::ReadStatus)?
@@ -1503,6 +1516,18 @@ impl<D: Domain> Reconciler<D> {
             self.status_settled(&node);
             return Ok(());
         }
+        if !self.status.is_object(&node, object) {
+            // Read across the deletion of the node object it was planned for: what it found
+            // may be the old object's. It decides nothing.
+            debug!(node = ?node, "a status read answered across its node object's deletion");
+            self.gate.succeeded(key, OpKind::ReadStatus);
+            // As at the deletion: their volumes are looked at again, and their detaches ask
+            // for a read of their own.
+            self.schedule
+                .mark_all(checks.into_iter().map(|(volume, _)| volume));
+            self.status_settled(&node);
+            return Ok(());
+        }
         let status = match result {
             Ok(status) => {
                 self.gate.succeeded(key, OpKind::ReadStatus);
@@ -1520,12 +1545,7 @@ impl<D: Domain> Reconciler<D> {
                 let retry = self.gate.failed(key, OpKind::ReadStatus, now);
                 self.schedule.wake_node_at(retry, node.clone());
                 // The detaches keep waiting for the next read, planned when the retry is due.
-                let waiting = self.checks.entry(node.clone()).or_default();
-                for check in checks {
-                    if !waiting.iter().any(|(v, _)| *v == check.0) {
-                        waiting.push(check);
-                    }
-                }
+                self.await_read(&node, checks);
                 self.status_settled(&node);
                 return Ok(());
             }
@@ -1568,6 +1588,16 @@ impl<D: Domain> Reconciler<D> {
         }
         self.status_settled(&node);
         Ok(())
+    }
+
+    /// The detaches of `checks` wait for the next read of `node`.
+    fn await_read(&mut self, node: &D::Node, checks: Vec<(D::Volume, Option<ForceReason>)>) {
+        let waiting = self.checks.entry(node.clone()).or_default();
+        for check in checks {
+            if !waiting.iter().any(|(v, _)| *v == check.0) {
+                waiting.push(check);
+            }
+        }
     }
 
     /// A status write or read of `node` ended: detaches waiting for the store to settle may
@@ -1635,7 +1665,7 @@ impl<D: Domain> Reconciler<D> {
         else {
             return;
         };
-        self.recovery = None;
+        let removed = self.recovery.take().map(|r| r.removed).unwrap_or_default();
         info!(
             nodes = statuses.len(),
             attachments = attachments.len(),
@@ -1663,7 +1693,14 @@ impl<D: Domain> Reconciler<D> {
                     );
                 }
             }
-            self.take_in_status(node, &status.attached, &status.revision);
+            if !removed.is_empty() && removed.contains(&node) {
+                // Listed before its object was deleted: the volumes it lists were attached
+                // there, but what the node's status holds now is unknown, and read fresh.
+                self.actual.recover_reported(&node, &status.attached);
+                self.status.mark(node);
+            } else {
+                self.take_in_status(node, &status.attached, &status.revision);
+            }
         }
         self.schedule.mark_all(unregistered);
         // Each listed attachment looks its volume's spec and records up: batches warmed, as a
@@ -2618,8 +2655,14 @@ impl<D: Domain> Reconciler<D> {
             let report = self.actual.report(&node);
             self.gate.start(key);
             let id = self.next_op_id();
-            self.in_flight
-                .insert(id, InFlight::WriteStatus { node: node.clone() });
+            let object = self.status.object(&node);
+            self.in_flight.insert(
+                id,
+                InFlight::WriteStatus {
+                    node: node.clone(),
+                    object,
+                },
+            );
             self.status.start_write(node.clone(), generation, &report);
             ops.push(Operation::WriteStatus {
                 id,
@@ -2642,10 +2685,12 @@ impl<D: Domain> Reconciler<D> {
         let id = self.next_op_id();
         self.admission
             .reading(&node, checks.iter().map(|(v, _)| v), id);
+        let object = self.status.object(&node);
         self.in_flight.insert(
             id,
             InFlight::ReadStatus {
                 node: node.clone(),
+                object,
                 checks,
                 from_cache,
             },

@@ -863,6 +863,130 @@ fn a_verify_answer_is_not_taken_for_an_attachment_made_again_since() {
     );
 }
 
+/// A node object deleted and made again under the same name while a write of its status runs:
+/// the write's acknowledgement is about the old object. Taken for the new one, the core
+/// believed the new object listed the node's volumes and never wrote them, so its agent never
+/// mounted them.
+#[test]
+fn a_status_write_acknowledged_for_a_deleted_node_object_is_not_taken_for_its_successor() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.rwo("v2");
+    h.pod("p2", "n1", &["v2"]);
+    let write = h.run_until_taking(OpKind::WriteStatus);
+    assert_eq!(render(&write), "write n1 [v1,v2]");
+    let Operation::WriteStatus { id, .. } = write else {
+        unreachable!()
+    };
+    // The object goes; a new one of the same name comes, with an empty status.
+    h.unnode("n1");
+    h.store.remove("n1");
+    h.node("n1", &[]);
+    // The write landed on the old object.
+    h.r.status_written(h.now, id, Ok(Revision::from(9)))
+        .unwrap();
+    h.run_ok(secs(5));
+    assert_eq!(h.store["n1"].1.len(), 2, "the new object lists v1 and v2");
+    assert_eq!(h.stored("n1"), Some(vec!["v1", "v2"]));
+}
+
+/// The same for a fresh read answered across the deletion: what it found may be the old
+/// object's.
+#[test]
+fn a_status_read_answered_across_a_node_objects_deletion_is_not_taken_for_its_successor() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.rwo("v2");
+    h.pod("p2", "n1", &["v2"]);
+    h.run_ok(secs(1));
+    assert_eq!(h.stored("n1"), Some(vec!["v1", "v2"]));
+    // The read before v2's detach finds n1 listing v1.
+    h.unpod("p2");
+    let read = {
+        let mut read = None;
+        for _ in 0..20 {
+            for op in h.tick_raw() {
+                if read.is_none() && op.kind() == OpKind::ReadStatus {
+                    read = Some(op);
+                } else {
+                    h.ok(op);
+                }
+            }
+            if read.is_some() {
+                break;
+            }
+        }
+        read.expect("a fresh read of n1")
+    };
+    let old = h.read("n1");
+    assert_eq!(old.as_ref().map(|s| s.attached.len()), Ok(1));
+    // The object goes; a new one of the same name comes, with an empty status.
+    h.unnode("n1");
+    h.store.remove("n1");
+    h.node("n1", &[]);
+    let Operation::ReadStatus { id, .. } = read else {
+        unreachable!()
+    };
+    h.r.status_read(h.now, id, old).unwrap();
+    h.run_ok(secs(5));
+    assert_eq!(h.store["n1"].1.len(), 1, "the new object lists v1");
+    assert_eq!(h.stored("n1"), Some(vec!["v1"]));
+}
+
+/// The same at a restart: the store's listing was taken before the node object was deleted
+/// and made again, and holds the old object's status.
+#[test]
+fn a_status_listed_at_a_restart_before_its_node_object_was_deleted_is_not_taken_for_its_successor()
+{
+    let mut h = H::recovering(Config {
+        resync_period: None,
+        ..Config::default()
+    });
+    h.node("n1", &[]);
+    h.rwo("v1");
+    h.pod("p1", "n1", &["v1"]);
+    let listed = vec![ReportedVolume {
+        volume: "v1",
+        device: None,
+    }];
+    h.store.get_mut("n1").unwrap().1 = listed;
+    h.store.get_mut("n1").unwrap().2 = 5;
+    let old = h.read("n1").unwrap();
+    let ops = h.r.poll(h.now);
+    // While the listings run, the object goes and a new one comes, with an empty status.
+    h.unnode("n1");
+    h.store.remove("n1");
+    h.node("n1", &[]);
+    for op in ops {
+        match op {
+            Operation::ListStatuses { id } => {
+                h.r.statuses_listed(h.now, id, Ok(vec![("n1", old.clone())]))
+                    .unwrap()
+            }
+            Operation::ListAttachments { id } => {
+                h.r.list_finished(
+                    h.now,
+                    id,
+                    Ok(vec![BackendAttachment {
+                        volume: "v1",
+                        node: "n1",
+                        spec: VolumeSpec::single_node(()),
+                    }]),
+                )
+                .unwrap()
+            }
+            other => panic!("recovery planned {}", render(&other)),
+        }
+    }
+    assert!(!h.r.is_recovering());
+    let seen = h.run_ok(secs(5));
+    assert_eq!(
+        h.store["n1"].1.len(),
+        1,
+        "the new object lists v1: {seen:?}"
+    );
+    assert_eq!(h.stored("n1"), Some(vec!["v1"]));
+    assert_eq!(h.count("attach"), 0, "v1 was attached all along");
+}
+
 #[test]
 fn a_burst_on_one_node_is_one_write() {
     let mut h = H::new(Config::default());

@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use rustc_hash::FxHashSet;
+
 use crate::backend::BackendAttachment;
 use crate::domain::Domain;
 use crate::schedule::earliest;
@@ -45,6 +47,9 @@ impl<T> Load<T> {
 pub(crate) struct Recovery<D: Domain> {
     pub(crate) statuses: Load<Statuses<D>>,
     pub(crate) attachments: Load<Vec<BackendAttachment<D>>>,
+    /// The nodes whose object was deleted while the listings ran: the store's listing may
+    /// hold the deleted object's status, which says nothing of a successor of the same name.
+    pub(crate) removed: FxHashSet<D::Node>,
 }
 
 impl<D: Domain> Default for Recovery<D> {
@@ -52,6 +57,7 @@ impl<D: Domain> Default for Recovery<D> {
         Recovery {
             statuses: Load::Due(Duration::ZERO),
             attachments: Load::Due(Duration::ZERO),
+            removed: FxHashSet::default(),
         }
     }
 }

@@ -87,6 +87,12 @@ fn same_path(a: Option<&Arc<str>>, b: Option<&Arc<str>>) -> bool {
 
 #[derive(Debug)]
 struct NodeRecord<D: Domain> {
+    /// Which node object this is: a number no other record of the book was given, drawn when
+    /// the record is made and again when the object is deleted (a node of the same name made
+    /// later is another object). A call's answer is taken only for the object it was planned
+    /// for: an acknowledgement of a write to a deleted object, taken for its successor, made
+    /// the core believe the successor listed volumes it had never been written.
+    object: u64,
     /// The list the store holds for the node; `None` when unknown.
     stored: Option<Packed<D>>,
     /// The list of the write in flight, with the report generation it was taken at.
@@ -107,9 +113,11 @@ struct NodeRecord<D: Domain> {
     conflicts: u8,
 }
 
-impl<D: Domain> Default for NodeRecord<D> {
-    fn default() -> Self {
+impl<D: Domain> NodeRecord<D> {
+    /// A record of a node object the book did not know, numbered from `objects`.
+    fn new(objects: &mut u64) -> Self {
         NodeRecord {
+            object: next_object(objects),
             stored: None,
             writing: None,
             matched: 0,
@@ -120,10 +128,18 @@ impl<D: Domain> Default for NodeRecord<D> {
     }
 }
 
+/// The next node object's number.
+fn next_object(objects: &mut u64) -> u64 {
+    *objects += 1;
+    *objects
+}
+
 /// The controller's knowledge of the node-status store.
 #[derive(Debug)]
 pub struct StatusBook<D: Domain> {
     nodes: FxHashMap<D::Node, NodeRecord<D>>,
+    /// The node objects numbered so far ([`NodeRecord::object`]).
+    objects: u64,
     /// Nodes whose report may differ from the store.
     dirty: Marks<D::Node>,
 }
@@ -132,6 +148,7 @@ impl<D: Domain> Default for StatusBook<D> {
     fn default() -> Self {
         StatusBook {
             nodes: FxHashMap::default(),
+            objects: 0,
             dirty: Marks::default(),
         }
     }
@@ -164,7 +181,7 @@ impl<D: Domain> StatusBook<D> {
     /// A fresh read (or the store's listing at recovery) found `list` for `node`, at
     /// `revision`: both are now known.
     pub(crate) fn read(&mut self, node: D::Node, list: &[ReportedVolume<D>], revision: &Revision) {
-        let record = self.nodes.entry(node).or_default();
+        let record = self.record(node);
         record.missing = false;
         let same = record.revision.as_ref() == Some(revision)
             && record.stored.as_ref().is_some_and(|stored| {
@@ -192,6 +209,38 @@ impl<D: Domain> StatusBook<D> {
     /// come first.
     pub fn revision(&self, node: &D::Node) -> Option<&Revision> {
         self.nodes.get(node)?.revision.as_ref()
+    }
+
+    /// The node object a call planned now is about, recorded with the call and handed back
+    /// to [`is_object`](Self::is_object) with its answer. Makes the node's record if it has
+    /// none.
+    pub(crate) fn object(&mut self, node: &D::Node) -> u64 {
+        match self.nodes.get(node) {
+            Some(r) => r.object,
+            None => self.record(node.clone()).object,
+        }
+    }
+
+    /// Whether `object` ([`object`](Self::object)) is still `node`'s: if not, the node object
+    /// the call was planned for was deleted since, and its answer tells nothing of this one.
+    pub(crate) fn is_object(&self, node: &D::Node, object: u64) -> bool {
+        self.nodes.get(node).is_some_and(|r| r.object == object)
+    }
+
+    /// A write's answer about a node object deleted since: no write is in flight for the
+    /// node any more, and nothing else is learned.
+    pub(crate) fn write_superseded(&mut self, node: &D::Node) {
+        if let Some(r) = self.nodes.get_mut(node) {
+            r.writing = None;
+        }
+    }
+
+    /// `node`'s record, made if it has none.
+    fn record(&mut self, node: D::Node) -> &mut NodeRecord<D> {
+        let objects = &mut self.objects;
+        self.nodes
+            .entry(node)
+            .or_insert_with(|| NodeRecord::new(objects))
     }
 
     /// What the store holds for `node`, if known, sorted by volume.
@@ -277,8 +326,7 @@ impl<D: Domain> StatusBook<D> {
         generation: u64,
         list: &[ReportedVolume<D>],
     ) {
-        self.nodes.entry(node).or_default().writing =
-            Some(Box::new((Packed::pack(list), generation)));
+        self.record(node).writing = Some(Box::new((Packed::pack(list), generation)));
     }
 
     /// The store acknowledged the write in flight, which it now holds at `revision`.
@@ -329,8 +377,14 @@ impl<D: Domain> StatusBook<D> {
 
     /// The node object appeared (again): if it was gone, its status is written afresh (50721).
     pub(crate) fn node_appeared(&mut self, node: D::Node) {
-        let record = self.nodes.entry(node.clone()).or_default();
+        let objects = &mut self.objects;
+        let record = self
+            .nodes
+            .entry(node.clone())
+            .or_insert_with(|| NodeRecord::new(objects));
         if record.missing {
+            // Gone (deleted, or the store had no such node): another object now.
+            record.object = next_object(objects);
             record.missing = false;
             record.stored = None;
             record.revision = None;
@@ -348,6 +402,8 @@ impl<D: Domain> StatusBook<D> {
             } else {
                 r.stored = None;
                 r.missing = true;
+                // The write in flight is about this object, whatever comes next.
+                r.object = next_object(&mut self.objects);
             }
         }
     }
@@ -404,6 +460,31 @@ mod tests {
             generation,
             list.iter().map(|r| (&r.volume, r.device.as_ref())),
         )
+    }
+
+    #[test]
+    fn a_node_object_deleted_and_made_again_is_another_object_to_answers() {
+        let mut book = StatusBook::<T>::default();
+        let first = book.object(&"n1");
+        assert!(book.is_object(&"n1", first));
+        book.start_write("n1", 1, &[rv("v1")]);
+        // Deleted under its write: the record stays for the write's answer, as another object.
+        book.node_gone(&"n1");
+        assert!(!book.is_object(&"n1", first));
+        let gone = book.object(&"n1");
+        book.node_appeared("n1");
+        let second = book.object(&"n1");
+        assert!(![first, gone].contains(&second), "{first} {gone} {second}");
+        // The old write's answer frees the record and teaches nothing.
+        book.write_superseded(&"n1");
+        assert!(!book.is_writing(&"n1"));
+        assert_eq!(book.stored(&"n1"), None);
+        assert_eq!(book.revision(&"n1"), None);
+        // Deleted with no call running, the record goes; a new one is another object still.
+        book.node_gone(&"n1");
+        assert!(!book.is_object(&"n1", second));
+        book.node_appeared("n1");
+        assert!(![first, gone, second].contains(&book.object(&"n1")));
     }
 
     #[test]
