@@ -1112,6 +1112,17 @@ impl<D: Domain> Reconciler<D> {
         gated()
     }
 
+    /// Whether a multi-node look at `volume` (asking the gate under `key`) must wait for an
+    /// attach or detach planned while the volume was single-node, which holds the volume's
+    /// key instead. A volume made multi-node while its detach ran was otherwise listed in the
+    /// node's status again under that detach, and could be detached twice. (The other way,
+    /// narrowing, is refused while any of its operations runs.)
+    fn runs_as_single_node(&self, key: &GateKeyRef<'_, D>, volume: &D::Volume) -> bool {
+        matches!(key, GateKeyRef::Attachment(..))
+            && self.in_flight.runs_on(volume)
+            && self.gate.is_running(&GateKeyRef::<D>::Volume(volume))
+    }
+
     /// The record of (`volume`, `node`) is gone: nothing is attached there any more.
     fn detached(&mut self, volume: &D::Volume, node: &D::Node) {
         self.changed(volume, node);
@@ -1960,7 +1971,12 @@ impl<D: Domain> Reconciler<D> {
         let key = gate_key_ref::<D>(spec.access, volume, node);
         let released =
             !self.released.is_empty() && self.released.contains(&(volume.clone(), node.clone()));
-        match self.gate.may_start(&key, OpKind::Detach, now) {
+        let gate = if self.runs_as_single_node(&key, volume) {
+            Err(None)
+        } else {
+            self.gate.may_start(&key, OpKind::Detach, now)
+        };
+        match gate {
             Ok(()) => {}
             // Its end has the volume looked at again: a detach's always, and an attach's
             // because this look, begun while it ran, asked for it (`reconcile_volume_with`).
@@ -2226,11 +2242,16 @@ impl<D: Domain> Reconciler<D> {
         }
         let attached_here = here.is_some_and(|(state, _)| state == AttachState::Attached);
         let single_node = spec.access == Access::SingleNode;
+        let widened = self.runs_as_single_node(&key, volume);
         let facts = AttachFacts {
             here: here.map(|(state, _)| state),
             withheld: here.is_some_and(|(_, withheld)| withheld),
-            running: self.gate.is_running(&key),
-            gate: self.gate.may_start(&key, OpKind::Attach, now),
+            running: widened || self.gate.is_running(&key),
+            gate: if widened {
+                Err(None)
+            } else {
+                self.gate.may_start(&key, OpKind::Attach, now)
+            },
             single_node,
             // Only looked at for a volume not attached here yet.
             elsewhere: if single_node && !attached_here {

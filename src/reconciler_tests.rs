@@ -987,6 +987,36 @@ fn a_status_listed_at_a_restart_before_its_node_object_was_deleted_is_not_taken_
     assert_eq!(h.count("attach"), 0, "v1 was attached all along");
 }
 
+/// A volume made multi-node while its single-node detach runs: the detach holds the volume's
+/// gate key, a multi-node look asks the attachment's. The look found nothing running, listed
+/// the volume in the node's status again, and the agent could mount it under the detach.
+#[test]
+fn a_volume_made_multi_node_while_its_detach_runs_is_not_reported_under_the_detach() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.unpod("p1");
+    let detach = h.run_until_taking(OpKind::Detach);
+    assert_eq!(h.stored("n1"), Some(vec![]));
+    h.rwx("v1");
+    h.pod("p2", "n1", &["v1"]);
+    let seen = h.run_ok(secs(1));
+    assert_eq!(
+        h.stored("n1"),
+        Some(vec![]),
+        "listed while its detach runs: {seen:?}"
+    );
+    assert!(
+        !seen
+            .iter()
+            .any(|op| op.starts_with("detach") || op.starts_with("attach")),
+        "nothing else starts on v1 while its detach runs: {seen:?}"
+    );
+    // The detach's end decides: then v1 is attached again and listed.
+    h.ok(detach);
+    let seen = h.run_ok(secs(2));
+    assert!(seen.contains(&"attach v1 n1".to_string()), "{seen:?}");
+    assert_eq!(h.stored("n1"), Some(vec!["v1"]));
+}
+
 #[test]
 fn a_burst_on_one_node_is_one_write() {
     let mut h = H::new(Config::default());
