@@ -147,6 +147,10 @@ fn attachments_of<D: Domain>(
 /// predecessor had, so a verify planned before a detach and a new attach took its stale
 /// "not attached" for news of the new record, and the core granted an attached single-node
 /// volume elsewhere (`a_verify_answer_is_not_taken_for_an_attachment_made_again_since`).
+/// The counter is renumbered before it reaches 2^31 ([`ActualState::renumber_if_due`]), so
+/// that no two standing records share a generation either
+/// (`a_verify_answer_is_not_taken_for_a_record_whose_generation_came_round_again`). Eight bytes
+/// would have needed neither, at 8 bytes more per attachment with `u32` ids.
 ///
 /// The generation lives here, not in the volume's record, so that a verify reads a node's
 /// attachments from the node's one sorted list: kept with the record, it cost every verified
@@ -286,11 +290,11 @@ fn put<V: Ord + Clone, T>(list: &mut Vec<(V, T)>, volume: &V, value: Option<T>) 
 /// `node`'s record, made if it is new.
 fn node_entry<'a, D: Domain>(
     nodes: &'a mut FxHashMap<D::Node, ActualNode<D>>,
-    generations: &mut u64,
+    report_generations: &mut u64,
     node: &D::Node,
 ) -> &'a mut ActualNode<D> {
     nodes.entry(node.clone()).or_insert_with(|| ActualNode {
-        report_gen: next_generation(generations),
+        report_gen: next_generation(report_generations),
         ..ActualNode::unknown()
     })
 }
@@ -393,8 +397,13 @@ pub struct ActualState<D: Domain> {
     ring: VerifyRing<D::Node>,
     /// Nodes whose reported list may have changed since last taken.
     report_changed: Marks<D::Node>,
-    /// The last report generation handed out.
+    /// The last record generation handed out ([`Standing`]). Kept under
+    /// [`RENUMBER_AT`](Self::RENUMBER_AT) by [`renumber_if_due`](Self::renumber_if_due), so
+    /// that the 31 bits a record keeps are all of it.
     generations: u64,
+    /// The last report generation handed out ([`report_generation`](Self::report_generation)):
+    /// never renumbered, as the status book keeps them.
+    report_generations: u64,
     len: usize,
 }
 
@@ -407,8 +416,45 @@ impl<D: Domain> Default for ActualState<D> {
             ring: VerifyRing::default(),
             report_changed: Marks::default(),
             generations: 0,
+            report_generations: 0,
             len: 0,
         }
+    }
+}
+
+impl<D: Domain> ActualState<D> {
+    /// The record generation at which [`renumber_if_due`](Self::renumber_if_due) starts
+    /// again from the records standing: half the 31 bits a record keeps, so that the draws
+    /// between two passes (at most a few per input or answer, one per listed attachment at a
+    /// restart) never reach the 31st.
+    pub(crate) const RENUMBER_AT: u64 = 1 << 30;
+
+    /// Gives the records new generations, 1 up, once [`RENUMBER_AT`](Self::RENUMBER_AT) have
+    /// been handed out (at about six a move, some 180 million moves); returns whether it did.
+    /// A record keeps the low 31 bits of its generation: without this, one made after 2^31
+    /// draws took the generation of a record a running verify had listed, and the verify's
+    /// answer was taken for it. Whatever kept a generation from before (a running verify's
+    /// list) must then be dropped: the same number may now be another record's.
+    pub(crate) fn renumber_if_due(&mut self) -> bool {
+        if self.generations < Self::RENUMBER_AT {
+            return false;
+        }
+        let mut generation = 0;
+        for n in self.nodes.values_mut() {
+            for (_, standing) in &mut n.attached {
+                generation += 1;
+                standing.bump(generation);
+            }
+        }
+        self.generations = generation;
+        true
+    }
+
+    /// Sets the generation counter, as if `generations` had been handed out: for tests of
+    /// what comes after years of them.
+    #[cfg(test)]
+    pub(crate) fn set_generations(&mut self, generations: u64) {
+        self.generations = generations;
     }
 }
 
@@ -546,7 +592,7 @@ impl<D: Domain> ActualState<D> {
                 standing.bump(next_generation(&mut self.generations));
             }
             if standing.set_reported(reported) {
-                n.report_gen = next_generation(&mut self.generations);
+                n.report_gen = next_generation(&mut self.report_generations);
                 self.report_changed.mark(node.clone());
             }
         }
@@ -620,7 +666,7 @@ impl<D: Domain> ActualState<D> {
         };
         if let Some(n) = self.nodes.get_mut(&node) {
             put_sparse(&mut n.devices, &volume, device);
-            n.report_gen = next_generation(&mut self.generations);
+            n.report_gen = next_generation(&mut self.report_generations);
         }
         self.sync_reported(&volume, &node, existed);
     }
@@ -634,7 +680,7 @@ impl<D: Domain> ActualState<D> {
         if reported.is_empty() {
             return;
         }
-        let n = node_entry(&mut self.nodes, &mut self.generations, node);
+        let n = node_entry(&mut self.nodes, &mut self.report_generations, node);
         // The node's index, in one sort when it is new (at recovery it is); else one
         // insertion each, as `set_attached` makes.
         let fresh = n.attached.is_empty();
@@ -701,7 +747,7 @@ impl<D: Domain> ActualState<D> {
             // Its first attachments: the verify walks it from now on.
             n.ring_pos = self.ring.push(node.clone());
         }
-        n.report_gen = next_generation(&mut self.generations);
+        n.report_gen = next_generation(&mut self.report_generations);
         if changed {
             self.report_changed.mark(node.clone());
         }
@@ -738,10 +784,10 @@ impl<D: Domain> ActualState<D> {
 
     /// A new record, not yet reported (the caller syncs the flag).
     fn insert(&mut self, volume: D::Volume, node: D::Node, state: AttachState) {
-        let n = node_entry(&mut self.nodes, &mut self.generations, &node);
+        let n = node_entry(&mut self.nodes, &mut self.report_generations, &node);
         let standing = Standing::new(false, next_generation(&mut self.generations));
         put(&mut n.attached, &volume, Some(standing));
-        n.report_gen = next_generation(&mut self.generations);
+        n.report_gen = next_generation(&mut self.report_generations);
         if n.ring_pos == OUT_OF_RING {
             // Its first attachment: the verify walks it from now on.
             n.ring_pos = self.ring.push(node.clone());
@@ -767,7 +813,7 @@ impl<D: Domain> ActualState<D> {
         if let Some(n) = self.nodes.get_mut(node) {
             put(&mut n.attached, volume, None);
             put_sparse(&mut n.devices, volume, None);
-            n.report_gen = next_generation(&mut self.generations);
+            n.report_gen = next_generation(&mut self.report_generations);
             put_sparse(&mut n.detach_requested, volume, None);
             if n.detach_requested.as_slice().is_empty() {
                 self.requesting.remove(node);
@@ -873,7 +919,7 @@ impl<D: Domain> ActualState<D> {
         node: D::Node,
         facts: NodeFacts<D::Volume>,
     ) -> Vec<D::Volume> {
-        let n = node_entry(&mut self.nodes, &mut self.generations, &node);
+        let n = node_entry(&mut self.nodes, &mut self.report_generations, &node);
         let in_use: Option<Box<[D::Volume]>> = facts.in_use.map(|mut list| {
             list.sort();
             list.dedup();
@@ -931,7 +977,7 @@ impl<D: Domain> ActualState<D> {
             devices: std::mem::take(&mut n.devices),
             detach_requested: std::mem::take(&mut n.detach_requested),
             ring_pos: n.ring_pos,
-            report_gen: next_generation(&mut self.generations),
+            report_gen: next_generation(&mut self.report_generations),
             ..ActualNode::unknown()
         };
         n.volumes().cloned().collect()
@@ -1001,6 +1047,56 @@ mod tests {
     /// Attached, one by one, leaves: over random states (records Attached, Uncertain and
     /// withheld, detach requests, device paths) and random listings (volumes listed twice,
     /// unsorted, with and without paths), onto a node with and without records.
+    /// The generations of every standing record, by (node, volume).
+    fn generations_of(a: &ActualState<T>) -> BTreeMap<(&'static str, &'static str), (u32, bool)> {
+        a.nodes
+            .iter()
+            .flat_map(|(n, on)| {
+                on.attached
+                    .iter()
+                    .map(|(v, s)| ((*n, *v), (s.generation(), s.reported())))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn renumbering_gives_the_standing_records_distinct_generations_and_keeps_their_flags() {
+        let mut a = ActualState::<T>::default();
+        for (v, n) in [("v1", "n1"), ("v2", "n1"), ("v3", "n2")] {
+            a.set_attached(v, n, None);
+        }
+        a.set_withheld(&"v2", &"n1", true);
+        a.set_generations(ActualState::<T>::RENUMBER_AT - 2);
+        assert!(!a.renumber_if_due(), "not due yet");
+        a.set_attached("v4", "n2", None);
+        a.set_attached("v5", "n2", None);
+        let before = generations_of(&a);
+        let reports = (a.report_generation(&"n1"), a.report_generation(&"n2"));
+        assert!(a.renumber_if_due());
+        let after = generations_of(&a);
+        assert_eq!(
+            after.keys().collect::<Vec<_>>(),
+            before.keys().collect::<Vec<_>>()
+        );
+        for (key, (generation, reported)) in &after {
+            assert_eq!(*reported, before[key].1, "{key:?} keeps its flag");
+            assert!((1..=5).contains(generation), "{key:?}: {generation}");
+        }
+        let mut distinct: Vec<u32> = after.values().map(|(g, _)| *g).collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 5, "{after:?}");
+        // Report generations are the status book's, and never come round again.
+        assert_eq!(
+            (a.report_generation(&"n1"), a.report_generation(&"n2")),
+            reports
+        );
+        assert!(!a.renumber_if_due(), "done until the next 2^30");
+        // The next record's generation is new too.
+        a.set_attached("v6", "n1", None);
+        assert_eq!(generations_of(&a)[&("n1", "v6")].0, 6);
+    }
+
     #[test]
     fn recovering_a_listing_is_setting_each_listed_volume_attached() {
         let mut seed = 11u64;

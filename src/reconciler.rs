@@ -1787,6 +1787,11 @@ impl<D: Domain> Reconciler<D> {
     /// assert!(matches!(ops[0], Operation::ListStatuses { .. } | Operation::ListAttachments { .. }));
     /// ```
     pub fn poll_into(&mut self, now: Duration, ops: &mut Vec<Operation<D>>) {
+        // Asked at every poll, due or not: the draws between two polls are bounded by the
+        // inputs and answers taken in between, never by the time a pass waits.
+        if self.actual.renumber_if_due() {
+            self.in_flight.forget_verified_generations();
+        }
         match self.next_deadline() {
             Some(due) if due <= now => {}
             _ => return,

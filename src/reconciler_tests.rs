@@ -863,6 +863,46 @@ fn a_verify_answer_is_not_taken_for_an_attachment_made_again_since() {
     );
 }
 
+/// Records' generations are kept in 31 bits. Once more than 2^31 had been handed out (about
+/// 350 million moves in one process), a new record could take the generation of a record a
+/// running verify listed, on the same node: the answer, which never listed the new record,
+/// then dropped it, and its single-node volume was free to be attached elsewhere.
+#[test]
+fn a_verify_answer_is_not_taken_for_a_record_whose_generation_came_round_again() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.rwo("v2");
+    h.run_ok(secs(58));
+    let Operation::Verify { id, volumes, .. } = h.run_until_taking(OpKind::Verify) else {
+        unreachable!()
+    };
+    assert_eq!(volumes, vec![("v1", ())]);
+    h.pod("p2", "n1", &["v2"]);
+    let attach = h.tick_taking(OpKind::Attach);
+    // Years of moves later, as far as the generations go: the next one handed out is v1's
+    // again in its low 31 bits.
+    let g = h.r.actual.standings_on(&"n1")[0].1.generation();
+    h.r.actual.set_generations(u64::from(g) + (1 << 31) - 1);
+    assert!(h.tick().is_empty());
+    h.ok(attach);
+    assert_eq!(h.r.actual().state(&"v2", &"n1"), AttachState::Attached);
+    h.r.verify_finished(h.now, id, Ok(vec!["v1"])).unwrap();
+    assert_eq!(
+        h.r.actual().state(&"v2", &"n1"),
+        AttachState::Attached,
+        "the verify never listed v2"
+    );
+    // v2 moved to n2 is detached from n1 first, not attached beside it.
+    h.unpod("p2");
+    h.pod("p3", "n2", &["v2"]);
+    let seen = h.run_ok(secs(5));
+    let detach = seen.iter().position(|op| op == "detach v2 n1");
+    let attach = seen.iter().position(|op| op == "attach v2 n2");
+    assert!(
+        matches!((detach, attach), (Some(d), Some(a)) if d < a),
+        "{seen:?}"
+    );
+}
+
 /// A node object deleted and made again under the same name while a write of its status runs:
 /// the write's acknowledgement is about the old object. Taken for the new one, the core
 /// believed the new object listed the node's volumes and never wrote them, so its agent never
