@@ -371,6 +371,31 @@ impl H {
         self.log.iter().filter(|l| l.starts_with(prefix)).count()
     }
 
+    /// Replaces `from_pod` (using single-node `volume` on `from`) by `to_pod` on `to`, and
+    /// checks that the volume is detached from `from` before it is attached to `to`.
+    fn moves_apart(
+        &mut self,
+        from_pod: &'static str,
+        to_pod: &'static str,
+        volume: &'static str,
+        from: &'static str,
+        to: &'static str,
+    ) {
+        self.unpod(from_pod);
+        self.pod(to_pod, to, &[volume]);
+        let seen = self.run_ok(secs(5));
+        let detach = seen
+            .iter()
+            .position(|op| *op == format!("detach {volume} {from}"));
+        let attach = seen
+            .iter()
+            .position(|op| *op == format!("attach {volume} {to}"));
+        assert!(
+            matches!((detach, attach), (Some(d), Some(a)) if d < a),
+            "{seen:?}"
+        );
+    }
+
     /// n1 runs p1 with v1 attached, reported and acknowledged.
     fn attached_rwo(bugs: UpstreamBugs) -> Self {
         let mut h = H::with_bugs(bugs);
@@ -852,15 +877,7 @@ fn a_verify_answer_is_not_taken_for_an_attachment_made_again_since() {
         "the answer was about the record before the detach"
     );
     // Moved on to n2, v1 is detached from n1 first, not attached beside it.
-    h.unpod("p3");
-    h.pod("p4", "n2", &["v1"]);
-    let seen = h.run_ok(secs(5));
-    let detach = seen.iter().position(|op| op == "detach v1 n1");
-    let attach = seen.iter().position(|op| op == "attach v1 n2");
-    assert!(
-        matches!((detach, attach), (Some(d), Some(a)) if d < a),
-        "{seen:?}"
-    );
+    h.moves_apart("p3", "p4", "v1", "n1", "n2");
 }
 
 /// Records' generations are kept in 31 bits. Once more than 2^31 had been handed out (about
@@ -892,15 +909,7 @@ fn a_verify_answer_is_not_taken_for_a_record_whose_generation_came_round_again()
         "the verify never listed v2"
     );
     // v2 moved to n2 is detached from n1 first, not attached beside it.
-    h.unpod("p2");
-    h.pod("p3", "n2", &["v2"]);
-    let seen = h.run_ok(secs(5));
-    let detach = seen.iter().position(|op| op == "detach v2 n1");
-    let attach = seen.iter().position(|op| op == "attach v2 n2");
-    assert!(
-        matches!((detach, attach), (Some(d), Some(a)) if d < a),
-        "{seen:?}"
-    );
+    h.moves_apart("p2", "p3", "v2", "n1", "n2");
 }
 
 /// A node object deleted and made again under the same name while a write of its status runs:
