@@ -120,7 +120,6 @@ impl<D: Domain> InFlightTable<D> {
         self.ops.capacity()
     }
 
-    /// Every running operation, in no set order.
     /// Drops the generations every running verify keeps: they were renumbered, and may now be
     /// other records'. Those verifies' answers are then taken for no record.
     pub(crate) fn forget_verified_generations(&mut self) {
@@ -131,6 +130,7 @@ impl<D: Domain> InFlightTable<D> {
         }
     }
 
+    /// Every running operation, in no set order.
     pub(crate) fn values(&self) -> impl Iterator<Item = &InFlight<D>> {
         self.ops.values()
     }

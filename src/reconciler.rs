@@ -1556,7 +1556,12 @@ impl<D: Domain> Reconciler<D> {
                 let retry = self.gate.failed(key, OpKind::ReadStatus, now);
                 self.schedule.wake_node_at(retry, node.clone());
                 // The detaches keep waiting for the next read, planned when the retry is due.
-                self.await_read(&node, checks);
+                let waiting = self.checks.entry(node.clone()).or_default();
+                for check in checks {
+                    if !waiting.iter().any(|(v, _)| *v == check.0) {
+                        waiting.push(check);
+                    }
+                }
                 self.status_settled(&node);
                 return Ok(());
             }
@@ -1599,16 +1604,6 @@ impl<D: Domain> Reconciler<D> {
         }
         self.status_settled(&node);
         Ok(())
-    }
-
-    /// The detaches of `checks` wait for the next read of `node`.
-    fn await_read(&mut self, node: &D::Node, checks: Vec<(D::Volume, Option<ForceReason>)>) {
-        let waiting = self.checks.entry(node.clone()).or_default();
-        for check in checks {
-            if !waiting.iter().any(|(v, _)| *v == check.0) {
-                waiting.push(check);
-            }
-        }
     }
 
     /// A status write or read of `node` ended: detaches waiting for the store to settle may
