@@ -263,8 +263,13 @@ const MAX_BYTES_PER_ATTACHMENT: f64 = 172.0;
 /// own input list and pass record included, about 3). 21.0 were measured with kept operation
 /// and event lists, 29.0 with a new list each pass, 20.0 once a workload's placement stopped
 /// copying its list of changed volumes; each allocation is about 100 of a move's 29,400
-/// instructions.
-const MAX_ALLOCATIONS_PER_MOVE: f64 = 22.0;
+/// instructions; 19.0 once a status write and the core's record of it shared one list.
+const MAX_ALLOCATIONS_PER_MOVE: f64 = 21.0;
+/// Ceiling, asserted in every mode: allocations per `String` move. Each copy of a `String` id
+/// is an allocation, so this counts the ids a move copies: 246.6 while a status write's list
+/// was copied for the call and again for the core's record, 186.8 since they share one list
+/// (`ReportedVolumes`). Copying a node's list once more per write adds about 60.
+const MAX_STRING_ALLOCATIONS_PER_MOVE: f64 = 200.0;
 /// Goal (issue 16): live bytes per attachment at 1,000,000, u32 ids.
 const GOAL_BYTES_PER_ATTACHMENT: f64 = 160.0;
 /// Goal (issue 16): one move through the core, at every size.
@@ -336,7 +341,11 @@ type Counts = [usize; 5];
 /// what the core last wrote (copied out of its status book), at the revision it last got.
 fn stored_status<K: Naming>(r: &Reconciler<K>, node: &K::Node) -> NodeStatus<K> {
     NodeStatus {
-        attached: r.status().stored(node).unwrap_or_default(),
+        attached: r
+            .status()
+            .stored(node)
+            .map(|l| l.to_vec())
+            .unwrap_or_default(),
         in_use: Some(Vec::new()),
         fenced: Some(false),
         healthy: Some(true),
@@ -1032,7 +1041,8 @@ fn bench_churn<K: Naming>(c: &mut Criterion, clusters: &mut [Cluster<K>]) {
 /// One move timed by hand at every size (median of 15 runs of 2,000 moves), against the goals:
 /// at most 1.5 µs, and no more than 1.3 times dearer at 1,000,000 than at 1,000.
 /// Counts the allocations of 1,000 moves at each size, after 100 unmeasured, and holds the
-/// `u32` ones to [`MAX_ALLOCATIONS_PER_MOVE`]. Unlike a time, the count is the same on any
+/// `u32` ones to [`MAX_ALLOCATIONS_PER_MOVE`] and the `String` ones to
+/// [`MAX_STRING_ALLOCATIONS_PER_MOVE`]. Unlike a time, the count is the same on any
 /// machine, so a change that allocates more per move shows in every CI run.
 fn check_allocations<K: Naming>(clusters: &mut [Cluster<K>]) {
     const MOVES: u32 = 1_000;
@@ -1051,10 +1061,15 @@ fn check_allocations<K: Naming>(clusters: &mut [Cluster<K>]) {
             cl.size,
             K::KIND
         );
-        if K::KIND == U32Ids::KIND && per > MAX_ALLOCATIONS_PER_MOVE {
+        let ceiling = match K::KIND {
+            U32Ids::KIND => MAX_ALLOCATIONS_PER_MOVE,
+            StringIds::KIND => MAX_STRING_ALLOCATIONS_PER_MOVE,
+            _ => f64::INFINITY,
+        };
+        if per > ceiling {
             let message = format!(
-                "a u32 move at {} makes {per:.2} allocations; the ceiling is \
-                 {MAX_ALLOCATIONS_PER_MOVE}",
+                "a {} move at {} makes {per:.2} allocations; the ceiling is {ceiling}",
+                K::KIND,
                 cl.size
             );
             println!("CEILING BROKEN: {message}");

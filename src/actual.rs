@@ -10,6 +10,7 @@ use crate::dense_table::{DenseTable, Keyed, WARM_BATCH};
 use crate::domain::Domain;
 use crate::id_warm;
 use crate::marks::Marks;
+use crate::reported_volumes::ReportedVolumes;
 use crate::store::ReportedVolume;
 use crate::verify_ring::VerifyRing;
 
@@ -840,31 +841,30 @@ impl<D: Domain> ActualState<D> {
     }
 
     /// The list `node` must report, in volume order.
-    pub fn report(&self, node: &D::Node) -> Vec<ReportedVolume<D>> {
+    pub fn report(&self, node: &D::Node) -> ReportedVolumes<D> {
         let Some(n) = self.nodes.get(node) else {
-            return Vec::new();
+            return ReportedVolumes::default();
         };
         // Sized once: the filter hides the length from `collect`, which grew the list by
         // doubling (four reallocations for a node of 30 volumes, on every status write).
-        let mut report = Vec::with_capacity(n.attached.len());
+        let mut volumes = Vec::with_capacity(n.attached.len());
         if n.devices.as_slice().is_empty() {
             // No device paths (CSI): a plain copy of the reported volumes, without the walk
             // beside the paths, which cost about 50 instructions a volume.
-            for (volume, standing) in &n.attached {
-                if standing.reported() {
-                    report.push(ReportedVolume {
-                        volume: volume.clone(),
-                        device: None,
-                    });
-                }
-            }
-            return report;
+            volumes.extend(
+                n.attached
+                    .iter()
+                    .filter(|(_, standing)| standing.reported())
+                    .map(|(volume, _)| volume.clone()),
+            );
+            return ReportedVolumes::from_sorted(volumes, None);
         }
-        report.extend(self.reported(node).map(|(volume, device)| ReportedVolume {
-            volume: volume.clone(),
-            device: device.cloned(),
-        }));
-        report
+        let mut paths = Vec::with_capacity(n.attached.len());
+        for (volume, device) in self.reported(node) {
+            volumes.push(volume.clone());
+            paths.push(device.cloned());
+        }
+        ReportedVolumes::from_sorted(volumes, Some(paths))
     }
 
     /// What [`report`](Self::report) lists, borrowed: compared against what the store holds
@@ -1189,7 +1189,7 @@ mod tests {
             a.take_report_changed().into_iter().collect::<Vec<_>>(),
             vec!["n1"]
         );
-        let names: Vec<_> = a.report(&"n1").into_iter().map(|r| r.volume).collect();
+        let names = a.report(&"n1").volumes().to_vec();
         assert_eq!(names, vec!["v0", "v1"]);
         a.set_withheld(&"v1", &"n1", true);
         assert_eq!(a.take_report_changed().len(), 1);
@@ -1288,6 +1288,7 @@ mod tests {
         a.set_attached("v3", "n1", Some("/dev/d".into()));
         let report = |a: &ActualState<T>| -> Vec<(&str, Option<Arc<str>>)> {
             a.report(&"n1")
+                .to_vec()
                 .into_iter()
                 .map(|r| (r.volume, r.device))
                 .collect()
@@ -1306,7 +1307,10 @@ mod tests {
             vec![("v0", None), ("v3", Some("/dev/d".into()))]
         );
         a.set_attached("v1", "n1", Some("/dev/e".into()));
-        assert_eq!(a.report(&"n1")[1].device.as_deref(), Some("/dev/e"));
+        assert_eq!(
+            a.report(&"n1").to_vec()[1].device.as_deref(),
+            Some("/dev/e")
+        );
         a.set_attached("v2", "n1", None);
         assert_eq!(a.report(&"n1").len(), 4, "confirmed: reported");
         a.set_detached(&"v3", &"n1");

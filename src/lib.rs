@@ -89,7 +89,7 @@
 //! now = core.next_deadline().unwrap();
 //! let ops = core.poll(now);
 //! let [Operation::WriteStatus { id, attached, expected, .. }] = &ops[..] else { panic!() };
-//! assert_eq!((attached[0].volume.as_str(), expected), ("pvc-1", &Revision::from(1)));
+//! assert_eq!((attached.volumes()[0].as_str(), expected), ("pvc-1", &Revision::from(1)));
 //! core.status_written(now, *id, Ok(Revision::from(2))).unwrap();
 //!
 //! // 4. The pod goes. The volume leaves the node's report first (C5); then, before the
@@ -133,7 +133,7 @@
 //! now = core.next_deadline().unwrap();
 //! let ops = core.poll(now);
 //! let [Operation::WriteStatus { id, attached, expected, .. }] = &ops[..] else { panic!() };
-//! assert_eq!((attached[0].volume.as_str(), expected), ("pvc-1", &Revision::from(4)));
+//! assert_eq!((attached.volumes()[0].as_str(), expected), ("pvc-1", &Revision::from(4)));
 //! core.status_written(now, *id, Ok(Revision::from(5))).unwrap();
 //!
 //! // 7. Settled: nothing more is planned until the periodic verify, a minute on.
@@ -243,6 +243,7 @@ mod name;
 mod operation;
 mod reconciler;
 mod recovery;
+mod reported_volumes;
 mod schedule;
 mod status;
 mod store;
@@ -304,12 +305,13 @@ pub mod traits {
     //! [`NodeStatusStore`] (the API server, etcd, ...).
     //!
     //! You need it to write an adapter, and to drive the core yourself: the core's
-    //! [`Operation`](crate::core::Operation)s carry [`ReportedVolume`]s and [`Revision`]s, and
+    //! [`Operation`](crate::core::Operation)s carry [`ReportedVolumes`] and [`Revision`]s, and
     //! its `*_finished` methods take these results. The in-memory doubles in
     //! [`memory`](crate::memory) implement both traits.
 
     pub use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
     pub use crate::error::ErrorSource;
     pub use crate::machine::MachineState;
+    pub use crate::reported_volumes::ReportedVolumes;
     pub use crate::store::{NodeStatus, NodeStatusStore, ReportedVolume, Revision, StoreError};
 }

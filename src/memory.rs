@@ -16,7 +16,8 @@ use tokio::time::Instant;
 use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 use crate::domain::Domain;
 use crate::fault::Faults;
-use crate::store::{NodeStatus, NodeStatusStore, ReportedVolume, Revision, StoreError};
+use crate::reported_volumes::ReportedVolumes;
+use crate::store::{NodeStatus, NodeStatusStore, Revision, StoreError};
 use crate::volume::VolumeSpec;
 
 /// Which [`AttachBackend`] method a fault or a call counter is about.
@@ -398,7 +399,7 @@ impl<D: Domain> StoreState<D> {
     fn compare_and_set(
         &mut self,
         node: &D::Node,
-        attached: &[ReportedVolume<D>],
+        attached: &ReportedVolumes<D>,
         expected: Revision,
     ) -> Result<Revision, StoreError> {
         let previous = self.nodes.get(node).ok_or_else(StoreError::not_found)?;
@@ -442,9 +443,9 @@ impl<D: Domain> StoreState<D> {
 /// store.add_node(node.clone());
 /// let read = store.read(&node).await.unwrap();
 /// let vol = ReportedVolume { volume: "vol-1".to_string(), device: None };
-/// store.write(&node, &[vol.clone()], read.revision.clone()).await.unwrap();
+/// store.write(&node, &[vol.clone()].into(), read.revision.clone()).await.unwrap();
 /// // A second writer still holding the old revision loses instead of erasing vol-1.
-/// let lost = store.write(&node, &[], read.revision).await;
+/// let lost = store.write(&node, &[].into(), read.revision).await;
 /// assert!(matches!(lost, Err(StoreError::Conflict { .. })));
 /// assert_eq!(store.status(&node).unwrap().attached, vec![vol]);
 /// # });
@@ -617,7 +618,7 @@ impl<D: Domain> MemoryStore<D> {
     fn write_now(
         &self,
         node: &D::Node,
-        attached: &[ReportedVolume<D>],
+        attached: &ReportedVolumes<D>,
         expected: Revision,
     ) -> Result<Revision, StoreError> {
         let mut s = self.inner.lock();
@@ -645,7 +646,7 @@ impl<D: Domain> NodeStatusStore<D> for MemoryStore<D> {
     async fn write(
         &self,
         node: &D::Node,
-        attached: &[ReportedVolume<D>],
+        attached: &ReportedVolumes<D>,
         expected: Revision,
     ) -> Result<Revision, StoreError> {
         self.write_now(node, attached, expected)
@@ -722,7 +723,7 @@ impl<D: Domain> NodeStatusStore<D> for CachedView<D> {
     async fn write(
         &self,
         node: &D::Node,
-        attached: &[ReportedVolume<D>],
+        attached: &ReportedVolumes<D>,
         expected: Revision,
     ) -> Result<Revision, StoreError> {
         self.store.write_now(node, attached, expected)
@@ -743,6 +744,7 @@ mod tests {
 
     use super::*;
     use crate::domain::Ids;
+    use crate::store::ReportedVolume;
     use crate::volume::Access;
 
     type D = Ids<String, String, String, u32>;
@@ -945,12 +947,12 @@ mod tests {
         assert!(first.attached.is_empty());
 
         let second = store
-            .write(&n, &[reported("vol-1")], first.revision.clone())
+            .write(&n, &[reported("vol-1")].into(), first.revision.clone())
             .await
             .unwrap();
         assert_ne!(second, first.revision);
         assert_eq!(
-            store.write(&n, &[], first.revision).await,
+            store.write(&n, &[].into(), first.revision).await,
             Err(StoreError::conflict(second.clone()))
         );
         let now = store.read(&n).await.unwrap();
@@ -973,7 +975,7 @@ mod tests {
         store.add_node(n.clone());
         let rev = store.read(&n).await.unwrap().revision;
         let written = store
-            .write(&n, &[reported("vol-1")], rev.clone())
+            .write(&n, &[reported("vol-1")].into(), rev.clone())
             .await
             .unwrap();
         store.set_in_use(&n, vec![s("vol-1")]);
@@ -1002,7 +1004,7 @@ mod tests {
         store.remove_node(&n);
         assert_eq!(store.read(&n).await, Err(StoreError::not_found()));
         assert_eq!(
-            store.write(&n, &[], old.revision.clone()).await,
+            store.write(&n, &[].into(), old.revision.clone()).await,
             Err(StoreError::not_found())
         );
         let listed = store.list().await.unwrap();
@@ -1012,7 +1014,7 @@ mod tests {
         // Re-added, the node gets a fresh revision: the old writer conflicts.
         store.add_node(n.clone());
         assert!(matches!(
-            store.write(&n, &[], old.revision).await,
+            store.write(&n, &[].into(), old.revision).await,
             Err(StoreError::Conflict { .. })
         ));
     }
@@ -1028,24 +1030,34 @@ mod tests {
         let rev = store.read(&a).await.unwrap().revision;
 
         let rev_b = store.read(&b).await.unwrap().revision;
-        let rev_b = store.write(&b, &[reported("vol-9")], rev_b).await.unwrap();
+        let rev_b = store
+            .write(&b, &[reported("vol-9")].into(), rev_b)
+            .await
+            .unwrap();
         assert_eq!(
-            store.write(&a, &[reported("vol-1")], rev.clone()).await,
+            store
+                .write(&a, &[reported("vol-1")].into(), rev.clone())
+                .await,
             Err(err.clone())
         );
         assert_eq!(
-            store.write(&a, &[reported("vol-1")], rev.clone()).await,
+            store
+                .write(&a, &[reported("vol-1")].into(), rev.clone())
+                .await,
             Err(err)
         );
         assert_eq!(store.status(&a).unwrap().revision, rev.clone());
         assert!(store.status(&a).unwrap().attached.is_empty());
-        store.write(&a, &[reported("vol-1")], rev).await.unwrap();
+        store
+            .write(&a, &[reported("vol-1")].into(), rev)
+            .await
+            .unwrap();
         assert_eq!(store.writes(&a), 3);
         assert_eq!(store.writes(&b), 1);
 
         store.fail_next_write(None, 1, StoreError::not_found());
         assert_eq!(
-            store.write(&b, &[], rev_b).await,
+            store.write(&b, &[].into(), rev_b).await,
             Err(StoreError::not_found())
         );
     }
@@ -1060,14 +1072,16 @@ mod tests {
         store.fail_next_write(n.clone(), 2, timeout.clone());
         // The write lands although the caller hears of a timeout...
         assert_eq!(
-            store.write(&n, &[reported("vol-1")], rev.clone()).await,
+            store
+                .write(&n, &[reported("vol-1")].into(), rev.clone())
+                .await,
             Err(timeout.clone())
         );
         let now = store.status(&n).unwrap();
         assert_eq!(now.attached, vec![reported("vol-1")]);
         assert_ne!(now.revision, rev);
         // ...and a write against a revision that no longer holds still changes nothing.
-        assert_eq!(store.write(&n, &[], rev).await, Err(timeout));
+        assert_eq!(store.write(&n, &[].into(), rev).await, Err(timeout));
         assert_eq!(store.status(&n).unwrap(), now);
         assert_eq!(store.writes(&n), 2);
     }
@@ -1089,7 +1103,7 @@ mod tests {
         // A write through the view lands in the store at once...
         let fresh = store.read(&n).await.unwrap();
         let rev = cache
-            .write(&n, &[reported("vol-1")], fresh.revision)
+            .write(&n, &[reported("vol-1")].into(), fresh.revision)
             .await
             .unwrap();
         assert_eq!(store.status(&n).unwrap().revision, rev.clone());
@@ -1098,7 +1112,7 @@ mod tests {
         assert_eq!(cache.read(&n).await.unwrap(), seen);
         // Writing against the stale revision conflicts instead of erasing vol-1.
         assert_eq!(
-            cache.write(&n, &[], seen.revision).await,
+            cache.write(&n, &[].into(), seen.revision).await,
             Err(StoreError::conflict(rev.clone()))
         );
 
@@ -1123,7 +1137,7 @@ mod tests {
         store.add_node(n.clone());
         for _ in 0..100 {
             let rev = store.read(&n).await.unwrap().revision;
-            store.write(&n, &[], rev).await.unwrap();
+            store.write(&n, &[].into(), rev).await.unwrap();
             tokio::time::advance(Duration::from_secs(1)).await;
         }
         let kept = store.inner.lock().history[&n].len();
@@ -1135,7 +1149,7 @@ mod tests {
         plain.add_node(n.clone());
         for _ in 0..10 {
             let rev = plain.read(&n).await.unwrap().revision;
-            plain.write(&n, &[], rev).await.unwrap();
+            plain.write(&n, &[].into(), rev).await.unwrap();
         }
         assert!(plain.inner.lock().history.is_empty());
         let late = plain.cached(Duration::ZERO);

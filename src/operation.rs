@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use crate::domain::Domain;
 use crate::gate::OpKind;
-use crate::store::{ReportedVolume, Revision};
+use crate::reported_volumes::ReportedVolumes;
+use crate::store::Revision;
 use crate::volume::Access;
 
 /// Names one planned operation; its result is fed back under the same id.
@@ -136,8 +137,9 @@ pub enum Operation<D: Domain> {
         id: OpId,
         /// The node.
         node: D::Node,
-        /// The complete list the node must report.
-        attached: Vec<ReportedVolume<D>>,
+        /// The complete list the node must report, sorted by volume. Shared with the core's
+        /// record of the write: keep it or drop it, it copies nothing.
+        attached: ReportedVolumes<D>,
         /// The revision the write is conditional on: the core's own acknowledged write, or a
         /// fresh read.
         expected: Revision,

@@ -105,7 +105,7 @@ impl Run {
                 id, node, attached, ..
             } => {
                 let entry = self.store.entry(node).or_default();
-                entry.0 = attached;
+                entry.0 = attached.to_vec();
                 entry.1 += 1;
                 let revision = Revision::from(entry.1);
                 self.r.status_written(now, id, Ok(revision)).unwrap();

@@ -31,6 +31,7 @@ use crate::input::{Input, Kind, Rejection, Relists};
 use crate::machine::MachineWatch;
 use crate::operation::{ForceReason, InFlight, OpId, Operation};
 use crate::recovery::{Load, Recovery, Statuses};
+use crate::reported_volumes::ReportedVolumes;
 use crate::schedule::{Schedule, earliest};
 use crate::status::StatusBook;
 use crate::store::{NodeStatus, ReportedVolume, Revision, StoreError};
@@ -1514,14 +1515,14 @@ impl<D: Domain> Reconciler<D> {
             if let Ok(cached) = result {
                 // `report` is in volume order already.
                 let report = self.actual.report(&node);
-                let mut seen = cached.attached;
-                seen.sort_by(|a, b| a.volume.cmp(&b.volume));
+                let seen = ReportedVolumes::from(cached.attached);
                 if seen == report {
                     // The copy matches: upstream clears its "update needed" flag and writes
                     // nothing, whatever the store really holds (122413).
                     debug!(node = ?node, "C6: status write skipped on a cached copy");
                     self.cache_consulted.remove(&node);
-                    self.status.read(node.clone(), &report, &cached.revision);
+                    self.status
+                        .read(node.clone(), &report.to_vec(), &cached.revision);
                 }
             }
             self.status_settled(&node);
@@ -2684,7 +2685,8 @@ impl<D: Domain> Reconciler<D> {
                     object,
                 },
             );
-            self.status.start_write(node.clone(), generation, &report);
+            self.status
+                .start_write(node.clone(), generation, report.clone());
             ops.push(Operation::WriteStatus {
                 id,
                 node,

@@ -61,7 +61,7 @@ fn render(op: &Operation<T>) -> String {
             format!("verify {node} [{}]", names.join(","))
         }
         Operation::WriteStatus { node, attached, .. } => {
-            let names: Vec<_> = attached.iter().map(|r| r.volume).collect();
+            let names = attached.volumes();
             format!("write {node} [{}]", names.join(","))
         }
         Operation::ReadStatus { node, .. } => format!("read {node}"),
@@ -308,7 +308,7 @@ impl H {
                     .store
                     .entry(node)
                     .or_insert((NodeFacts::default(), Vec::new(), 1));
-                entry.1 = attached;
+                entry.1 = attached.to_vec();
                 entry.2 += 1;
                 let revision = Revision::from(entry.2);
                 self.r.status_written(now, id, Ok(revision)).unwrap()
@@ -361,10 +361,7 @@ impl H {
     }
 
     fn stored(&self, node: &'static str) -> Option<Vec<&'static str>> {
-        self.r
-            .status()
-            .stored(&node)
-            .map(|l| l.iter().map(|r| r.volume).collect())
+        self.r.status().stored(&node).map(|l| l.volumes().to_vec())
     }
 
     fn count(&self, prefix: &str) -> usize {
@@ -446,7 +443,7 @@ fn one_desired_volume_attaches_then_is_reported() {
     }
     assert_eq!(h.tick_names(), vec!["write n1 [v1]"]);
     assert_eq!(
-        h.r.actual().report(&"n1")[0].device.as_deref(),
+        h.r.actual().report(&"n1").to_vec()[0].device.as_deref(),
         Some("/dev/v1")
     );
     assert!(h.run_ok(secs(5)).is_empty(), "settled: no further work");

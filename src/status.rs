@@ -11,79 +11,8 @@ use rustc_hash::FxHashMap;
 
 use crate::domain::Domain;
 use crate::marks::Marks;
+use crate::reported_volumes::ReportedVolumes;
 use crate::store::{ReportedVolume, Revision};
-
-/// A node's list, sorted by volume and packed: the volumes, and their device paths only when
-/// one of them has one. Every node keeps one, so it should cost little more than the volume ids
-/// (a `ReportedVolume` per entry cost 32 bytes with `u32` ids; a packed entry costs 4, or 20
-/// with paths).
-///
-/// The paths are the ones the report shares (`Arc<str>`), not copies: packing a list is one
-/// allocation and a count per path, and the list compared against the next report is usually
-/// the same paths, equal by address before any text is read. (They were copied into one
-/// string: several allocations per status write and a `memcmp` per path per compare, about a
-/// tenth of the controller's loop with device paths.)
-#[derive(Debug, PartialEq)]
-struct Packed<D: Domain> {
-    volumes: Box<[D::Volume]>,
-    /// `None` when no volume has a device path (CSI); otherwise one entry per volume.
-    paths: Option<Box<[Option<Arc<str>>]>>,
-}
-
-impl<D: Domain> Packed<D> {
-    /// Packs `list`, which must be sorted by volume.
-    fn pack(list: &[ReportedVolume<D>]) -> Self {
-        let paths = list
-            .iter()
-            .any(|r| r.device.is_some())
-            .then(|| list.iter().map(|r| r.device.clone()).collect());
-        Packed {
-            volumes: list.iter().map(|r| r.volume.clone()).collect(),
-            paths,
-        }
-    }
-
-    fn device(&self, i: usize) -> Option<&Arc<str>> {
-        self.paths.as_ref()?.get(i)?.as_ref()
-    }
-
-    fn contains(&self, volume: &D::Volume) -> bool {
-        self.volumes.binary_search(volume).is_ok()
-    }
-
-    /// Whether this is exactly `list` (volume order), device paths included.
-    fn matches<'a>(
-        &self,
-        list: impl IntoIterator<Item = (&'a D::Volume, Option<&'a Arc<str>>)>,
-    ) -> bool {
-        let mut i = 0;
-        for (volume, device) in list {
-            if self.volumes.get(i) != Some(volume) || !same_path(self.device(i), device) {
-                return false;
-            }
-            i += 1;
-        }
-        i == self.volumes.len()
-    }
-
-    fn unpack(&self) -> Vec<ReportedVolume<D>> {
-        (0..self.volumes.len())
-            .map(|i| ReportedVolume {
-                volume: self.volumes[i].clone(),
-                device: self.device(i).cloned(),
-            })
-            .collect()
-    }
-}
-
-/// Whether two device paths are the same text: the same allocation, or equal text.
-fn same_path(a: Option<&Arc<str>>, b: Option<&Arc<str>>) -> bool {
-    match (a, b) {
-        (None, None) => true,
-        (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
-        _ => false,
-    }
-}
 
 #[derive(Debug)]
 struct NodeRecord<D: Domain> {
@@ -93,11 +22,12 @@ struct NodeRecord<D: Domain> {
     /// for: an acknowledgement of a write to a deleted object, taken for its successor, made
     /// the core believe the successor listed volumes it had never been written.
     object: u64,
-    /// The list the store holds for the node; `None` when unknown.
-    stored: Option<Packed<D>>,
-    /// The list of the write in flight, with the report generation it was taken at.
-    /// Boxed: rarely there, and every node has a record.
-    writing: Option<Box<(Packed<D>, u64)>>,
+    /// The list the store holds for the node; `None` when unknown. After our acknowledged
+    /// write, the very list the write carried (shared, not copied).
+    stored: Option<ReportedVolumes<D>>,
+    /// The list of the write in flight (shared with the write), with the report generation
+    /// it was taken at.
+    writing: Option<(ReportedVolumes<D>, u64)>,
     /// The report generation (`ActualState::report_generation`) that `stored` is known to
     /// equal, 0 for none: while the node's report is still at it, the next look needs no
     /// compare. Set each time `stored` is (our acknowledged write: the write's generation; a
@@ -192,15 +122,7 @@ impl<D: Domain> StatusBook<D> {
             // reads before a detach find just that, and comparing costs no allocation.
             return;
         }
-        // A store lists what we wrote, in order: packed as it is, not copied to be sorted (at
-        // a restart, a million clones).
-        record.stored = Some(if list.is_sorted_by(|a, b| a.volume <= b.volume) {
-            Packed::pack(list)
-        } else {
-            let mut sorted = list.to_vec();
-            sorted.sort_by(|a, b| a.volume.cmp(&b.volume));
-            Packed::pack(&sorted)
-        });
+        record.stored = Some(ReportedVolumes::copy_of(list));
         record.matched = 0;
         record.revision = Some(revision.clone());
     }
@@ -244,8 +166,8 @@ impl<D: Domain> StatusBook<D> {
     }
 
     /// What the store holds for `node`, if known, sorted by volume.
-    pub fn stored(&self, node: &D::Node) -> Option<Vec<ReportedVolume<D>>> {
-        Some(self.nodes.get(node)?.stored.as_ref()?.unpack())
+    pub fn stored(&self, node: &D::Node) -> Option<&ReportedVolumes<D>> {
+        self.nodes.get(node)?.stored.as_ref()
     }
 
     /// Whether a write for `node` is in flight.
@@ -320,13 +242,8 @@ impl<D: Domain> StatusBook<D> {
 
     /// A write of `list` (sorted by volume), the node's report at `generation`, is in flight
     /// for `node`.
-    pub(crate) fn start_write(
-        &mut self,
-        node: D::Node,
-        generation: u64,
-        list: &[ReportedVolume<D>],
-    ) {
-        self.record(node).writing = Some(Box::new((Packed::pack(list), generation)));
+    pub(crate) fn start_write(&mut self, node: D::Node, generation: u64, list: ReportedVolumes<D>) {
+        self.record(node).writing = Some((list, generation));
     }
 
     /// The store acknowledged the write in flight, which it now holds at `revision`.
@@ -440,6 +357,10 @@ mod tests {
         }
     }
 
+    fn list(entries: &[ReportedVolume<T>]) -> ReportedVolumes<T> {
+        entries.to_vec().into()
+    }
+
     /// `needs_write` against an owned list, at a generation never seen before: always
     /// compared.
     fn needs(book: &mut StatusBook<T>, node: &'static str, list: &[ReportedVolume<T>]) -> bool {
@@ -467,7 +388,7 @@ mod tests {
         let mut book = StatusBook::<T>::default();
         let first = book.object(&"n1");
         assert!(book.is_object(&"n1", first));
-        book.start_write("n1", 1, &[rv("v1")]);
+        book.start_write("n1", 1, list(&[rv("v1")]));
         // Deleted under its write: the record stays for the write's answer, as another object.
         book.node_gone(&"n1");
         assert!(!book.is_object(&"n1", first));
@@ -478,7 +399,7 @@ mod tests {
         // The old write's answer frees the record and teaches nothing.
         book.write_superseded(&"n1");
         assert!(!book.is_writing(&"n1"));
-        assert_eq!(book.stored(&"n1"), None);
+        assert_eq!(book.stored(&"n1").map(ReportedVolumes::to_vec), None);
         assert_eq!(book.revision(&"n1"), None);
         // Deleted with no call running, the record goes; a new one is another object still.
         book.node_gone(&"n1");
@@ -491,20 +412,23 @@ mod tests {
     fn only_an_acknowledged_write_makes_the_list_known() {
         let mut book: StatusBook<T> = StatusBook::default();
         assert!(needs(&mut book, "n", &[]), "unknown is always written");
-        book.start_write("n", 0, &[rv("a")]);
+        book.start_write("n", 0, list(&[rv("a")]));
         assert!(
             !needs(&mut book, "n", &[rv("b")]),
             "one write in flight per node"
         );
         assert!(!book.confirmed_absent(&"n", &"a"));
         book.write_acked(&"n", Revision::from(2));
-        assert_eq!(book.stored(&"n"), Some(vec![rv("a")]));
+        assert_eq!(
+            book.stored(&"n").map(ReportedVolumes::to_vec),
+            Some(vec![rv("a")])
+        );
         assert!(!needs(&mut book, "n", &[rv("a")]), "no change, no write");
         assert!(book.confirmed_absent(&"n", &"b"));
-        book.start_write("n", 0, &[]);
+        book.start_write("n", 0, list(&[]));
         assert!(!book.confirmed_absent(&"n", &"a"), "not until acknowledged");
         book.write_failed(&"n", true);
-        assert_eq!(book.stored(&"n"), None);
+        assert_eq!(book.stored(&"n").map(ReportedVolumes::to_vec), None);
         assert!(!book.confirmed_absent(&"n", &"a"));
         assert!(needs(&mut book, "n", &[rv("a")]));
     }
@@ -518,7 +442,11 @@ mod tests {
         };
         let list = vec![rv("a"), with("b", "/dev/b")];
         book.read("n", &[list[1].clone(), list[0].clone()], &Revision::from(1));
-        assert_eq!(book.stored(&"n"), Some(list.clone()), "sorted by volume");
+        assert_eq!(
+            book.stored(&"n").map(ReportedVolumes::to_vec),
+            Some(list.clone()),
+            "sorted by volume"
+        );
         assert!(!needs(&mut book, "n", &list));
         assert!(
             needs(&mut book, "n", &[rv("a"), with("b", "/dev/c")]),
@@ -539,7 +467,7 @@ mod tests {
         ];
         book.read("n", &mixed, &Revision::from(2));
         assert_eq!(
-            book.stored(&"n"),
+            book.stored(&"n").map(ReportedVolumes::to_vec),
             Some(mixed.clone()),
             "paths kept per volume"
         );
@@ -569,7 +497,7 @@ mod tests {
     fn a_missing_node_is_rewritten_when_it_reappears() {
         let mut book: StatusBook<T> = StatusBook::default();
         book.read("n", &[rv("a")], &Revision::from(1));
-        book.start_write("n", 0, &[]);
+        book.start_write("n", 0, list(&[]));
         book.not_found(&"n");
         assert!(!needs(&mut book, "n", &[rv("a")]));
         assert!(
@@ -584,7 +512,7 @@ mod tests {
     #[test]
     fn a_report_matched_at_its_generation_is_not_compared_again() {
         let mut book: StatusBook<T> = StatusBook::default();
-        book.start_write("n", 7, &[rv("a")]);
+        book.start_write("n", 7, list(&[rv("a")]));
         book.write_acked(&"n", Revision::from(2));
         // Said to be generation 7, the list is taken on trust: not read, so not written.
         assert!(
@@ -607,7 +535,7 @@ mod tests {
             "compared after a read"
         );
         // A write that may have landed leaves the list unknown, whatever the generation.
-        book.start_write("n", 10, &[rv("a")]);
+        book.start_write("n", 10, list(&[rv("a")]));
         book.write_failed(&"n", true);
         assert!(needs_at(&mut book, "n", 10, &[rv("a")]));
     }

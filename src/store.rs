@@ -11,6 +11,7 @@ use async_trait::async_trait;
 
 use crate::domain::Domain;
 use crate::error::{ErrorSource, as_source, same_source, write_detail};
+use crate::reported_volumes::ReportedVolumes;
 
 /// A version of one node's status, for compare-and-set writes: an opaque token the store hands
 /// out with a read and takes back with a write.
@@ -419,7 +420,7 @@ pub trait NodeStatusStore<D: Domain>: Send + Sync {
     async fn write(
         &self,
         node: &D::Node,
-        attached: &[ReportedVolume<D>],
+        attached: &ReportedVolumes<D>,
         expected: Revision,
     ) -> Result<Revision, StoreError>;
 
@@ -612,7 +613,7 @@ mod tests {
         let status = store.read(&node).await.unwrap();
         assert_eq!(status.attached.len(), 1);
         assert_eq!(
-            store.write(&node, &[], status.revision).await,
+            store.write(&node, &[].into(), status.revision).await,
             Ok(Revision::from(4))
         );
         assert_eq!(store.list().await, Err(StoreError::not_found()));

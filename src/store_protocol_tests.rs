@@ -99,7 +99,10 @@ fn render(op: &Operation<T>) -> String {
             attached,
             expected,
             ..
-        } => format!("write {node} [{}] @{expected}", names(attached).join(",")),
+        } => format!(
+            "write {node} [{}] @{expected}",
+            names(&attached.to_vec()).join(",")
+        ),
         Operation::ReadStatus { node, .. } if from_cache(op) => format!("read {node} (cache)"),
         Operation::ReadStatus { node, .. } => format!("read {node}"),
         Operation::ListAttachments { .. } => "list".to_string(),
@@ -480,7 +483,7 @@ impl P {
                         Err(StoreError::conflict(rev(r.revision)))
                     }
                     Some(r) => {
-                        r.attached = attached.clone();
+                        r.attached = attached.to_vec();
                         r.revision += 1;
                         Ok(rev(r.revision))
                     }
@@ -532,7 +535,7 @@ impl P {
         {
             self.step(Step::MayHaveListed {
                 node,
-                listed: names(&attached),
+                listed: names(&attached.to_vec()),
             });
         }
         self.r.status_written(self.now, id, result).unwrap();
@@ -570,7 +573,7 @@ impl P {
 
     /// What the core believes the store lists for `node`.
     fn stored(&self, node: &'static str) -> Option<Vec<&'static str>> {
-        self.r.status().stored(&node).map(|l| names(&l))
+        self.r.status().stored(&node).map(|l| l.volumes().to_vec())
     }
 
     /// Trace index, to look at what came after.
@@ -1619,12 +1622,7 @@ fn a_long_recovery_listing_takes_every_entry_in() {
         };
         assert_eq!(state, Some(want), "{v}");
     }
-    let reported: Vec<_> =
-        p.r.actual()
-            .report(&"n1")
-            .iter()
-            .map(|r| r.volume)
-            .collect();
+    let reported: Vec<_> = p.r.actual().report(&"n1").volumes().to_vec();
     assert_eq!(
         reported, stored,
         "what the store listed is reported, the rest not"

@@ -20,7 +20,7 @@ use attach_detach::core::{Access, VolumeSpec};
 use attach_detach::memory::{MemoryBackend, MemoryStore};
 use attach_detach::traits::{
     AttachBackend, AttachInfo, BackendAttachment, BackendError, NodeStatus, NodeStatusStore,
-    ReportedVolume, Revision, StoreError,
+    ReportedVolume, ReportedVolumes, Revision, StoreError,
 };
 
 /// String ids, and a string payload (a CSI handle) so that a wrong payload shows.
@@ -241,7 +241,7 @@ impl NodeStatusStore<D> for ToyStore {
     async fn write(
         &self,
         node: &String,
-        attached: &[ReportedVolume<D>],
+        attached: &ReportedVolumes<D>,
         expected: Revision,
     ) -> Result<Revision, StoreError> {
         let next = self.next();
@@ -429,7 +429,7 @@ impl NodeStatusStore<D> for Broken {
     async fn write(
         &self,
         _: &String,
-        _: &[ReportedVolume<D>],
+        _: &ReportedVolumes<D>,
         _: Revision,
     ) -> Result<Revision, StoreError> {
         self.fail().await

@@ -23,7 +23,7 @@ use attach_detach::core::{Event, NodeFacts, VolumeSpec};
 use attach_detach::memory::{BackendOp, MemoryBackend, MemoryStore};
 use attach_detach::traits::{
     AttachBackend, AttachInfo, BackendAttachment, BackendError, NodeStatus, NodeStatusStore,
-    ReportedVolume, Revision, StoreError,
+    ReportedVolumes, Revision, StoreError,
 };
 
 type D = Ids<&'static str, &'static str, &'static str, ()>;
@@ -257,7 +257,7 @@ impl NodeStatusStore<D> for TrappedStore {
     async fn write(
         &self,
         node: &&'static str,
-        attached: &[ReportedVolume<D>],
+        attached: &ReportedVolumes<D>,
         expected: Revision,
     ) -> Result<Revision, StoreError> {
         self.trap.maybe_hang(Hang::StoreWrite(When::Before)).await;

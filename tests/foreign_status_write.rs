@@ -114,7 +114,7 @@ fn a_foreign_write_between_the_read_and_the_detach_stops_the_detach() {
                     let result = if expected != Revision::from(store.revision) {
                         Err(StoreError::conflict(Revision::from(store.revision)))
                     } else {
-                        store.attached = attached.iter().map(|r| r.volume).collect();
+                        store.attached = attached.volumes().to_vec();
                         store.revision += 1;
                         Ok(Revision::from(store.revision))
                     };

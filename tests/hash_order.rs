@@ -304,7 +304,7 @@ fn finish<D: Kind>(
                 Err(StoreError::conflict(current))
             } else if ok {
                 let entry = world.stored.entry(node).or_default();
-                entry.0 = attached;
+                entry.0 = attached.to_vec();
                 entry.1 += 1;
                 Ok(Revision::from(entry.1))
             } else {

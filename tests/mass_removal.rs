@@ -69,7 +69,11 @@ fn answer(r: &mut Reconciler<D>, now: Duration, ops: Vec<Operation<D>>) {
             }
             Operation::ReadStatus { id, node, .. } => {
                 let status = NodeStatus {
-                    attached: r.status().stored(&node).unwrap_or_default(),
+                    attached: r
+                        .status()
+                        .stored(&node)
+                        .map(|l| l.to_vec())
+                        .unwrap_or_default(),
                     in_use: Some(Vec::new()),
                     fenced: Some(false),
                     healthy: Some(true),

@@ -367,7 +367,7 @@ impl Op {
                 ..
             } => Op::Write {
                 n: *node,
-                list: attached.iter().map(|r| r.volume).collect(),
+                list: attached.volumes().to_vec(),
                 expected: expected.text().into_owned(),
             },
             Operation::ReadStatus {
@@ -1079,9 +1079,7 @@ impl Step<'_> {
             .map(|n| {
                 (
                     core.status().revision(&n).map(|r| r.text().into_owned()),
-                    core.status()
-                        .stored(&n)
-                        .map(|l| l.iter().map(|r| r.volume).collect()),
+                    core.status().stored(&n).map(|l| l.volumes().to_vec()),
                     core.status().is_writing(&n),
                 )
             })

@@ -63,7 +63,11 @@ fn answer_with(
             }
             Operation::ReadStatus { node, .. } => {
                 let read = status(node).map(|()| NodeStatus {
-                    attached: core.status().stored(node).unwrap_or_default(),
+                    attached: core
+                        .status()
+                        .stored(node)
+                        .map(|l| l.to_vec())
+                        .unwrap_or_default(),
                     in_use: Some(vec![]),
                     fenced: Some(false),
                     healthy: Some(true),
@@ -144,9 +148,7 @@ fn a_node_seen_again_after_not_found_is_rewritten_even_with_workloads_on_it() {
     let written: Vec<_> = ops
         .iter()
         .filter_map(|(_, op)| match op {
-            Operation::WriteStatus { attached, .. } => {
-                Some(attached.iter().map(|r| r.volume).collect::<Vec<_>>())
-            }
+            Operation::WriteStatus { attached, .. } => Some(attached.volumes().to_vec()),
             _ => None,
         })
         .collect();

@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 use super::report::{Check, Outcome};
 use super::{ConformanceFailure, HarnessError, Steps, Supported, fresh};
 use crate::domain::Domain;
+use crate::reported_volumes::ReportedVolumes;
 use crate::store::{NodeStatus, NodeStatusStore, ReportedVolume, Revision, StoreError};
 
 /// What the store suite needs besides the store: nodes to write to, and the node agent's and
@@ -91,7 +92,7 @@ where
         ),
         check!(
             written_list_reads_back_exactly,
-            "a read shows exactly the list written: order, device paths, a missing device"
+            "a read shows exactly the list written: volume order, device paths, a missing device"
         ),
         check!(
             stale_write_conflicts_and_changes_nothing,
@@ -264,7 +265,11 @@ impl<'h, D: Domain, H: StoreHarness<D> + ?Sized> Cx<'h, D, H> {
         attached: &[ReportedVolume<D>],
         expected: &Revision,
     ) -> Result<Result<Revision, StoreError>, ConformanceFailure> {
-        let write = self.harness.store().write(node, attached, expected.clone());
+        let attached = ReportedVolumes::from(attached.to_vec());
+        let write = self
+            .harness
+            .store()
+            .write(node, &attached, expected.clone());
         self.steps.call("write", write).await
     }
 
@@ -504,13 +509,10 @@ where
         let before = cx.read_ok(&node, "just added").await?;
         let mut volumes = [cx.volume(None), cx.volume(None), cx.volume(None)];
         volumes.sort_by(|a, b| a.volume.cmp(&b.volume));
-        // Out of volume order, so that a store that sorts shows it.
+        // A write hands the store a list in volume order (`ReportedVolumes`): a store that
+        // reorders it, or loses a path, shows here.
         let [low, mid, high] = volumes;
         let first = vec![
-            ReportedVolume {
-                device: Some("/dev/disk/c".into()),
-                ..high.clone()
-            },
             ReportedVolume {
                 device: None,
                 ..low.clone()
@@ -518,6 +520,10 @@ where
             ReportedVolume {
                 device: Some("/dev/disk/b".into()),
                 ..mid.clone()
+            },
+            ReportedVolume {
+                device: Some("/dev/disk/c".into()),
+                ..high.clone()
             },
         ];
         let rev = cx
@@ -527,12 +533,12 @@ where
             .await?;
         let second = vec![
             ReportedVolume {
-                device: None,
-                ..mid
-            },
-            ReportedVolume {
                 device: Some("/dev/disk/a2".into()),
                 ..low
+            },
+            ReportedVolume {
+                device: None,
+                ..mid
             },
             ReportedVolume {
                 device: Some("/dev/disk/c2".into()),

@@ -22,6 +22,7 @@ use crate::event::Event;
 use crate::gate::OpKind;
 use crate::input::{Kind, Rejection};
 use crate::operation::ForceReason;
+use crate::reported_volumes::ReportedVolumes;
 use crate::store::{MockNodeStatusStore, NodeStatus, ReportedVolume, Revision, StoreError};
 use crate::volume::VolumeSpec;
 
@@ -105,8 +106,8 @@ type Call = (&'static str, &'static str);
 /// One store write as the mock saw it: node, volumes, expected revision.
 type Write = (&'static str, Vec<&'static str>, Revision);
 
-fn volumes(list: &[ReportedVolume<D>]) -> Vec<&'static str> {
-    list.iter().map(|r| r.volume).collect()
+fn volumes(list: &ReportedVolumes<D>) -> Vec<&'static str> {
+    list.volumes().to_vec()
 }
 
 /// A store listing `nodes`, each at revision 1 with nothing attached.
@@ -238,7 +239,7 @@ async fn attaches_reports_then_unreports_and_detaches() {
     let mut store = store(&[A, B]);
     store
         .expect_write()
-        .withf(|n, l, r| *n == A && *l == [rv(V1)] && *r == Revision::from(1))
+        .withf(|n, l, r| *n == A && l.to_vec() == [rv(V1)] && *r == Revision::from(1))
         .times(1)
         .in_sequence(&mut seq)
         .returning(|_, _, _| Ok(Revision::from(2)));
@@ -1450,7 +1451,7 @@ impl NodeStatusStore<D> for HangingStore {
     async fn write(
         &self,
         node: &&'static str,
-        attached: &[ReportedVolume<D>],
+        attached: &ReportedVolumes<D>,
         expected: Revision,
     ) -> Result<Revision, StoreError> {
         if self.hangs.hangs(CallKind::StatusWrite) {

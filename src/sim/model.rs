@@ -18,6 +18,7 @@ use crate::input::Input;
 use crate::machine::MachineState;
 use crate::operation::{OpId, Operation};
 use crate::reconciler::Reconciler;
+use crate::reported_volumes::ReportedVolumes;
 use crate::store::{NodeStatus, ReportedVolume, Revision, StoreError};
 use crate::volume::VolumeSpec;
 
@@ -331,7 +332,7 @@ fn compare(
         if dsw.has_node(&n) != m.nodes.contains(&n) {
             return fail(format!("has_node({n}) disagrees"));
         }
-        let report: Vec<u8> = asw.report(&n).iter().map(|r| r.volume).collect();
+        let report: Vec<u8> = asw.report(&n).volumes().to_vec();
         let model: Vec<u8> = m
             .attachments
             .iter()
@@ -431,9 +432,9 @@ impl Truth {
     }
 
     /// Stores `list` for node `n` at a new revision.
-    fn store(&mut self, n: u8, list: &[ReportedVolume<T>]) -> Revision {
+    fn store(&mut self, n: u8, list: &ReportedVolumes<T>) -> Revision {
         self.stored
-            .insert(n, list.iter().map(|r| r.volume).collect());
+            .insert(n, list.volumes().iter().copied().collect());
         let revision = self.revisions.entry(n).or_default();
         *revision += 1;
         Revision::from(*revision)
@@ -881,7 +882,7 @@ fn finish(
                 Outcome::Transient => Err(StoreError::transient("model")),
                 // Another writer won the race: the node's revision moved on.
                 Outcome::Conflict => {
-                    let stored: Vec<ReportedVolume<T>> = truth.status(node).attached;
+                    let stored = ReportedVolumes::from(truth.status(node).attached);
                     Err(StoreError::conflict(truth.store(node, &stored)))
                 }
             };

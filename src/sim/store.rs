@@ -13,7 +13,8 @@ use super::SimIds;
 use super::panics::guarded;
 use super::timeline::Happening;
 use super::world::World;
-use crate::store::{NodeStatus, NodeStatusStore, ReportedVolume, Revision, StoreError};
+use crate::reported_volumes::ReportedVolumes;
+use crate::store::{NodeStatus, NodeStatusStore, Revision, StoreError};
 
 pub(crate) struct SimStore {
     pub(crate) inner: Arc<dyn NodeStatusStore<SimIds>>,
@@ -46,7 +47,7 @@ impl NodeStatusStore<SimIds> for SimStore {
     async fn write(
         &self,
         node: &String,
-        attached: &[ReportedVolume<SimIds>],
+        attached: &ReportedVolumes<SimIds>,
         expected: Revision,
     ) -> Result<Revision, StoreError> {
         guarded(&self.world, self.epoch, "store write", async {
@@ -55,7 +56,7 @@ impl NodeStatusStore<SimIds> for SimStore {
                 w.now = self.epoch.elapsed();
                 w.record(Happening::StatusWrite {
                     node: node.clone(),
-                    volumes: attached.iter().map(|r| r.volume.clone()).collect(),
+                    volumes: attached.volumes().to_vec(),
                 });
             }
             tokio::time::sleep(self.latency()).await;
@@ -68,7 +69,7 @@ impl NodeStatusStore<SimIds> for SimStore {
                 w.stored_changed(node);
             }
             if self.traced {
-                let names: Vec<&str> = attached.iter().map(|r| r.volume.as_str()).collect();
+                let names: Vec<&str> = attached.volumes().iter().map(String::as_str).collect();
                 match &result {
                     Ok(_) => {
                         w.log(format!("store: {node} reports [{}]", names.join(",")));

@@ -31,7 +31,9 @@ use attach_detach::config::Config;
 use attach_detach::controller::{Controller, World};
 use attach_detach::core::{Input, NodeFacts, VolumeSpec};
 use attach_detach::memory::MemoryBackend;
-use attach_detach::traits::{NodeStatus, NodeStatusStore, ReportedVolume, Revision, StoreError};
+use attach_detach::traits::{
+    NodeStatus, NodeStatusStore, ReportedVolume, ReportedVolumes, Revision, StoreError,
+};
 use attach_detach_etcd::{ClusterWriter, EtcdStatusStore, KeyLayout};
 use tokio::sync::Mutex;
 
@@ -101,7 +103,7 @@ impl BenchStore {
     async fn put(
         &self,
         node: &String,
-        attached: &[ReportedVolume<D>],
+        attached: &ReportedVolumes<D>,
         expected: Revision,
     ) -> Result<Revision, StoreError> {
         if self.mode != Mode::Ours {
@@ -128,12 +130,13 @@ impl NodeStatusStore<D> for BenchStore {
     async fn write(
         &self,
         node: &String,
-        attached: &[ReportedVolume<D>],
+        attached: &ReportedVolumes<D>,
         expected: Revision,
     ) -> Result<Revision, StoreError> {
         if self.mode != Mode::PerChangeLimited {
             return self.put(node, attached, expected).await;
         }
+        let attached = attached.to_vec();
         // Upstream's shape: every attach and every detach is its own write of the node.
         let before = self
             .known
@@ -164,7 +167,7 @@ impl NodeStatusStore<D> for BenchStore {
             steps.push(attached.to_vec());
         }
         for step in steps {
-            revision = self.put(node, &step, revision).await?;
+            revision = self.put(node, &step.clone().into(), revision).await?;
             self.known.lock().await.insert(node.clone(), step);
         }
         Ok(revision)
@@ -231,7 +234,7 @@ async fn run(etcd: &etcd::Etcd, mode: Mode, scale: &Scale, tag: usize) -> Figure
             })
             .collect();
         store
-            .write(&old(i), &reported, Revision::from(0))
+            .write(&old(i), &reported.into(), Revision::from(0))
             .await
             .unwrap();
         world = world

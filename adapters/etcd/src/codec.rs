@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use attach_detach::Domain;
 use attach_detach::core::{Access, VolumeSpec};
-use attach_detach::traits::ReportedVolume;
+use attach_detach::traits::{ReportedVolume, ReportedVolumes};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -49,12 +49,12 @@ struct AttachedEntry<'a> {
 }
 
 /// The controller's attached list, as written to `attached/{node}`.
-pub(crate) fn encode_attached<D: EtcdDomain>(attached: &[ReportedVolume<D>]) -> Vec<u8> {
+pub(crate) fn encode_attached<D: EtcdDomain>(attached: &ReportedVolumes<D>) -> Vec<u8> {
     let entries: Vec<AttachedEntry<'_>> = attached
         .iter()
-        .map(|r| AttachedEntry {
-            volume: r.volume.to_string().into(),
-            device: r.device.as_deref().map(Into::into),
+        .map(|(volume, device)| AttachedEntry {
+            volume: volume.to_string().into(),
+            device: device.map(|d| (**d).into()),
         })
         .collect();
     serde_json::to_vec(&entries).expect("a list of strings serializes")
@@ -168,18 +168,18 @@ mod tests {
     fn values_round_trip() {
         let attached: Vec<ReportedVolume<D>> = vec![
             ReportedVolume {
-                volume: 7,
-                device: Some(Arc::from("/dev/xvdb")),
-            },
-            ReportedVolume {
                 volume: 3,
                 device: None,
             },
+            ReportedVolume {
+                volume: 7,
+                device: Some(Arc::from("/dev/xvdb")),
+            },
         ];
-        let bytes = encode_attached::<D>(&attached);
+        let bytes = encode_attached::<D>(&attached.clone().into());
         assert_eq!(
             bytes,
-            br#"[{"volume":"7","device":"/dev/xvdb"},{"volume":"3"}]"#
+            br#"[{"volume":"3"},{"volume":"7","device":"/dev/xvdb"}]"#
         );
         assert_eq!(decode_attached::<D>(&bytes).unwrap(), attached);
         assert_eq!(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
-use attach_detach::traits::{NodeStatus, NodeStatusStore, ReportedVolume, Revision, StoreError};
+use attach_detach::traits::{NodeStatus, NodeStatusStore, ReportedVolumes, Revision, StoreError};
 use etcd_client::{Client, Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse};
 
 use crate::codec::{EtcdDomain, decode_attached, decode_volumes, encode_attached, parse_id};
@@ -41,7 +41,7 @@ use crate::range::read_prefix;
 /// let client = etcd_client::Client::connect(["127.0.0.1:2379"], None).await?;
 /// let store = EtcdStatusStore::<D>::new(client, KeyLayout::new("/attach-detach"));
 /// let status = store.read(&"node-a".to_string()).await?;
-/// store.write(&"node-a".to_string(), &[], status.revision).await?;
+/// store.write(&"node-a".to_string(), &Default::default(), status.revision).await?;
 /// # Ok(()) }
 /// ```
 pub struct EtcdStatusStore<D: EtcdDomain> {
@@ -209,7 +209,7 @@ impl<D: EtcdDomain> NodeStatusStore<D> for EtcdStatusStore<D> {
     async fn write(
         &self,
         node: &D::Node,
-        attached: &[ReportedVolume<D>],
+        attached: &ReportedVolumes<D>,
         expected: Revision,
     ) -> Result<Revision, StoreError> {
         let id = node.to_string();

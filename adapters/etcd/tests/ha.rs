@@ -480,7 +480,7 @@ async fn a_leader_paused_past_its_lease_is_replaced_and_its_writes_are_refused_b
         device: None,
     }];
     let refused_write = stale
-        .write(&node, &marker, current.revision)
+        .write(&node, &marker.clone().into(), current.revision)
         .await
         .unwrap_err();
     assert!(

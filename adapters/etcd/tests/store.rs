@@ -51,7 +51,7 @@ async fn a_node_reads_its_five_keys_as_one_status() {
     cluster.set_alive(&node, None).await.unwrap();
     cluster.fence(&node, "powered off by ipmi").await.unwrap();
     let written = store
-        .write(&node, &list(&["v1", "v2"]), fresh.revision)
+        .write(&node, &list(&["v1", "v2"]).into(), fresh.revision)
         .await
         .unwrap();
     let status = store.read(&node).await.unwrap();
@@ -66,7 +66,7 @@ async fn a_node_reads_its_five_keys_as_one_status() {
     // A write to a node that is gone is NotFound, and creates nothing.
     cluster.remove_node(&node).await.unwrap();
     assert_eq!(
-        store.write(&node, &[], written).await,
+        store.write(&node, &[].into(), written).await,
         Err(StoreError::not_found())
     );
     assert_eq!(store.read(&node).await, Err(StoreError::not_found()));
@@ -89,9 +89,10 @@ async fn two_writers_racing_on_one_revision_one_wins_the_other_conflicts() {
         let seen = a.read(&node).await.unwrap().revision;
         let mine = list(&[&format!("a{round}")]);
         let theirs = list(&[&format!("b{round}")]);
+        let (mine_packed, theirs_packed) = (mine.clone().into(), theirs.clone().into());
         let (ra, rb) = tokio::join!(
-            a.write(&node, &mine, seen.clone()),
-            b.write(&node, &theirs, seen.clone())
+            a.write(&node, &mine_packed, seen.clone()),
+            b.write(&node, &theirs_packed, seen.clone())
         );
         let now = a.read(&node).await.unwrap();
         match (ra, rb) {
@@ -132,14 +133,14 @@ async fn a_deposed_leaders_write_is_refused_by_etcd_itself() {
     let fence = Fence::new(leader.key(), leader.rev());
     let store = EtcdStatusStore::<D>::new(client.clone(), layout.clone()).fenced(fence.clone());
     let first = store
-        .write(&node, &list(&["v1"]), Revision::from(0))
+        .write(&node, &list(&["v1"]).into(), Revision::from(0))
         .await
         .unwrap();
 
     // The lease ends (as it does when the leader is paused past its TTL): the leader key goes.
     client.lease_client().revoke(lease).await.unwrap();
     let refused = store
-        .write(&node, &list(&["v1", "v2"]), first.clone())
+        .write(&node, &list(&["v1", "v2"]).into(), first.clone())
         .await
         .unwrap_err();
     assert!(
@@ -166,9 +167,9 @@ async fn a_deposed_leaders_write_is_refused_by_etcd_itself() {
         .take_leader()
         .unwrap();
     assert!(next.rev() > leader.rev());
-    assert!(store.write(&node, &[], first.clone()).await.is_err());
+    assert!(store.write(&node, &[].into(), first.clone()).await.is_err());
     let new_store = unfenced.fenced(Fence::new(next.key(), next.rev()));
-    new_store.write(&node, &[], first).await.unwrap();
+    new_store.write(&node, &[].into(), first).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -202,7 +203,7 @@ async fn etcd_killed_in_the_middle_of_writes_loses_no_acknowledged_write() {
                 },
             };
             match store
-                .write(&node, &list(&[&format!("v{k}")]), revision)
+                .write(&node, &list(&[&format!("v{k}")]).into(), revision)
                 .await
             {
                 Ok(revision) => {

@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use attach_detach::traits::{NodeStatus, NodeStatusStore, ReportedVolume, Revision, StoreError};
+use attach_detach::traits::{
+    NodeStatus, NodeStatusStore, ReportedVolume, ReportedVolumes, Revision, StoreError,
+};
 use kube::Client;
 use kube::api::{GetParams, ListParams, Patch, PatchParams};
 use kube::core::Request;
@@ -93,7 +95,7 @@ const PAGE: u32 = 500;
 /// let client = kube::Client::try_default().await?;
 /// let store = KubeStatusStore::new(client);
 /// let status = store.read(&"node-a".to_string()).await?;
-/// store.write(&"node-a".to_string(), &[], status.revision).await?;
+/// store.write(&"node-a".to_string(), &Default::default(), status.revision).await?;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
@@ -237,7 +239,7 @@ impl NodeStatusStore<Kube> for KubeStatusStore {
     async fn write(
         &self,
         node: &String,
-        attached: &[ReportedVolume<Kube>],
+        attached: &ReportedVolumes<Kube>,
         expected: Revision,
     ) -> Result<Revision, StoreError> {
         let context = format!("writing node {node}");
@@ -249,7 +251,7 @@ impl NodeStatusStore<Kube> for KubeStatusStore {
         })?;
         let list: Vec<Value> = attached
             .iter()
-            .map(|r| json!({"name": r.volume, "devicePath": r.device.as_deref().unwrap_or("")}))
+            .map(|(volume, device)| json!({"name": volume, "devicePath": device.map_or("", |d| &**d)}))
             .collect();
         let patch = json!([
             {"op": "test", "path": ATTACHED_PATH, "value": expected},

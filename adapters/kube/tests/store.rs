@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use attach_detach::conformance::{self, HarnessError, StoreHarness, Supported};
-use attach_detach::traits::{NodeStatusStore, ReportedVolume, Revision, StoreError};
+use attach_detach::traits::{
+    NodeStatusStore, ReportedVolume, ReportedVolumes, Revision, StoreError,
+};
 use attach_detach_kube::{Kube, KubeStatusStore, OUT_OF_SERVICE_TAINT, unique_name};
 use serde_json::{Value, json};
 
@@ -175,7 +177,7 @@ async fn first_write_tests_null_and_adds_the_list() {
     let store = KubeStatusStore::new(client);
     let attached = [reported(v(1), Some("/dev/xvdba")), reported(v(2), None)];
     let new = store
-        .write(&node_a(), &attached, Revision::from("null"))
+        .write(&node_a(), &attached.clone().into(), Revision::from("null"))
         .await
         .unwrap();
     assert_eq!(new, Revision::from(list.to_string()));
@@ -216,11 +218,11 @@ async fn write_tests_the_list_it_read() {
         reported(v(3), Some("/dev/xvdbc")),
     ];
     let rev = store
-        .write(&node_a(), &attached, read.revision)
+        .write(&node_a(), &attached.clone().into(), read.revision)
         .await
         .unwrap();
     assert_eq!(rev, Revision::from(new.to_string()));
-    let rev = store.write(&node_a(), &[], rev).await.unwrap();
+    let rev = store.write(&node_a(), &[].into(), rev).await.unwrap();
     assert_eq!(rev, Revision::from("null"));
     finish(store, script).await;
 }
@@ -246,7 +248,11 @@ async fn conflicts_409_and_422_are_conflicts() {
     let store = KubeStatusStore::new(client);
     for code in [422, 409] {
         let e = store
-            .write(&node_a(), &[reported(v(1), None)], Revision::from("null"))
+            .write(
+                &node_a(),
+                &[reported(v(1), None)].into(),
+                Revision::from("null"),
+            )
             .await
             .unwrap_err();
         assert!(
@@ -276,7 +282,7 @@ async fn a_missing_node_is_not_found() {
     assert!(matches!(read, StoreError::NotFound { .. }), "{read:?}");
     assert!(read.source().is_some());
     let write = store
-        .write(&node_a(), &[], Revision::from("null"))
+        .write(&node_a(), &[].into(), Revision::from("null"))
         .await
         .unwrap_err();
     assert!(matches!(write, StoreError::NotFound { .. }), "{write:?}");
@@ -305,7 +311,8 @@ async fn failures_say_whether_a_write_may_have_landed() {
     ]);
     let store = KubeStatusStore::new(client);
     let a = node_a();
-    let write = || store.write(&a, &[], Revision::from("null"));
+    let empty = ReportedVolumes::default();
+    let write = || store.write(&a, &empty, Revision::from("null"));
     let read = store.read(&node_a()).await.unwrap_err();
     assert_eq!(
         read.to_string(),
@@ -345,7 +352,7 @@ async fn a_write_without_answer_is_uncertain() {
     let store = KubeStatusStore::new(client).with_timeout(Duration::from_secs(5));
     let started = tokio::time::Instant::now();
     let e = store
-        .write(&node_a(), &[], Revision::from("null"))
+        .write(&node_a(), &[].into(), Revision::from("null"))
         .await
         .unwrap_err();
     assert!(matches!(e, StoreError::Uncertain { .. }), "{e:?}");
@@ -384,13 +391,13 @@ async fn unexpected_answers_are_errors_not_guesses() {
     );
     // The patch was applied, but what the node holds now is unknown.
     let write = store
-        .write(&node_a(), &[], Revision::from("null"))
+        .write(&node_a(), &[].into(), Revision::from("null"))
         .await
         .unwrap_err();
     assert!(matches!(write, StoreError::Uncertain { .. }), "{write:?}");
     // A revision this store never gave out is not sent at all.
     let bad = store
-        .write(&node_a(), &[], Revision::from("{not JSON"))
+        .write(&node_a(), &[].into(), Revision::from("{not JSON"))
         .await
         .unwrap_err();
     assert!(matches!(bad, StoreError::Conflict { .. }), "{bad:?}");

@@ -1,0 +1,272 @@
+//! [`ReportedVolumes`]: a node's whole reported list, built once per status write and shared
+//! by the write and the core's record of what the store holds.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::domain::Domain;
+use crate::store::ReportedVolume;
+
+/// The volumes a node is told it has, sorted by volume, with their device paths: the list a
+/// status write makes the store hold ([`Operation::WriteStatus`](crate::core::Operation)).
+///
+/// Immutable and shared: a clone is one reference count. Every status write repeats the
+/// node's whole list, and the core keeps what it wrote to compare the next report against.
+/// As a plain `Vec`, each write copied every id twice (once for the call, once for that
+/// record) and dropped both copies again, two reference counts per `Name` and two
+/// allocations per `String` for every volume on the node (PERFORMANCE.md, fourteenth step).
+/// Now the call and the record hold the same list.
+///
+/// Packed: the volumes sit in one array, and the device paths in another only when one of
+/// them has a path (CSI volumes have none), so that a record per node costs little more than
+/// its ids.
+///
+/// ```
+/// use std::sync::Arc;
+/// use attach_detach::Ids;
+/// use attach_detach::traits::{ReportedVolume, ReportedVolumes};
+///
+/// type K = Ids<String, String, String>;
+/// let list: ReportedVolumes<K> = vec![
+///     ReportedVolume { volume: "pv-b".to_string(), device: None },
+///     ReportedVolume { volume: "pv-a".to_string(), device: Some(Arc::from("/dev/xvdf")) },
+/// ]
+/// .into();
+/// // Sorted by volume, whatever order it was built in.
+/// let volumes: Vec<&str> = list.iter().map(|(v, _)| v.as_str()).collect();
+/// assert_eq!(volumes, ["pv-a", "pv-b"]);
+/// assert_eq!(list.iter().next().unwrap().1.map(|d| &**d), Some("/dev/xvdf"));
+/// assert!(list.contains(&"pv-b".to_string()));
+/// assert_eq!(list.to_vec()[1].volume, "pv-b");
+/// ```
+pub struct ReportedVolumes<D: Domain>(Arc<Packed<D>>);
+
+/// The list itself: volumes in order, and one path per volume when any has a path.
+struct Packed<D: Domain> {
+    volumes: Box<[D::Volume]>,
+    /// `None` when no volume has a device path; otherwise one entry per volume.
+    paths: Option<Box<[Option<Arc<str>>]>>,
+}
+
+impl<D: Domain> ReportedVolumes<D> {
+    /// Packs `volumes` and `paths` (one per volume, or `None` for no paths at all), which the
+    /// caller has sorted by volume.
+    pub(crate) fn from_sorted(
+        volumes: Vec<D::Volume>,
+        paths: Option<Vec<Option<Arc<str>>>>,
+    ) -> Self {
+        debug_assert!(volumes.is_sorted(), "a reported list is sorted by volume");
+        debug_assert!(paths.as_ref().is_none_or(|p| p.len() == volumes.len()));
+        // A list of paths that holds none is kept as no list.
+        let paths = paths.filter(|p| p.iter().any(Option::is_some));
+        ReportedVolumes(Arc::new(Packed {
+            volumes: volumes.into_boxed_slice(),
+            paths: paths.map(Vec::into_boxed_slice),
+        }))
+    }
+
+    /// Packs a copy of `list`, sorted by volume if it is not already (a store lists what we
+    /// wrote, in order: a restart then copies nothing to sort it).
+    pub(crate) fn copy_of(list: &[ReportedVolume<D>]) -> Self {
+        if list.is_sorted_by(|a, b| a.volume <= b.volume) {
+            Self::pack(list)
+        } else {
+            let mut sorted = list.to_vec();
+            sorted.sort_by(|a, b| a.volume.cmp(&b.volume));
+            Self::pack(&sorted)
+        }
+    }
+
+    fn pack(sorted: &[ReportedVolume<D>]) -> Self {
+        let paths = sorted
+            .iter()
+            .any(|r| r.device.is_some())
+            .then(|| sorted.iter().map(|r| r.device.clone()).collect());
+        Self::from_sorted(sorted.iter().map(|r| r.volume.clone()).collect(), paths)
+    }
+
+    /// The number of volumes.
+    pub fn len(&self) -> usize {
+        self.0.volumes.len()
+    }
+
+    /// Whether the list is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.volumes.is_empty()
+    }
+
+    /// The volumes, sorted.
+    pub fn volumes(&self) -> &[D::Volume] {
+        &self.0.volumes
+    }
+
+    /// Each volume with its device path, in volume order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&D::Volume, Option<&Arc<str>>)> + '_ {
+        (0..self.len()).map(|i| (&self.0.volumes[i], self.device_at(i)))
+    }
+
+    /// Whether `volume` is on the list.
+    pub fn contains(&self, volume: &D::Volume) -> bool {
+        self.0.volumes.binary_search(volume).is_ok()
+    }
+
+    /// The list as owned entries (a copy of every id).
+    pub fn to_vec(&self) -> Vec<ReportedVolume<D>> {
+        self.iter()
+            .map(|(volume, device)| ReportedVolume {
+                volume: volume.clone(),
+                device: device.cloned(),
+            })
+            .collect()
+    }
+
+    fn device_at(&self, i: usize) -> Option<&Arc<str>> {
+        self.0.paths.as_ref()?.get(i)?.as_ref()
+    }
+
+    /// Whether this is exactly `list` (volume order), device paths included. The same shared
+    /// list is equal without a look at its entries.
+    pub(crate) fn matches<'a>(
+        &self,
+        list: impl IntoIterator<Item = (&'a D::Volume, Option<&'a Arc<str>>)>,
+    ) -> bool {
+        let mut i = 0;
+        for (volume, device) in list {
+            if self.0.volumes.get(i) != Some(volume) || !same_path(self.device_at(i), device) {
+                return false;
+            }
+            i += 1;
+        }
+        i == self.len()
+    }
+}
+
+/// Whether two device paths are the same text: the same allocation, or equal text.
+fn same_path(a: Option<&Arc<str>>, b: Option<&Arc<str>>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+        _ => false,
+    }
+}
+
+impl<D: Domain> Clone for ReportedVolumes<D> {
+    /// Shares the list: one reference count, no copy of its ids.
+    fn clone(&self) -> Self {
+        ReportedVolumes(Arc::clone(&self.0))
+    }
+}
+
+impl<D: Domain> Default for ReportedVolumes<D> {
+    fn default() -> Self {
+        Self::from_sorted(Vec::new(), None)
+    }
+}
+
+impl<D: Domain> PartialEq for ReportedVolumes<D> {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.matches(other.iter())
+    }
+}
+
+impl<D: Domain> Eq for ReportedVolumes<D> {}
+
+impl<D: Domain> fmt::Debug for ReportedVolumes<D> {
+    /// As the list of [`ReportedVolume`]s it holds.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.to_vec()).finish()
+    }
+}
+
+impl<D: Domain> From<Vec<ReportedVolume<D>>> for ReportedVolumes<D> {
+    /// Packs `list`, sorting it by volume first if it is not sorted.
+    fn from(mut list: Vec<ReportedVolume<D>>) -> Self {
+        if !list.is_sorted_by(|a, b| a.volume <= b.volume) {
+            list.sort_by(|a, b| a.volume.cmp(&b.volume));
+        }
+        let paths = list
+            .iter()
+            .any(|r| r.device.is_some())
+            .then(|| list.iter().map(|r| r.device.clone()).collect());
+        Self::from_sorted(list.into_iter().map(|r| r.volume).collect(), paths)
+    }
+}
+
+impl<D: Domain, const N: usize> From<[ReportedVolume<D>; N]> for ReportedVolumes<D> {
+    /// Packs `list`, sorted by volume.
+    fn from(list: [ReportedVolume<D>; N]) -> Self {
+        Vec::from(list).into()
+    }
+}
+
+impl<D: Domain> FromIterator<ReportedVolume<D>> for ReportedVolumes<D> {
+    /// Packs the entries, sorted by volume.
+    fn from_iter<I: IntoIterator<Item = ReportedVolume<D>>>(entries: I) -> Self {
+        entries.into_iter().collect::<Vec<_>>().into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Ids;
+
+    type T = Ids<&'static str, &'static str, &'static str>;
+
+    fn entry(volume: &'static str, device: Option<&str>) -> ReportedVolume<T> {
+        ReportedVolume {
+            volume,
+            device: device.map(Arc::from),
+        }
+    }
+
+    #[test]
+    fn a_list_is_sorted_and_keeps_each_volumes_own_path() {
+        let list: ReportedVolumes<T> = vec![
+            entry("c", None),
+            entry("a", Some("/dev/a")),
+            entry("b", None),
+        ]
+        .into();
+        assert_eq!(list.volumes(), ["a", "b", "c"]);
+        assert_eq!(
+            list.to_vec(),
+            [
+                entry("a", Some("/dev/a")),
+                entry("b", None),
+                entry("c", None)
+            ]
+        );
+        assert!(list.contains(&"b") && !list.contains(&"d"));
+        assert_eq!(list.len(), 3);
+    }
+
+    #[test]
+    fn lists_are_equal_by_their_entries_paths_included() {
+        let a: ReportedVolumes<T> = vec![entry("a", Some("/dev/a")), entry("b", None)].into();
+        let same: ReportedVolumes<T> = vec![entry("b", None), entry("a", Some("/dev/a"))].into();
+        let other_path: ReportedVolumes<T> =
+            vec![entry("a", Some("/dev/x")), entry("b", None)].into();
+        let no_path: ReportedVolumes<T> = vec![entry("a", None), entry("b", None)].into();
+        let shorter: ReportedVolumes<T> = vec![entry("a", Some("/dev/a"))].into();
+        assert_eq!(a, same);
+        assert_eq!(a, a.clone());
+        assert_ne!(a, other_path);
+        assert_ne!(a, no_path);
+        assert_ne!(a, shorter);
+        assert_ne!(shorter, a);
+        assert!(a.matches(same.iter()) && !a.matches(shorter.iter()));
+    }
+
+    #[test]
+    fn a_clone_shares_the_list_and_a_list_without_paths_keeps_none() {
+        let a: ReportedVolumes<T> = vec![entry("a", None), entry("b", None)].into();
+        let b = a.clone();
+        assert!(Arc::ptr_eq(&a.0, &b.0), "a clone copies no id");
+        assert!(a.0.paths.is_none(), "no path, no list of paths");
+        let copied = ReportedVolumes::copy_of(&[entry("b", None), entry("a", None)]);
+        assert_eq!(copied, a);
+        assert_eq!(format!("{a:?}"), format!("{:?}", a.to_vec()));
+        assert!(ReportedVolumes::<T>::default().is_empty());
+    }
+}
