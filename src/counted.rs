@@ -1,11 +1,13 @@
-//! A test id that counts how often it is ordered: for tests that hold a path to the compares
-//! it makes (names ordered cost two cold reads each at a million, PERFORMANCE.md).
+//! Test ids that count how often they are ordered, or cloned: for tests that hold a path to
+//! the compares or copies it makes (names ordered cost two cold reads each at a million, and a
+//! clone of one a count on a cold block, PERFORMANCE.md).
 
 use std::cell::Cell;
 use std::cmp::Ordering;
 
 thread_local! {
     static ORDERED: Cell<u64> = const { Cell::new(0) };
+    static CLONED: Cell<u64> = const { Cell::new(0) };
 }
 
 /// An id ordered as its number, counting each order asked of it on this thread; equality and
@@ -29,4 +31,20 @@ impl Ord for Counted {
 /// How many times a `Counted` was ordered on this thread since the last call.
 pub(crate) fn orderings() -> u64 {
     ORDERED.with(|c| c.replace(0))
+}
+
+/// An id counting each clone made of it on this thread.
+#[derive(Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Cloned(pub(crate) u32);
+
+impl Clone for Cloned {
+    fn clone(&self) -> Self {
+        CLONED.with(|c| c.set(c.get() + 1));
+        Cloned(self.0)
+    }
+}
+
+/// How many times a `Cloned` was cloned on this thread since the last call.
+pub(crate) fn clones() -> u64 {
+    CLONED.with(|c| c.replace(0))
 }

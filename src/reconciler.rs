@@ -916,7 +916,7 @@ impl<D: Domain> Reconciler<D> {
     ) {
         self.schedule
             .mark_all(attached.iter().map(|r| r.volume.clone()));
-        self.take_in_status(node, &attached, &revision);
+        self.take_in_status(node, attached, &revision);
     }
 
     /// What `recover_status` does but for marking the listed volumes: at recovery, the
@@ -924,11 +924,11 @@ impl<D: Domain> Reconciler<D> {
     fn take_in_status(
         &mut self,
         node: D::Node,
-        attached: &[ReportedVolume<D>],
+        attached: Vec<ReportedVolume<D>>,
         revision: &Revision,
     ) {
-        self.actual.recover_reported(&node, attached);
-        self.status.read(node.clone(), attached, revision);
+        self.actual.recover_reported(&node, &attached);
+        self.status.read_owned(node.clone(), attached, revision);
         self.status.mark(node);
     }
 
@@ -1706,7 +1706,7 @@ impl<D: Domain> Reconciler<D> {
                 self.actual.recover_reported(&node, &status.attached);
                 self.status.mark(node);
             } else {
-                self.take_in_status(node, &status.attached, &status.revision);
+                self.take_in_status(node, status.attached, &status.revision);
             }
         }
         self.schedule.mark_all(unregistered);

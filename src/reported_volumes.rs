@@ -187,16 +187,18 @@ impl<D: Domain> fmt::Debug for ReportedVolumes<D> {
 }
 
 impl<D: Domain> From<Vec<ReportedVolume<D>>> for ReportedVolumes<D> {
-    /// Packs `list`, sorting it by volume first if it is not sorted.
+    /// Packs `list`, sorting it by volume first if it is not sorted. Its ids and paths are
+    /// moved, not copied.
     fn from(mut list: Vec<ReportedVolume<D>>) -> Self {
         if !list.is_sorted_by(|a, b| a.volume <= b.volume) {
             list.sort_by(|a, b| a.volume.cmp(&b.volume));
         }
-        let paths = list
-            .iter()
-            .any(|r| r.device.is_some())
-            .then(|| list.iter().map(|r| r.device.clone()).collect());
-        Self::from_sorted(list.into_iter().map(|r| r.volume).collect(), paths)
+        if list.iter().any(|r| r.device.is_some()) {
+            let (volumes, paths) = list.into_iter().map(|r| (r.volume, r.device)).unzip();
+            Self::from_sorted(volumes, Some(paths))
+        } else {
+            Self::from_sorted(list.into_iter().map(|r| r.volume).collect(), None)
+        }
     }
 }
 

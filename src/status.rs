@@ -108,9 +108,36 @@ impl<D: Domain> StatusBook<D> {
         self.dirty.extend(nodes);
     }
 
-    /// A fresh read (or the store's listing at recovery) found `list` for `node`, at
-    /// `revision`: both are now known.
+    /// A fresh read found `list` for `node`, at `revision`: both are now known.
     pub(crate) fn read(&mut self, node: D::Node, list: &[ReportedVolume<D>], revision: &Revision) {
+        if let Some(record) = self.learn(node, list, revision) {
+            record.stored = Some(ReportedVolumes::copy_of(list));
+        }
+    }
+
+    /// The store's listing at recovery found `list` for `node`, at `revision`, which the core
+    /// owns: its ids are moved into the book, not copied. (Copied, a restart cloned every
+    /// listed volume and dropped the listing's own: two reference counts on a cold name, or
+    /// an allocation and a free per `String`, for each of a million attachments.)
+    pub(crate) fn read_owned(
+        &mut self,
+        node: D::Node,
+        list: Vec<ReportedVolume<D>>,
+        revision: &Revision,
+    ) {
+        if let Some(record) = self.learn(node, &list, revision) {
+            record.stored = Some(ReportedVolumes::from(list));
+        }
+    }
+
+    /// Takes in that the store holds `list` for `node` at `revision`. Returns the node's
+    /// record for the list to be stored in, or `None` when the record holds it already.
+    fn learn(
+        &mut self,
+        node: D::Node,
+        list: &[ReportedVolume<D>],
+        revision: &Revision,
+    ) -> Option<&mut NodeRecord<D>> {
         let record = self.record(node);
         record.missing = false;
         let same = record.revision.as_ref() == Some(revision)
@@ -120,11 +147,11 @@ impl<D: Domain> StatusBook<D> {
         if same {
             // What our own acknowledged write (or an earlier read) left: already packed. Most
             // reads before a detach find just that, and comparing costs no allocation.
-            return;
+            return None;
         }
-        record.stored = Some(ReportedVolumes::copy_of(list));
         record.matched = 0;
         record.revision = Some(revision.clone());
+        Some(record)
     }
 
     /// The revision the next write of `node` is conditional on; `None` when a fresh read must
@@ -538,5 +565,32 @@ mod tests {
         book.start_write("n", 10, list(&[rv("a")]));
         book.write_failed(&"n", true);
         assert!(needs_at(&mut book, "n", 10, &[rv("a")]));
+    }
+
+    #[test]
+    fn a_listing_the_core_owns_is_moved_into_the_book_not_copied() {
+        use crate::counted::{Cloned, clones};
+        type C = Ids<&'static str, Cloned, &'static str>;
+        let list = |ids: &[u32]| -> Vec<ReportedVolume<C>> {
+            ids.iter()
+                .map(|&i| ReportedVolume {
+                    volume: Cloned(i),
+                    device: (i % 2 == 0).then(|| Arc::from(format!("/dev/{i}"))),
+                })
+                .collect()
+        };
+        let mut book = StatusBook::<C>::default();
+        let (owned, borrowed) = (list(&[3, 1, 2]), list(&[4, 5]));
+        clones();
+        book.read_owned("n1", owned, &Revision::from(1));
+        assert_eq!(clones(), 0, "a restart's listing: moved, not copied");
+        book.read("n2", &borrowed, &Revision::from(1));
+        assert_eq!(clones(), 2, "a fresh read's list is the caller's: copied");
+        let stored = book.stored(&"n1").unwrap().to_vec();
+        assert_eq!(
+            stored,
+            list(&[1, 2, 3]),
+            "sorted, each path with its volume"
+        );
     }
 }
