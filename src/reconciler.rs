@@ -1522,7 +1522,7 @@ impl<D: Domain> Reconciler<D> {
                     debug!(node = ?node, "C6: status write skipped on a cached copy");
                     self.cache_consulted.remove(&node);
                     self.status
-                        .read(node.clone(), &report.to_vec(), &cached.revision);
+                        .read_owned(node.clone(), report.to_vec(), &cached.revision);
                 }
             }
             self.status_settled(&node);

@@ -73,24 +73,9 @@ impl<D: Domain> ReportedVolumes<D> {
         }))
     }
 
-    /// Packs a copy of `list`, sorted by volume if it is not already (a store lists what we
-    /// wrote, in order: a restart then copies nothing to sort it).
+    /// Packs a copy of `list` (each id copied once), sorted by volume if it is not already.
     pub(crate) fn copy_of(list: &[ReportedVolume<D>]) -> Self {
-        if list.is_sorted_by(|a, b| a.volume <= b.volume) {
-            Self::pack(list)
-        } else {
-            let mut sorted = list.to_vec();
-            sorted.sort_by(|a, b| a.volume.cmp(&b.volume));
-            Self::pack(&sorted)
-        }
-    }
-
-    fn pack(sorted: &[ReportedVolume<D>]) -> Self {
-        let paths = sorted
-            .iter()
-            .any(|r| r.device.is_some())
-            .then(|| sorted.iter().map(|r| r.device.clone()).collect());
-        Self::from_sorted(sorted.iter().map(|r| r.volume.clone()).collect(), paths)
+        Self::from(list.to_vec())
     }
 
     /// The number of volumes.
