@@ -10,10 +10,51 @@
 
 use crate::domain::Domain;
 use crate::operation::ForceReason;
-use crate::store::NodeStatus;
+use crate::store::{NodeStatus, Revision, StatusFacts};
 
-/// Whether a detach of `volume` may go ahead, given a fresh read of its node (`None`: the store
-/// has no such node). `Err` says why not, for a human.
+/// The facts a detach is judged by, borrowed from a fresh read or from a write that read them
+/// ([`StatusFacts`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fresh<'a, D: Domain> {
+    pub(crate) in_use: Option<&'a [D::Volume]>,
+    pub(crate) fenced: Option<bool>,
+    pub(crate) healthy: Option<bool>,
+}
+
+impl<'a, D: Domain> From<&'a NodeStatus<D>> for Fresh<'a, D> {
+    fn from(status: &'a NodeStatus<D>) -> Self {
+        Fresh {
+            in_use: status.in_use.as_deref(),
+            fenced: status.fenced,
+            healthy: status.healthy,
+        }
+    }
+}
+
+impl<'a, D: Domain> From<&'a StatusFacts<D>> for Fresh<'a, D> {
+    fn from(facts: &'a StatusFacts<D>) -> Self {
+        Fresh {
+            in_use: facts.in_use.as_deref(),
+            fenced: facts.fenced,
+            healthy: facts.healthy,
+        }
+    }
+}
+
+/// The facts a status write read ([`StatusFacts`]), kept for the pass right after its
+/// acknowledgement, where they stand for the fresh read of the detaches that waited for it.
+#[derive(Debug)]
+pub(crate) struct WrittenFacts<D: Domain> {
+    pub(crate) facts: StatusFacts<D>,
+    /// The revision the write created: the facts serve only while the core knows the store at
+    /// it, that is while the list the write carried is the node's list.
+    pub(crate) revision: Revision,
+    /// The node object written to, as [`InFlight::WriteStatus`](crate::operation::InFlight).
+    pub(crate) object: u64,
+}
+
+/// Whether a detach of `volume` may go ahead, given a fresh read of its node or the facts a
+/// write read (`None`: the store has no such node). `Err` says why not, for a human.
 ///
 /// A detach may go ahead when the read shows that:
 /// - the store has no such node, and the detach is forced because a deleted node counts as
@@ -33,7 +74,7 @@ use crate::store::NodeStatus;
 /// back, and so is an out-of-service detach from a node whose fence was lifted while it still
 /// mounts the volume.
 pub(crate) fn judge_detach<D: Domain>(
-    status: Option<&NodeStatus<D>>,
+    status: Option<Fresh<'_, D>>,
     volume: &D::Volume,
     force: Option<ForceReason>,
 ) -> Result<(), String> {
@@ -51,7 +92,7 @@ pub(crate) fn judge_detach<D: Domain>(
     if status.fenced == Some(true) {
         return Ok(());
     }
-    let in_use = match &status.in_use {
+    let in_use = match status.in_use {
         Some(list) if !list.contains(volume) => return Ok(()),
         Some(_) => "its agent reports it in use",
         None => "the store holds no in-use report for the node",
@@ -79,7 +120,6 @@ pub(crate) fn judge_detach<D: Domain>(
 mod tests {
     use super::*;
     use crate::domain::Ids;
-    use crate::store::Revision;
 
     type T = Ids<&'static str, &'static str, &'static str>;
 
@@ -95,7 +135,7 @@ mod tests {
 
     #[test]
     fn only_fresh_facts_justify_a_detach() {
-        let judge = |s: Option<&NodeStatus<T>>, f| judge_detach::<T>(s, &"v", f);
+        let judge = |s: Option<&NodeStatus<T>>, f| judge_detach::<T>(s.map(Fresh::from), &"v", f);
         // No node object: its machine may run on (found by the world fuzzer: a node deleted
         // while the core's view lagged was detached under a new mount).
         assert!(judge(None, None).unwrap_err().contains("no such node"));

@@ -313,5 +313,8 @@ pub mod traits {
     pub use crate::error::ErrorSource;
     pub use crate::machine::MachineState;
     pub use crate::reported_volumes::ReportedVolumes;
-    pub use crate::store::{NodeStatus, NodeStatusStore, ReportedVolume, Revision, StoreError};
+    pub use crate::store::{
+        NodeStatus, NodeStatusStore, ReportedVolume, Revision, StatusFacts, StoreError,
+        WriteReceipt,
+    };
 }

@@ -17,7 +17,7 @@ use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError}
 use crate::domain::Domain;
 use crate::fault::Faults;
 use crate::reported_volumes::ReportedVolumes;
-use crate::store::{NodeStatus, NodeStatusStore, Revision, StoreError};
+use crate::store::{NodeStatus, NodeStatusStore, Revision, StoreError, WriteReceipt};
 use crate::volume::VolumeSpec;
 
 /// Which [`AttachBackend`] method a fault or a call counter is about.
@@ -615,12 +615,15 @@ impl<D: Domain> MemoryStore<D> {
         }
     }
 
+    /// Writes under the lock, and with `read_facts` reads the node's facts under the same
+    /// lock: atomically, as an etcd transaction does.
     fn write_now(
         &self,
         node: &D::Node,
         attached: &ReportedVolumes<D>,
         expected: Revision,
-    ) -> Result<Revision, StoreError> {
+        read_facts: bool,
+    ) -> Result<WriteReceipt<D>, StoreError> {
         let mut s = self.inner.lock();
         *s.writes.entry(node.clone()).or_default() += 1;
         let uncertain = match s.take_fault(node) {
@@ -629,11 +632,15 @@ impl<D: Domain> MemoryStore<D> {
             Some(e) => return Err(e),
             None => None,
         };
-        let written = s.compare_and_set(node, attached, expected);
-        match uncertain {
-            Some(e) => Err(e),
-            None => written,
+        let revision = s.compare_and_set(node, attached, expected);
+        if let Some(e) = uncertain {
+            return Err(e);
         }
+        let revision = revision?;
+        let facts = read_facts
+            .then(|| s.nodes.get(node).map(NodeStatus::facts))
+            .flatten();
+        Ok(WriteReceipt { revision, facts })
     }
 }
 
@@ -649,7 +656,18 @@ impl<D: Domain> NodeStatusStore<D> for MemoryStore<D> {
         attached: &ReportedVolumes<D>,
         expected: Revision,
     ) -> Result<Revision, StoreError> {
-        self.write_now(node, attached, expected)
+        self.write_now(node, attached, expected, false)
+            .map(|receipt| receipt.revision)
+    }
+
+    /// Reads the facts under the same lock as the write.
+    async fn write_reading_facts(
+        &self,
+        node: &D::Node,
+        attached: &ReportedVolumes<D>,
+        expected: Revision,
+    ) -> Result<WriteReceipt<D>, StoreError> {
+        self.write_now(node, attached, expected, true)
     }
 
     async fn list(&self) -> Result<Vec<(D::Node, NodeStatus<D>)>, StoreError> {
@@ -726,7 +744,10 @@ impl<D: Domain> NodeStatusStore<D> for CachedView<D> {
         attached: &ReportedVolumes<D>,
         expected: Revision,
     ) -> Result<Revision, StoreError> {
-        self.store.write_now(node, attached, expected)
+        // A cache reads no facts fresh: the default `write_reading_facts` answers none.
+        self.store
+            .write_now(node, attached, expected, false)
+            .map(|receipt| receipt.revision)
     }
 
     async fn list(&self) -> Result<Vec<(D::Node, NodeStatus<D>)>, StoreError> {

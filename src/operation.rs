@@ -131,7 +131,10 @@ pub enum Operation<D: Domain> {
     },
     /// Make the store's record of `node` list exactly `attached`, if the record is still at
     /// revision `expected` ([`NodeStatusStore::write`](crate::traits::NodeStatusStore::write), a
-    /// compare-and-set); report back with `status_written`.
+    /// compare-and-set); report back with `status_written`, or, when `read_facts` is set and
+    /// the store can, call
+    /// [`NodeStatusStore::write_reading_facts`](crate::traits::NodeStatusStore::write_reading_facts)
+    /// and report back with `status_written_with`.
     WriteStatus {
         /// Result id.
         id: OpId,
@@ -143,6 +146,9 @@ pub enum Operation<D: Domain> {
         /// The revision the write is conditional on: the core's own acknowledged write, or a
         /// fresh read.
         expected: Revision,
+        /// A detach waits for this write: the node's facts read with it would spare the fresh
+        /// read the detach needs next.
+        read_facts: bool,
     },
     /// Ask whether `node`'s machine is powered off
     /// ([`AttachBackend::machine_state`](crate::traits::AttachBackend::machine_state)); report

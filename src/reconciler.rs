@@ -23,7 +23,7 @@ use crate::dense_table::WARM_BATCH;
 use crate::desired::{DesiredError, DesiredState};
 use crate::domain::{Domain, Id};
 use crate::event::{Event, Holder};
-use crate::fresh_read::judge_detach;
+use crate::fresh_read::{Fresh, WrittenFacts, judge_detach};
 use crate::gate::{OpKind, OperationGate, trim_map, trim_set};
 use crate::id_warm;
 use crate::in_flight::InFlightTable;
@@ -34,7 +34,7 @@ use crate::recovery::{Load, Recovery, Statuses};
 use crate::reported_volumes::ReportedVolumes;
 use crate::schedule::{Schedule, earliest};
 use crate::status::StatusBook;
-use crate::store::{NodeStatus, ReportedVolume, Revision, StoreError};
+use crate::store::{NodeStatus, ReportedVolume, Revision, StoreError, WriteReceipt};
 use crate::volume::{Access, VolumeSpec};
 
 /// Misuse of the reconciler's API. State is unchanged when one is returned.
@@ -320,6 +320,9 @@ pub struct Reconciler<D: Domain> {
     /// Detaches a fresh read justified, with the force reason checked and the read's time;
     /// taken by the next pass.
     cleared: FxHashMap<(D::Volume, D::Node), Clearance>,
+    /// Per node, the facts its last acknowledged status write read, for the pass right after
+    /// it: the detaches that waited for the write are judged on them without a read.
+    written_facts: FxHashMap<D::Node, WrittenFacts<D>>,
     /// (node, volume) pairs whose held-back detach was reported; cleared with the episode.
     waiting_unmount: BTreeSet<(D::Node, D::Volume)>,
     /// Upstream's bug C6 only: nodes whose cached copy was read for the write now due.
@@ -422,6 +425,7 @@ impl<D: Domain> Reconciler<D> {
             recovery: Some(Recovery::default()),
             checks: FxHashMap::default(),
             cleared: FxHashMap::default(),
+            written_facts: FxHashMap::default(),
             waiting_unmount: BTreeSet::new(),
             cache_consulted: BTreeSet::new(),
             read_last: FxHashSet::default(),
@@ -854,6 +858,7 @@ impl<D: Domain> Reconciler<D> {
         // their detaches ask for a read of their own.
         self.awaiting_ack.remove(node);
         self.checks.remove(node);
+        self.written_facts.remove(node);
         self.read_last.remove(node);
         self.cache_consulted.remove(node);
         self.capacity.forget_node(node);
@@ -1442,6 +1447,20 @@ impl<D: Domain> Reconciler<D> {
         id: OpId,
         result: Result<Revision, StoreError>,
     ) -> Result<(), ReconcilerError<D>> {
+        self.status_written_with(now, id, result.map(WriteReceipt::from))
+    }
+
+    /// The status write planned as `id` finished, answered by
+    /// [`NodeStatusStore::write_reading_facts`](crate::traits::NodeStatusStore::write_reading_facts):
+    /// as [`status_written`](Self::status_written), and the node's facts the store read with
+    /// the write, if any, judge the detaches that waited for it in the next pass, instead of a
+    /// fresh read. Only that pass: facts are as fresh as the write, and a later pass reads.
+    pub fn status_written_with(
+        &mut self,
+        now: Duration,
+        id: OpId,
+        result: Result<WriteReceipt<D>, StoreError>,
+    ) -> Result<(), ReconcilerError<D>> {
         let InFlight::WriteStatus { node, object } = self.take_op(id, OpKind::WriteStatus)? else {
             unreachable!("kind checked by take_op");
         };
@@ -1456,8 +1475,18 @@ impl<D: Domain> Reconciler<D> {
             return Ok(());
         }
         match result {
-            Ok(revision) => {
+            Ok(WriteReceipt { revision, facts }) => {
                 self.gate.succeeded(key, OpKind::WriteStatus);
+                if let Some(facts) = facts {
+                    self.written_facts.insert(
+                        node.clone(),
+                        WrittenFacts {
+                            facts,
+                            revision: revision.clone(),
+                            object,
+                        },
+                    );
+                }
                 self.status.write_acked(&node, revision);
             }
             Err(StoreError::NotFound { .. }) => {
@@ -1583,28 +1612,63 @@ impl<D: Domain> Reconciler<D> {
                 self.schedule.mark(volume);
                 continue;
             }
-            match judge_detach(status.as_ref(), &volume, force) {
+            match judge_detach(status.as_ref().map(Fresh::from), &volume, force) {
                 Ok(()) => {
                     self.cleared
                         .insert((volume.clone(), node.clone()), (force, now));
                     self.schedule.mark(volume);
                 }
-                Err(reason) => {
-                    debug!(volume = ?volume, node = ?node, %reason, "detach held back by a fresh read");
-                    if self.waiting_unmount.insert((node.clone(), volume.clone())) {
-                        self.events.push(Event::WaitingForUnmount {
-                            volume: volume.clone(),
-                            node: node.clone(),
-                            reason,
-                        });
-                    }
-                    self.schedule
-                        .wake_volume_at(now.saturating_add(self.config.unmount_recheck), volume);
-                }
+                Err(reason) => self.hold_back(now, &volume, &node, reason),
             }
         }
         self.status_settled(&node);
         Ok(())
+    }
+
+    /// A fresh read, or the facts a write read, did not justify the detach of `volume` from
+    /// `node`: no failure (no backoff, no failure event, no status write). It is looked at
+    /// again on the node's next report or after [`Config::unmount_recheck`], with one
+    /// [`Event::WaitingForUnmount`] per episode.
+    fn hold_back(&mut self, now: Duration, volume: &D::Volume, node: &D::Node, reason: String) {
+        debug!(volume = ?volume, node = ?node, %reason, "detach held back by fresh facts");
+        if self.waiting_unmount.insert((node.clone(), volume.clone())) {
+            self.events.push(Event::WaitingForUnmount {
+                volume: volume.clone(),
+                node: node.clone(),
+                reason,
+            });
+        }
+        self.schedule.wake_volume_at(
+            now.saturating_add(self.config.unmount_recheck),
+            volume.clone(),
+        );
+    }
+
+    /// The judgement of the facts `node`'s last status write read, if that write was
+    /// acknowledged since the last pass and is still what the core knows the store holds
+    /// (the same node object, the same revision, a list without `volume`): `None` when there
+    /// are no such facts, and the detach needs a read.
+    fn judge_on_written_facts(
+        &self,
+        volume: &D::Volume,
+        node: &D::Node,
+        force: Option<ForceReason>,
+    ) -> Option<Result<(), String>> {
+        if self.written_facts.is_empty() {
+            return None;
+        }
+        let written = self.written_facts.get(node)?;
+        let current = self.status.is_object(node, written.object)
+            && self.status.revision(node) == Some(&written.revision)
+            && self.status.confirmed_absent(node, volume);
+        if !current {
+            return None;
+        }
+        Some(judge_detach(
+            Some(Fresh::from(&written.facts)),
+            volume,
+            force,
+        ))
     }
 
     /// A status write or read of `node` ended: detaches waiting for the store to settle may
@@ -1837,6 +1901,10 @@ impl<D: Domain> Reconciler<D> {
         if !self.cleared.is_empty() {
             self.cleared.clear();
         }
+        // So are the facts a write read.
+        if !self.written_facts.is_empty() {
+            self.written_facts.clear();
+        }
         self.release_idle_slots();
     }
 
@@ -1845,6 +1913,7 @@ impl<D: Domain> Reconciler<D> {
     /// of attaches left about 95 bytes per attachment behind).
     fn trim(&mut self) {
         trim_map(&mut self.cleared);
+        trim_map(&mut self.written_facts);
         trim_map(&mut self.checks);
         self.in_flight.trim();
         trim_map(&mut self.awaiting_ack);
@@ -2088,15 +2157,23 @@ impl<D: Domain> Reconciler<D> {
                 // Queued: a pass admits it to its read when its turn comes.
                 return;
             }
-            // Nothing irreversible on a view of unknown age: the node's next status pass plans
-            // the read (this pass, if nothing runs for the node).
-            self.status.mark(node.clone());
-            let waiting = self.checks.entry(node.clone()).or_default();
-            match waiting.iter_mut().find(|(v, _)| v == volume) {
-                Some(check) => check.1 = force,
-                None => waiting.push((volume.clone(), force)),
+            match self.judge_on_written_facts(volume, node, force) {
+                // The write that took the volume off the node's list read the facts: they
+                // justify the detach as a read after it would, and it goes in this pass.
+                Some(Ok(())) => {}
+                Some(Err(reason)) => return self.hold_back(now, volume, node, reason),
+                None => {
+                    // Nothing irreversible on a view of unknown age: the node's next status
+                    // pass plans the read (this pass, if nothing runs for the node).
+                    self.status.mark(node.clone());
+                    let waiting = self.checks.entry(node.clone()).or_default();
+                    match waiting.iter_mut().find(|(v, _)| v == volume) {
+                        Some(check) => check.1 = force,
+                        None => waiting.push((volume.clone(), force)),
+                    }
+                    return;
+                }
             }
-            return;
         }
         if spec.attach_required && !self.admission.call_detach(volume, node, now) {
             // Its read began before an earlier episode of it ended: queued, it reads again.
@@ -2687,11 +2764,13 @@ impl<D: Domain> Reconciler<D> {
             );
             self.status
                 .start_write(node.clone(), generation, report.clone());
+            let read_facts = self.awaiting_ack.get(&node).is_some_and(|w| !w.is_empty());
             ops.push(Operation::WriteStatus {
                 id,
                 node,
                 attached: report,
                 expected,
+                read_facts,
             });
         }
         self.status.recycle_dirty(nodes);

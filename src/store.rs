@@ -219,6 +219,65 @@ pub struct NodeStatus<D: Domain> {
     pub revision: Revision,
 }
 
+/// What a node's agent and its fencing say about it, read by the store in the same step as a
+/// status write: the facts a fresh read would give a detach, without the read.
+///
+/// The fields mean what they mean in [`NodeStatus`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatusFacts<D: Domain> {
+    /// As [`NodeStatus::in_use`].
+    pub in_use: Option<Vec<D::Volume>>,
+    /// As [`NodeStatus::fenced`].
+    pub fenced: Option<bool>,
+    /// As [`NodeStatus::healthy`].
+    pub healthy: Option<bool>,
+}
+
+impl<D: Domain> NodeStatus<D> {
+    /// The agent's and fencing's facts of this status, without its list and revision.
+    pub fn facts(&self) -> StatusFacts<D> {
+        StatusFacts {
+            in_use: self.in_use.clone(),
+            fenced: self.fenced,
+            healthy: self.healthy,
+        }
+    }
+}
+
+/// A status write's answer from [`NodeStatusStore::write_reading_facts`]: the node's new
+/// revision and, when the store read them no earlier than the write, the node's facts.
+///
+/// ```
+/// use attach_detach::traits::{Revision, StatusFacts, WriteReceipt};
+/// use attach_detach::Ids;
+/// type D = Ids<String, String, String, ()>;
+/// let plain = WriteReceipt::<D>::from(Revision::from(8));
+/// assert_eq!(plain.facts, None);
+/// let full = WriteReceipt::<D> {
+///     revision: Revision::from(8),
+///     facts: Some(StatusFacts { in_use: Some(vec![]), fenced: Some(false), healthy: Some(true) }),
+/// };
+/// assert_eq!(full.revision, plain.revision);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteReceipt<D: Domain> {
+    /// The revision the write created, as [`NodeStatusStore::write`] returns it.
+    pub revision: Revision,
+    /// The node's facts as of that revision or later; `None` when the store did not read them
+    /// (the core then reads the node itself before any detach).
+    pub facts: Option<StatusFacts<D>>,
+}
+
+impl<D: Domain> From<Revision> for WriteReceipt<D> {
+    /// A receipt with no facts.
+    fn from(revision: Revision) -> Self {
+        WriteReceipt {
+            revision,
+            facts: None,
+        }
+    }
+}
+
 /// Why a store call failed, sorted by what the caller may assume about its effect.
 ///
 /// A [`Conflict`](StoreError::Conflict), a [`NotFound`](StoreError::NotFound) or a
@@ -409,7 +468,6 @@ impl Eq for StoreError {}
 /// share a task with the other calls of their pass.
 ///
 /// The trait is dyn-compatible, so a controller can hold an `Arc<dyn NodeStatusStore<D>>`.
-#[cfg_attr(test, mockall::automock)]
 #[async_trait]
 pub trait NodeStatusStore<D: Domain>: Send + Sync {
     /// Reads `node`'s status fresh from the source of truth, never from a cache.
@@ -424,10 +482,56 @@ pub trait NodeStatusStore<D: Domain>: Send + Sync {
         expected: Revision,
     ) -> Result<Revision, StoreError>;
 
+    /// Writes as [`write`](Self::write) does and answers, with the new revision, the node's
+    /// facts (in use, fenced, healthy) read **no earlier than the write**: in the same atomic
+    /// step (an etcd transaction's reads after its put; the object a Kubernetes PATCH answers
+    /// with), or by a read after it.
+    ///
+    /// The core asks for this instead of `write` when a detach waits for the write
+    /// ([`Operation::WriteStatus`](crate::core::Operation::WriteStatus)`::read_facts`). The facts
+    /// then stand for the fresh read the detach needs, which saves a store call and a pass per
+    /// detach. They are as good as that read: the write removed the volume from the node's
+    /// list, and an agent reports a volume in use before it mounts it, so a mount that could
+    /// still start shows in facts read at or after the write. Facts read before the write, or
+    /// from a cache, would let a detach go under such a mount: never answer those.
+    ///
+    /// The default calls `write` and answers no facts; the core then reads the node itself,
+    /// as it does for a store that does not override this.
+    async fn write_reading_facts(
+        &self,
+        node: &D::Node,
+        attached: &ReportedVolumes<D>,
+        expected: Revision,
+    ) -> Result<WriteReceipt<D>, StoreError> {
+        self.write(node, attached, expected)
+            .await
+            .map(WriteReceipt::from)
+    }
+
     /// Every node's status, for recovery after a controller restart.
     // The mockall expectation types built from this signature trip clippy's complexity lint.
     #[allow(clippy::type_complexity)]
     async fn list(&self) -> Result<Vec<(D::Node, NodeStatus<D>)>, StoreError>;
+}
+
+#[cfg(test)]
+mockall::mock! {
+    /// A store driven by expectations. `write_reading_facts` keeps its default (a plain
+    /// `write`, no facts): the driver's tests see the path a store without facts takes.
+    pub(crate) NodeStatusStore<D: Domain + 'static> {}
+
+    #[async_trait]
+    impl<D: Domain + 'static> NodeStatusStore<D> for NodeStatusStore<D> {
+        async fn read(&self, node: &D::Node) -> Result<NodeStatus<D>, StoreError>;
+        async fn write(
+            &self,
+            node: &D::Node,
+            attached: &ReportedVolumes<D>,
+            expected: Revision,
+        ) -> Result<Revision, StoreError>;
+        #[allow(clippy::type_complexity)]
+        async fn list(&self) -> Result<Vec<(D::Node, NodeStatus<D>)>, StoreError>;
+    }
 }
 
 #[cfg(test)]

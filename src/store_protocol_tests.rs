@@ -181,6 +181,10 @@ struct P {
     events: Vec<Event<T>>,
     /// Operations [`P::run_slow`] answers later, with the pass that answers them.
     slow: Vec<(usize, Operation<T>)>,
+    /// The fake store answers a write that asks for them with the node's facts, read with
+    /// the write ([`NodeStatusStore::write_reading_facts`](crate::traits::NodeStatusStore)).
+    /// Off, it answers as a store that keeps the default: no facts.
+    facts_with_writes: bool,
 }
 
 impl P {
@@ -199,6 +203,7 @@ impl P {
             store_calls: BTreeMap::new(),
             events: Vec::new(),
             slow: Vec::new(),
+            facts_with_writes: false,
         }
     }
 
@@ -475,8 +480,10 @@ impl P {
                 node,
                 ref attached,
                 ref expected,
+                read_facts,
                 ..
             } => {
+                let with_facts = read_facts && self.facts_with_writes;
                 let result = match self.store.get_mut(node) {
                     None => Err(StoreError::not_found()),
                     Some(r) if rev(r.revision) != *expected => {
@@ -485,10 +492,13 @@ impl P {
                     Some(r) => {
                         r.attached = attached.to_vec();
                         r.revision += 1;
-                        Ok(rev(r.revision))
+                        Ok(WriteReceipt {
+                            revision: rev(r.revision),
+                            facts: with_facts.then(|| r.status().facts()),
+                        })
                     }
                 };
-                self.answer(op, result);
+                self.answer_with(op, result);
             }
             Operation::ReadStatus { node, .. } => {
                 let cached = if from_cache(&op) {
@@ -521,6 +531,12 @@ impl P {
 
     /// Answers a write with `result`.
     fn answer(&mut self, op: Operation<T>, result: Result<Revision, StoreError>) {
+        self.answer_with(op, result.map(WriteReceipt::from));
+    }
+
+    /// Answers a write with `result`, which may carry the node's facts: a fresh read of the
+    /// node that starts as the write lands, for the rule every detach obeys.
+    fn answer_with(&mut self, op: Operation<T>, result: Result<WriteReceipt<T>, StoreError>) {
         let Operation::WriteStatus {
             id, node, attached, ..
         } = op
@@ -533,12 +549,21 @@ impl P {
                 .as_ref()
                 .is_err_and(StoreError::may_have_taken_effect)
         {
+            let listed = names(&attached.to_vec());
             self.step(Step::MayHaveListed {
                 node,
-                listed: names(&attached.to_vec()),
+                listed: listed.clone(),
             });
+            if result.as_ref().is_ok_and(|r| r.facts.is_some()) {
+                let planned = self.trace.len() - 1;
+                self.step(Step::ReadDone {
+                    node,
+                    planned,
+                    listed,
+                });
+            }
         }
-        self.r.status_written(self.now, id, result).unwrap();
+        self.r.status_written_with(self.now, id, result).unwrap();
         self.drain_events();
     }
 
@@ -1664,5 +1689,108 @@ fn a_volume_both_listings_hold_and_no_one_registers_is_detached_after_a_restart(
     assert_eq!(
         p.run(secs(5)),
         ["write n1 [v1] @4", "read n1", "detach gone n1"]
+    );
+}
+
+// ---- facts read with a write ------------------------------------------------------------------
+
+/// Whether the trace shows `node`'s writes asking for facts, in order.
+fn facts_asked(p: &P, node: &'static str) -> Vec<bool> {
+    p.trace
+        .iter()
+        .filter_map(|(_, _, s)| match s {
+            Step::Planned(Operation::WriteStatus {
+                node: n,
+                read_facts,
+                ..
+            }) if *n == node => Some(*read_facts),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_write_that_read_the_facts_spares_the_detach_its_read() {
+    let mut p = P::attached(Config::default());
+    p.facts_with_writes = true;
+    p.unpod("p1");
+    // The detach goes in the pass right after the write's acknowledgement, on the facts the
+    // write read: no read of its own.
+    let write = p.one();
+    assert_eq!(render(&write), "write n1 [] @2");
+    p.ok(write);
+    assert_eq!(p.tick_names(), ["detach v1 n1"]);
+    // Only the write a detach waited for asked for them; the attach's did not.
+    assert_eq!(facts_asked(&p, "n1"), [false, true]);
+}
+
+#[test]
+fn a_store_that_reads_no_facts_with_a_write_gets_the_read_as_before() {
+    let mut p = P::attached(Config::default());
+    p.unpod("p1");
+    assert_eq!(
+        p.run(secs(1)),
+        ["write n1 [] @2", "read n1", "detach v1 n1"]
+    );
+    assert_eq!(facts_asked(&p, "n1"), [false, true]);
+}
+
+#[test]
+fn facts_read_with_the_write_hold_the_detach_back_as_a_read_would() {
+    let mut p = P::attached(Config::default());
+    p.facts_with_writes = true;
+    // The store shows v1 in use; the core's view of n1 does not yet.
+    p.store_facts("n1", using(&["v1"]));
+    p.unpod("p1");
+    assert_eq!(p.run(secs(1)), ["write n1 [] @2"]);
+    assert_held_back(&mut p, "its agent reports it in use");
+    // The agent unmounts; only the store hears of it. The recheck reads the node: the write's
+    // facts served one pass, and say nothing now.
+    p.store_facts("n1", using(&[]));
+    let m = p.mark();
+    p.run(p.r.config().unmount_recheck);
+    assert_eq!(p.names_since(m), ["read n1", "detach v1 n1"]);
+}
+
+/// The facts a write read say the node is fenced; before the next pass the fence is lifted,
+/// and the core hears of it late: the pass after next must read the node again, not detach
+/// forced on the write's facts (a detach under the mount of a node that runs again).
+#[test]
+fn the_facts_a_write_read_serve_only_the_pass_right_after_it() {
+    let mut p = P::attached(Config::default());
+    p.facts_with_writes = true;
+    // n1 stops answering and is fenced, still using v1: a forced detach, once the removal is
+    // written.
+    p.node("n1", facts(false, true, Some(&["v1"])));
+    p.unpod("p1");
+    let write = p.one();
+    assert_eq!(render(&write), "write n1 [] @2");
+    p.ok(write);
+    // The fence is lifted (store and core) before the next pass: the detach waits.
+    p.node("n1", facts(false, false, Some(&["v1"])));
+    let planned = p.tick();
+    assert!(
+        planned.iter().all(|op| op.kind() != OpKind::Detach),
+        "{:?}",
+        rendered(&planned)
+    );
+    for op in planned {
+        p.ok(op);
+    }
+    // The core's view says fenced again (a stale copy); the store says otherwise.
+    p.core_facts("n1", facts(false, true, Some(&["v1"])));
+    let read = p.one();
+    assert_eq!(render(&read), "read n1");
+    p.ok(read);
+    let m = p.mark();
+    p.run(secs(2));
+    assert_eq!(p.count_planned("detach"), 0, "{:?}", p.names_since(m));
+    assert!(
+        p.events.iter().any(|e| matches!(
+            e,
+            Event::WaitingForUnmount { reason, .. } if reason.contains("no longer fenced")
+        )),
+        "{:?}",
+        p.events
     );
 }

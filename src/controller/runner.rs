@@ -16,7 +16,7 @@ use crate::gate::OpKind;
 use crate::machine::MachineState;
 use crate::operation::{OpId, Operation};
 use crate::reconciler::{Reconciler, ReconcilerError};
-use crate::store::{NodeStatus, NodeStatusStore, Revision, StoreError};
+use crate::store::{NodeStatus, NodeStatusStore, StoreError, WriteReceipt};
 
 /// Every node's status, as the store lists it.
 type Statuses<D> = Vec<(<D as Domain>::Node, NodeStatus<D>)>;
@@ -26,7 +26,7 @@ pub(crate) enum OpResult<D: Domain> {
     Attach(Result<AttachInfo, BackendError<D::Node>>),
     Detach(Result<(), BackendError<D::Node>>),
     Verify(Result<Vec<D::Volume>, BackendError<D::Node>>),
-    WriteStatus(Result<Revision, StoreError>),
+    WriteStatus(Result<WriteReceipt<D>, StoreError>),
     ReadStatus(Result<NodeStatus<D>, StoreError>),
     ListStatuses(Result<Statuses<D>, StoreError>),
     List(Result<Vec<BackendAttachment<D>>, BackendError<D::Node>>),
@@ -113,7 +113,7 @@ impl<D: Domain> OpResult<D> {
             OpResult::Attach(r) => core.attach_finished(now, id, r),
             OpResult::Detach(r) => core.detach_finished(now, id, r),
             OpResult::Verify(r) => core.verify_finished(now, id, r),
-            OpResult::WriteStatus(r) => core.status_written(now, id, r),
+            OpResult::WriteStatus(r) => core.status_written_with(now, id, r),
             OpResult::ReadStatus(r) => core.status_read(now, id, r),
             OpResult::ListStatuses(r) => core.statuses_listed(now, id, r),
             OpResult::List(r) => core.list_finished(now, id, r),
@@ -269,14 +269,24 @@ pub(crate) async fn execute<D: Domain>(op: Operation<D>, parts: Arc<Parts<D>>) -
                 node,
                 attached,
                 expected,
+                read_facts,
                 ..
             } => {
                 metrics.store_write();
-                let call = store.write(&node, &attached, expected);
-                let answer = deadlines
-                    .run(CallKind::StatusWrite, Some(&node), None, call)
-                    .await
-                    .unwrap_or_else(|after| Err(store_timeout(CallKind::StatusWrite, after)));
+                let answer = if read_facts {
+                    let call = store.write_reading_facts(&node, &attached, expected);
+                    deadlines
+                        .run(CallKind::StatusWrite, Some(&node), None, call)
+                        .await
+                } else {
+                    let call = store.write(&node, &attached, expected);
+                    let answer = deadlines
+                        .run(CallKind::StatusWrite, Some(&node), None, call)
+                        .await;
+                    answer.map(|written| written.map(WriteReceipt::from))
+                };
+                let answer =
+                    answer.unwrap_or_else(|after| Err(store_timeout(CallKind::StatusWrite, after)));
                 if matches!(answer, Err(StoreError::Conflict { .. })) {
                     metrics.store_write_conflict();
                 }

@@ -14,7 +14,7 @@ use super::panics::guarded;
 use super::timeline::Happening;
 use super::world::World;
 use crate::reported_volumes::ReportedVolumes;
-use crate::store::{NodeStatus, NodeStatusStore, Revision, StoreError};
+use crate::store::{NodeStatus, NodeStatusStore, Revision, StoreError, WriteReceipt};
 
 pub(crate) struct SimStore {
     pub(crate) inner: Arc<dyn NodeStatusStore<SimIds>>,
@@ -50,6 +50,39 @@ impl NodeStatusStore<SimIds> for SimStore {
         attached: &ReportedVolumes<SimIds>,
         expected: Revision,
     ) -> Result<Revision, StoreError> {
+        self.write_traced(node, attached, expected, false)
+            .await
+            .map(|receipt| receipt.revision)
+    }
+
+    async fn write_reading_facts(
+        &self,
+        node: &String,
+        attached: &ReportedVolumes<SimIds>,
+        expected: Revision,
+    ) -> Result<WriteReceipt<SimIds>, StoreError> {
+        self.write_traced(node, attached, expected, true).await
+    }
+
+    async fn list(&self) -> Result<Vec<(String, NodeStatus<SimIds>)>, StoreError> {
+        guarded(&self.world, self.epoch, "store list", async {
+            tokio::time::sleep(self.latency()).await;
+            self.inner.list().await
+        })
+        .await
+    }
+}
+
+impl SimStore {
+    /// A write, traced, answering the node's facts with it when `read_facts` is set and the
+    /// store under it reads them (the real store does, atomically; a lagging view does not).
+    async fn write_traced(
+        &self,
+        node: &String,
+        attached: &ReportedVolumes<SimIds>,
+        expected: Revision,
+        read_facts: bool,
+    ) -> Result<WriteReceipt<SimIds>, StoreError> {
         guarded(&self.world, self.epoch, "store write", async {
             if self.traced {
                 let mut w = self.world.lock();
@@ -61,7 +94,16 @@ impl NodeStatusStore<SimIds> for SimStore {
             }
             tokio::time::sleep(self.latency()).await;
             assert!(!self.sabotaged, "sabotaged store write of {node}");
-            let result = self.inner.write(node, attached, expected).await;
+            let result = if read_facts {
+                self.inner
+                    .write_reading_facts(node, attached, expected)
+                    .await
+            } else {
+                self.inner
+                    .write(node, attached, expected)
+                    .await
+                    .map(WriteReceipt::from)
+            };
             let mut w = self.world.lock();
             w.now = self.epoch.elapsed();
             if result.is_ok() {
@@ -83,14 +125,6 @@ impl NodeStatusStore<SimIds> for SimStore {
                 });
             }
             result
-        })
-        .await
-    }
-
-    async fn list(&self) -> Result<Vec<(String, NodeStatus<SimIds>)>, StoreError> {
-        guarded(&self.world, self.epoch, "store list", async {
-            tokio::time::sleep(self.latency()).await;
-            self.inner.list().await
         })
         .await
     }
