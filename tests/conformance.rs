@@ -20,7 +20,7 @@ use attach_detach::core::{Access, VolumeSpec};
 use attach_detach::memory::{MemoryBackend, MemoryStore};
 use attach_detach::traits::{
     AttachBackend, AttachInfo, BackendAttachment, BackendError, NodeStatus, NodeStatusStore,
-    ReportedVolume, ReportedVolumes, Revision, StoreError,
+    ReportedVolume, ReportedVolumes, Revision, StatusFacts, StoreError, WriteReceipt,
 };
 
 /// String ids, and a string payload (a CSI handle) so that a wrong payload shows.
@@ -158,6 +158,8 @@ enum Flaw {
     ErasesInUse,
     /// A read of a node it does not hold answers an empty status instead of NotFound.
     InventsMissingNodes,
+    /// A write that reads facts answers those of the node's previous write (a cache).
+    StaleFacts,
 }
 
 struct ToyNode {
@@ -166,6 +168,8 @@ struct ToyNode {
     fenced: bool,
     healthy: bool,
     revision: u64,
+    /// The facts as of the last write ([`Flaw::StaleFacts`] answers them).
+    facts_at_last_write: Option<StatusFacts<D>>,
 }
 
 /// A store written apart from [`MemoryStore`], etcd-like: the attached list is one key whose
@@ -244,6 +248,18 @@ impl NodeStatusStore<D> for ToyStore {
         attached: &ReportedVolumes<D>,
         expected: Revision,
     ) -> Result<Revision, StoreError> {
+        self.write_reading_facts(node, attached, expected)
+            .await
+            .map(|receipt| receipt.revision)
+    }
+
+    /// Reads the facts under the same lock as the write, when the store holds them.
+    async fn write_reading_facts(
+        &self,
+        node: &String,
+        attached: &ReportedVolumes<D>,
+        expected: Revision,
+    ) -> Result<WriteReceipt<D>, StoreError> {
         let next = self.next();
         let mut nodes = self.nodes.lock();
         let n = nodes.get_mut(node).ok_or_else(StoreError::not_found)?;
@@ -256,7 +272,16 @@ impl NodeStatusStore<D> for ToyStore {
         if self.flaw == Flaw::ErasesInUse {
             n.in_use.clear();
         }
-        Ok(Self::revision(next))
+        let now = self.status(n).facts();
+        let previous = n.facts_at_last_write.replace(now.clone());
+        let facts = match self.flaw {
+            Flaw::StaleFacts => previous.or(Some(now)),
+            _ => Some(now),
+        };
+        Ok(WriteReceipt {
+            revision: Self::revision(next),
+            facts: facts.filter(|_| self.knows_facts),
+        })
     }
 
     async fn list(&self) -> Result<Vec<(String, NodeStatus<D>)>, StoreError> {
@@ -289,6 +314,7 @@ impl StoreHarness<D> for ToyHarness {
             fenced: false,
             healthy: true,
             revision,
+            facts_at_last_write: None,
         });
         Ok(())
     }
@@ -340,10 +366,19 @@ async fn catches_a_write_that_erases_in_use() {
         [
             "write_keeps_agent_facts",
             "agent_change_between_read_and_write",
+            "facts_read_with_a_write_are_current",
         ]
     );
     // A store that holds no in-use list has none to erase.
     assert_eq!(run_toy(false, Flaw::ErasesInUse).await, Vec::<&str>::new());
+}
+
+#[tokio::test]
+async fn catches_a_write_that_answers_facts_older_than_it() {
+    assert_eq!(
+        run_toy(true, Flaw::StaleFacts).await,
+        ["facts_read_with_a_write_are_current"]
+    );
 }
 
 #[tokio::test]
@@ -397,7 +432,11 @@ async fn catches_a_fact_read_back_as_a_guess() {
     let failures = conformance::check_store(&harness).await.unwrap_err();
     assert_eq!(
         failures.failed_checks(),
-        ["agent_facts_read_back", "write_keeps_agent_facts"]
+        [
+            "agent_facts_read_back",
+            "write_keeps_agent_facts",
+            "facts_read_with_a_write_are_current"
+        ]
     );
     let first = &failures.failures[0];
     assert!(first.expected.contains("healthy None"), "{first}");

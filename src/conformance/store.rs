@@ -14,7 +14,9 @@ use super::report::{Check, Outcome};
 use super::{ConformanceFailure, HarnessError, Steps, Supported, fresh};
 use crate::domain::Domain;
 use crate::reported_volumes::ReportedVolumes;
-use crate::store::{NodeStatus, NodeStatusStore, ReportedVolume, Revision, StoreError};
+use crate::store::{
+    NodeStatus, NodeStatusStore, ReportedVolume, Revision, StoreError, WriteReceipt,
+};
 
 /// What the store suite needs besides the store: nodes to write to, and the node agent's and
 /// fencing agent's side of a node's status, which only the harness can play.
@@ -133,6 +135,10 @@ where
         check!(
             agent_change_between_read_and_write,
             "an agent's change after the controller's read is neither lost nor overwritten"
+        ),
+        check!(
+            facts_read_with_a_write_are_current,
+            "a write that answers facts answers the node's facts as of the write, never older, and its revision"
         ),
     ]
 }
@@ -271,6 +277,34 @@ impl<'h, D: Domain, H: StoreHarness<D> + ?Sized> Cx<'h, D, H> {
             .store()
             .write(node, &attached, expected.clone());
         self.steps.call("write", write).await
+    }
+
+    /// Writes `attached` at `expected` through `write_reading_facts`, failing the check
+    /// unless the write succeeds.
+    async fn write_reading_facts_ok(
+        &self,
+        node: &D::Node,
+        attached: &[ReportedVolume<D>],
+        expected: &Revision,
+        when: &str,
+    ) -> Result<WriteReceipt<D>, ConformanceFailure> {
+        let packed = ReportedVolumes::from(attached.to_vec());
+        let write = self
+            .harness
+            .store()
+            .write_reading_facts(node, &packed, expected.clone());
+        self.steps
+            .call("write_reading_facts", write)
+            .await?
+            .map_err(|e| {
+                self.fail(
+                    format_args!(
+                        "write_reading_facts of {} to node {node:?} at revision {expected} ({when}) to succeed",
+                        list(attached)
+                    ),
+                    error(&e),
+                )
+            })
     }
 
     /// Writes `attached` at `expected`, failing the check unless the write succeeds.
@@ -1059,6 +1093,76 @@ where
         cx.expect_facts(&after, &facts, "after the controller's write")?;
         cx.expect_holds(&node, attached, &revision, "after the controller's write")
             .await
+    })
+    .await
+}
+
+/// [`NodeStatusStore::write_reading_facts`] answers facts "read no earlier than the write":
+/// after the agents change their facts, a write that answers facts must answer the changed
+/// ones (a store answering from a cache, or from a read taken before the write, would let a
+/// detach go under a mount), and the facts a read then shows; its revision is the one the
+/// write created, as [`write`](NodeStatusStore::write)'s. A store that answers no facts (the
+/// default) passes: the core then reads the node itself.
+pub async fn facts_read_with_a_write_are_current<D, H>(harness: &H) -> Outcome
+where
+    D: Domain,
+    H: StoreHarness<D> + ?Sized,
+{
+    let cx = Cx::new(harness, "facts_read_with_a_write_are_current");
+    cx.scoped(async {
+        let node = cx.node().await?;
+        let reported = cx.volume(Some("/dev/a"));
+        let mut revision = cx.read_ok(&node, "just added").await?.revision;
+        // Two rounds, the facts flipped between them: the second write must not answer the
+        // first round's.
+        let rounds = [
+            (vec![reported.volume.clone()], true, false),
+            (Vec::new(), false, true),
+        ];
+        for (round, (in_use, fenced, healthy)) in rounds.into_iter().enumerate() {
+            let set = cx.set_facts(&node, in_use, fenced, healthy).await?;
+            // A store whose revision covers the agents' facts moved it: write at the new one.
+            revision = cx
+                .read_ok(&node, "after the agents' update")
+                .await?
+                .revision;
+            let attached: &[ReportedVolume<D>] = if round == 0 {
+                std::slice::from_ref(&reported)
+            } else {
+                &[]
+            };
+            let receipt = cx
+                .write_reading_facts_ok(&node, attached, &revision, "after the agents' update")
+                .await?;
+            let Some(facts) = &receipt.facts else {
+                // No facts: the default, always allowed. Its write must still be a write.
+                return cx
+                    .expect_holds(&node, attached, &receipt.revision, "after the write")
+                    .await;
+            };
+            let answered = NodeStatus {
+                attached: Vec::new(),
+                in_use: facts.in_use.clone(),
+                fenced: facts.fenced,
+                healthy: facts.healthy,
+                revision: receipt.revision.clone(),
+            };
+            if !set.shown_by(&answered) {
+                return Err(cx.fail(
+                    format_args!("the facts a write answers after the agents' update to be {set}"),
+                    self::facts(&answered),
+                ));
+            }
+            cx.expect_holds(
+                &node,
+                attached,
+                &receipt.revision,
+                "after a write that read facts",
+            )
+            .await?;
+            revision = receipt.revision;
+        }
+        Ok(())
     })
     .await
 }

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
-use attach_detach::traits::{NodeStatus, NodeStatusStore, ReportedVolumes, Revision, StoreError};
+use attach_detach::traits::{
+    NodeStatus, NodeStatusStore, ReportedVolumes, Revision, StoreError, WriteReceipt,
+};
 use etcd_client::{Client, Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse};
 
 use crate::codec::{EtcdDomain, decode_attached, decode_volumes, encode_attached, parse_id};
@@ -212,6 +214,56 @@ impl<D: EtcdDomain> NodeStatusStore<D> for EtcdStatusStore<D> {
         attached: &ReportedVolumes<D>,
         expected: Revision,
     ) -> Result<Revision, StoreError> {
+        self.write_txn(node, attached, expected, false)
+            .await
+            .map(|receipt| receipt.revision)
+    }
+
+    /// The same transaction, whose success branch also gets the in-use, fence and liveness
+    /// keys after its put: etcd runs a transaction's operations at one revision, so the facts
+    /// are exactly the node's as of the write.
+    async fn write_reading_facts(
+        &self,
+        node: &D::Node,
+        attached: &ReportedVolumes<D>,
+        expected: Revision,
+    ) -> Result<WriteReceipt<D>, StoreError> {
+        self.write_txn(node, attached, expected, true).await
+    }
+
+    async fn list(&self) -> Result<Vec<(D::Node, NodeStatus<D>)>, StoreError> {
+        // The first listing fixes the revision every other one reads at.
+        let (nodes, at) = self.all(KeyKind::Node, 0).await?;
+        let (attached, _) = self.all(KeyKind::Attached, at).await?;
+        let (in_use, _) = self.all(KeyKind::InUse, at).await?;
+        let (fences, _) = self.all(KeyKind::Fence, at).await?;
+        let (alive, _) = self.all(KeyKind::Alive, at).await?;
+        nodes
+            .keys()
+            .map(|id| {
+                let node = parse_id(id, "node")
+                    .map_err(|e| undecodable(&self.layout.key(KeyKind::Node, id), e))?;
+                let status = self.status(
+                    attached.get(id),
+                    in_use.get(id),
+                    fences.get(id),
+                    alive.get(id),
+                )?;
+                Ok((node, status))
+            })
+            .collect()
+    }
+}
+
+impl<D: EtcdDomain> EtcdStatusStore<D> {
+    /// A write's transaction, reading the node's facts in it when `read_facts` is set.
+    async fn write_txn(
+        &self,
+        node: &D::Node,
+        attached: &ReportedVolumes<D>,
+        expected: Revision,
+        read_facts: bool,
+    ) -> Result<WriteReceipt<D>, StoreError> {
         let id = node.to_string();
         // The core only hands back revisions this store gave out: numbers.
         let expected: i64 = expected.text().parse().map_err(|_| {
@@ -238,10 +290,14 @@ impl<D: EtcdDomain> NodeStatusStore<D> for EtcdStatusStore<D> {
             when.push(fence.compare());
             or_else.push(TxnOp::get(fence.key().to_vec(), None));
         }
-        let txn = Txn::new()
-            .when(when)
-            .and_then([TxnOp::put(attached_key, value, None)])
-            .or_else(or_else);
+        let mut and_then = vec![TxnOp::put(attached_key, value, None)];
+        if read_facts {
+            and_then.extend(
+                [KeyKind::InUse, KeyKind::Fence, KeyKind::Alive]
+                    .map(|kind| TxnOp::get(self.layout.key(kind, &id), None)),
+            );
+        }
+        let txn = Txn::new().when(when).and_then(and_then).or_else(or_else);
         let response = self
             .client
             .kv_client()
@@ -254,7 +310,20 @@ impl<D: EtcdDomain> NodeStatusStore<D> for EtcdStatusStore<D> {
                     "etcd's answer to a write of node {id} had no header"
                 ))
             })?;
-            return Ok(Revision::from(revision));
+            let r = response.op_responses();
+            // Facts that do not decode are left out: the write landed, and the core's own
+            // read of the node reports the bad key.
+            let facts = match &r[..] {
+                [_, in_use, fence, alive] if read_facts => self
+                    .status(None, found(in_use), found(fence), found(alive))
+                    .ok()
+                    .map(|status| status.facts()),
+                _ => None,
+            };
+            return Ok(WriteReceipt {
+                revision: Revision::from(revision),
+                facts,
+            });
         }
         let r = response.op_responses();
         if let Some(fence) = &self.fence {
@@ -275,28 +344,5 @@ impl<D: EtcdDomain> NodeStatusStore<D> for EtcdStatusStore<D> {
         }
         let current = r.get(1).and_then(found).map_or(0, KeyValue::mod_revision);
         Err(StoreError::conflict(Revision::from(current)))
-    }
-
-    async fn list(&self) -> Result<Vec<(D::Node, NodeStatus<D>)>, StoreError> {
-        // The first listing fixes the revision every other one reads at.
-        let (nodes, at) = self.all(KeyKind::Node, 0).await?;
-        let (attached, _) = self.all(KeyKind::Attached, at).await?;
-        let (in_use, _) = self.all(KeyKind::InUse, at).await?;
-        let (fences, _) = self.all(KeyKind::Fence, at).await?;
-        let (alive, _) = self.all(KeyKind::Alive, at).await?;
-        nodes
-            .keys()
-            .map(|id| {
-                let node = parse_id(id, "node")
-                    .map_err(|e| undecodable(&self.layout.key(KeyKind::Node, id), e))?;
-                let status = self.status(
-                    attached.get(id),
-                    in_use.get(id),
-                    fences.get(id),
-                    alive.get(id),
-                )?;
-                Ok((node, status))
-            })
-            .collect()
     }
 }

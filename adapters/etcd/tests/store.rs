@@ -73,6 +73,54 @@ async fn a_node_reads_its_five_keys_as_one_status() {
     assert!(store.list().await.unwrap().is_empty());
 }
 
+#[tokio::test]
+async fn a_write_reads_the_nodes_facts_in_its_own_transaction() {
+    let etcd = etcd_or_skip!("a_write_reads_the_nodes_facts_in_its_own_transaction");
+    let layout = KeyLayout::new("/t5");
+    let client = etcd.client().await;
+    let store = EtcdStatusStore::<D>::new(client.clone(), layout.clone());
+    let cluster = ClusterWriter::<D>::new(client, layout);
+    let node = "n1".to_string();
+    cluster.add_node(&node).await.unwrap();
+
+    // Nothing reported yet: no in-use list, not fenced, no lease.
+    let first = store
+        .write_reading_facts(&node, &list(&["v1"]).into(), Revision::from(0))
+        .await
+        .unwrap();
+    let facts = first.facts.expect("the transaction read the facts");
+    assert_eq!(
+        (facts.in_use, facts.fenced, facts.healthy),
+        (None, Some(false), Some(false))
+    );
+
+    cluster
+        .set_in_use(&node, &["v1".to_string()])
+        .await
+        .unwrap();
+    cluster.set_alive(&node, None).await.unwrap();
+    cluster.fence(&node, "powered off by ipmi").await.unwrap();
+    let second = store
+        .write_reading_facts(&node, &[].into(), first.revision.clone())
+        .await
+        .unwrap();
+    // The facts are what a read at the write's revision gives.
+    let read = store.read(&node).await.unwrap();
+    assert_eq!(read.revision, second.revision);
+    assert_eq!(second.facts, Some(read.facts()));
+    assert_eq!(read.in_use, Some(vec!["v1".to_string()]));
+    assert_eq!((read.fenced, read.healthy), (Some(true), Some(true)));
+
+    // A lost race reads nothing and writes nothing.
+    assert_eq!(
+        store
+            .write_reading_facts(&node, &list(&["v2"]).into(), first.revision)
+            .await,
+        Err(StoreError::conflict(second.revision))
+    );
+    assert!(store.read(&node).await.unwrap().attached.is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_writers_racing_on_one_revision_one_wins_the_other_conflicts() {
     let etcd = etcd_or_skip!("two_writers_racing_on_one_revision_one_wins_the_other_conflicts");

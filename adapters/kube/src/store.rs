@@ -9,6 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use attach_detach::traits::{
     NodeStatus, NodeStatusStore, ReportedVolume, ReportedVolumes, Revision, StoreError,
+    WriteReceipt,
 };
 use kube::Client;
 use kube::api::{GetParams, ListParams, Patch, PatchParams};
@@ -242,6 +243,39 @@ impl NodeStatusStore<Kube> for KubeStatusStore {
         attached: &ReportedVolumes<Kube>,
         expected: Revision,
     ) -> Result<Revision, StoreError> {
+        self.patch(node, attached, expected)
+            .await
+            .map(|status| status.revision)
+    }
+
+    /// The same patch: the API server answers it with the patched Node, whose
+    /// `volumesInUse`, taints and `Ready` condition are the node's as of the write.
+    async fn write_reading_facts(
+        &self,
+        node: &String,
+        attached: &ReportedVolumes<Kube>,
+        expected: Revision,
+    ) -> Result<WriteReceipt<Kube>, StoreError> {
+        let status = self.patch(node, attached, expected).await?;
+        Ok(WriteReceipt {
+            facts: Some(status.facts()),
+            revision: status.revision,
+        })
+    }
+
+    async fn list(&self) -> Result<Vec<(String, NodeStatus<Kube>)>, StoreError> {
+        self.list_nodes().await
+    }
+}
+
+impl KubeStatusStore {
+    /// The write's JSON patch; answers the patched node's status.
+    async fn patch(
+        &self,
+        node: &str,
+        attached: &ReportedVolumes<Kube>,
+        expected: Revision,
+    ) -> Result<NodeStatus<Kube>, StoreError> {
         let context = format!("writing node {node}");
         // The core only hands back revisions this store gave out: JSON texts.
         let expected: Value = serde_json::from_str(&expected.text()).map_err(|e| {
@@ -273,13 +307,12 @@ impl NodeStatusStore<Kube> for KubeStatusStore {
             .fetch_add(request.body().len() as u64, Ordering::Relaxed);
         let view: NodeView = self.call(request, CallKind::Write, &context).await?;
         // The patch landed; an answer this store cannot read leaves the new list unknown.
-        let status = view
-            .status()
-            .map_err(|e| StoreError::uncertain(context).with_source(e))?;
-        Ok(status.revision)
+        view.status()
+            .map_err(|e| StoreError::uncertain(context).with_source(e))
     }
 
-    async fn list(&self) -> Result<Vec<(String, NodeStatus<Kube>)>, StoreError> {
+    /// Every node's status, page by page.
+    async fn list_nodes(&self) -> Result<Vec<(String, NodeStatus<Kube>)>, StoreError> {
         let context = "listing nodes";
         // A continue token expires (410 Gone) when the listing takes longer than etcd keeps
         // its snapshot: start over once, from a fresh snapshot.

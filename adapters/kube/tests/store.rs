@@ -228,6 +228,35 @@ async fn write_tests_the_list_it_read() {
 }
 
 #[tokio::test]
+async fn a_write_reads_the_nodes_facts_from_the_patched_node() {
+    let old = json!([{"name": v(1), "devicePath": "/dev/xvdba"}]);
+    // kubelet still reports vol-1 in use, and the node is tainted out of service and not
+    // ready: the answer to the patch says so, and the facts are read from it.
+    let answer = node(
+        "node-a",
+        json!({"taints": [{"key": OUT_OF_SERVICE_TAINT, "effect": "NoExecute"}]}),
+        json!({
+            "conditions": [{"type": "Ready", "status": "Unknown"}],
+            "volumesInUse": [v(1)],
+        }),
+    );
+    let (client, script) = scripted(vec![
+        Exchange::patch(PATCH_A, JSON_PATCH, status_patch(old.clone(), json!([])))
+            .answer(200, answer),
+    ]);
+    let store = KubeStatusStore::new(client);
+    let receipt = store
+        .write_reading_facts(&node_a(), &[].into(), Revision::from(old.to_string()))
+        .await
+        .unwrap();
+    assert_eq!(receipt.revision, Revision::from("null"));
+    let facts = receipt.facts.expect("the patched node carries the facts");
+    assert_eq!(facts.in_use, Some(vec![v(1)]));
+    assert_eq!((facts.fenced, facts.healthy), (Some(true), Some(false)));
+    finish(store, script).await;
+}
+
+#[tokio::test]
 async fn conflicts_409_and_422_are_conflicts() {
     let list = json!([{"name": v(1), "devicePath": ""}]);
     let patch = || status_patch(Value::Null, list.clone());
