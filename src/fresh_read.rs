@@ -7,6 +7,11 @@
 //! that read justifies it. The removal is acknowledged before the read is planned (C5), and an
 //! agent reports a volume in use before mounting it, so the read sees every mount that could still
 //! happen.
+//!
+//! The write that removes the volume may read the node's facts itself, in the same step
+//! ([`NodeStatusStore::write_reading_facts`](crate::traits::NodeStatusStore::write_reading_facts)):
+//! read no earlier than the removal, they see the same mounts, and they stand for the read in
+//! the pass right after the write's acknowledgement ([`WrittenFacts`]), and no later.
 
 use crate::domain::Domain;
 use crate::operation::ForceReason;

@@ -143,7 +143,7 @@ use attach_detach::core::{AttachState, Input, NodeFacts, OpId, Operation, Reconc
 use attach_detach::sim::{self, scenario};
 use attach_detach::traits::{
     AttachInfo, BackendAttachment, BackendError, MachineState, NodeStatus, ReportedVolume,
-    Revision, StoreError,
+    Revision, StoreError, WriteReceipt,
 };
 use stateright::{Checker, HasDiscoveries, Model, Property, Representative};
 
@@ -250,6 +250,9 @@ enum Outcome {
     TimeoutLater,
     /// A status write lost a compare-and-set race to another writer.
     Conflict,
+    /// A status write that asked for the node's facts landed, answered without them (a store
+    /// that keeps the default): the core reads the node itself.
+    OkNoFacts,
 }
 
 /// One step of the world.
@@ -324,6 +327,8 @@ enum Op {
         n: u8,
         list: Vec<u8>,
         expected: String,
+        /// A detach waits for it: a store answers the node's facts with it.
+        read_facts: bool,
     },
     /// A fresh read, or (upstream's C6 only) a read of the orchestrator's cached copy.
     Read {
@@ -364,11 +369,13 @@ impl Op {
                 node,
                 attached,
                 expected,
+                read_facts,
                 ..
             } => Op::Write {
                 n: *node,
                 list: attached.volumes().to_vec(),
                 expected: expected.text().into_owned(),
+                read_facts: *read_facts,
             },
             Operation::ReadStatus {
                 node, from_cache, ..
@@ -407,7 +414,10 @@ impl Op {
                 Outcome::TimeoutNever,
                 Outcome::TimeoutLater,
             ]),
-            Op::Write { .. } => {
+            Op::Write { read_facts, .. } => {
+                if *read_facts {
+                    out.push(Outcome::OkNoFacts);
+                }
                 if bounds.timeouts {
                     out.extend([Outcome::TimeoutLanded, Outcome::TimeoutNever]);
                 }
@@ -450,6 +460,8 @@ enum Answer {
     /// Ok(new revision); Err(None) failed, Err(Some(true)) uncertain; conflict at a revision.
     Write(Result<u64, Option<bool>>),
     WriteConflict(u64),
+    /// Landed, with the node's status after it: its revision and facts.
+    WriteFacts(Status),
     Read(Option<Status>),
     ListStatuses(Option<Vec<(u8, Status)>>),
     /// Whether the machine is off (`None`: the call failed).
@@ -538,6 +550,17 @@ fn apply(core: &mut Reconciler<T>, call: &Call) -> Vec<Operation<T>> {
                     _ => StoreError::transient("model: failed"),
                 }),
             ),
+            Answer::WriteFacts(status) => {
+                let status = status.real();
+                core.status_written_with(
+                    now,
+                    id,
+                    Ok(WriteReceipt {
+                        facts: Some(status.facts()),
+                        revision: status.revision,
+                    }),
+                )
+            }
             Answer::WriteConflict(rev) => {
                 core.status_written(now, id, Err(StoreError::conflict(Revision::from(rev))))
             }
@@ -688,10 +711,16 @@ impl Op {
                 n: r(n),
                 vs: vs.clone(),
             },
-            Op::Write { n, list, expected } => Op::Write {
+            Op::Write {
+                n,
+                list,
+                expected,
+                read_facts,
+            } => Op::Write {
                 n: r(n),
                 list: list.clone(),
                 expected: expected.clone(),
+                read_facts: *read_facts,
             },
             Op::Read { n, cached } => Op::Read {
                 n: r(n),
@@ -925,20 +954,29 @@ impl Step<'_> {
                     .collect()
             })),
             Op::List => Answer::List((outcome == Outcome::Ok).then(|| self.listing())),
-            Op::Write { n, list, expected } => {
+            Op::Write {
+                n,
+                list,
+                expected,
+                read_facts,
+            } => {
                 let node = &mut self.env.nodes[usize::from(n)];
                 if expected != Revision::from(node.revision).text() {
                     // Compare-and-set, as a store does: a stale revision is a conflict.
                     Answer::WriteConflict(node.revision)
                 } else {
                     match outcome {
-                        Outcome::Ok | Outcome::TimeoutLanded => {
+                        Outcome::Ok | Outcome::OkNoFacts | Outcome::TimeoutLanded => {
                             node.stored = list;
                             node.revision += 1;
-                            if outcome == Outcome::Ok {
-                                Answer::Write(Ok(node.revision))
-                            } else {
-                                Answer::Write(Err(Some(true)))
+                            match outcome {
+                                // The facts read in the write's own step, as etcd's
+                                // transaction and a Kubernetes PATCH's answer give them.
+                                Outcome::Ok if read_facts => Answer::WriteFacts(node.status()),
+                                Outcome::Ok | Outcome::OkNoFacts => {
+                                    Answer::Write(Ok(node.revision))
+                                }
+                                _ => Answer::Write(Err(Some(true))),
                             }
                         }
                         Outcome::Conflict => {
@@ -1979,7 +2017,7 @@ fn scenario_of(world: &World, found: &Found, timing: Timing, with_bug: bool) -> 
                 let uncertain = matches!(outcome, Outcome::TimeoutLanded | Outcome::TimeoutLater);
                 let uncertain = if uncertain { " uncertain" } else { "" };
                 let fault = match (op, outcome) {
-                    (_, Outcome::Conflict) => None,
+                    (_, Outcome::Conflict | Outcome::OkNoFacts) => None,
                     (Op::Attach { v, n }, _) => {
                         Some(format!("fail attach v{v} on n{n}{uncertain}"))
                     }

@@ -1112,7 +1112,6 @@ where
     cx.scoped(async {
         let node = cx.node().await?;
         let reported = cx.volume(Some("/dev/a"));
-        let mut revision = cx.read_ok(&node, "just added").await?.revision;
         // Two rounds, the facts flipped between them: the second write must not answer the
         // first round's.
         let rounds = [
@@ -1121,8 +1120,9 @@ where
         ];
         for (round, (in_use, fenced, healthy)) in rounds.into_iter().enumerate() {
             let set = cx.set_facts(&node, in_use, fenced, healthy).await?;
-            // A store whose revision covers the agents' facts moved it: write at the new one.
-            revision = cx
+            // Written at the revision a read gives after the agents' update (a store whose
+            // revision covers the agents' facts moved it).
+            let revision = cx
                 .read_ok(&node, "after the agents' update")
                 .await?
                 .revision;
@@ -1160,7 +1160,6 @@ where
                 "after a write that read facts",
             )
             .await?;
-            revision = receipt.revision;
         }
         Ok(())
     })
