@@ -509,8 +509,6 @@ pub trait NodeStatusStore<D: Domain>: Send + Sync {
     }
 
     /// Every node's status, for recovery after a controller restart.
-    // The mockall expectation types built from this signature trip clippy's complexity lint.
-    #[allow(clippy::type_complexity)]
     async fn list(&self) -> Result<Vec<(D::Node, NodeStatus<D>)>, StoreError>;
 }
 
@@ -529,6 +527,8 @@ mockall::mock! {
             attached: &ReportedVolumes<D>,
             expected: Revision,
         ) -> Result<Revision, StoreError>;
+        // The expectation types mockall builds from this signature trip clippy's complexity
+        // lint.
         #[allow(clippy::type_complexity)]
         async fn list(&self) -> Result<Vec<(D::Node, NodeStatus<D>)>, StoreError>;
     }

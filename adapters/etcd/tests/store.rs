@@ -25,6 +25,13 @@ fn names(attached: &[ReportedVolume<D>]) -> Vec<&str> {
     attached.iter().map(|r| r.volume.as_str()).collect()
 }
 
+/// The node's agent reports v1 in use and holds its lease; the node is fenced.
+async fn agents_report_v1_in_use_alive_and_fenced(cluster: &ClusterWriter<D>, node: &String) {
+    cluster.set_in_use(node, &["v1".to_string()]).await.unwrap();
+    cluster.set_alive(node, None).await.unwrap();
+    cluster.fence(node, "powered off by ipmi").await.unwrap();
+}
+
 #[tokio::test]
 async fn a_node_reads_its_five_keys_as_one_status() {
     let etcd = etcd_or_skip!("a_node_reads_its_five_keys_as_one_status");
@@ -44,12 +51,7 @@ async fn a_node_reads_its_five_keys_as_one_status() {
         (None, Some(false), Some(false))
     );
 
-    cluster
-        .set_in_use(&node, &["v1".to_string()])
-        .await
-        .unwrap();
-    cluster.set_alive(&node, None).await.unwrap();
-    cluster.fence(&node, "powered off by ipmi").await.unwrap();
+    agents_report_v1_in_use_alive_and_fenced(&cluster, &node).await;
     let written = store
         .write(&node, &list(&["v1", "v2"]).into(), fresh.revision)
         .await
@@ -94,12 +96,7 @@ async fn a_write_reads_the_nodes_facts_in_its_own_transaction() {
         (None, Some(false), Some(false))
     );
 
-    cluster
-        .set_in_use(&node, &["v1".to_string()])
-        .await
-        .unwrap();
-    cluster.set_alive(&node, None).await.unwrap();
-    cluster.fence(&node, "powered off by ipmi").await.unwrap();
+    agents_report_v1_in_use_alive_and_fenced(&cluster, &node).await;
     let second = store
         .write_reading_facts(&node, &[].into(), first.revision.clone())
         .await
