@@ -56,6 +56,10 @@ pub(crate) struct WrittenFacts<D: Domain> {
     pub(crate) revision: Revision,
     /// The node object written to, as [`InFlight::WriteStatus`](crate::operation::InFlight).
     pub(crate) object: u64,
+    /// When the write was acknowledged: the facts serve until the pass due a reconcile
+    /// period later, with the slack a read's clearance has, and no later however late that
+    /// pass comes (a stalled driver).
+    pub(crate) at: std::time::Duration,
 }
 
 /// Whether a detach of `volume` may go ahead, given a fresh read of its node or the facts a

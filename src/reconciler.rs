@@ -1484,6 +1484,7 @@ impl<D: Domain> Reconciler<D> {
                             facts,
                             revision: revision.clone(),
                             object,
+                            at: now,
                         },
                     );
                 }
@@ -1645,11 +1646,13 @@ impl<D: Domain> Reconciler<D> {
     }
 
     /// The judgement of the facts `node`'s last status write read, if that write was
-    /// acknowledged since the last pass and is still what the core knows the store holds
-    /// (the same node object, the same revision, a list without `volume`): `None` when there
-    /// are no such facts, and the detach needs a read.
+    /// acknowledged since the last pass, not longer ago than a read's clearance lasts, and is
+    /// still what the core knows the store holds (the same node object, the same revision, a
+    /// list without `volume`): `None` when there are no such facts, and the detach needs a
+    /// read.
     fn judge_on_written_facts(
         &self,
+        now: Duration,
         volume: &D::Volume,
         node: &D::Node,
         force: Option<ForceReason>,
@@ -1658,7 +1661,12 @@ impl<D: Domain> Reconciler<D> {
             return None;
         }
         let written = self.written_facts.get(node)?;
-        let current = self.status.is_object(node, written.object)
+        let until = written
+            .at
+            .saturating_add(self.config.reconcile_period)
+            .saturating_add(CLEARANCE_SLACK);
+        let current = now <= until
+            && self.status.is_object(node, written.object)
             && self.status.revision(node) == Some(&written.revision)
             && self.status.confirmed_absent(node, volume);
         if !current {
@@ -2157,7 +2165,7 @@ impl<D: Domain> Reconciler<D> {
                 // Queued: a pass admits it to its read when its turn comes.
                 return;
             }
-            match self.judge_on_written_facts(volume, node, force) {
+            match self.judge_on_written_facts(now, volume, node, force) {
                 // The write that took the volume off the node's list read the facts: they
                 // justify the detach as a read after it would, and it goes in this pass.
                 Some(Ok(())) => {}

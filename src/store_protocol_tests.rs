@@ -1794,3 +1794,29 @@ fn the_facts_a_write_read_serve_only_the_pass_right_after_it() {
         p.events
     );
 }
+
+/// The removal's write reads the facts; the next pass comes `late` after its acknowledgement.
+/// Returns what it plans.
+fn written_facts_polled_late(late: Duration) -> Vec<String> {
+    let mut p = P::attached(Config::default());
+    p.facts_with_writes = true;
+    p.unpod("p1");
+    let write = p.one();
+    p.ok(write);
+    p.now += late;
+    rendered(&p.poll())
+}
+
+#[test]
+fn facts_a_write_read_polled_late_by_more_than_a_second_are_discarded_and_the_node_read() {
+    // As a read's clearance: good for the next pass, due a reconcile period after the
+    // acknowledgement, and a second of slack.
+    let period = Config::default().reconcile_period;
+    assert_eq!(
+        written_facts_polled_late(period + secs(1)),
+        ["detach v1 n1"],
+        "a second late is fine"
+    );
+    assert_eq!(written_facts_polled_late(period + ms(1001)), ["read n1"]);
+    assert_eq!(written_facts_polled_late(secs(30)), ["read n1"]);
+}
