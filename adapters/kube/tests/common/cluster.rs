@@ -15,7 +15,7 @@
 //! A crashed node's kubelet ([`Cluster::crash`]) writes nothing any more: `Ready` is `False`
 //! (as the node lifecycle controller marks it) and `volumesInUse` stays what it was.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -42,6 +42,9 @@ pub struct Cluster {
     crashed: Arc<Mutex<BTreeSet<String>>>,
     /// Whether DELETEs of VolumeAttachments are refused (an admission webhook).
     refuse_deletes: Arc<AtomicBool>,
+    /// At each DELETE refused, every node's `status.volumesAttached` as it then stood: what
+    /// the store said while the detach was tried.
+    refused_seen: Arc<Mutex<Vec<BTreeMap<String, Vec<String>>>>>,
 }
 
 impl Default for Cluster {
@@ -58,6 +61,7 @@ impl Cluster {
             va: FakeVa::new(),
             crashed: Arc::default(),
             refuse_deletes: Arc::default(),
+            refused_seen: Arc::default(),
         }
     }
 
@@ -66,6 +70,7 @@ impl Cluster {
         let (client, mut handle) = mock_client();
         let (api, va) = (Arc::clone(&self.api), self.va.clone());
         let refuse_deletes = Arc::clone(&self.refuse_deletes);
+        let refused_seen = Arc::clone(&self.refused_seen);
         va.start_attacher();
         tokio::spawn(async move {
             while let Some((request, send)) = handle.next_request().await {
@@ -74,6 +79,15 @@ impl Cluster {
                     && path.starts_with(VOLUME_ATTACHMENTS)
                     && refuse_deletes.load(Ordering::SeqCst)
                 {
+                    let lists = api
+                        .nodes()
+                        .into_iter()
+                        .map(|(name, node)| (name, names(&node["status"]["volumesAttached"])))
+                        .collect();
+                    refused_seen
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(lists);
                     let message = "admission webhook \"deny-detach.example.com\" denied the \
                                    request: detach refused";
                     send.send_response(json_response(403, &status_body(403, "Forbidden", message)));
@@ -94,6 +108,15 @@ impl Cluster {
     /// Makes an admission webhook refuse (403) every DELETE of a VolumeAttachment, or stop.
     pub fn refuse_attachment_deletes(&self, refuse: bool) {
         self.refuse_deletes.store(refuse, Ordering::SeqCst);
+    }
+
+    /// At each refused DELETE of a VolumeAttachment so far, every node's
+    /// `status.volumesAttached` (names) as it stood when the webhook refused it.
+    pub fn lists_at_refused_deletes(&self) -> Vec<BTreeMap<String, Vec<String>>> {
+        self.refused_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The names in the node's `status.volumesAttached`.

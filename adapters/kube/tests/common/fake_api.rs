@@ -188,6 +188,11 @@ impl FakeApi {
         self.lock().nodes.get(name).cloned()
     }
 
+    /// Every node, by name.
+    pub fn nodes(&self) -> BTreeMap<String, Value> {
+        self.lock().nodes.clone()
+    }
+
     /// Caps every page of a listing at `size` nodes (0: no cap).
     pub fn set_page_size(&self, size: usize) {
         self.lock().page_size = size;
