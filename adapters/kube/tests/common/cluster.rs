@@ -44,8 +44,11 @@ pub struct Cluster {
     refuse_deletes: Arc<AtomicBool>,
     /// At each DELETE refused, every node's `status.volumesAttached` as it then stood: what
     /// the store said while the detach was tried.
-    refused_seen: Arc<Mutex<Vec<BTreeMap<String, Vec<String>>>>>,
+    refused_seen: Arc<Mutex<Vec<Lists>>>,
 }
+
+/// Every node's `status.volumesAttached` (names), by node.
+pub type Lists = BTreeMap<String, Vec<String>>;
 
 impl Default for Cluster {
     fn default() -> Self {
@@ -112,7 +115,7 @@ impl Cluster {
 
     /// At each refused DELETE of a VolumeAttachment so far, every node's
     /// `status.volumesAttached` (names) as it stood when the webhook refused it.
-    pub fn lists_at_refused_deletes(&self) -> Vec<BTreeMap<String, Vec<String>>> {
+    pub fn lists_at_refused_deletes(&self) -> Vec<Lists> {
         self.refused_seen
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
