@@ -1645,6 +1645,14 @@ impl<D: Domain> Reconciler<D> {
         );
     }
 
+    /// Until when facts read at `at` (a fresh read's clearance, the facts a write read) may
+    /// justify a detach: the next pass, due a reconcile period later, with
+    /// [`CLEARANCE_SLACK`].
+    fn fresh_until(&self, at: Duration) -> Duration {
+        at.saturating_add(self.config.reconcile_period)
+            .saturating_add(CLEARANCE_SLACK)
+    }
+
     /// The judgement of the facts `node`'s last status write read, if that write was
     /// acknowledged since the last pass, not longer ago than a read's clearance lasts, and is
     /// still what the core knows the store holds (the same node object, the same revision, a
@@ -1661,11 +1669,7 @@ impl<D: Domain> Reconciler<D> {
             return None;
         }
         let written = self.written_facts.get(node)?;
-        let until = written
-            .at
-            .saturating_add(self.config.reconcile_period)
-            .saturating_add(CLEARANCE_SLACK);
-        let current = now <= until
+        let current = now <= self.fresh_until(written.at)
             && self.status.is_object(node, written.object)
             && self.status.revision(node) == Some(&written.revision)
             && self.status.confirmed_absent(node, volume);
@@ -2114,12 +2118,7 @@ impl<D: Domain> Reconciler<D> {
             } else {
                 self.cleared.remove(&(volume.clone(), node.clone()))
             }
-            .map(|(force, at)| {
-                let until = at
-                    .saturating_add(self.config.reconcile_period)
-                    .saturating_add(CLEARANCE_SLACK);
-                (force, until)
-            }),
+            .map(|(force, at)| (force, self.fresh_until(at))),
         };
         let (force, step, wake) = match decide_detach(&facts) {
             Detach::Wait { wake } => {

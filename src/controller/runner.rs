@@ -273,20 +273,20 @@ pub(crate) async fn execute<D: Domain>(op: Operation<D>, parts: Arc<Parts<D>>) -
                 ..
             } => {
                 metrics.store_write();
-                let answer = if read_facts {
-                    let call = store.write_reading_facts(&node, &attached, expected);
-                    deadlines
-                        .run(CallKind::StatusWrite, Some(&node), None, call)
-                        .await
-                } else {
-                    let call = store.write(&node, &attached, expected);
-                    let answer = deadlines
-                        .run(CallKind::StatusWrite, Some(&node), None, call)
-                        .await;
-                    answer.map(|written| written.map(WriteReceipt::from))
+                let call = async {
+                    if read_facts {
+                        store.write_reading_facts(&node, &attached, expected).await
+                    } else {
+                        store
+                            .write(&node, &attached, expected)
+                            .await
+                            .map(WriteReceipt::from)
+                    }
                 };
-                let answer =
-                    answer.unwrap_or_else(|after| Err(store_timeout(CallKind::StatusWrite, after)));
+                let answer = deadlines
+                    .run(CallKind::StatusWrite, Some(&node), None, call)
+                    .await
+                    .unwrap_or_else(|after| Err(store_timeout(CallKind::StatusWrite, after)));
                 if matches!(answer, Err(StoreError::Conflict { .. })) {
                     metrics.store_write_conflict();
                 }
