@@ -15,12 +15,14 @@ use rustc_hash::FxHashMap;
 
 use crate::domain::Domain;
 use crate::gate::trim_map;
+use crate::op_id_map::{self, OpIdMap};
 use crate::operation::{InFlight, OpId};
 
 /// Every running operation, and the number of attaches and detaches running per volume.
 #[derive(Debug)]
 pub(crate) struct InFlightTable<D: Domain> {
-    ops: FxHashMap<OpId, InFlight<D>>,
+    /// Laid out in id order: a pass's operations end in about the order it planned them.
+    ops: OpIdMap<InFlight<D>>,
     /// Only volumes with at least one running, or whose look waits for one that ended (see
     /// [`take_relook`](InFlightTable::take_relook)): an entry is dropped when neither holds.
     per_volume: FxHashMap<D::Volume, Runs>,
@@ -37,7 +39,7 @@ struct Runs {
 impl<D: Domain> Default for InFlightTable<D> {
     fn default() -> Self {
         InFlightTable {
-            ops: FxHashMap::default(),
+            ops: op_id_map::new(),
             per_volume: FxHashMap::default(),
         }
     }

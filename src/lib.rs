@@ -240,6 +240,7 @@ mod machine;
 mod marks;
 pub mod memory;
 mod name;
+mod op_id_map;
 mod operation;
 mod reconciler;
 mod recovery;

@@ -60,6 +60,7 @@ use crate::config::{Config, ConfigError};
 use crate::domain::Domain;
 use crate::event::Event;
 use crate::input::{Input, Rejection};
+use crate::op_id_map::{self, OpIdMap};
 use crate::operation::{OpId, Operation};
 use crate::reconciler::{Reconciler, ReconcilerError};
 use crate::store::NodeStatusStore;
@@ -299,7 +300,7 @@ impl<D: Domain> Controller<D> {
             batches: FxHashMap::default(),
             finished,
             finish,
-            running: FxHashMap::default(),
+            running: op_id_map::new(),
             starts: StartTimes::default(),
             published: None,
         };
@@ -412,9 +413,9 @@ struct Driver<D: Domain> {
     finished: mpsc::UnboundedReceiver<Finished<D>>,
     finish: mpsc::UnboundedSender<Finished<D>>,
     /// Each running operation, with when it started. Only looked up, never iterated, so its
-    /// order cannot leak into behaviour. Hashed with Fx: the keys are the core's own numbers,
-    /// and SipHash was an eighth of taking in an operation's end.
-    running: FxHashMap<OpId, (OperationSummary<D>, Instant)>,
+    /// order cannot leak into behaviour. Laid out in id order ([`OpIdMap`]): the keys are the
+    /// core's own numbers, and a pass's operations end in about the order they were planned.
+    running: OpIdMap<(OperationSummary<D>, Instant)>,
     /// The start instants in `running`, oldest first.
     starts: StartTimes,
     /// The oldest start last published to the metrics.
