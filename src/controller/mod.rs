@@ -451,12 +451,14 @@ impl<D: Domain> Driver<D> {
             tokio::select! {
                 biased;
                 Some((id, ended)) = self.finished.recv() => {
-                    self.ended(id, ended);
-                    // Take in every other finished call too before the next pass: one wake-up
-                    // per burst, not one per call.
+                    // Take in every other finished call too before the next pass: one wake-up,
+                    // one clock read and one flush of events per burst, not one per call.
+                    let now = Instant::now();
+                    self.end(id, ended, now);
                     while let Ok((id, ended)) = self.finished.try_recv() {
-                        self.ended(id, ended);
+                        self.end(id, ended, now);
                     }
+                    self.flush_events();
                     // And the tasks that are done: under a steady stream of answers this
                     // branch always wins the biased select, and the finished tasks would wait.
                     while let Some(joined) = self.tasks.try_join_next_with_id() {
@@ -578,8 +580,9 @@ impl<D: Domain> Driver<D> {
         joined: Result<(task::Id, ()), JoinError>,
     ) -> Vec<OperationSummary<D>> {
         let mut summaries = Vec::new();
+        let now = Instant::now();
         while let Ok((id, ended)) = self.finished.try_recv() {
-            summaries.extend(self.ended(id, ended));
+            summaries.extend(self.end(id, ended, now));
         }
         // An operation left unanswered was cut off by an abort, or may have done anything.
         let (task, aborted) = match joined {
@@ -602,17 +605,26 @@ impl<D: Domain> Driver<D> {
                 error!(%id, "an operation's task ended without its answer");
                 Joined::Panicked
             };
-            summaries.extend(self.ended(id, how));
+            summaries.extend(self.end(id, how, now));
         }
+        self.flush_events();
         summaries
     }
 
-    /// Takes in the end of the operation `id`; returns its summary, if it was running.
+    /// Takes in the end of the operation `id` and logs the events it caused; returns its
+    /// summary, if it was running.
     fn ended(&mut self, id: OpId, how: Joined<D>) -> Option<OperationSummary<D>> {
+        let summary = self.end(id, how, Instant::now());
+        self.flush_events();
+        summary
+    }
+
+    /// Takes in the end of the operation `id`, seen at `now`, leaving the events it caused
+    /// for the caller to flush; returns its summary, if it was running.
+    fn end(&mut self, id: OpId, how: Joined<D>, now: Instant) -> Option<OperationSummary<D>> {
         let (mut summary, started) = self.running.remove(&id)?;
         self.starts.remove(started);
         self.metrics.operation_ended();
-        let now = Instant::now();
         let took = now.saturating_duration_since(started);
         let (result, failure) = match how {
             Joined::Done(result) => {
@@ -642,7 +654,6 @@ impl<D: Domain> Driver<D> {
             error!(error = %e, id = %summary.id, "the core refused an operation's result");
         }
         self.announce(&summary, failure, took);
-        self.flush_events();
         Some(summary)
     }
 
