@@ -605,7 +605,8 @@ impl<D: Domain> MemoryStore<D> {
     }
 
     /// Calls `f` with `node`'s current status (`None` for an unknown node) without copying it,
-    /// for a caller that needs one fact of a long status, as often as it likes.
+    /// for a caller that needs one fact of a long status, as often as it likes. (A list
+    /// written since the status was last read is copied into it once, as any read does.)
     ///
     /// `f` runs with the store locked: it must not call the store.
     pub fn with_status<R>(&self, node: &D::Node, f: impl FnOnce(Option<&NodeStatus<D>>) -> R) -> R {
