@@ -389,6 +389,12 @@ impl<D: Domain> StoredStatus<D> {
     }
 }
 
+/// Moves the store's revision counter `last` on and returns the new revision.
+fn revision_after(last: &mut u64) -> Revision {
+    *last += 1;
+    Revision::from(*last)
+}
+
 struct StoreState<D: Domain> {
     nodes: BTreeMap<D::Node, StoredStatus<D>>,
     history: BTreeMap<D::Node, History<D>>,
@@ -403,8 +409,7 @@ struct StoreState<D: Domain> {
 
 impl<D: Domain> StoreState<D> {
     fn next_revision(&mut self) -> Revision {
-        self.last_revision += 1;
-        Revision::from(self.last_revision)
+        revision_after(&mut self.last_revision)
     }
 
     /// Appends `node`'s new status (or its removal) to its history and drops what no view needs.
@@ -444,8 +449,8 @@ impl<D: Domain> StoreState<D> {
         if stored.status.revision != expected {
             return Err(StoreError::conflict(stored.status.revision.clone()));
         }
-        self.last_revision += 1;
-        let revision = Revision::from(self.last_revision);
+        // The counter alone: `stored` still borrows the nodes.
+        let revision = revision_after(&mut self.last_revision);
         stored.write(attached, revision.clone());
         if self.viewed {
             let status = stored.full().clone();
