@@ -1,12 +1,12 @@
 //! Actual state of world: what is attached where, what nodes mount, and what each must report.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 
 use crate::dense_table::{DenseTable, Keyed, WARM_BATCH};
+use crate::device_paths::{NodeDevicePaths, PackedPaths};
 use crate::domain::Domain;
 use crate::id_warm;
 use crate::marks::Marks;
@@ -226,8 +226,9 @@ pub(crate) struct ActualNode<D: Domain> {
     /// report it and its generation: the node's report and its verify are read from here,
     /// without a lookup per volume. Exactly the volumes with a record on this node.
     attached: Vec<(D::Volume, Standing)>,
-    /// The device paths of the attachments here that have one, sorted by volume.
-    devices: Sparse<(D::Volume, Arc<str>)>,
+    /// The device paths of the attachments here that have one, sorted by volume, their text
+    /// in one buffer.
+    devices: NodeDevicePaths<D::Volume>,
     /// When the controller first wanted each of these attachments gone, sorted by volume.
     detach_requested: Sparse<(D::Volume, Duration)>,
     /// Where the node sits in [`VerifyRing::order`]; [`OUT_OF_RING`] while nothing is
@@ -335,7 +336,7 @@ impl<D: Domain> ActualNode<D> {
             in_use: None,
             attach_limit: None,
             attached: Vec::new(),
-            devices: Sparse::default(),
+            devices: NodeDevicePaths::default(),
             detach_requested: Sparse::default(),
             ring_pos: OUT_OF_RING,
             report_gen: 0,
@@ -508,10 +509,7 @@ impl<D: Domain> ActualState<D> {
 
     /// What the backend returned when attaching `volume` to `node` (e.g. a device path).
     pub fn device(&self, volume: &D::Volume, node: &D::Node) -> Option<&str> {
-        let n = self.nodes.get(node)?;
-        let devices = n.devices.as_slice();
-        let i = find(devices, volume).ok()?;
-        Some(&devices[i].1)
+        self.nodes.get(node)?.devices.get(volume)
     }
 
     /// When the controller first wanted the attachment of `volume` to `node` gone.
@@ -649,12 +647,7 @@ impl<D: Domain> ActualState<D> {
     }
 
     /// Records a confirmed attach; the volume is reported (a later detach withholds it again).
-    pub(crate) fn set_attached(
-        &mut self,
-        volume: D::Volume,
-        node: D::Node,
-        device: Option<Arc<str>>,
-    ) {
+    pub(crate) fn set_attached(&mut self, volume: D::Volume, node: D::Node, device: Option<&str>) {
         let existed = match self.get_mut(&volume, &node) {
             Some(a) => {
                 a.confirm();
@@ -666,7 +659,7 @@ impl<D: Domain> ActualState<D> {
             }
         };
         if let Some(n) = self.nodes.get_mut(&node) {
-            put_sparse(&mut n.devices, &volume, device);
+            n.devices.set(&volume, device);
             n.report_gen = next_generation(&mut self.report_generations);
         }
         self.sync_reported(&volume, &node, existed);
@@ -723,7 +716,7 @@ impl<D: Domain> ActualState<D> {
                     }
                 }
             }
-            put_sparse(&mut n.devices, &r.volume, r.device.clone());
+            n.devices.set(&r.volume, r.device.as_deref());
         }
         if fresh {
             let mut listed: Vec<_> = reported
@@ -813,7 +806,7 @@ impl<D: Domain> ActualState<D> {
         self.len -= 1;
         if let Some(n) = self.nodes.get_mut(node) {
             put(&mut n.attached, volume, None);
-            put_sparse(&mut n.devices, volume, None);
+            n.devices.set(volume, None);
             n.report_gen = next_generation(&mut self.report_generations);
             put_sparse(&mut n.detach_requested, volume, None);
             if n.detach_requested.as_slice().is_empty() {
@@ -848,7 +841,7 @@ impl<D: Domain> ActualState<D> {
         // Sized once: the filter hides the length from `collect`, which grew the list by
         // doubling (four reallocations for a node of 30 volumes, on every status write).
         let mut volumes = Vec::with_capacity(n.attached.len());
-        if n.devices.as_slice().is_empty() {
+        if n.devices.is_empty() {
             // No device paths (CSI): a plain copy of the reported volumes, without the walk
             // beside the paths, which cost about 50 instructions a volume.
             volumes.extend(
@@ -859,10 +852,12 @@ impl<D: Domain> ActualState<D> {
             );
             return ReportedVolumes::from_sorted(volumes, None);
         }
-        let mut paths = Vec::with_capacity(n.attached.len());
+        // The node's text is a bound on the report's: one allocation, copied in one run.
+        let mut paths = PackedPaths::with_capacity(n.attached.len(), n.devices.text_len());
         for (volume, device) in self.reported(node) {
             volumes.push(volume.clone());
-            paths.push(device.cloned());
+            let fits = paths.push(device);
+            debug_assert!(fits, "a report's paths are some of its node's");
         }
         ReportedVolumes::from_sorted(volumes, Some(paths))
     }
@@ -872,19 +867,16 @@ impl<D: Domain> ActualState<D> {
     pub(crate) fn reported(
         &self,
         node: &D::Node,
-    ) -> impl Iterator<Item = (&D::Volume, Option<&Arc<str>>)> {
+    ) -> impl Iterator<Item = (&D::Volume, Option<&str>)> {
         let n = self.nodes.get(node);
-        let mut devices = n
-            .map_or(&[][..], |n| n.devices.as_slice())
-            .iter()
-            .peekable();
+        let mut devices = n.into_iter().flat_map(|n| n.devices.iter()).peekable();
         n.map_or(&[][..], |n| &n.attached[..])
             .iter()
             .filter(|(_, standing)| standing.reported())
             .map(move |(volume, _)| {
                 // Both lists are sorted by volume: walk them together.
-                while devices.next_if(|(v, _)| v < volume).is_some() {}
-                let device = devices.next_if(|(v, _)| v == volume).map(|(_, d)| d);
+                while devices.next_if(|(v, _)| *v < volume).is_some() {}
+                let device = devices.next_if(|(v, _)| *v == volume).map(|(_, d)| d);
                 (volume, device)
             })
     }
@@ -1035,7 +1027,7 @@ mod tests {
             let attached: Vec<_> = n.attached.iter().map(|(v, s)| (v, s.reported())).collect();
             out += &format!(
                 "{node}: {attached:?} {:?} {:?} ring {}\n",
-                n.devices.as_slice(),
+                n.devices.iter().collect::<Vec<_>>(),
                 n.detach_requested.as_slice(),
                 n.ring_pos
             );
@@ -1116,7 +1108,7 @@ mod tests {
                 let mut a: ActualState<U> = ActualState::default();
                 for &(kind, v, n, x) in &steps {
                     match kind {
-                        0 => a.set_attached(v, n, (x % 2 == 0).then(|| "/dev/x".into())),
+                        0 => a.set_attached(v, n, (x % 2 == 0).then_some("/dev/x")),
                         1 => a.set_uncertain(v, n),
                         2 => a.set_withheld(&v, &n, true),
                         _ => {
@@ -1149,7 +1141,7 @@ mod tests {
             };
             let (earlier_one, earlier_once) = (records(&one_by_one), records(&at_once));
             for r in &listed {
-                one_by_one.set_attached(r.volume, node, r.device.clone());
+                one_by_one.set_attached(r.volume, node, r.device.as_deref());
             }
             at_once.recover_reported(&node, &listed);
             let context = format!("case {case}: {steps:?}, then {listed:?} on {node}");
@@ -1183,7 +1175,7 @@ mod tests {
     #[test]
     fn report_follows_attached_and_withheld() {
         let mut a: ActualState<T> = ActualState::default();
-        a.set_attached("v1", "n1", Some("/dev/a".into()));
+        a.set_attached("v1", "n1", Some("/dev/a"));
         a.set_attached("v0", "n1", None);
         assert_eq!(
             a.take_report_changed().into_iter().collect::<Vec<_>>(),
@@ -1282,15 +1274,14 @@ mod tests {
     #[test]
     fn report_reads_the_node_index_with_devices() {
         let mut a: ActualState<T> = ActualState::default();
-        a.set_attached("v1", "n1", Some("/dev/b".into()));
+        a.set_attached("v1", "n1", Some("/dev/b"));
         a.set_attached("v0", "n1", None);
         a.set_uncertain("v2", "n1");
-        a.set_attached("v3", "n1", Some("/dev/d".into()));
-        let report = |a: &ActualState<T>| -> Vec<(&str, Option<Arc<str>>)> {
+        a.set_attached("v3", "n1", Some("/dev/d"));
+        let report = |a: &ActualState<T>| -> Vec<(&str, Option<String>)> {
             a.report(&"n1")
-                .to_vec()
-                .into_iter()
-                .map(|r| (r.volume, r.device))
+                .iter()
+                .map(|(v, d)| (*v, d.map(str::to_string)))
                 .collect()
         };
         assert_eq!(
@@ -1306,7 +1297,7 @@ mod tests {
             report(&a),
             vec![("v0", None), ("v3", Some("/dev/d".into()))]
         );
-        a.set_attached("v1", "n1", Some("/dev/e".into()));
+        a.set_attached("v1", "n1", Some("/dev/e"));
         assert_eq!(
             a.report(&"n1").to_vec()[1].device.as_deref(),
             Some("/dev/e")
@@ -1395,7 +1386,7 @@ mod tests {
                 nodes[((state >> 8) % 2) as usize],
             );
             match (state >> 16) % 7 {
-                0 | 1 => a.set_attached(v, n, devices[((state >> 24) % 3) as usize].map(Arc::from)),
+                0 | 1 => a.set_attached(v, n, devices[((state >> 24) % 3) as usize]),
                 2 => a.set_uncertain(v, n),
                 3 => a.set_detached(&v, &n),
                 4 => a.set_withheld(&v, &n, (state >> 24) % 2 == 0),

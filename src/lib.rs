@@ -226,6 +226,7 @@ mod counted;
 mod decision;
 mod dense_table;
 mod desired;
+mod device_paths;
 mod domain;
 mod error;
 mod event;

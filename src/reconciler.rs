@@ -2,7 +2,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
 use std::time::Duration;
 
 use hashbrown::Equivalent;
@@ -1189,7 +1188,7 @@ impl<D: Domain> Reconciler<D> {
                 }
                 self.capacity.stop_waiting(&node, &volume);
                 self.actual
-                    .set_attached(volume.clone(), node.clone(), info.device.map(Arc::from));
+                    .set_attached(volume.clone(), node.clone(), info.device.as_deref());
                 self.events.push(Event::AttachSucceeded {
                     volume: volume.clone(),
                     node,

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::device_paths::PackedPaths;
 use crate::domain::Domain;
 use crate::store::ReportedVolume;
 
@@ -35,7 +36,7 @@ use crate::store::ReportedVolume;
 /// // Sorted by volume, whatever order it was built in.
 /// let volumes: Vec<&str> = list.iter().map(|(v, _)| v.as_str()).collect();
 /// assert_eq!(volumes, ["pv-a", "pv-b"]);
-/// assert_eq!(list.iter().next().unwrap().1.map(|d| &**d), Some("/dev/xvdf"));
+/// assert_eq!(list.iter().next().unwrap().1, Some("/dev/xvdf"));
 /// assert!(list.contains(&"pv-b".to_string()));
 /// assert_eq!(list.to_vec()[1].volume, "pv-b");
 /// ```
@@ -43,33 +44,30 @@ pub struct ReportedVolumes<D: Domain>(Arc<Packed<D>>);
 
 /// The list itself: volumes in order, and one path per volume when any has a path. Every node
 /// keeps one, so it costs little more than the volume ids (a `ReportedVolume` per entry cost
-/// 32 bytes with `u32` ids; a packed entry costs 4, or 20 with paths).
+/// 32 bytes with `u32` ids; a packed entry costs 4, or 8 and the path's text with paths).
 ///
-/// The paths are the ones the actual state holds (`Arc<str>`), not copies: building a list is
-/// a count per path, and the list compared against the next report usually has the same
-/// paths, equal by address before any text is read. (They were once copied into one string:
-/// several allocations per status write and a `memcmp` per path per compare, about a tenth of
-/// the controller's loop with device paths.)
+/// The paths are a copy of the node's text, in one string: building a list reads the node's
+/// paths in one contiguous run, and dropping it frees them in one call. (They were once
+/// `Arc<str>`s shared with the actual state: a reference count on a cold line per path, each
+/// time a list was built and again when it was dropped, 18 to 30 % of the controller's loop;
+/// PERFORMANCE.md, round 3, seventeenth step.)
 struct Packed<D: Domain> {
     volumes: Box<[D::Volume]>,
     /// `None` when no volume has a device path; otherwise one entry per volume.
-    paths: Option<Box<[Option<Arc<str>>]>>,
+    paths: Option<PackedPaths>,
 }
 
 impl<D: Domain> ReportedVolumes<D> {
     /// Packs `volumes` and `paths` (one per volume, or `None` for no paths at all), which the
     /// caller has sorted by volume.
-    pub(crate) fn from_sorted(
-        volumes: Vec<D::Volume>,
-        paths: Option<Vec<Option<Arc<str>>>>,
-    ) -> Self {
+    pub(crate) fn from_sorted(volumes: Vec<D::Volume>, paths: Option<PackedPaths>) -> Self {
         debug_assert!(volumes.is_sorted(), "a reported list is sorted by volume");
         debug_assert!(paths.as_ref().is_none_or(|p| p.len() == volumes.len()));
         // A list of paths that holds none is kept as no list.
-        let paths = paths.filter(|p| p.iter().any(Option::is_some));
+        let paths = paths.filter(PackedPaths::any);
         ReportedVolumes(Arc::new(Packed {
             volumes: volumes.into_boxed_slice(),
-            paths: paths.map(Vec::into_boxed_slice),
+            paths,
         }))
     }
 
@@ -94,7 +92,7 @@ impl<D: Domain> ReportedVolumes<D> {
     }
 
     /// Each volume with its device path, in volume order.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&D::Volume, Option<&Arc<str>>)> + '_ {
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&D::Volume, Option<&str>)> + '_ {
         (0..self.len()).map(|i| (&self.0.volumes[i], self.device_at(i)))
     }
 
@@ -108,37 +106,28 @@ impl<D: Domain> ReportedVolumes<D> {
         self.iter()
             .map(|(volume, device)| ReportedVolume {
                 volume: volume.clone(),
-                device: device.cloned(),
+                device: device.map(Arc::from),
             })
             .collect()
     }
 
-    fn device_at(&self, i: usize) -> Option<&Arc<str>> {
-        self.0.paths.as_ref()?.get(i)?.as_ref()
+    fn device_at(&self, i: usize) -> Option<&str> {
+        self.0.paths.as_ref()?.get(i)
     }
 
     /// Whether this is exactly `list` (volume order), device paths included.
     pub(crate) fn matches<'a>(
         &self,
-        list: impl IntoIterator<Item = (&'a D::Volume, Option<&'a Arc<str>>)>,
+        list: impl IntoIterator<Item = (&'a D::Volume, Option<&'a str>)>,
     ) -> bool {
         let mut i = 0;
         for (volume, device) in list {
-            if self.0.volumes.get(i) != Some(volume) || !same_path(self.device_at(i), device) {
+            if self.0.volumes.get(i) != Some(volume) || self.device_at(i) != device {
                 return false;
             }
             i += 1;
         }
         i == self.len()
-    }
-}
-
-/// Whether two device paths are the same text: the same allocation, or equal text.
-fn same_path(a: Option<&Arc<str>>, b: Option<&Arc<str>>) -> bool {
-    match (a, b) {
-        (None, None) => true,
-        (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
-        _ => false,
     }
 }
 
@@ -158,7 +147,10 @@ impl<D: Domain> Default for ReportedVolumes<D> {
 impl<D: Domain> PartialEq for ReportedVolumes<D> {
     /// The same entries, device paths included; the same shared list without a look at them.
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0) || self.matches(other.iter())
+        // One encoding per list (a path-less list keeps no paths at all), so equal lists hold
+        // equal arrays and text.
+        Arc::ptr_eq(&self.0, &other.0)
+            || (self.0.volumes == other.0.volumes && self.0.paths == other.0.paths)
     }
 }
 
@@ -172,18 +164,30 @@ impl<D: Domain> fmt::Debug for ReportedVolumes<D> {
 }
 
 impl<D: Domain> From<Vec<ReportedVolume<D>>> for ReportedVolumes<D> {
-    /// Packs `list`, sorting it by volume first if it is not sorted. Its ids and paths are
-    /// moved, not copied.
+    /// Packs `list`, sorting it by volume first if it is not sorted. Its ids are moved, not
+    /// copied; its paths' text is copied into the list's one string.
     fn from(mut list: Vec<ReportedVolume<D>>) -> Self {
         if !list.is_sorted_by(|a, b| a.volume <= b.volume) {
             list.sort_by(|a, b| a.volume.cmp(&b.volume));
         }
-        if list.iter().any(|r| r.device.is_some()) {
-            let (volumes, paths) = list.into_iter().map(|r| (r.volume, r.device)).unzip();
-            Self::from_sorted(volumes, Some(paths))
-        } else {
-            Self::from_sorted(list.into_iter().map(|r| r.volume).collect(), None)
-        }
+        let text: usize = list
+            .iter()
+            .filter_map(|r| r.device.as_deref())
+            .map(str::len)
+            .sum();
+        let mut paths = PackedPaths::with_capacity(list.len(), text);
+        let volumes = list
+            .into_iter()
+            .map(|r| {
+                if !paths.push(r.device.as_deref()) {
+                    // Paths of over 2 GiB in all on one node: none is, and the offsets
+                    // cannot hold them. Kept as no path rather than a wrong one.
+                    paths.push(None);
+                }
+                r.volume
+            })
+            .collect();
+        Self::from_sorted(volumes, Some(paths))
     }
 }
 

@@ -5,8 +5,6 @@
 //! own write, or a fresh read at recovery; anything else leaves the stored list unknown, and an
 //! unknown list is always written.
 
-use std::sync::Arc;
-
 use rustc_hash::FxHashMap;
 
 use crate::domain::Domain;
@@ -142,7 +140,7 @@ impl<D: Domain> StatusBook<D> {
         record.missing = false;
         let same = record.revision.as_ref() == Some(revision)
             && record.stored.as_ref().is_some_and(|stored| {
-                stored.matches(list.iter().map(|r| (&r.volume, r.device.as_ref())))
+                stored.matches(list.iter().map(|r| (&r.volume, r.device.as_deref())))
             });
         if same {
             // What our own acknowledged write (or an earlier read) left: already packed. Most
@@ -246,7 +244,7 @@ impl<D: Domain> StatusBook<D> {
         &mut self,
         node: &D::Node,
         generation: u64,
-        report: impl IntoIterator<Item = (&'a D::Volume, Option<&'a Arc<str>>)>,
+        report: impl IntoIterator<Item = (&'a D::Volume, Option<&'a str>)>,
     ) -> bool {
         let Some(r) = self.nodes.get_mut(node) else {
             return true;
@@ -372,6 +370,8 @@ impl<D: Domain> StatusBook<D> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::domain::Ids;
 
@@ -406,7 +406,7 @@ mod tests {
         book.needs_write(
             &node,
             generation,
-            list.iter().map(|r| (&r.volume, r.device.as_ref())),
+            list.iter().map(|r| (&r.volume, r.device.as_deref())),
         )
     }
 

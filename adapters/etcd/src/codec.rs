@@ -54,7 +54,7 @@ pub(crate) fn encode_attached<D: EtcdDomain>(attached: &ReportedVolumes<D>) -> V
         .iter()
         .map(|(volume, device)| AttachedEntry {
             volume: volume.to_string().into(),
-            device: device.map(|d| (**d).into()),
+            device: device.map(Into::into),
         })
         .collect();
     serde_json::to_vec(&entries).expect("a list of strings serializes")

@@ -285,7 +285,7 @@ impl KubeStatusStore {
         })?;
         let list: Vec<Value> = attached
             .iter()
-            .map(|(volume, device)| json!({"name": volume, "devicePath": device.map_or("", |d| &**d)}))
+            .map(|(volume, device)| json!({"name": volume, "devicePath": device.unwrap_or("")}))
             .collect();
         let patch = json!([
             {"op": "test", "path": ATTACHED_PATH, "value": expected},

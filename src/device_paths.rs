@@ -1,0 +1,251 @@
+//! A node's device paths in one buffer of text, and the packed paths of a reported list that
+//! are copied from it.
+//!
+//! Why not an `Arc<str>` per path: every status write lists the node's whole report, and each
+//! shared path cost a reference count on its own cold line when the list was built and another
+//! when it was dropped: 18 to 30 % of the controller's loop at 150,000 attachments
+//! (PERFORMANCE.md, round 3, seventeenth step). Text kept together is copied into a report in
+//! one contiguous read, and freed with it in one call.
+
+/// Marks an entry of [`PackedPaths::ends`] whose volume has no path.
+const NO_PATH: u32 = 1 << 31;
+
+/// The longest a node's (or a list's) path text may be in all: offsets keep the top bit free
+/// for [`NO_PATH`]. A node has at most a few hundred volumes with paths of tens of bytes.
+const MAX_TEXT: usize = (NO_PATH - 1) as usize;
+
+/// The device paths of one node's attachments that have one, sorted by volume: the paths'
+/// text side by side in one string, and each volume with where its path ends.
+#[derive(Debug)]
+struct Paths<V> {
+    /// Sorted by volume; each path runs from the previous entry's end to this one's.
+    ends: Vec<(V, u32)>,
+    text: String,
+}
+
+/// A node's device paths: nothing at all (8 bytes) while no attachment there has a path, as
+/// with CSI, which gives none.
+#[derive(Debug)]
+pub(crate) struct NodeDevicePaths<V>(Option<Box<Paths<V>>>);
+
+impl<V> Default for NodeDevicePaths<V> {
+    fn default() -> Self {
+        NodeDevicePaths(None)
+    }
+}
+
+impl<V: Ord + Clone> NodeDevicePaths<V> {
+    /// Whether no attachment here has a path.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// How many bytes of path text the node holds: a bound on what a report copies.
+    pub(crate) fn text_len(&self) -> usize {
+        self.0.as_ref().map_or(0, |p| p.text.len())
+    }
+
+    /// `volume`'s path.
+    pub(crate) fn get(&self, volume: &V) -> Option<&str> {
+        let p = self.0.as_deref()?;
+        let i = p.ends.binary_search_by(|(v, _)| v.cmp(volume)).ok()?;
+        Some(p.path(i))
+    }
+
+    /// Each volume with its path, sorted by volume.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&V, &str)> {
+        let p = self.0.as_deref();
+        let ends = p.map_or(&[][..], |p| &p.ends[..]);
+        ends.iter()
+            .enumerate()
+            .map(move |(i, (volume, _))| (volume, p.map_or("", |p| p.path(i))))
+    }
+
+    /// Sets `volume`'s path, or removes it (`None`). A path longer than a node can hold
+    /// ([`MAX_TEXT`] with the others) is kept as no path: no backend gives one, and the
+    /// offsets must not wrap.
+    pub(crate) fn set(&mut self, volume: &V, path: Option<&str>) {
+        let path = path.filter(|p| p.len() + self.text_len() <= MAX_TEXT);
+        let p = match (&mut self.0, path) {
+            (None, None) => return,
+            (slot, _) => slot.get_or_insert_with(|| {
+                Box::new(Paths {
+                    ends: Vec::new(),
+                    text: String::new(),
+                })
+            }),
+        };
+        let found = p.ends.binary_search_by(|(v, _)| v.cmp(volume));
+        let (i, old) = match found {
+            Ok(i) => (i, p.range(i)),
+            Err(i) => {
+                let at = p.start(i);
+                (i, at..at)
+            }
+        };
+        let new_len = path.map_or(0, str::len);
+        let grew = new_len as i64 - old.len() as i64;
+        p.text.replace_range(old.clone(), path.unwrap_or(""));
+        match (found, path) {
+            (Ok(_), Some(_)) => {}
+            (Ok(_), None) => {
+                p.ends.remove(i);
+            }
+            (Err(_), Some(_)) => p.ends.insert(i, (volume.clone(), old.start as u32)),
+            (Err(_), None) => return,
+        }
+        if path.is_some() {
+            // This entry's own end, then every later one moves by what the text grew.
+            p.ends[i].1 = (old.start + new_len) as u32;
+        }
+        let later = if path.is_some() { i + 1 } else { i };
+        if grew != 0 {
+            for (_, end) in &mut p.ends[later..] {
+                *end = (*end as i64 + grew) as u32;
+            }
+        }
+        if p.ends.is_empty() {
+            self.0 = None;
+        }
+    }
+}
+
+impl<V> Paths<V> {
+    fn start(&self, i: usize) -> usize {
+        i.checked_sub(1)
+            .map_or(0, |before| self.ends[before].1 as usize)
+    }
+
+    fn range(&self, i: usize) -> std::ops::Range<usize> {
+        self.start(i)..self.ends[i].1 as usize
+    }
+
+    fn path(&self, i: usize) -> &str {
+        &self.text[self.range(i)]
+    }
+}
+
+/// The device paths of a reported list, one per volume, in one string: the list's copy of the
+/// node's text, read in one go and freed in one call.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PackedPaths {
+    text: String,
+    /// Where each volume's path ends in `text`, [`NO_PATH`] set when it has none (its path
+    /// would be empty there).
+    ends: Vec<u32>,
+}
+
+impl PackedPaths {
+    /// Room for `volumes` entries and `text` bytes of paths.
+    pub(crate) fn with_capacity(volumes: usize, text: usize) -> Self {
+        PackedPaths {
+            text: String::with_capacity(text),
+            ends: Vec::with_capacity(volumes),
+        }
+    }
+
+    /// Appends the next volume's path. `false`, and nothing appended, when the text would pass
+    /// what the offsets can hold ([`MAX_TEXT`]).
+    pub(crate) fn push(&mut self, path: Option<&str>) -> bool {
+        match path {
+            Some(path) if self.text.len() + path.len() > MAX_TEXT => return false,
+            Some(path) => {
+                self.text.push_str(path);
+                self.ends.push(self.text.len() as u32);
+            }
+            None => self.ends.push(self.text.len() as u32 | NO_PATH),
+        }
+        true
+    }
+
+    /// The number of entries.
+    pub(crate) fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether some entry has a path.
+    pub(crate) fn any(&self) -> bool {
+        self.ends.iter().any(|end| end & NO_PATH == 0)
+    }
+
+    /// The `i`th volume's path.
+    pub(crate) fn get(&self, i: usize) -> Option<&str> {
+        let end = *self.ends.get(i)?;
+        if end & NO_PATH != 0 {
+            return None;
+        }
+        let start = i
+            .checked_sub(1)
+            .map_or(0, |before| (self.ends[before] & !NO_PATH) as usize);
+        Some(&self.text[start..end as usize])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// Every change a node sees, in a fixed pseudo-random order, against a plain map: the
+    /// paths read back are exactly the ones set, in volume order, and the text holds nothing
+    /// else (no path's bytes left behind by a removal or a shorter replacement).
+    #[test]
+    fn a_nodes_paths_are_what_was_set_with_no_text_left_over() {
+        let mut paths = NodeDevicePaths::<u32>::default();
+        let mut model: BTreeMap<u32, String> = BTreeMap::new();
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        for step in 0..20_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let volume = (state % 40) as u32;
+            let path = match (state >> 8) % 4 {
+                0 => None,
+                // Empty, short and long paths, so a replacement grows and shrinks the text.
+                n => Some("/dev/disk/by-id/x".repeat(n as usize - 1) + &step.to_string()),
+            };
+            paths.set(&volume, path.as_deref());
+            match path {
+                Some(p) => model.insert(volume, p),
+                None => model.remove(&volume),
+            };
+            let read: Vec<(u32, &str)> = paths.iter().map(|(v, p)| (*v, p)).collect();
+            let want: Vec<(u32, &str)> = model.iter().map(|(v, p)| (*v, p.as_str())).collect();
+            assert_eq!(read, want, "step {step}");
+            let total: usize = model.values().map(String::len).sum();
+            assert_eq!(paths.text_len(), total, "step {step}: text left over");
+            assert_eq!(paths.is_empty(), model.is_empty());
+            assert_eq!(paths.get(&volume), model.get(&volume).map(String::as_str));
+        }
+    }
+
+    #[test]
+    fn a_node_without_paths_holds_no_allocation() {
+        let mut paths = NodeDevicePaths::<u32>::default();
+        paths.set(&1, None);
+        assert!(paths.0.is_none());
+        paths.set(&1, Some("/dev/a"));
+        paths.set(&2, Some(""));
+        assert_eq!(paths.get(&2), Some(""), "an empty path is a path");
+        paths.set(&1, None);
+        paths.set(&2, None);
+        assert!(paths.0.is_none(), "the last path gone, the box goes too");
+        assert_eq!(std::mem::size_of::<NodeDevicePaths<u32>>(), 8);
+    }
+
+    #[test]
+    fn packed_paths_tell_no_path_from_an_empty_one() {
+        let mut packed = PackedPaths::with_capacity(4, 8);
+        for path in [Some("/dev/a"), None, Some(""), Some("/dev/bb")] {
+            assert!(packed.push(path));
+        }
+        let read: Vec<_> = (0..packed.len()).map(|i| packed.get(i)).collect();
+        assert_eq!(read, [Some("/dev/a"), None, Some(""), Some("/dev/bb")]);
+        assert_eq!(packed.get(4), None);
+        assert!(packed.any());
+        let mut none = PackedPaths::default();
+        none.push(None);
+        assert!(!none.any());
+    }
+}
