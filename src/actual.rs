@@ -807,7 +807,12 @@ impl<D: Domain> ActualState<D> {
         if let Some(n) = self.nodes.get_mut(node) {
             put(&mut n.attached, volume, None);
             n.devices.set(volume, None);
-            n.report_gen = next_generation(&mut self.report_generations);
+            if gone.is_reported() {
+                // A withheld volume's detach leaves the report as it was (the usual detach:
+                // withheld, written, then detached), so the status book need not compare it
+                // against what the store holds again.
+                n.report_gen = next_generation(&mut self.report_generations);
+            }
             put_sparse(&mut n.detach_requested, volume, None);
             if n.detach_requested.as_slice().is_empty() {
                 self.requesting.remove(node);
@@ -879,6 +884,20 @@ impl<D: Domain> ActualState<D> {
                 let device = devices.next_if(|(v, _)| *v == volume).map(|(_, d)| d);
                 (volume, device)
             })
+    }
+
+    /// Whether `list` is exactly what [`report`](Self::report) would build for `node`. The
+    /// volumes are compared first: a report that differs from what the store holds mostly
+    /// differs by a volume, found without reading a device path.
+    pub(crate) fn report_matches(&self, node: &D::Node, list: &ReportedVolumes<D>) -> bool {
+        let reported = self
+            .nodes
+            .get(node)
+            .map_or(&[][..], |n| &n.attached[..])
+            .iter()
+            .filter(|(_, standing)| standing.reported())
+            .map(|(volume, _)| volume);
+        reported.eq(list.volumes()) && list.matches(self.reported(node))
     }
 
     /// A number that is the same on two calls only if `node`'s report (what
@@ -1269,6 +1288,61 @@ mod tests {
             },
         );
         assert!(unrecorded(&a).is_empty());
+    }
+
+    /// The usual detach withholds the volume, writes the node's status, and then detaches: the
+    /// detach leaves the report as written, so its generation stays and the status book
+    /// compares nothing again. Any other detach changes the report, and its generation.
+    #[test]
+    fn a_withheld_volumes_detach_keeps_the_report_and_its_generation() {
+        let mut a: ActualState<T> = ActualState::default();
+        a.set_attached("v1", "n1", Some("/dev/a"));
+        a.set_attached("v2", "n1", Some("/dev/b"));
+        a.set_withheld(&"v1", &"n1", true);
+        let (report, generation) = (a.report(&"n1"), a.report_generation(&"n1"));
+        assert!(a.report_matches(&"n1", &report));
+        a.set_detached(&"v1", &"n1");
+        assert_eq!(a.report(&"n1"), report);
+        assert_eq!(a.report_generation(&"n1"), generation);
+        a.set_detached(&"v2", &"n1");
+        assert_ne!(a.report_generation(&"n1"), generation);
+        assert!(!a.report_matches(&"n1", &report));
+        assert!(a.report_matches(&"n1", &a.report(&"n1")));
+    }
+
+    /// A list is the node's report only with the same volumes and the same paths.
+    #[test]
+    fn a_report_matches_only_with_its_volumes_and_paths() {
+        let mut a: ActualState<T> = ActualState::default();
+        a.set_attached("v1", "n1", Some("/dev/a"));
+        a.set_attached("v2", "n1", None);
+        let entry = |volume, device: Option<&str>| ReportedVolume {
+            volume,
+            device: device.map(Into::into),
+        };
+        let listed = |entries: Vec<ReportedVolume<T>>| ReportedVolumes::from(entries);
+        assert!(a.report_matches(
+            &"n1",
+            &listed(vec![entry("v1", Some("/dev/a")), entry("v2", None)])
+        ));
+        for other in [
+            vec![entry("v1", Some("/dev/x")), entry("v2", None)],
+            vec![entry("v1", None), entry("v2", None)],
+            vec![entry("v1", Some("/dev/a"))],
+            vec![entry("v1", Some("/dev/a")), entry("v3", None)],
+            vec![
+                entry("v1", Some("/dev/a")),
+                entry("v2", None),
+                entry("v3", None),
+            ],
+        ] {
+            assert!(
+                !a.report_matches(&"n1", &listed(other.clone())),
+                "{other:?}"
+            );
+        }
+        assert!(!a.report_matches(&"n2", &listed(vec![entry("v1", None)])));
+        assert!(a.report_matches(&"n2", &ReportedVolumes::default()));
     }
 
     #[test]

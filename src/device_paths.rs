@@ -75,34 +75,27 @@ impl<V: Ord + Clone> NodeDevicePaths<V> {
                 })
             }),
         };
-        let found = p.ends.binary_search_by(|(v, _)| v.cmp(volume));
-        let (i, old) = match found {
-            Ok(i) => (i, p.range(i)),
-            Err(i) => {
-                let at = p.start(i);
-                (i, at..at)
+        match (p.ends.binary_search_by(|(v, _)| v.cmp(volume)), path) {
+            (Ok(i), Some(path)) => {
+                let old = p.range(i);
+                let grew = path.len() as i64 - old.len() as i64;
+                p.text.replace_range(old, path);
+                p.shift(i, grew);
             }
-        };
-        let new_len = path.map_or(0, str::len);
-        let grew = new_len as i64 - old.len() as i64;
-        p.text.replace_range(old.clone(), path.unwrap_or(""));
-        match (found, path) {
-            (Ok(_), Some(_)) => {}
-            (Ok(_), None) => {
+            (Ok(i), None) => {
+                let old = p.range(i);
+                let shrank = old.len() as i64;
+                p.text.drain(old);
                 p.ends.remove(i);
+                p.shift(i, -shrank);
             }
-            (Err(_), Some(_)) => p.ends.insert(i, (volume.clone(), old.start as u32)),
-            (Err(_), None) => return,
-        }
-        if path.is_some() {
-            // This entry's own end, then every later one moves by what the text grew.
-            p.ends[i].1 = (old.start + new_len) as u32;
-        }
-        let later = if path.is_some() { i + 1 } else { i };
-        if grew != 0 {
-            for (_, end) in &mut p.ends[later..] {
-                *end = (*end as i64 + grew) as u32;
+            (Err(i), Some(path)) => {
+                let at = p.start(i);
+                p.text.insert_str(at, path);
+                p.ends.insert(i, (volume.clone(), at as u32));
+                p.shift(i, path.len() as i64);
             }
+            (Err(_), None) => {}
         }
         if p.ends.is_empty() {
             self.0 = None;
@@ -111,6 +104,15 @@ impl<V: Ord + Clone> NodeDevicePaths<V> {
 }
 
 impl<V> Paths<V> {
+    /// Moves the ends of entries `from` on by `by` bytes: the text before them grew or shrank.
+    fn shift(&mut self, from: usize, by: i64) {
+        if by != 0 {
+            for (_, end) in &mut self.ends[from..] {
+                *end = (i64::from(*end) + by) as u32;
+            }
+        }
+    }
+
     fn start(&self, i: usize) -> usize {
         i.checked_sub(1)
             .map_or(0, |before| self.ends[before].1 as usize)

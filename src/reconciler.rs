@@ -2726,9 +2726,9 @@ impl<D: Domain> Reconciler<D> {
             let generation = self.actual.report_generation(&node);
             let wants_write = present
                 && self.gate.may_start(&key, OpKind::WriteStatus, now).is_ok()
-                && self
-                    .status
-                    .needs_write(&node, generation, self.actual.reported(&node));
+                && self.status.needs_write(&node, generation, |stored| {
+                    self.actual.report_matches(&node, stored)
+                });
             // When detaches wait for a read and the report for a write, the two take turns,
             // so that neither starves the other on a busy node.
             let read_turn = checks && (!wants_write || !self.read_last.contains(&node));

@@ -234,17 +234,18 @@ impl<D: Domain> StatusBook<D> {
                 .is_none_or(|w| !w.0.contains(volume))
     }
 
-    /// Whether `report` (volume order), the node's report at `generation`, must be written
-    /// for `node`: no write in flight and the store is not known to hold it already.
+    /// Whether the node's report at `generation` must be written for `node`: no write in
+    /// flight and the store is not known to hold it already. `holds_report` says whether a
+    /// list the store holds is that report.
     ///
     /// A report already matched at the same generation is not compared again: a node is looked
     /// at several times per change (each answer on it marks it), and the compare of a
     /// 30-volume list was about a tenth of a workload move.
-    pub(crate) fn needs_write<'a>(
+    pub(crate) fn needs_write(
         &mut self,
         node: &D::Node,
         generation: u64,
-        report: impl IntoIterator<Item = (&'a D::Volume, Option<&'a str>)>,
+        holds_report: impl FnOnce(&ReportedVolumes<D>) -> bool,
     ) -> bool {
         let Some(r) = self.nodes.get_mut(node) else {
             return true;
@@ -258,7 +259,7 @@ impl<D: Domain> StatusBook<D> {
         if generation != 0 && r.matched == generation {
             return false;
         }
-        let same = stored.matches(report);
+        let same = holds_report(stored);
         if same {
             r.matched = generation;
         }
@@ -403,11 +404,9 @@ mod tests {
         generation: u64,
         list: &[ReportedVolume<T>],
     ) -> bool {
-        book.needs_write(
-            &node,
-            generation,
-            list.iter().map(|r| (&r.volume, r.device.as_deref())),
-        )
+        book.needs_write(&node, generation, |stored| {
+            stored.matches(list.iter().map(|r| (&r.volume, r.device.as_deref())))
+        })
     }
 
     #[test]
