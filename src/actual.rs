@@ -6,7 +6,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 
 use crate::dense_table::{DenseTable, Keyed, WARM_BATCH};
-use crate::device_paths::{NodeDevicePaths, PackedPaths};
+use crate::device_paths::NodeDevicePaths;
 use crate::domain::Domain;
 use crate::id_warm;
 use crate::marks::Marks;
@@ -846,24 +846,18 @@ impl<D: Domain> ActualState<D> {
         // Sized once: the filter hides the length from `collect`, which grew the list by
         // doubling (four reallocations for a node of 30 volumes, on every status write).
         let mut volumes = Vec::with_capacity(n.attached.len());
+        volumes.extend(
+            n.attached
+                .iter()
+                .filter(|(_, standing)| standing.reported())
+                .map(|(volume, _)| volume.clone()),
+        );
         if n.devices.is_empty() {
-            // No device paths (CSI): a plain copy of the reported volumes, without the walk
-            // beside the paths, which cost about 50 instructions a volume.
-            volumes.extend(
-                n.attached
-                    .iter()
-                    .filter(|(_, standing)| standing.reported())
-                    .map(|(volume, _)| volume.clone()),
-            );
+            // No device paths (CSI): the volumes alone.
             return ReportedVolumes::from_sorted(volumes, None);
         }
-        // The node's text is a bound on the report's: one allocation, copied in one run.
-        let mut paths = PackedPaths::with_capacity(n.attached.len(), n.devices.text_len());
-        for (volume, device) in self.reported(node) {
-            volumes.push(volume.clone());
-            let fits = paths.push(device);
-            debug_assert!(fits, "a report's paths are some of its node's");
-        }
+        // The paths copied in one walk beside the volumes, their text in runs.
+        let paths = n.devices.pack(volumes.iter());
         ReportedVolumes::from_sorted(volumes, Some(paths))
     }
 

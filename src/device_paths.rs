@@ -61,6 +61,48 @@ impl<V: Ord + Clone> NodeDevicePaths<V> {
             .map(move |(i, (volume, _))| (volume, p.map_or("", |p| p.path(i))))
     }
 
+    /// The paths of `volumes` (sorted by volume), packed: the node's text copied in runs, one
+    /// copy for each stretch of paths that are next to each other here (mostly the whole text
+    /// in one or two), rather than a slice per path.
+    pub(crate) fn pack<'a>(&self, volumes: impl ExactSizeIterator<Item = &'a V>) -> PackedPaths
+    where
+        V: 'a,
+    {
+        let mut packed = PackedPaths::with_capacity(volumes.len(), self.text_len());
+        let Some(p) = self.0.as_deref() else {
+            packed.ends.extend(volumes.map(|_| NO_PATH));
+            return packed;
+        };
+        let mut entries = p.ends.iter().peekable();
+        // Where the next entry's path starts (the previous one's end).
+        let mut next_start = 0;
+        // The stretch of the node's text that is to be copied next, not copied yet.
+        let (mut run_start, mut run_end) = (0, 0);
+        for volume in volumes {
+            while let Some((_, end)) = entries.next_if(|(v, _)| v < volume) {
+                next_start = *end as usize;
+            }
+            let Some((_, end)) = entries.next_if(|(v, _)| v == volume) else {
+                packed
+                    .ends
+                    .push((packed.text.len() + run_end - run_start) as u32 | NO_PATH);
+                continue;
+            };
+            let (start, end) = (next_start, *end as usize);
+            next_start = end;
+            if start != run_end {
+                packed.text.push_str(&p.text[run_start..run_end]);
+                run_start = start;
+            }
+            run_end = end;
+            packed
+                .ends
+                .push((packed.text.len() + run_end - run_start) as u32);
+        }
+        packed.text.push_str(&p.text[run_start..run_end]);
+        packed
+    }
+
     /// Sets `volume`'s path, or removes it (`None`). A path longer than a node can hold
     /// ([`MAX_TEXT`] with the others) is kept as no path: no backend gives one, and the
     /// offsets must not wrap.
@@ -219,6 +261,35 @@ mod tests {
             assert_eq!(paths.text_len(), total, "step {step}: text left over");
             assert_eq!(paths.is_empty(), model.is_empty());
             assert_eq!(paths.get(&volume), model.get(&volume).map(String::as_str));
+        }
+    }
+
+    /// Packing any sorted choice of volumes gives each its own path, whatever runs of the
+    /// node's text it copies: chosen volumes with and without paths, next to each other and
+    /// with gaps, against the paths read one by one.
+    #[test]
+    fn a_packed_choice_of_volumes_holds_each_ones_path() {
+        let mut paths = NodeDevicePaths::<u32>::default();
+        let none: Vec<u32> = (0..5).collect();
+        let packed = paths.pack(none.iter());
+        assert_eq!((0..5).map(|i| packed.get(i)).collect::<Vec<_>>(), [None; 5]);
+        for v in 0..12u32 {
+            if v % 3 != 1 {
+                paths.set(&v, Some(&format!("/dev/{}", "x".repeat(v as usize))));
+            }
+        }
+        for choice in 0u32..1 << 14 {
+            let volumes: Vec<u32> = (0..14).filter(|v| choice & (1 << v) != 0).collect();
+            let packed = paths.pack(volumes.iter());
+            let read: Vec<Option<&str>> = (0..packed.len()).map(|i| packed.get(i)).collect();
+            let want: Vec<Option<&str>> = volumes.iter().map(|v| paths.get(v)).collect();
+            assert_eq!(read, want, "volumes {volumes:?}");
+            let text: usize = want.iter().flatten().map(|p| p.len()).sum();
+            assert_eq!(
+                packed.text.len(),
+                text,
+                "volumes {volumes:?}: text not chosen"
+            );
         }
     }
 
