@@ -325,6 +325,8 @@ struct Cluster<K: Naming> {
     sync_max_passes: Vec<Duration>,
     /// The passes of the last sync round.
     sync_passes: usize,
+    /// Every pass of the last round, for the typical pass beside the largest.
+    sync_last_passes: Vec<Duration>,
     scratch: Scratch<K>,
 }
 
@@ -589,6 +591,7 @@ impl<K: Naming> Cluster<K> {
             burst_cursor: 0,
             sync_max_passes: Vec::new(),
             sync_passes: 0,
+            sync_last_passes: Vec::new(),
             scratch: Scratch::default(),
         };
         for input in cl.inputs() {
@@ -671,6 +674,7 @@ impl<K: Naming> Cluster<K> {
         let mut verified: HashMap<K::Node, u32> = HashMap::with_capacity(self.nodes as usize);
         let mut volumes = 0;
         let (mut total, mut largest, mut passes) = (Duration::ZERO, Duration::ZERO, 0);
+        self.sync_last_passes.clear();
         while let Some(due) = self.r.next_deadline() {
             if due >= next_round {
                 break;
@@ -700,6 +704,7 @@ impl<K: Naming> Cluster<K> {
             self.scratch.trim();
             total += pass;
             largest = largest.max(pass);
+            self.sync_last_passes.push(pass);
             passes += 1;
             assert!(
                 passes <= 10 * self.nodes as usize + 1000,
@@ -1210,9 +1215,14 @@ fn bench_sync<K: Naming>(c: &mut Criterion, clusters: &mut [Cluster<K>], test_mo
     group.finish();
     for cl in clusters.iter_mut() {
         let largest = median(cl.sync_max_passes.clone());
+        // The last round's passes, sorted: the typical pass and the tail, which one preempted
+        // pass (the largest) does not show.
+        let mut passes = cl.sync_last_passes.clone();
+        passes.sort_unstable();
+        let at = |q: f64| passes[((passes.len() - 1) as f64 * q) as usize].as_secs_f64() * 1e3;
         println!(
             "sync round at {}, {} ids: {} passes, largest pass median {:.3} ms over {} rounds \
-             (min {:.3} ms)",
+             (min {:.3} ms); last round's passes p50 {:.3} ms, p99 {:.3} ms",
             cl.size,
             K::KIND,
             cl.sync_passes,
@@ -1223,7 +1233,9 @@ fn bench_sync<K: Naming>(c: &mut Criterion, clusters: &mut [Cluster<K>], test_mo
                 .min()
                 .expect("rounds")
                 .as_secs_f64()
-                * 1e3
+                * 1e3,
+            at(0.5),
+            at(0.99),
         );
         if !test_mode && cl.size == 1_000_000 {
             goal(
