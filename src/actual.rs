@@ -881,8 +881,8 @@ impl<D: Domain> ActualState<D> {
     }
 
     /// Whether `list` is exactly what [`report`](Self::report) would build for `node`. The
-    /// volumes are compared first: a report that differs from what the store holds mostly
-    /// differs by a volume, found without reading a device path.
+    /// volumes are compared first, then the paths alone: a report that differs from what the
+    /// store holds mostly differs by a volume, found without reading a device path.
     pub(crate) fn report_matches(&self, node: &D::Node, list: &ReportedVolumes<D>) -> bool {
         let reported = self
             .nodes
@@ -891,7 +891,10 @@ impl<D: Domain> ActualState<D> {
             .iter()
             .filter(|(_, standing)| standing.reported())
             .map(|(volume, _)| volume);
-        reported.eq(list.volumes()) && list.matches(self.reported(node))
+        reported.eq(list.volumes())
+            && list
+                .devices()
+                .eq(self.reported(node).map(|(_, device)| device))
     }
 
     /// A number that is the same on two calls only if `node`'s report (what

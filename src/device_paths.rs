@@ -54,11 +54,12 @@ impl<V: Ord + Clone> NodeDevicePaths<V> {
 
     /// Each volume with its path, sorted by volume.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&V, &str)> {
-        let p = self.0.as_deref();
-        let ends = p.map_or(&[][..], |p| &p.ends[..]);
-        ends.iter()
-            .enumerate()
-            .map(move |(i, (volume, _))| (volume, p.map_or("", |p| p.path(i))))
+        self.0.as_deref().into_iter().flat_map(|p| {
+            p.ends
+                .iter()
+                .enumerate()
+                .map(move |(i, (volume, _))| (volume, p.path(i)))
+        })
     }
 
     /// The paths of `volumes` (sorted by volume), packed: the node's text copied in runs, one

@@ -95,7 +95,7 @@ impl<D: Domain> ReportedVolumes<D> {
 
     /// Each volume with its device path, in volume order.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = (&D::Volume, Option<&str>)> + '_ {
-        (0..self.len()).map(|i| (&self.0.volumes[i], self.device_at(i)))
+        self.0.volumes.iter().zip(self.devices())
     }
 
     /// Whether `volume` is on the list.
@@ -111,6 +111,11 @@ impl<D: Domain> ReportedVolumes<D> {
                 device: device.map(Arc::from),
             })
             .collect()
+    }
+
+    /// Each volume's device path, in volume order.
+    pub(crate) fn devices(&self) -> impl ExactSizeIterator<Item = Option<&str>> + '_ {
+        (0..self.len()).map(|i| self.device_at(i))
     }
 
     fn device_at(&self, i: usize) -> Option<&str> {
