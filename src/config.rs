@@ -44,11 +44,12 @@ pub struct Config {
     /// The most attachments one pass of the periodic verify takes (at least one node's
     /// worth). 1,000 by default: at a million attachments one round of every node in one pass
     /// took 374 ms, during which nothing else was planned; in slices, each pass takes well
-    /// under a millisecond and the round still ends within the period. Slices are at least a
-    /// reconcile period apart; when the period is too short for that at this size (a million
-    /// attachments at the default periods: 600 slices of about 1,700), the slices grow. A round still under way when the next is due (its
-    /// passes came late, or nodes were added) goes on from where it is rather than starting
-    /// over, so no node is skipped for ever.
+    /// under a millisecond and the round still ends within the period. Slices are at least
+    /// 10 ms apart (the driver wakes for each at the core's deadline, not at its reconcile
+    /// tick); only when the sync period is too short for that at this size (over 6,000
+    /// slices in the default 60 s) do the slices grow. A round still under way when the next
+    /// is due (its passes came late, or nodes were added) goes on from where it is rather
+    /// than starting over, so no node is skipped for ever.
     pub verify_batch: usize,
     /// How often every attachment the backend knows is listed, to find those the core does
     /// not know of; `None` never lists after recovery.

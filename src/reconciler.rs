@@ -280,6 +280,13 @@ const CLEARANCE_SLACK: Duration = Duration::from_secs(1);
 /// off: conflicts are normally another writer's one-off, answered by a fresh read at once.
 const CONFLICTS_BEFORE_BACKOFF: u8 = 3;
 
+/// The closest two slices of the periodic verify may be. A slice is one pass of the driver,
+/// woken for it at the core's deadline, not at its reconcile tick: 100 wake-ups a second at
+/// most are noise beside the verify's own work, which the slicing does not change (a round
+/// is every attachment whatever its slices). What a slice decides is the longest pause one
+/// pass makes, so slices keep to `verify_batch` unless even this gap cannot fit them.
+const MIN_VERIFY_SLICE_GAP: Duration = Duration::from_millis(10);
+
 /// The attach/detach state machine, free of IO and clocks.
 ///
 /// Feed it changes ([`handle`](Self::handle) an [`Input`]), call [`poll`](Self::poll)
@@ -1811,6 +1818,11 @@ impl<D: Domain> Reconciler<D> {
             // Only the recovery listings, and their retries, until both are in.
             return recovery.wake_at();
         }
+        earliest([self.next_pass(), self.next_verify_slice()])
+    }
+
+    /// When the next reconcile pass is due: at least a reconcile period after the last.
+    fn next_pass(&self) -> Option<Duration> {
         let has_work = self.status.has_dirty() || self.actual.has_report_changes();
         self.schedule.next_deadline(
             has_work,
@@ -1821,14 +1833,19 @@ impl<D: Domain> Reconciler<D> {
                     self.desired.next_pending_wake(),
                     self.admission.wake(),
                     self.machine.next_wake(),
-                    // Nothing to verify once nothing is attached (as the round's start).
-                    self.verify_round
-                        .filter(|_| !self.actual.is_empty())
-                        .map(|round| round.next_at()),
                 ])
             },
             self.config.reconcile_period,
         )
+    }
+
+    /// When the verify round under way takes its next slice. Not held to the reconcile
+    /// period: between two passes a poll plans just the slice ([`MIN_VERIFY_SLICE_GAP`]).
+    /// Nothing to verify once nothing is attached (as the round's start).
+    fn next_verify_slice(&self) -> Option<Duration> {
+        self.verify_round
+            .filter(|_| !self.actual.is_empty())
+            .map(|round| round.next_at())
     }
 
     /// Runs a reconcile pass if one is due at `now` and returns the operations to start.
@@ -1869,6 +1886,12 @@ impl<D: Domain> Reconciler<D> {
         }
         if self.recovery.is_some() {
             self.plan_recovery(now, ops);
+            return;
+        }
+        if self.next_pass().is_none_or(|due| due > now) {
+            // Only a verify slice is due, between two passes: it plans that alone, and the
+            // next pass still comes a reconcile period after the last.
+            self.plan_verify_slice(ops);
             return;
         }
         self.trim();
@@ -2569,8 +2592,10 @@ impl<D: Domain> Reconciler<D> {
     /// Starts a round of the periodic verify at `now`: every node with attachments once, in
     /// slices of about `verify_batch` attachments spread evenly over the sync period, counted
     /// from the round's start (a late pass does not push the later slices back). The slices
-    /// are at least a reconcile period apart; when the period is too short for that, they
-    /// take more.
+    /// are at least [`MIN_VERIFY_SLICE_GAP`] apart, not a reconcile period: held to the
+    /// period, a million attachments at the default periods got 600 slices of about 1,700,
+    /// and each pass was 1.7 times the pause `verify_batch` asks for. Only when the sync period
+    /// is too short for even that gap do the slices take more.
     ///
     /// A round still under way (its passes came late, or nodes were added during it) is not
     /// started over but goes on from where it is, paced anew: started over, the nodes at its
@@ -2580,8 +2605,7 @@ impl<D: Domain> Reconciler<D> {
             self.actual.restart_verify_round();
         }
         let total = self.actual.len().max(1);
-        let pace = self.config.reconcile_period.max(Duration::from_millis(1));
-        let fit = (self.config.sync_period.as_nanos() / pace.as_nanos()).max(1);
+        let fit = (self.config.sync_period.as_nanos() / MIN_VERIFY_SLICE_GAP.as_nanos()).max(1);
         let slices = (total.div_ceil(self.config.verify_batch) as u128).clamp(1, fit);
         let per_slice = usize::try_from((total as u128).div_ceil(slices)).unwrap_or(usize::MAX);
         let interval = Duration::from_nanos(

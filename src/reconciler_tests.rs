@@ -2797,24 +2797,80 @@ fn a_cluster_within_one_batch_is_verified_in_one_pass_as_before() {
     assert_eq!(verifies[6].0, secs(60), "the next round a period later");
 }
 
+/// The verifies of the first whole round (the first to start with `n1`, after whatever the
+/// set-up's passes left under way), with when each was planned from the round's start, the
+/// core polled at each of its deadlines (as the driver does), every operation succeeding.
+fn verify_times_at_deadlines(config: Config) -> Vec<(Duration, &'static str)> {
+    let period = config.sync_period;
+    let mut h = six_nodes(config);
+    let mut verifies = Vec::new();
+    let mut start = None;
+    while let Some(due) = h.r.next_deadline() {
+        if start.is_some_and(|at| due >= at + period) {
+            break;
+        }
+        h.now = h.now.max(due);
+        for op in h.r.poll(h.now) {
+            if let Operation::Verify { node, .. } = &op {
+                if start.is_none() && *node == "n1" {
+                    start = Some(h.now);
+                }
+                if let Some(at) = start {
+                    verifies.push((h.now - at, *node));
+                }
+            }
+            h.ok(op);
+        }
+    }
+    verifies
+}
+
 #[test]
-fn slices_grow_when_the_period_is_too_short_to_space_them_a_reconcile_period_apart() {
-    // A batch of one attachment would need 12 slices in 300 ms; passes are 100 ms apart, so
-    // there are 3 slices of 4 (two nodes each), and the round still ends within the period.
-    let verifies = verify_times(
-        Config {
-            verify_batch: 1,
-            sync_period: Duration::from_millis(300),
-            ..Config::default()
-        },
-        1,
+fn verify_slices_keep_to_the_batch_even_closer_than_a_reconcile_period() {
+    // Six slices of one node in 300 ms are 50 ms apart, half a reconcile period: the driver
+    // wakes for them at the core's deadline. Held to the reconcile period, the round had three
+    // slices of two nodes, each pass twice what `verify_batch` asks.
+    let verifies = verify_times_at_deadlines(Config {
+        verify_batch: 2,
+        sync_period: Duration::from_millis(300),
+        ..Config::default()
+    });
+    let at = |m: u64, n: &'static str| (Duration::from_millis(m), n);
+    assert_eq!(
+        verifies,
+        [
+            at(0, "n1"),
+            at(50, "n2"),
+            at(100, "n3"),
+            at(150, "n4"),
+            at(200, "n5"),
+            at(250, "n6"),
+        ]
     );
-    let ms = |m: u64| Duration::from_millis(m);
-    let times: Vec<Duration> = verifies.iter().map(|(t, _)| *t).take(6).collect();
-    assert_eq!(times, [ms(0), ms(0), ms(100), ms(100), ms(200), ms(200)]);
-    let mut nodes: Vec<_> = verifies.iter().take(6).map(|(_, n)| *n).collect();
-    nodes.sort();
-    assert_eq!(nodes, ["n1", "n2", "n3", "n4", "n5", "n6"]);
+}
+
+#[test]
+fn slices_grow_when_the_period_is_too_short_to_space_them_the_least_gap_apart() {
+    // A batch of one attachment would need 12 slices in 30 ms; slices are at least 10 ms
+    // apart, so there are 3 slices of 4 (two nodes each), and the round still ends within
+    // the period.
+    let verifies = verify_times_at_deadlines(Config {
+        verify_batch: 1,
+        sync_period: MIN_VERIFY_SLICE_GAP * 3,
+        ..Config::default()
+    });
+    let gap = |k: u32| MIN_VERIFY_SLICE_GAP * k;
+    assert_eq!(
+        verifies,
+        [
+            (gap(0), "n1"),
+            (gap(0), "n2"),
+            (gap(1), "n3"),
+            (gap(1), "n4"),
+            (gap(2), "n5"),
+            (gap(2), "n6"),
+        ]
+    );
 }
 
 #[test]
