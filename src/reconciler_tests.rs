@@ -2850,6 +2850,54 @@ fn verify_slices_keep_to_the_batch_even_closer_than_a_reconcile_period() {
 }
 
 #[test]
+fn a_verify_slice_between_two_passes_plans_the_slice_alone() {
+    // Slices 50 ms apart, passes 100 ms apart. A pod scheduled just after a pass waits for
+    // the next pass (a reconcile period after the last), not for the slice between them.
+    let mut h = six_nodes(Config {
+        verify_batch: 2,
+        sync_period: Duration::from_millis(300),
+        ..Config::default()
+    });
+    // Poll at each deadline until a round starts: its first slice (n1) is planned by the
+    // pass that starts it.
+    let pass = loop {
+        let due = h.r.next_deadline().expect("a round is under way");
+        h.now = h.now.max(due);
+        let ops = h.r.poll(h.now);
+        let started = ops
+            .iter()
+            .any(|op| matches!(op, Operation::Verify { node: "n1", .. }));
+        for op in ops {
+            h.ok(op);
+        }
+        if started {
+            break h.now;
+        }
+    };
+    h.rwo("v13");
+    h.pod("v13", "n1", &["v13"]);
+    let slice = h.r.next_deadline().expect("the next slice");
+    assert_eq!(slice, pass + Duration::from_millis(50), "the slice comes first");
+    h.now = slice;
+    let planned: Vec<String> = h.r.poll(h.now).iter().map(render).collect();
+    assert!(
+        planned.iter().all(|op| op.starts_with("verify")) && !planned.is_empty(),
+        "only the slice: {planned:?}"
+    );
+    assert_eq!(
+        h.r.next_deadline(),
+        Some(pass + Duration::from_millis(100)),
+        "the pass is still a reconcile period after the last"
+    );
+    h.now = pass + Duration::from_millis(100);
+    let planned: Vec<String> = h.r.poll(h.now).iter().map(render).collect();
+    assert!(
+        planned.contains(&"attach v13 n1".to_string()),
+        "the pass plans the attach: {planned:?}"
+    );
+}
+
+#[test]
 fn slices_grow_when_the_period_is_too_short_to_space_them_the_least_gap_apart() {
     // A batch of one attachment would need 12 slices in 30 ms; slices are at least 10 ms
     // apart, so there are 3 slices of 4 (two nodes each), and the round still ends within
