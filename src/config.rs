@@ -33,6 +33,7 @@ pub use crate::machine::MachineFencing;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// Minimum time between two reconcile passes; changes that arrive in between are batched.
+    /// (A slice of the periodic verify may come between two passes; it plans only verifies.)
     pub reconcile_period: Duration,
     /// How often attachments are verified with the backend: every attachment once per period.
     ///

@@ -1849,7 +1849,10 @@ impl<D: Domain> Reconciler<D> {
     }
 
     /// Runs a reconcile pass if one is due at `now` and returns the operations to start.
-    /// [`poll_into`](Self::poll_into) does the same into a buffer the caller keeps.
+    /// Between two passes (at least [`Config::reconcile_period`] apart) a poll may also plan
+    /// just the periodic verify's next slice, which is paced on its own
+    /// ([`Config::verify_batch`]). [`poll_into`](Self::poll_into) does the same into a buffer
+    /// the caller keeps.
     pub fn poll(&mut self, now: Duration) -> Vec<Operation<D>> {
         let mut ops = Vec::new();
         self.poll_into(now, &mut ops);
