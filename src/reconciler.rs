@@ -411,6 +411,24 @@ struct VerifyRound {
 }
 
 impl VerifyRound {
+    /// A round starting at `start` over `attachments`: slices of about `verify_batch`, spread
+    /// evenly over the sync period, at least [`MIN_VERIFY_SLICE_GAP`] apart.
+    fn paced(start: Duration, attachments: usize, config: &Config) -> Self {
+        let total = attachments.max(1);
+        let fit = (config.sync_period.as_nanos() / MIN_VERIFY_SLICE_GAP.as_nanos()).max(1);
+        let slices = (total.div_ceil(config.verify_batch) as u128).clamp(1, fit);
+        let per_slice = usize::try_from((total as u128).div_ceil(slices)).unwrap_or(usize::MAX);
+        let interval = Duration::from_nanos(
+            u64::try_from(config.sync_period.as_nanos() / slices).unwrap_or(u64::MAX),
+        );
+        VerifyRound {
+            start,
+            interval,
+            per_slice,
+            slices_done: 0,
+        }
+    }
+
     /// When the next slice is due: counted from the round's start, not from the last slice,
     /// so that a late pass does not push every later slice back.
     fn next_at(&self) -> Duration {
@@ -2607,19 +2625,7 @@ impl<D: Domain> Reconciler<D> {
         if self.verify_round.is_none() || self.actual.verify_round_done() {
             self.actual.restart_verify_round();
         }
-        let total = self.actual.len().max(1);
-        let fit = (self.config.sync_period.as_nanos() / MIN_VERIFY_SLICE_GAP.as_nanos()).max(1);
-        let slices = (total.div_ceil(self.config.verify_batch) as u128).clamp(1, fit);
-        let per_slice = usize::try_from((total as u128).div_ceil(slices)).unwrap_or(usize::MAX);
-        let interval = Duration::from_nanos(
-            u64::try_from(self.config.sync_period.as_nanos() / slices).unwrap_or(u64::MAX),
-        );
-        self.verify_round = Some(VerifyRound {
-            start: now,
-            interval,
-            per_slice,
-            slices_done: 0,
-        });
+        self.verify_round = Some(VerifyRound::paced(now, self.actual.len(), &self.config));
     }
 
     /// Plans the verifies of the round's next slice: the next nodes it has not reached, whole,
