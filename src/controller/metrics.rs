@@ -402,7 +402,8 @@ pub struct MetricsSnapshot {
     pub check_machine: OutcomeCounts,
     /// Operations running now.
     pub in_flight: u64,
-    /// Reconcile passes run: stays flat while the controller is idle.
+    /// Reconcile passes run: stays flat while the controller is idle. A poll that plans just
+    /// a slice of the periodic verify between two passes counts as one.
     pub reconcile_passes: u64,
     /// Compare-and-set write calls to the node-status store.
     pub store_writes: u64,
