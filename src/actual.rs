@@ -438,7 +438,7 @@ impl<D: Domain> ActualState<D> {
     /// answer was taken for it. Whatever kept a generation from before (a running verify's
     /// list) must then be dropped: the same number may now be another record's.
     pub(crate) fn renumber_if_due(&mut self) -> bool {
-        if self.generations < Self::RENUMBER_AT {
+        if !self.renumber_due() {
             return false;
         }
         let mut generation = 0;
@@ -452,9 +452,14 @@ impl<D: Domain> ActualState<D> {
         true
     }
 
+    /// Whether [`renumber_if_due`](Self::renumber_if_due) would renumber now.
+    pub(crate) fn renumber_due(&self) -> bool {
+        self.generations >= Self::RENUMBER_AT
+    }
+
     /// Sets the generation counter, as if `generations` had been handed out: for tests of
-    /// what comes after years of them.
-    #[cfg(test)]
+    /// what comes after years of them (and the benchmarks' timing of a renumber).
+    #[cfg(any(test, feature = "internals"))]
     pub(crate) fn set_generations(&mut self, generations: u64) {
         self.generations = generations;
     }

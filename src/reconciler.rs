@@ -527,6 +527,22 @@ impl<D: Domain> Reconciler<D> {
         self.capacity.waiting_len()
     }
 
+    /// Makes the renumbering of record generations due at the next poll, as after some 180
+    /// million moves: for the benchmarks, which time that poll at a million attachments.
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
+    pub fn make_renumber_due(&mut self) {
+        self.actual.set_generations(ActualState::<D>::RENUMBER_AT);
+    }
+
+    /// Whether the next poll renumbers record generations: for the benchmarks, which check
+    /// that the poll they timed did.
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
+    pub fn renumber_due(&self) -> bool {
+        self.actual.renumber_due()
+    }
+
     /// Whether an operation of `kind` on (`volume`, `node`) would be held back at `now`: another
     /// operation on the same key is running, or `kind` is in backoff there. Upstream's
     /// `IsOperationPending` check, exposed so the benchmarks can replay upstream's full scan on

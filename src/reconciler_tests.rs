@@ -2895,7 +2895,11 @@ fn a_verify_slice_between_two_passes_plans_the_slice_alone() {
     h.rwo("v13");
     h.pod("v13", "n1", &["v13"]);
     let slice = h.r.next_deadline().expect("the next slice");
-    assert_eq!(slice, pass + Duration::from_millis(50), "the slice comes first");
+    assert_eq!(
+        slice,
+        pass + Duration::from_millis(50),
+        "the slice comes first"
+    );
     h.now = slice;
     let planned: Vec<String> = h.r.poll(h.now).iter().map(render).collect();
     assert!(
