@@ -143,15 +143,19 @@ fn attachments_of<D: Domain>(
 /// report it, and the record's generation, new on every change so that a verify answer
 /// planned before the change is ignored.
 ///
-/// Generations are drawn from the actual state's one counter (its low 31 bits), for a new
-/// record as for a change: a record made again for the same pair started at 0 as its
-/// predecessor had, so a verify planned before a detach and a new attach took its stale
-/// "not attached" for news of the new record, and the core granted an attached single-node
-/// volume elsewhere (`a_verify_answer_is_not_taken_for_an_attachment_made_again_since`).
-/// The counter is renumbered before it reaches 2^31 ([`ActualState::renumber_if_due`]), so
-/// that no two standing records share a generation either
-/// (`a_verify_answer_is_not_taken_for_a_record_whose_generation_came_round_again`). Eight bytes
-/// would have needed neither, at 8 bytes more per attachment with `u32` ids.
+/// Generations are drawn from the node's counter, for a new record as for a change: a record
+/// made again for the same pair started at 0 as its predecessor had, so a verify planned
+/// before a detach and a new attach took its stale "not attached" for news of the new
+/// record, and the core granted an attached single-node volume elsewhere
+/// (`a_verify_answer_is_not_taken_for_an_attachment_made_again_since`). A verify matches
+/// generations only within one node's list, so one node's numbers need not differ from
+/// another's. Before the counter passes 31 bits the node's records are renumbered and the
+/// node takes a new epoch ([`ActualNode::draw`]), so that no two of its standing records share
+/// a generation either
+/// (`a_verify_answer_is_not_taken_for_a_record_whose_generation_came_round_again`): a pause of
+/// one node's records, where one counter for all had to renumber a million at once (7 to
+/// 10 ms). Eight bytes would have needed no renumbering, at 8 bytes more per attachment with
+/// `u32` ids.
 ///
 /// The generation lives here, not in the volume's record, so that a verify reads a node's
 /// attachments from the node's one sorted list: kept with the record, it cost every verified
@@ -236,6 +240,13 @@ pub(crate) struct ActualNode<D: Domain> {
     ring_pos: u32,
     /// Changes whenever the node's report may have: see [`ActualState::report_generation`].
     report_gen: u64,
+    /// The last generation handed out to a record here in this epoch ([`Standing`]).
+    generations: u32,
+    /// Which numbering the generations here belong to: new whenever the node's record is
+    /// made or its records renumbered, never one handed out before
+    /// ([`ActualState::epoch_of`]). A verify's answer is matched only within the epoch it
+    /// was planned in.
+    epoch: u64,
 }
 
 /// Finds `volume` in a list sorted by volume.
@@ -297,6 +308,8 @@ fn node_entry<'a, D: Domain>(
 ) -> &'a mut ActualNode<D> {
     nodes.entry(node.clone()).or_insert_with(|| ActualNode {
         report_gen: next_generation(report_generations),
+        // From the same counter: any number never handed out before will do.
+        epoch: next_generation(report_generations),
         ..ActualNode::unknown()
     })
 }
@@ -340,7 +353,37 @@ impl<D: Domain> ActualNode<D> {
             detach_requested: Sparse::default(),
             ring_pos: OUT_OF_RING,
             report_gen: 0,
+            generations: 0,
+            epoch: 0,
         }
+    }
+
+    /// The greatest generation a record keeps ([`Standing`]'s 31 bits).
+    const MAX_GENERATION: u32 = !Standing::REPORTED;
+
+    /// Makes room for `draws` more generations in this epoch: if the counter would pass
+    /// [`MAX_GENERATION`](Self::MAX_GENERATION), the node's records are renumbered 1 up and
+    /// the node takes a new epoch (from `serials`, the actual state's counter of numbers never
+    /// handed out twice), so that a running verify's numbers match none of them.
+    fn make_room(&mut self, draws: usize, serials: &mut u64) {
+        if u64::from(self.generations) + draws as u64 <= u64::from(Self::MAX_GENERATION) {
+            return;
+        }
+        let mut generation = 0;
+        for (_, standing) in &mut self.attached {
+            generation += 1;
+            standing.bump(u64::from(generation));
+        }
+        self.generations = generation;
+        self.epoch = next_generation(serials);
+    }
+
+    /// A generation never handed out to a record here in this epoch (after
+    /// [`make_room`](Self::make_room) for it).
+    fn draw(&mut self, serials: &mut u64) -> u64 {
+        self.make_room(1, serials);
+        self.generations += 1;
+        u64::from(self.generations)
     }
 
     fn volumes(&self) -> impl Iterator<Item = &D::Volume> {
@@ -399,12 +442,8 @@ pub struct ActualState<D: Domain> {
     ring: VerifyRing<D::Node>,
     /// Nodes whose reported list may have changed since last taken.
     report_changed: Marks<D::Node>,
-    /// The last record generation handed out ([`Standing`]). Kept under
-    /// [`RENUMBER_AT`](Self::RENUMBER_AT) by [`renumber_if_due`](Self::renumber_if_due), so
-    /// that the 31 bits a record keeps are all of it.
-    generations: u64,
     /// The last report generation handed out ([`report_generation`](Self::report_generation)):
-    /// never renumbered, as the status book keeps them.
+    /// never renumbered, as the status book keeps them. Nodes' epochs are drawn from it too.
     report_generations: u64,
     len: usize,
 }
@@ -417,7 +456,6 @@ impl<D: Domain> Default for ActualState<D> {
             requesting: FxHashSet::default(),
             ring: VerifyRing::default(),
             report_changed: Marks::default(),
-            generations: 0,
             report_generations: 0,
             len: 0,
         }
@@ -425,43 +463,19 @@ impl<D: Domain> Default for ActualState<D> {
 }
 
 impl<D: Domain> ActualState<D> {
-    /// The record generation at which [`renumber_if_due`](Self::renumber_if_due) starts
-    /// again from the records standing: half the 31 bits a record keeps, so that the draws
-    /// between two passes (at most a few per input or answer, one per listed attachment at a
-    /// restart) never reach the 31st.
-    pub(crate) const RENUMBER_AT: u64 = 1 << 30;
-
-    /// Gives the records new generations, 1 up, once [`RENUMBER_AT`](Self::RENUMBER_AT) have
-    /// been handed out (at about six a move, some 180 million moves); returns whether it did.
-    /// A record keeps the low 31 bits of its generation: without this, one made after 2^31
-    /// draws took the generation of a record a running verify had listed, and the verify's
-    /// answer was taken for it. Whatever kept a generation from before (a running verify's
-    /// list) must then be dropped: the same number may now be another record's.
-    pub(crate) fn renumber_if_due(&mut self) -> bool {
-        if !self.renumber_due() {
-            return false;
-        }
-        let mut generation = 0;
-        for n in self.nodes.values_mut() {
-            for (_, standing) in &mut n.attached {
-                generation += 1;
-                standing.bump(generation);
-            }
-        }
-        self.generations = generation;
-        true
+    /// The epoch of `node`'s generations ([`ActualNode::epoch`]); 0, never an epoch, for a
+    /// node with no record.
+    pub(crate) fn epoch_of(&self, node: &D::Node) -> u64 {
+        self.nodes.get(node).map_or(0, |n| n.epoch)
     }
 
-    /// Whether [`renumber_if_due`](Self::renumber_if_due) would renumber now.
-    pub(crate) fn renumber_due(&self) -> bool {
-        self.generations >= Self::RENUMBER_AT
-    }
-
-    /// Sets the generation counter, as if `generations` had been handed out: for tests of
-    /// what comes after years of them (and the benchmarks' timing of a renumber).
-    #[cfg(any(test, feature = "internals"))]
-    pub(crate) fn set_generations(&mut self, generations: u64) {
-        self.generations = generations;
+    /// Sets `node`'s generation counter, as if `generations` had been handed out there: for
+    /// tests of what comes after years of them.
+    #[cfg(test)]
+    pub(crate) fn set_generations(&mut self, node: &D::Node, generations: u32) {
+        if let Some(n) = self.nodes.get_mut(node) {
+            n.generations = generations;
+        }
     }
 }
 
@@ -591,9 +605,10 @@ impl<D: Domain> ActualState<D> {
             return;
         };
         if let Ok(i) = find(&n.attached, volume) {
+            let generation = bump.then(|| n.draw(&mut self.report_generations));
             let standing = &mut n.attached[i].1;
-            if bump {
-                standing.bump(next_generation(&mut self.generations));
+            if let Some(generation) = generation {
+                standing.bump(generation);
             }
             if standing.set_reported(reported) {
                 n.report_gen = next_generation(&mut self.report_generations);
@@ -705,18 +720,14 @@ impl<D: Domain> ActualState<D> {
                 // changes, else a new one goes in.
                 match find(&n.attached, &r.volume) {
                     Ok(i) => {
+                        let generation = n.draw(&mut self.report_generations);
                         let standing = &mut n.attached[i].1;
-                        standing.bump(next_generation(&mut self.generations));
+                        standing.bump(generation);
                         changed |= standing.set_reported(true);
                     }
                     Err(i) => {
-                        n.attached.insert(
-                            i,
-                            (
-                                r.volume.clone(),
-                                Standing::new(true, next_generation(&mut self.generations)),
-                            ),
-                        );
+                        let standing = Standing::new(true, n.draw(&mut self.report_generations));
+                        n.attached.insert(i, (r.volume.clone(), standing));
                         changed = true;
                     }
                 }
@@ -724,10 +735,13 @@ impl<D: Domain> ActualState<D> {
             n.devices.set(&r.volume, r.device.as_deref());
         }
         if fresh {
+            // Every draw below fits this epoch: the list is built apart from the node's, where
+            // a renumber would not reach it.
+            n.make_room(2 * reported.len(), &mut self.report_generations);
             let mut listed: Vec<_> = reported
                 .iter()
                 .map(|r| {
-                    let standing = Standing::new(true, next_generation(&mut self.generations));
+                    let standing = Standing::new(true, n.draw(&mut self.report_generations));
                     (r.volume.clone(), standing)
                 })
                 .collect();
@@ -736,7 +750,7 @@ impl<D: Domain> ActualState<D> {
             listed.dedup_by(|again, first| {
                 let same = again.0 == first.0;
                 if same {
-                    first.1.bump(next_generation(&mut self.generations));
+                    first.1.bump(n.draw(&mut self.report_generations));
                 }
                 same
             });
@@ -784,7 +798,7 @@ impl<D: Domain> ActualState<D> {
     /// A new record, not yet reported (the caller syncs the flag).
     fn insert(&mut self, volume: D::Volume, node: D::Node, state: AttachState) {
         let n = node_entry(&mut self.nodes, &mut self.report_generations, &node);
-        let standing = Standing::new(false, next_generation(&mut self.generations));
+        let standing = Standing::new(false, n.draw(&mut self.report_generations));
         put(&mut n.attached, &volume, Some(standing));
         n.report_gen = next_generation(&mut self.report_generations);
         if n.ring_pos == OUT_OF_RING {
@@ -991,6 +1005,9 @@ impl<D: Domain> ActualState<D> {
             detach_requested: std::mem::take(&mut n.detach_requested),
             ring_pos: n.ring_pos,
             report_gen: next_generation(&mut self.report_generations),
+            // The records stay, and so does their numbering.
+            generations: n.generations,
+            epoch: n.epoch,
             ..ActualNode::unknown()
         };
         n.volumes().cloned().collect()
@@ -1073,41 +1090,56 @@ mod tests {
     }
 
     #[test]
-    fn renumbering_gives_the_standing_records_distinct_generations_and_keeps_their_flags() {
+    fn a_node_out_of_generations_renumbers_its_own_records_and_takes_a_new_epoch() {
         let mut a = ActualState::<T>::default();
-        for (v, n) in [("v1", "n1"), ("v2", "n1"), ("v3", "n2")] {
+        for (v, n) in [("v1", "n1"), ("v2", "n1"), ("v3", "n1"), ("v4", "n2")] {
             a.set_attached(v, n, None);
         }
         a.set_withheld(&"v2", &"n1", true);
-        a.set_generations(ActualState::<T>::RENUMBER_AT - 2);
-        assert!(!a.renumber_if_due(), "not due yet");
-        a.set_attached("v4", "n2", None);
-        a.set_attached("v5", "n2", None);
-        let before = generations_of(&a);
+        let max = ActualNode::<T>::MAX_GENERATION;
+        a.set_generations(&"n1", max - 1);
+        let epochs = (a.epoch_of(&"n1"), a.epoch_of(&"n2"));
         let reports = (a.report_generation(&"n1"), a.report_generation(&"n2"));
-        assert!(a.renumber_if_due());
-        let after = generations_of(&a);
-        assert_eq!(
-            after.keys().collect::<Vec<_>>(),
-            before.keys().collect::<Vec<_>>()
-        );
-        for (key, (generation, reported)) in &after {
-            assert_eq!(*reported, before[key].1, "{key:?} keeps its flag");
-            assert!((1..=5).contains(generation), "{key:?}: {generation}");
-        }
-        let mut distinct: Vec<u32> = after.values().map(|(g, _)| *g).collect();
-        distinct.sort_unstable();
-        distinct.dedup();
-        assert_eq!(distinct.len(), 5, "{after:?}");
-        // Report generations are the status book's, and never come round again.
-        assert_eq!(
-            (a.report_generation(&"n1"), a.report_generation(&"n2")),
-            reports
-        );
-        assert!(!a.renumber_if_due(), "done until the next 2^30");
-        // The next record's generation is new too.
+        // The last generation of 31 bits is still n1's to hand out.
+        a.set_attached("v5", "n1", None);
+        let before = generations_of(&a);
+        assert_eq!(before[&("n1", "v5")].0, max);
+        assert_eq!(a.epoch_of(&"n1"), epochs.0, "not renumbered yet");
+        // The next is not: n1's records are renumbered, 1 up, and n1 takes a new epoch.
         a.set_attached("v6", "n1", None);
-        assert_eq!(generations_of(&a)[&("n1", "v6")].0, 6);
+        let after = generations_of(&a);
+        assert_eq!(after.len(), 6);
+        let n1: Vec<u32> = ["v1", "v2", "v3", "v5", "v6"]
+            .iter()
+            .map(|v| after[&("n1", *v)].0)
+            .collect();
+        assert_eq!(n1, [1, 2, 3, 4, 5], "{after:?}");
+        for (key, (_, reported)) in &before {
+            assert_eq!(after[key].1, *reported, "{key:?} keeps its flag");
+        }
+        assert_ne!(a.epoch_of(&"n1"), epochs.0);
+        // n2 is not touched: its generation, its epoch.
+        assert_eq!(after[&("n2", "v4")], before[&("n2", "v4")]);
+        assert_eq!(a.epoch_of(&"n2"), epochs.1);
+        // Report generations are the status book's, and never come round again.
+        assert!(a.report_generation(&"n1") > reports.0);
+        assert_eq!(a.report_generation(&"n2"), reports.1);
+        // The next record's generation is new too.
+        a.set_attached("v7", "n1", None);
+        assert_eq!(generations_of(&a)[&("n1", "v7")].0, 6);
+    }
+
+    #[test]
+    fn a_node_record_made_again_takes_a_new_epoch() {
+        let mut a = ActualState::<T>::default();
+        a.set_attached("v1", "n1", None);
+        let first = a.epoch_of(&"n1");
+        assert_ne!(first, 0);
+        a.set_detached(&"v1", &"n1");
+        assert_eq!(a.epoch_of(&"n1"), 0, "no record, no epoch");
+        a.set_attached("v1", "n1", None);
+        assert_ne!(a.epoch_of(&"n1"), first);
+        assert_ne!(a.epoch_of(&"n1"), 0);
     }
 
     #[test]

@@ -122,16 +122,6 @@ impl<D: Domain> InFlightTable<D> {
         self.ops.capacity()
     }
 
-    /// Drops the generations every running verify keeps: they were renumbered, and may now be
-    /// other records'. Those verifies' answers are then taken for no record.
-    pub(crate) fn forget_verified_generations(&mut self) {
-        for op in self.ops.values_mut() {
-            if let InFlight::Verify { checked, .. } = op {
-                *checked = Vec::new();
-            }
-        }
-    }
-
     /// Every running operation, in no set order.
     pub(crate) fn values(&self) -> impl Iterator<Item = &InFlight<D>> {
         self.ops.values()

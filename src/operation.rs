@@ -226,10 +226,14 @@ pub(crate) enum InFlight<D: Domain> {
     },
     Verify {
         node: D::Node,
+        /// The node's record's epoch as planned (`ActualState::epoch_of`): the generations
+        /// below are numbers of that epoch, and say nothing once the node's record is made
+        /// again or renumbered.
+        epoch: u64,
         /// The generation of each attachment listed, as planned, sorted. No generation is
-        /// handed out twice (`Standing`), so a record that still holds one of these is the
-        /// record the verify listed, unchanged: no volume is kept here, where a clone of
-        /// each was (an allocation each with `String` ids).
+        /// handed out twice on a node in one epoch (`Standing`), so a record that still holds
+        /// one of these is the record the verify listed, unchanged: no volume is kept here,
+        /// where a clone of each was (an allocation each with `String` ids).
         checked: Vec<u32>,
     },
     WriteStatus {

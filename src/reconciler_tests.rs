@@ -880,33 +880,50 @@ fn a_verify_answer_is_not_taken_for_an_attachment_made_again_since() {
 /// Records' generations are kept in 31 bits. Once more than 2^31 had been handed out (about
 /// 350 million moves in one process), a new record could take the generation of a record a
 /// running verify listed, on the same node: the answer, which never listed the new record,
-/// then dropped it, and its single-node volume was free to be attached elsewhere.
+/// then dropped it, and its single-node volume was free to be attached elsewhere. Now a node
+/// out of generations renumbers its records 1 up, which hands out again the numbers a running
+/// verify may have listed; the node's new epoch tells the answer so.
 #[test]
 fn a_verify_answer_is_not_taken_for_a_record_whose_generation_came_round_again() {
     let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.rwo("v0");
     h.rwo("v2");
     h.run_ok(secs(58));
     let Operation::Verify { id, volumes, .. } = h.run_until_taking(OpKind::Verify) else {
         unreachable!()
     };
     assert_eq!(volumes, vec![("v1", ())]);
-    h.pod("p2", "n1", &["v2"]);
+    let generation = |h: &H, volume: &str| {
+        let standings = h.r.actual.standings_on(&"n1");
+        standings
+            .iter()
+            .find(|(v, _)| *v == volume)
+            .unwrap()
+            .1
+            .generation()
+    };
+    assert_eq!(generation(&h, "v1"), 1, "the verify listed v1 at 1");
+    // v0 is attached to n1 after the verify was planned: the verify never listed it.
+    h.pod("p2", "n1", &["v0"]);
     let attach = h.tick_taking(OpKind::Attach);
-    // Years of moves later, as far as the generations go: the next one handed out is v1's
-    // again in its low 31 bits.
-    let g = h.r.actual.standings_on(&"n1")[0].1.generation();
-    h.r.actual.set_generations(u64::from(g) + (1 << 31) - 1);
-    assert!(h.tick().is_empty());
     h.ok(attach);
-    assert_eq!(h.r.actual().state(&"v2", &"n1"), AttachState::Attached);
+    assert_eq!(h.r.actual().state(&"v0", &"n1"), AttachState::Attached);
+    // Years of moves later, as far as n1's generations go: its 31 bits are spent, and v2's
+    // new record (its attach answered) is the draw that renumbers n1's records, 1 up in
+    // volume order: v0 takes 1, the number the verify listed for v1.
+    h.r.actual.set_generations(&"n1", (1 << 31) - 1);
+    h.pod("p3", "n1", &["v2"]);
+    let attach = h.tick_taking(OpKind::Attach);
+    h.ok(attach);
+    assert_eq!(generation(&h, "v0"), 1);
     h.r.verify_finished(h.now, id, Ok(vec!["v1"])).unwrap();
     assert_eq!(
-        h.r.actual().state(&"v2", &"n1"),
+        h.r.actual().state(&"v0", &"n1"),
         AttachState::Attached,
-        "the verify never listed v2"
+        "the verify never listed v0"
     );
-    // v2 moved to n2 is detached from n1 first, not attached beside it.
-    h.moves_apart("p2", "p3", "v2", "n1", "n2");
+    // v0 moved to n2 is detached from n1 first, not attached beside it.
+    h.moves_apart("p2", "p4", "v0", "n1", "n2");
 }
 
 /// A node object deleted and made again under the same name while a write of its status runs:
