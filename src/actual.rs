@@ -1127,6 +1127,41 @@ mod tests {
         // The next record's generation is new too.
         a.set_attached("v7", "n1", None);
         assert_eq!(generations_of(&a)[&("n1", "v7")].0, 6);
+        assert_generations_fit(&a);
+    }
+
+    /// Every node's generations are distinct, and every one was handed out in its epoch (none
+    /// is above the counter, which would hand it out again).
+    fn assert_generations_fit(a: &ActualState<T>) {
+        for (node, n) in &a.nodes {
+            let mut seen: Vec<u32> = n.attached.iter().map(|(_, s)| s.generation()).collect();
+            assert!(
+                seen.iter().all(|g| (1..=n.generations).contains(g)),
+                "{node}: {seen:?} against the counter's {}",
+                n.generations
+            );
+            seen.sort_unstable();
+            seen.dedup();
+            assert_eq!(seen.len(), n.attached.len(), "{node}: a generation twice");
+        }
+    }
+
+    #[test]
+    fn a_listing_taken_in_on_a_node_out_of_generations_is_numbered_in_one_epoch() {
+        let mut a = ActualState::<T>::default();
+        a.set_node("n1", NodeFacts::default());
+        a.set_generations(&"n1", ActualNode::<T>::MAX_GENERATION - 1);
+        let listed: Vec<ReportedVolume<T>> = ["v2", "v1", "v3", "v1"]
+            .into_iter()
+            .map(|volume| ReportedVolume {
+                volume,
+                device: None,
+            })
+            .collect();
+        let epoch = a.epoch_of(&"n1");
+        a.recover_reported(&"n1", &listed);
+        assert_generations_fit(&a);
+        assert_ne!(a.epoch_of(&"n1"), epoch, "renumbered before the listing");
     }
 
     #[test]
