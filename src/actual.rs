@@ -469,6 +469,22 @@ impl<D: Domain> ActualState<D> {
         self.nodes.get(node).map_or(0, |n| n.epoch)
     }
 
+    /// Spends every node's generations ([`Reconciler::spend_generations`]); returns how many
+    /// nodes with records had some left.
+    ///
+    /// [`Reconciler::spend_generations`]: crate::core::Reconciler::spend_generations
+    #[cfg(feature = "internals")]
+    pub(crate) fn spend_generations(&mut self) -> usize {
+        let mut left = 0;
+        for n in self.nodes.values_mut() {
+            if !n.attached.is_empty() && n.generations < ActualNode::<D>::MAX_GENERATION {
+                left += 1;
+            }
+            n.generations = ActualNode::<D>::MAX_GENERATION;
+        }
+        left
+    }
+
     /// Sets `node`'s generation counter, as if `generations` had been handed out there: for
     /// tests of what comes after years of them.
     #[cfg(test)]

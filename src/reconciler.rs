@@ -527,6 +527,15 @@ impl<D: Domain> Reconciler<D> {
         self.capacity.waiting_len()
     }
 
+    /// Spends every node's record generations, as years of moves on each would: its next
+    /// draw renumbers its records. Returns how many nodes had some left, so that a benchmark
+    /// can count the nodes its moves renumbered.
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
+    pub fn spend_generations(&mut self) -> usize {
+        self.actual.spend_generations()
+    }
+
     /// Whether an operation of `kind` on (`volume`, `node`) would be held back at `now`: another
     /// operation on the same key is running, or `kind` is in backoff there. Upstream's
     /// `IsOperationPending` check, exposed so the benchmarks can replay upstream's full scan on
