@@ -224,14 +224,6 @@ fn build(input: &Input) -> Scenario {
     // Half the runs spread the periodic verify over the sync period in slices of 1 to 4
     // attachments (issue 16), so a round meets nodes that come and go under it.
     settings.verify_batch = (input.seed & 0x80 != 0).then(|| 1 + usize::from(input.seed & 3));
-    // One run in sixteen verifies every 300 ms: a few attachments in slices of 1 to 4 are
-    // then closer together than the reconcile period, and the core plans them in polls of
-    // their own between its passes. Not more: over the 15 minutes a world settles, such a
-    // run verifies 67 times as often, and a quarter of the runs cut the runs a second
-    // sevenfold.
-    if input.seed & 0xf0 == 0xf0 {
-        settings.sync_period = Duration::from_millis(300);
-    }
     if let Some((attaches, detaches, every, burst)) = input.limits {
         settings.backend_load = BackendLoad {
             max_attaches: Some(1 + usize::from(attaches % 3)),
