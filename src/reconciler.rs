@@ -1353,11 +1353,8 @@ impl<D: Domain> Reconciler<D> {
         };
         self.gate
             .succeeded(GateKey::Verify(node.clone()), OpKind::Verify);
-        let attached = match result {
-            Ok(mut attached) => {
-                attached.sort();
-                attached
-            }
+        let mut attached = match result {
+            Ok(attached) => attached,
             Err(error) => {
                 warn!(node = ?node, %error, "verifying attachments failed; trying again next sync");
                 return Ok(());
@@ -1368,6 +1365,7 @@ impl<D: Domain> Reconciler<D> {
             // verify listed them: its numbers may now be other records'.
             return Ok(());
         }
+        attached.sort();
         // The node's records the verify listed, unchanged since (their generation is one it
         // listed); answers about attachments that changed, are new, or are being changed are
         // ignored.
@@ -1915,18 +1913,19 @@ impl<D: Domain> Reconciler<D> {
     /// assert!(matches!(ops[0], Operation::ListStatuses { .. } | Operation::ListAttachments { .. }));
     /// ```
     pub fn poll_into(&mut self, now: Duration, ops: &mut Vec<Operation<D>>) {
-        match self.next_deadline() {
-            Some(due) if due <= now => {}
-            _ => return,
-        }
-        if self.recovery.is_some() {
-            self.plan_recovery(now, ops);
+        let due = |at: Option<Duration>| at.is_some_and(|at| at <= now);
+        if let Some(recovery) = &self.recovery {
+            if due(recovery.wake_at()) {
+                self.plan_recovery(now, ops);
+            }
             return;
         }
-        if self.next_pass().is_none_or(|due| due > now) {
-            // Only a verify slice is due, between two passes: it plans that alone, and the
-            // next pass still comes a reconcile period after the last.
-            self.plan_verify_slice(ops);
+        if !due(self.next_pass()) {
+            // Between two passes a verify slice may be due: it is planned alone, and the next
+            // pass still comes a reconcile period after the last.
+            if due(self.next_verify_slice()) {
+                self.plan_verify_slice(ops);
+            }
             return;
         }
         self.trim();

@@ -5,6 +5,7 @@
 use attach_detach::sim::library::LIBRARY;
 use attach_detach::sim::scenario::{Settings, UpstreamBug, parse};
 use attach_detach::sim::{Report, run};
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 fn scenario_text(name: &str) -> &'static str {
@@ -103,25 +104,32 @@ fn a_seed_varies_latencies_reproducibly() {
     assert_ne!(a.trace, seeded(0).trace, "seed 0 is the exact timeline");
 }
 
-/// The library's invariants hold whatever the latencies: each scenario under a few seeds, its
-/// timed expectations dropped (they assume the exact timeline), invariants and the final I3
-/// check kept.
-#[test]
-fn invariants_hold_under_jittered_latencies() {
+/// The library's scenarios under `seeds`, each changed by `adjust`, their timed expectations
+/// dropped (they assume the exact timeline), invariants and the final I3 check kept: the
+/// violations of every run that failed, by scenario and seed.
+fn library_violations(seeds: RangeInclusive<u64>, adjust: impl Fn(&mut Settings)) -> Vec<String> {
     use attach_detach::sim::scenario::Action;
     let mut failures = Vec::new();
     for (name, text) in LIBRARY {
-        for seed in 1..=4 {
+        for seed in seeds.clone() {
             let mut s = parse(text).unwrap();
             s.steps
                 .retain(|step| !matches!(step.action, Action::Expect(_)));
             s.settings.seed = seed;
+            adjust(&mut s.settings);
             let report = run(&s);
             if !report.passed() {
                 failures.push(format!("{name} seed {seed}: {:?}", report.violations));
             }
         }
     }
+    failures
+}
+
+/// The library's invariants hold whatever the latencies: each scenario under a few seeds.
+#[test]
+fn invariants_hold_under_jittered_latencies() {
+    let failures = library_violations(1..=4, |_| {});
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
@@ -133,22 +141,10 @@ fn invariants_hold_under_jittered_latencies() {
 /// second sevenfold.)
 #[test]
 fn invariants_hold_with_verify_slices_between_passes() {
-    use attach_detach::sim::scenario::Action;
-    let mut failures = Vec::new();
-    for (name, text) in LIBRARY {
-        for seed in 0..=1 {
-            let mut s = parse(text).unwrap();
-            s.steps
-                .retain(|step| !matches!(step.action, Action::Expect(_)));
-            s.settings.seed = seed;
-            s.settings.sync_period = Duration::from_millis(150);
-            s.settings.verify_batch = Some(1);
-            let report = run(&s);
-            if !report.passed() {
-                failures.push(format!("{name} seed {seed}: {:?}", report.violations));
-            }
-        }
-    }
+    let failures = library_violations(0..=1, |settings| {
+        settings.sync_period = Duration::from_millis(150);
+        settings.verify_batch = Some(1);
+    });
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
