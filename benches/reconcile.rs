@@ -20,7 +20,9 @@
 //! the hand-timed figures (move cost, recovery, the sync round's largest pass) are printed
 //! after criterion's. Criterion's name filter selects benchmarks only: the clusters are built
 //! and the hand-timed checks run anyway. To run less, `ATTACH_DETACH_BENCH_KINDS=u32` (or
-//! `string`, `name`, `arc`, comma-separated) and `ATTACH_DETACH_BENCH_MAX_SIZE=10000`:
+//! `string`, `name`, `arc`, comma-separated), `ATTACH_DETACH_BENCH_MAX_SIZE=10000`, and
+//! `ATTACH_DETACH_BENCH_CHECKS=sync` (or `allocations`, `moves`, `renumber`, `recovery`) for
+//! some of the hand-timed checks:
 //!
 //! ```sh
 //! cargo bench -p attach-detach --features internals --bench reconcile -- \
@@ -963,6 +965,14 @@ fn wanted(kind: &str) -> bool {
         .map_or(true, |kinds| kinds.split(',').any(|k| k.trim() == kind))
 }
 
+/// Whether to run the hand-timed check `check`: every check unless
+/// `ATTACH_DETACH_BENCH_CHECKS` lists some (`allocations`, `moves`, `renumber`, `sync`,
+/// `recovery`, comma-separated), to measure one figure at 1M without the rest's minutes.
+fn check_wanted(check: &str) -> bool {
+    std::env::var("ATTACH_DETACH_BENCH_CHECKS")
+        .map_or(true, |checks| checks.split(',').any(|c| c.trim() == check))
+}
+
 /// Builds the settled clusters of one id kind, printing and checking their memory.
 fn build_clusters<K: Naming>(test_mode: bool) -> Vec<Cluster<K>> {
     let mut clusters = Vec::new();
@@ -1503,7 +1513,9 @@ fn run_kind<K: Naming>(
     bench_idle(c, &mut clusters);
     bench_churn(c, &mut clusters);
     extra(c, &mut clusters);
-    check_allocations(&mut clusters);
+    if check_wanted("allocations") {
+        check_allocations(&mut clusters);
+    }
     if test_mode {
         // The floor does the bookkeeping it claims to.
         let mut floor = MoveFloor::new(3_000);
@@ -1511,7 +1523,7 @@ fn run_kind<K: Naming>(
             black_box(floor.move_one());
         }
         floor.check();
-    } else {
+    } else if check_wanted("moves") {
         if let Some(at_150k) = clusters.iter_mut().find(|cl| cl.size == 150_000) {
             check_ratio(at_150k);
         }
@@ -1521,9 +1533,15 @@ fn run_kind<K: Naming>(
     // check: that one builds and drops a second core of each size, and the first passes after
     // such a free paid for pages given back (at 1M the largest sync pass read 1.3 to 4.1 ms
     // after it, 0.25 ms before). A controller never holds a second core beside its own.
-    check_renumber(&mut clusters, test_mode);
-    bench_sync(c, &mut clusters, test_mode);
-    check_recovery(&clusters, test_mode);
+    if check_wanted("renumber") {
+        check_renumber(&mut clusters, test_mode);
+    }
+    if check_wanted("sync") {
+        bench_sync(c, &mut clusters, test_mode);
+    }
+    if check_wanted("recovery") {
+        check_recovery(&clusters, test_mode);
+    }
 }
 
 /// Record generations running out (31 bits a node; years of moves on one node): the node's
