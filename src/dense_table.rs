@@ -114,20 +114,45 @@ impl<T: Keyed> DenseTable<T> {
         self.find(hash_of(key), key)
     }
 
-    /// Looks each of `keys` up and drops the answers, to bring their slots and entries into the
-    /// cache before a batch of work reads them.
+    /// Brings the slots and entries of `keys` (and the text of the entries' keys, when they
+    /// are names) into the cache before a batch of work looks them up.
     ///
-    /// Why: at a million entries every lookup misses the cache two or three times (the slot's
-    /// group, the slot, the entry), one after the other. Work between lookups (a volume's whole
-    /// reconcile) is too long for the processor to start the next volume's misses meanwhile;
-    /// a loop of lookups alone is short enough that several volumes' misses are in flight at
-    /// once.
+    /// Why: at a million entries every lookup misses the cache three to five times, one after
+    /// the other: the key's own text (to hash it), the slot's group, the slot, the entry, and
+    /// the entry's key text (to compare). Work between lookups (a volume's whole reconcile) is
+    /// too long for the processor to start the next volume's misses meanwhile. The warming goes
+    /// in stages, each a short loop over up to [`WARM_BATCH`] keys: hash each key and find the
+    /// first slot whose tag matches, then hash that entry's key (reading the entry and, for a
+    /// text key, its text, as the lookup's compare will). Each stage's misses are independent
+    /// of each other and in flight together; a whole lookup per key, as a first version made,
+    /// let the processor run only a few keys ahead into the chain.
     pub(crate) fn warm<'a>(&self, keys: impl IntoIterator<Item = &'a T::Key>)
     where
         T::Key: 'a,
     {
-        for key in keys {
-            std::hint::black_box(self.position(key));
+        let mut keys = keys.into_iter();
+        let mut found = [u32::MAX; WARM_BATCH];
+        loop {
+            let mut n = 0;
+            for (slot, key) in found.iter_mut().zip(keys.by_ref()) {
+                // The slot of the first matching tag: the entry's, but for a one-in-128 tag
+                // collision, which only makes the warming miss that key.
+                *slot = self
+                    .index
+                    .iter_hash(hash_of(key))
+                    .next()
+                    .copied()
+                    .unwrap_or(u32::MAX);
+                n += 1;
+            }
+            for &at in &found[..n] {
+                if let Some(entry) = self.entries.get(at as usize) {
+                    std::hint::black_box(hash_of(entry.key()));
+                }
+            }
+            if n < WARM_BATCH {
+                return;
+            }
         }
     }
 

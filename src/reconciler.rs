@@ -2674,20 +2674,25 @@ impl<D: Domain> Reconciler<D> {
             return;
         }
         // The node's own list holds each attachment's generation: no lookup of the attachment
-        // in the volume table, only of the spec.
+        // in the volume table, only of the spec. The specs are looked up in warmed batches, as a
+        // long pass's volumes are: a verify is planned in slices of about `verify_batch`
+        // attachments, and a slice waited on each spec's cache misses one after the other.
         let standings = self.actual.standings_on(&node);
         let mut checked = Vec::with_capacity(standings.len());
         let mut volumes = Vec::with_capacity(standings.len());
-        for (volume, standing) in standings {
-            let Some(spec) = self.desired.spec(volume) else {
-                continue;
-            };
-            if !spec.attach_required {
-                // The backend knows nothing of a claim.
-                continue;
+        for batch in standings.chunks(WARM_BATCH) {
+            self.desired.warm(batch.iter().map(|(volume, _)| volume));
+            for (volume, standing) in batch {
+                let Some(spec) = self.desired.spec(volume) else {
+                    continue;
+                };
+                if !spec.attach_required {
+                    // The backend knows nothing of a claim.
+                    continue;
+                }
+                checked.push(standing.generation());
+                volumes.push((volume.clone(), spec.payload.clone()));
             }
-            checked.push(standing.generation());
-            volumes.push((volume.clone(), spec.payload.clone()));
         }
         if volumes.is_empty() {
             return;
