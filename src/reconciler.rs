@@ -1,5 +1,6 @@
 //! The reconciler: a pure, synchronous planner that turns changes into operations.
 
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
@@ -1365,16 +1366,29 @@ impl<D: Domain> Reconciler<D> {
             // verify listed them: its numbers may now be other records'.
             return Ok(());
         }
+        // Sorted as the node's list is. A backend mostly answers in the order it was asked,
+        // which is that order: the sort then only confirms it, and the two lists are walked
+        // side by side, one compare per attachment (a search of the answer for each cost
+        // five, each a `memcmp` of two names).
         attached.sort();
+        let mut answer = attached.iter().peekable();
         // The node's records the verify listed, unchanged since (their generation is one it
         // listed); answers about attachments that changed, are new, or are being changed are
         // ignored.
         let mut answered = Vec::new();
         for (volume, standing) in self.actual.standings_on(&node) {
+            let still = loop {
+                match answer.peek().map(|listed| (*listed).cmp(volume)) {
+                    Some(Ordering::Less) => {
+                        answer.next();
+                    }
+                    Some(Ordering::Equal) => break true,
+                    Some(Ordering::Greater) | None => break false,
+                }
+            };
             if checked.binary_search(&standing.generation()).is_err() {
                 continue;
             }
-            let still = attached.binary_search(volume).is_ok();
             if still && standing.reported() {
                 // Attached, and the backend agrees: the usual answer, decided from the node's
                 // list without a lookup in the volume table.

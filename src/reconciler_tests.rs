@@ -820,6 +820,40 @@ fn sync_verifies_and_reattaches_what_the_backend_lost() {
     );
 }
 
+/// A verify's answer is walked beside the node's sorted list, so it is sorted first: a backend
+/// may answer in any order, leave volumes out anywhere, and list volumes the core never asked
+/// about. Only the volume left out is taken as gone.
+#[test]
+fn a_verify_answer_in_any_order_drops_exactly_the_volumes_it_leaves_out() {
+    let mut h = H::new(Config::default());
+    h.node("n1", &[]);
+    let volumes = ["v1", "v2", "v3", "v4", "v5"];
+    for volume in volumes {
+        h.rwo(volume);
+    }
+    h.pod("p1", "n1", &volumes);
+    h.run_ok(secs(58));
+    let Operation::Verify {
+        id, volumes: asked, ..
+    } = h.run_until_taking(OpKind::Verify)
+    else {
+        unreachable!()
+    };
+    assert_eq!(asked.len(), 5);
+    // Out of order, v3 left out, and names the core never asked about before, between and
+    // after the node's own.
+    let answer = vec!["v5", "v0", "v4", "v2", "v35", "v1", "v9", "v4"];
+    h.r.verify_finished(h.now, id, Ok(answer)).unwrap();
+    for volume in volumes {
+        let expected = if volume == "v3" {
+            AttachState::Detached
+        } else {
+            AttachState::Attached
+        };
+        assert_eq!(h.r.actual().state(&volume, &"n1"), expected, "{volume}");
+    }
+}
+
 /// A verify answer is about the backend as it was when the verify listed it: an attachment
 /// that changed since (here a detach that errored, so it may or may not have run) is not
 /// settled by it. Taken as news, the stale "not attached" would drop a record whose volume
