@@ -114,16 +114,16 @@ impl<T: Keyed> DenseTable<T> {
         self.find(hash_of(key), key)
     }
 
-    /// Brings the slots and entries of `keys` (and the text of the entries' keys, when they
-    /// are names) into the cache before a batch of work looks them up.
+    /// Brings the slots and entries of `keys` (and, for `String` keys, the text a compare
+    /// reads) into the cache before a batch of work looks them up.
     ///
     /// Why: at a million entries every lookup misses the cache three to five times, one after
     /// the other: the key's own text (to hash it), the slot's group, the slot, the entry, and
     /// the entry's key text (to compare). Work between lookups (a volume's whole reconcile) is
     /// too long for the processor to start the next volume's misses meanwhile. The warming goes
     /// in stages, each a short loop over up to [`WARM_BATCH`] keys: hash each key and find the
-    /// first slot whose tag matches, then hash that entry's key (reading the entry and, for a
-    /// text key, its text, as the lookup's compare will). Each stage's misses are independent
+    /// first slot whose tag matches, then hash that entry's key (reading the entry and what of
+    /// the key a compare reads: a `String`'s text, a `Name`'s pointer only). Each stage's misses are independent
     /// of each other and in flight together; a whole lookup per key, as a first version made,
     /// let the processor run only a few keys ahead into the chain.
     pub(crate) fn warm<'a>(&self, keys: impl IntoIterator<Item = &'a T::Key>)

@@ -1366,10 +1366,10 @@ impl<D: Domain> Reconciler<D> {
             // verify listed them: its numbers may now be other records'.
             return Ok(());
         }
-        // Sorted as the node's list is. A backend mostly answers in the order it was asked,
-        // which is that order: the sort then only confirms it, and the two lists are walked
-        // side by side, one compare per attachment (a search of the answer for each cost
-        // five, each a `memcmp` of two names).
+        // Sorted as the node's list is, then walked beside it: one compare per attachment,
+        // where a search of the answer for each cost about five (each a `memcmp` of two
+        // names, with text ids). An answer in the order asked (the node's) only has its order
+        // confirmed by the sort.
         attached.sort();
         let mut answer = attached.iter().peekable();
         // The node's records the verify listed, unchanged since (their generation is one it
