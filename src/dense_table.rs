@@ -17,6 +17,7 @@
 //! Removing swaps the last entry into the hole (one more probe, to repoint its slot), so
 //! positions are not stable and iteration is in no particular order.
 
+use std::any::TypeId;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 
@@ -117,16 +118,34 @@ impl<T: Keyed> DenseTable<T> {
     /// Brings the slots and entries of `keys` (and, for `String` keys, the text a compare
     /// reads) into the cache before a batch of work looks them up.
     ///
-    /// Why: at a million entries every lookup misses the cache three to five times, one after
-    /// the other: the key's own text (to hash it), the slot's group, the slot, the entry, and
-    /// the entry's key text (to compare). Work between lookups (a volume's whole reconcile) is
-    /// too long for the processor to start the next volume's misses meanwhile. The warming goes
-    /// in stages, each a short loop over up to [`WARM_BATCH`] keys: hash each key and find the
-    /// first slot whose tag matches, then hash that entry's key (reading the entry and what of
-    /// the key a compare reads: a `String`'s text, a `Name`'s pointer only). Each stage's misses are independent
-    /// of each other and in flight together; a whole lookup per key, as a first version made,
-    /// let the processor run only a few keys ahead into the chain.
+    /// Why: at a million entries every lookup misses the cache several times, one after the
+    /// other: the slot's group, the slot, the entry, and for text keys the key's own text (to
+    /// hash it) and the entry's (to compare). Work between lookups (a volume's whole
+    /// reconcile) is too long for the processor to start the next volume's misses meanwhile;
+    /// a loop of lookups alone is short enough that several volumes' misses are in flight at
+    /// once. With `String` keys it is not: each lookup calls `memcmp` on text it first has to
+    /// reach, and the processor runs only a few keys ahead. Those are warmed in stages
+    /// instead ([`warm_in_stages`](Self::warm_in_stages)). Staged, `u32` and `Name` keys
+    /// (compared in a register) gained nothing, and `Name` recovery at 1M read about a tenth
+    /// slower (PERFORMANCE.md, round 3's nineteenth step).
     pub(crate) fn warm<'a>(&self, keys: impl IntoIterator<Item = &'a T::Key>)
+    where
+        T::Key: 'a + 'static,
+    {
+        if TypeId::of::<T::Key>() == TypeId::of::<String>() {
+            self.warm_in_stages(keys);
+        } else {
+            for key in keys {
+                std::hint::black_box(self.position(key));
+            }
+        }
+    }
+
+    /// [`warm`](Self::warm) in stages, each a short loop over up to [`WARM_BATCH`] keys: hash
+    /// each key and find the first slot whose tag matches, then hash that entry's key (reading
+    /// the entry and its text, as a compare will). Each stage's misses are independent of each
+    /// other and in flight together.
+    fn warm_in_stages<'a>(&self, keys: impl IntoIterator<Item = &'a T::Key>)
     where
         T::Key: 'a,
     {
