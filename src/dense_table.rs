@@ -292,6 +292,36 @@ mod tests {
         }
     }
 
+    /// An entry keyed by text, which takes the staged warming.
+    #[derive(Debug)]
+    struct Named(String);
+
+    impl Keyed for Named {
+        type Key = String;
+        fn key(&self) -> &String {
+            &self.0
+        }
+    }
+
+    /// The staged warming (`String` keys) is given full and partial batches, absent keys and
+    /// no keys at all; it must not fail on any, and the table answers as before.
+    #[test]
+    fn warming_text_keys_in_stages_takes_absent_keys_and_partial_batches() {
+        let mut table = DenseTable::default();
+        for i in 0..40 {
+            table.insert(Named(format!("pvc-{i}")));
+        }
+        for count in [0, 1, WARM_BATCH - 1, WARM_BATCH, 2 * WARM_BATCH + 3] {
+            let keys: Vec<String> = (0..count).map(|i| format!("pvc-{}", 30 + i)).collect();
+            table.warm(&keys);
+        }
+        table.warm(&[String::new()]);
+        for i in 0..40 {
+            assert!(table.contains_key(&format!("pvc-{i}")));
+        }
+        assert!(!table.contains_key(&"pvc-40".to_string()));
+    }
+
     /// A small deterministic generator, so a failure replays.
     struct Lcg(u64);
     impl Lcg {
