@@ -2904,11 +2904,11 @@ fn verify_slices_keep_to_the_batch_even_closer_than_a_reconcile_period() {
 fn at_the_default_periods_a_million_attachments_get_slices_of_the_batch() {
     // The benches verify with a sync period of a century, so they never showed it: held to
     // the 100 ms reconcile period, 60 s fit 600 slices, and a million attachments took
-    // slices of 1,667 where `verify_batch` asks for 1,000.
+    // slices of 1,667 where `verify_batch` asked for 1,000 (the default then; 250 now).
     let config = Config::default();
     let round = VerifyRound::paced(Duration::ZERO, 1_000_000, &config);
     assert_eq!(round.per_slice, config.verify_batch);
-    assert_eq!(round.interval, Duration::from_millis(60));
+    assert_eq!(round.interval, Duration::from_millis(15));
     // Past 6,000 slices in the period they grow, still at least the least gap apart.
     let round = VerifyRound::paced(Duration::ZERO, 10_000_000, &config);
     assert_eq!(round.per_slice, 1_667);

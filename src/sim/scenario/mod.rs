@@ -24,7 +24,7 @@
 //!                          reproducibly)
 //! set verify-batch <n>     the periodic verify takes at most about n attachments a pass
 //!                          (whole nodes), its round spread over the sync period (default
-//!                          1000: `Config::verify_batch`)
+//!                          250: `Config::verify_batch`)
 //! set max-attaches <n>     backend load (off by default): at most n attach calls at once,
 //! set max-detaches <n>     at most n detaches at once (from their fresh read to their call),
 //! set backend-rate <every> <burst>
