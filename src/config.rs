@@ -45,8 +45,8 @@ pub struct Config {
     /// The most attachments one pass of the periodic verify takes (at least one node's
     /// worth). 250 by default: at a million attachments one round of every node in one pass
     /// took 374 ms, during which nothing else was planned. In slices the round still ends
-    /// within the period, and a slice's pause falls faster than its size, as its lookups stay
-    /// within what the processor's caches and address translations hold: at a million
+    /// within the period, and a slice's pause falls faster than its size (its planning alone
+    /// costs about half as much an attachment in slices of 250 as of 1,000): at a million
     /// attachments with `String` ids, the largest pass of a round read 1.2 to 4.4 ms in
     /// slices of 1,000 and 0.24 to 0.38 ms in slices of 250, and the whole round took half
     /// the time. The price is wake-ups: 4,000 slices a minute at a million at the default
