@@ -532,6 +532,25 @@ impl<D: Domain> ActualState<D> {
             .find(|a| a.node == *node)
     }
 
+    /// Restart recovery: where `volume`'s entry sits in the volume table, and whether `node`
+    /// has a record of it. A position holds until a volume's last record goes, which never
+    /// happens while the core recovers, and is below
+    /// [`volumes_with_records`](Self::volumes_with_records) at the time the entry was made.
+    pub(crate) fn volume_entry(&self, volume: &D::Volume, node: &D::Node) -> Option<(usize, bool)> {
+        let (at, entry) = self.volumes.get_with_position(volume)?;
+        Some((at, entry.list.iter().any(|a| a.node == *node)))
+    }
+
+    /// How many volumes have a record.
+    pub(crate) fn volumes_with_records(&self) -> usize {
+        self.volumes.len()
+    }
+
+    /// The volumes with a record, by position ([`volume_entry`](Self::volume_entry)).
+    pub(crate) fn volumes_by_position(&self) -> impl Iterator<Item = &D::Volume> {
+        self.volumes.iter().map(|v| &v.volume)
+    }
+
     /// Every node `volume` is attached (or maybe attached) to.
     pub fn attachments(&self, volume: &D::Volume) -> &[Attachment<D>] {
         self.volumes.get(volume).map_or(&[], |a| a.list.as_slice())

@@ -68,13 +68,15 @@ impl<T: fmt::Debug> fmt::Debug for DenseTable<T> {
 }
 
 impl<T> DenseTable<T> {
-    /// Every entry, in no particular order.
+    /// Every entry, in the order of their positions ([`get_with_position`]), which no hash
+    /// decides: the order they went in, but for removals.
+    ///
+    /// [`get_with_position`]: DenseTable::get_with_position
     pub(crate) fn iter(&self) -> std::slice::Iter<'_, T> {
         self.entries.iter()
     }
 
     /// Number of entries.
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
@@ -173,6 +175,13 @@ impl<T: Keyed> DenseTable<T> {
                 return;
             }
         }
+    }
+
+    /// The entry of `key`, with its position: the order of [`iter`](Self::iter), which holds
+    /// until an entry is removed (the last one then takes the removed one's place).
+    #[inline]
+    pub(crate) fn get_with_position(&self, key: &T::Key) -> Option<(usize, &T)> {
+        self.position(key).map(|at| (at, &self.entries[at]))
     }
 
     /// The entry of `key`.

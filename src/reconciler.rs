@@ -30,7 +30,7 @@ use crate::in_flight::InFlightTable;
 use crate::input::{Input, Kind, Rejection, Relists};
 use crate::machine::MachineWatch;
 use crate::operation::{ForceReason, InFlight, OpId, Operation};
-use crate::recovery::{Load, Recovery, Statuses};
+use crate::recovery::{Load, Recovery, Statuses, StoreListed};
 use crate::reported_volumes::ReportedVolumes;
 use crate::schedule::{Schedule, earliest};
 use crate::status::StatusBook;
@@ -973,6 +973,7 @@ impl<D: Domain> Reconciler<D> {
 
     /// Restart recovery: the backend knows of this attachment. Unless the store already reported
     /// it, it becomes Uncertain (upstream 96617), so it is neither lost nor trusted.
+    #[cfg(test)]
     pub(crate) fn recover_attachment(
         &mut self,
         volume: D::Volume,
@@ -1084,11 +1085,14 @@ impl<D: Domain> Reconciler<D> {
     /// Takes the backend's spec for a volume the orchestrator has not registered, so that the
     /// core can detach it; as a removed volume, it is forgotten once detached, unless the
     /// orchestrator registers it meanwhile.
-    fn adopt_spec(&mut self, volume: &D::Volume, spec: VolumeSpec<D::Payload>) {
-        if self.desired.spec(volume).is_none() {
-            self.desired.keep_spec(volume.clone(), spec);
-            self.retiring.insert(volume.clone());
+    /// Returns whether the volume was registered already (its spec then stays).
+    fn adopt_spec(&mut self, volume: &D::Volume, spec: VolumeSpec<D::Payload>) -> bool {
+        if self.desired.spec(volume).is_some() {
+            return true;
         }
+        self.desired.keep_spec(volume.clone(), spec);
+        self.retiring.insert(volume.clone());
+        false
     }
 
     // ---- results ------------------------------------------------------------------------------
@@ -1813,24 +1817,7 @@ impl<D: Domain> Reconciler<D> {
         // the volume table a dozen times on the way.
         let listed = statuses.iter().map(|(_, s)| s.attached.len()).sum();
         self.actual.reserve(listed);
-        // Every listed volume is looked at in the first pass. One the orchestrator registered
-        // was marked when it was registered, as nothing takes marks while the core recovers;
-        // the others, usually none, are marked here. Marking every listed volume again cloned,
-        // sorted and dropped a million repeats: a third of recovering them.
-        let mut unregistered = Vec::new();
         for (node, status) in statuses {
-            self.desired.warm(status.attached.iter().map(|r| &r.volume));
-            for r in &status.attached {
-                if self.desired.spec(&r.volume).is_none() {
-                    unregistered.push(r.volume.clone());
-                } else {
-                    #[cfg(debug_assertions)]
-                    assert!(
-                        self.schedule.is_marked(&r.volume),
-                        "a registered volume is marked until the first pass"
-                    );
-                }
-            }
             if !removed.is_empty() && removed.contains(&node) {
                 // Listed before its object was deleted: the volumes it lists were attached
                 // there, but what the node's status holds now is unknown, and read fresh.
@@ -1840,7 +1827,14 @@ impl<D: Domain> Reconciler<D> {
                 self.take_in_status(node, status.attached, &status.revision);
             }
         }
-        self.schedule.mark_all(unregistered);
+        // Every listed volume is looked at in the first pass. One the orchestrator registered
+        // was marked when it was registered, as nothing takes marks while the core recovers;
+        // the others, usually none, are marked here. Marking every listed volume again cloned,
+        // sorted and dropped a million repeats: a third of recovering them. Which are not
+        // registered is learnt from the backend's listing, which looks each volume it names up
+        // anyway ([`StoreListed`]).
+        let mut store_listed = StoreListed::new(self.actual.volumes_with_records());
+        let mut unregistered = Vec::new();
         // Each listed attachment looks its volume's spec and records up: batches warmed, as a
         // long pass's.
         let mut listed = attachments.into_iter();
@@ -1851,9 +1845,48 @@ impl<D: Domain> Reconciler<D> {
             // Most listed volumes are known, and dropped: their names' blocks are read first.
             id_warm::warm(batch());
             for a in listed.by_ref().take(WARM_BATCH) {
-                self.recover_attachment(a.volume, a.node, a.spec);
+                let registered = self.adopt_spec(&a.volume, a.spec);
+                let entry = self.actual.volume_entry(&a.volume, &a.node);
+                if let Some((at, _)) = entry {
+                    if store_listed.name(at) {
+                        if registered {
+                            #[cfg(debug_assertions)]
+                            assert!(
+                                self.schedule.is_marked(&a.volume),
+                                "a registered volume is marked until the first pass"
+                            );
+                        } else {
+                            unregistered.push(a.volume.clone());
+                        }
+                    }
+                }
+                if !entry.is_some_and(|(_, recorded)| recorded) {
+                    self.actual.set_uncertain(a.volume.clone(), a.node);
+                    self.schedule.mark(a.volume);
+                }
             }
         }
+        // The store-listed volumes the backend never named: asked of the desired state now.
+        let unnamed: Vec<D::Volume> = if store_listed.all_named() {
+            Vec::new()
+        } else {
+            (self.actual.volumes_by_position().enumerate())
+                .filter(|(at, _)| store_listed.unnamed(*at))
+                .map(|(_, volume)| volume.clone())
+                .collect()
+        };
+        for volume in unnamed {
+            if self.desired.spec(&volume).is_none() {
+                unregistered.push(volume);
+            } else {
+                #[cfg(debug_assertions)]
+                assert!(
+                    self.schedule.is_marked(&volume),
+                    "a registered volume is marked until the first pass"
+                );
+            }
+        }
+        self.schedule.mark_all(unregistered);
         self.adopt_claims_in_use();
         // Inputs taken while recovering left their volumes dirty: the next pass sees them.
     }

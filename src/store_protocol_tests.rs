@@ -1692,6 +1692,48 @@ fn a_volume_both_listings_hold_and_no_one_registers_is_detached_after_a_restart(
     );
 }
 
+/// The same, but the backend's listing does not name the deleted volume (its attachment went,
+/// or the listing missed it): the store alone lists it on n1, and no one registers it.
+/// Recovery learns which store-listed volumes are registered from the backend's listing, and
+/// must still look up those it never names: the first pass looks at "gone", finds no payload
+/// to detach it with, and says so, where left unmarked it would sit attached and unseen.
+#[test]
+fn a_volume_only_the_store_lists_and_no_one_registers_is_looked_at_after_a_restart() {
+    let mut p = P::recovering(Config::default());
+    p.store.insert("n1", Record::new(&["gone", "v1"], 4));
+    p.node("n1", using(&[]));
+    p.rwo("v1");
+    p.pod("p1", "n1", &["v1"]);
+    for op in p.poll() {
+        match op {
+            Operation::ListStatuses { id } => {
+                let listed = p.store.iter().map(|(n, r)| (*n, r.status())).collect();
+                p.r.statuses_listed(p.now, id, Ok(listed)).unwrap();
+            }
+            Operation::ListAttachments { id } => {
+                let listed = vec![BackendAttachment {
+                    volume: "v1",
+                    node: "n1",
+                    spec: VolumeSpec::single_node(()),
+                }];
+                p.r.list_finished(p.now, id, Ok(listed)).unwrap();
+            }
+            other => panic!("{} planned while recovering", render(&other)),
+        }
+    }
+    assert!(!p.r.is_recovering());
+    p.run(secs(5));
+    let blocked: Vec<_> = p
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::DetachBlocked { volume, node, .. } => Some((*volume, *node)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(blocked, [("gone", "n1")]);
+}
+
 // ---- facts read with a write ------------------------------------------------------------------
 
 /// Whether the trace shows `node`'s writes asking for facts, in order.
