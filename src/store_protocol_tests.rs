@@ -1659,8 +1659,10 @@ fn a_long_recovery_listing_takes_every_entry_in() {
 /// inputs arrive while the core recovers, as at a real restart, so they mark only what they
 /// name; nothing but recovery itself has the deleted volume looked at. It is detached, with the
 /// spec the backend listed, after the report drops it and a fresh read.
-#[test]
-fn a_volume_both_listings_hold_and_no_one_registers_is_detached_after_a_restart() {
+/// A restart over a store that lists "gone" and v1 on n1, and a backend that lists
+/// `backend` there; the orchestrator registers v1 alone, and its inputs arrive while the core
+/// recovers.
+fn restarted_with_gone_unregistered(backend: &[&'static str]) -> P {
     let mut p = P::recovering(Config::default());
     p.store.insert("n1", Record::new(&["gone", "v1"], 4));
     p.node("n1", using(&[]));
@@ -1673,19 +1675,25 @@ fn a_volume_both_listings_hold_and_no_one_registers_is_detached_after_a_restart(
                 p.r.statuses_listed(p.now, id, Ok(listed)).unwrap();
             }
             Operation::ListAttachments { id } => {
-                let listed = ["gone", "v1"]
-                    .map(|volume| BackendAttachment {
+                let listed = (backend.iter())
+                    .map(|&volume| BackendAttachment {
                         volume,
                         node: "n1",
                         spec: VolumeSpec::single_node(()),
                     })
-                    .to_vec();
+                    .collect();
                 p.r.list_finished(p.now, id, Ok(listed)).unwrap();
             }
             other => panic!("{} planned while recovering", render(&other)),
         }
     }
     assert!(!p.r.is_recovering());
+    p
+}
+
+#[test]
+fn a_volume_both_listings_hold_and_no_one_registers_is_detached_after_a_restart() {
+    let mut p = restarted_with_gone_unregistered(&["gone", "v1"]);
     assert_eq!(
         p.run(secs(5)),
         ["write n1 [v1] @4", "read n1", "detach gone n1"]
@@ -1699,29 +1707,7 @@ fn a_volume_both_listings_hold_and_no_one_registers_is_detached_after_a_restart(
 /// to detach it with, and says so, where left unmarked it would sit attached and unseen.
 #[test]
 fn a_volume_only_the_store_lists_and_no_one_registers_is_looked_at_after_a_restart() {
-    let mut p = P::recovering(Config::default());
-    p.store.insert("n1", Record::new(&["gone", "v1"], 4));
-    p.node("n1", using(&[]));
-    p.rwo("v1");
-    p.pod("p1", "n1", &["v1"]);
-    for op in p.poll() {
-        match op {
-            Operation::ListStatuses { id } => {
-                let listed = p.store.iter().map(|(n, r)| (*n, r.status())).collect();
-                p.r.statuses_listed(p.now, id, Ok(listed)).unwrap();
-            }
-            Operation::ListAttachments { id } => {
-                let listed = vec![BackendAttachment {
-                    volume: "v1",
-                    node: "n1",
-                    spec: VolumeSpec::single_node(()),
-                }];
-                p.r.list_finished(p.now, id, Ok(listed)).unwrap();
-            }
-            other => panic!("{} planned while recovering", render(&other)),
-        }
-    }
-    assert!(!p.r.is_recovering());
+    let mut p = restarted_with_gone_unregistered(&["v1"]);
     p.run(secs(5));
     let blocked: Vec<_> = p
         .events
