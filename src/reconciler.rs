@@ -1085,6 +1085,7 @@ impl<D: Domain> Reconciler<D> {
     /// Takes the backend's spec for a volume the orchestrator has not registered, so that the
     /// core can detach it; as a removed volume, it is forgotten once detached, unless the
     /// orchestrator registers it meanwhile.
+    ///
     /// Returns whether the volume was registered already (its spec then stays).
     fn adopt_spec(&mut self, volume: &D::Volume, spec: VolumeSpec<D::Payload>) -> bool {
         if self.desired.spec(volume).is_some() {
