@@ -6,11 +6,13 @@
 //! Install it with `apt-get install etcd-server` (Debian, Ubuntu).
 #![allow(dead_code)]
 
+use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::Write;
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// One etcd process, owned by the test.
@@ -38,11 +40,24 @@ fn binary() -> Option<PathBuf> {
     })
 }
 
+/// How many times a first start may take new ports after finding one taken.
+const START_ATTEMPTS: u32 = 5;
+
+/// A port free on 127.0.0.1 now, and never handed to another etcd of this process: the
+/// kernel may give a port just released to the next asker, and the tests start their etcds
+/// in parallel.
 fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port on 127.0.0.1")
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    loop {
+        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port on 127.0.0.1");
+        let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+        if handed_out.insert(port) {
+            return port;
+        }
+    }
 }
 
 impl Etcd {
@@ -74,7 +89,22 @@ impl Etcd {
             peer_port: free_port(),
             child: None,
         };
-        etcd.spawn();
+        // A free port is only free when asked: between that and etcd's bind another test's
+        // etcd (tests run in parallel) or any outgoing connection may take it, and etcd then
+        // exits with "address already in use" (seen once in CI). A first start has no data
+        // yet, so it may simply take other ports.
+        for attempt in 1.. {
+            match etcd.try_spawn() {
+                Ok(()) => break,
+                Err(log) if attempt < START_ATTEMPTS && log.contains("address already in use") => {
+                    let _ = std::fs::remove_dir_all(etcd.dir.path().join("data"));
+                    let _ = std::fs::remove_file(etcd.dir.path().join("etcd.log"));
+                    etcd.client_port = free_port();
+                    etcd.peer_port = free_port();
+                }
+                Err(log) => panic!("{test}: etcd exited at start: {log}"),
+            }
+        }
         Some(etcd)
     }
 
@@ -93,7 +123,8 @@ impl Etcd {
             .expect("connect to the test etcd")
     }
 
-    fn spawn(&mut self) {
+    /// Starts etcd and waits until it serves; `Err` with its log if it exited meanwhile.
+    fn try_spawn(&mut self) -> Result<(), String> {
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let client = format!("http://127.0.0.1:{}", self.client_port);
         let log = File::options()
@@ -120,20 +151,22 @@ impl Etcd {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.binary.display()));
         self.child = Some(child);
-        self.wait_ready();
+        self.wait_ready()
     }
 
-    /// Waits until the client port takes connections (etcd opens it once it can serve).
-    fn wait_ready(&mut self) {
+    /// Waits until the client port takes connections (etcd opens it once it can serve);
+    /// `Err` with its log if it exited first.
+    fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if let Some(child) = &mut self.child
                 && let Ok(Some(status)) = child.try_wait()
             {
-                panic!("etcd exited at start ({status}): {}", self.log());
+                self.child = None;
+                return Err(format!("({status}) {}", self.log()));
             }
             if TcpStream::connect((Ipv4Addr::LOCALHOST, self.client_port)).is_ok() {
-                return;
+                return Ok(());
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -159,7 +192,9 @@ impl Etcd {
     /// Starts it again on the same ports and data.
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        if let Err(log) = self.try_spawn() {
+            panic!("etcd exited at restart: {log}");
+        }
     }
 }
 
