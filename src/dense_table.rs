@@ -14,8 +14,9 @@
 //! (with the keys in an array of their own, a lookup at a million entries missed the cache
 //! once more).
 //!
-//! Removing swaps the last entry into the hole (one more probe, to repoint its slot), so
-//! positions are not stable and iteration is in no particular order.
+//! Removing swaps the last entry into the hole (one more probe, to repoint its slot), so a
+//! position holds only until an entry is removed, and iteration follows positions, not any
+//! order of the keys.
 
 use std::any::TypeId;
 use std::fmt;

@@ -973,23 +973,50 @@ impl<D: Domain> Reconciler<D> {
 
     /// Restart recovery: the backend knows of this attachment. Unless the store already reported
     /// it, it becomes Uncertain (upstream 96617), so it is neither lost nor trusted.
-    #[cfg(test)]
+    ///
+    /// The first time the backend's listing names a volume the store listed (`store_listed`),
+    /// whether the orchestrator registered it is settled here, from the lookup that adopts the
+    /// backend's spec: one no one registered goes into `unregistered`, to be looked at in the
+    /// first pass ([`StoreListed`]).
     pub(crate) fn recover_attachment(
         &mut self,
-        volume: D::Volume,
-        node: D::Node,
-        spec: VolumeSpec<D::Payload>,
+        attachment: BackendAttachment<D>,
+        store_listed: &mut StoreListed,
+        unregistered: &mut Vec<D::Volume>,
     ) {
-        self.adopt_spec(&volume, spec);
+        let BackendAttachment { volume, node, spec } = attachment;
+        let registered = self.adopt_spec(&volume, spec);
         // An attachment the store listed has its volume marked already (by the input that
         // registered it, or with the unregistered ones at recovery): a million attachments are
         // marked once, not twice. Asked of the volume table, whose entries the caller warmed in
         // batches: the node's list, a binary search by id, read five names' texts from all over
         // the heap per attachment when ids are names.
-        if self.actual.get(&volume, &node).is_none() {
+        let entry = self.actual.volume_entry(&volume, &node);
+        if let Some((at, _)) = entry
+            && store_listed.name(at)
+        {
+            if registered {
+                self.assert_marked(&volume);
+            } else {
+                unregistered.push(volume.clone());
+            }
+        }
+        if !entry.is_some_and(|(_, recorded)| recorded) {
             self.actual.set_uncertain(volume.clone(), node);
             self.schedule.mark(volume);
         }
+    }
+
+    /// What recovery relies on, checked in debug builds: a registered volume was marked by
+    /// the input that registered it, as nothing takes marks while the core recovers.
+    fn assert_marked(&mut self, volume: &D::Volume) {
+        #[cfg(debug_assertions)]
+        assert!(
+            self.schedule.is_marked(volume),
+            "a registered volume is marked until the first pass"
+        );
+        #[cfg(not(debug_assertions))]
+        let _ = volume;
     }
 
     /// The single-node claim-only volumes `node` reports in use that no node holds on record.
@@ -1846,25 +1873,7 @@ impl<D: Domain> Reconciler<D> {
             // Most listed volumes are known, and dropped: their names' blocks are read first.
             id_warm::warm(batch());
             for a in listed.by_ref().take(WARM_BATCH) {
-                let registered = self.adopt_spec(&a.volume, a.spec);
-                let entry = self.actual.volume_entry(&a.volume, &a.node);
-                if let Some((at, _)) = entry {
-                    if store_listed.name(at) {
-                        if registered {
-                            #[cfg(debug_assertions)]
-                            assert!(
-                                self.schedule.is_marked(&a.volume),
-                                "a registered volume is marked until the first pass"
-                            );
-                        } else {
-                            unregistered.push(a.volume.clone());
-                        }
-                    }
-                }
-                if !entry.is_some_and(|(_, recorded)| recorded) {
-                    self.actual.set_uncertain(a.volume.clone(), a.node);
-                    self.schedule.mark(a.volume);
-                }
+                self.recover_attachment(a, &mut store_listed, &mut unregistered);
             }
         }
         // The store-listed volumes the backend never named: asked of the desired state now.
@@ -1880,11 +1889,7 @@ impl<D: Domain> Reconciler<D> {
             if self.desired.spec(&volume).is_none() {
                 unregistered.push(volume);
             } else {
-                #[cfg(debug_assertions)]
-                assert!(
-                    self.schedule.is_marked(&volume),
-                    "a registered volume is marked until the first pass"
-                );
+                self.assert_marked(&volume);
             }
         }
         self.schedule.mark_all(unregistered);

@@ -1223,8 +1223,8 @@ fn recovery_trusts_the_store_and_marks_unknown_attachments_uncertain() {
         }],
         Revision::from(1),
     );
-    h.r.recover_attachment("v1", "n1", VolumeSpec::single_node(()));
-    h.r.recover_attachment("v2", "n1", VolumeSpec::single_node(()));
+    recover_one(&mut h.r, "v1", "n1");
+    recover_one(&mut h.r, "v2", "n1");
     assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Attached);
     assert_eq!(h.r.actual().state(&"v2", &"n1"), AttachState::Uncertain);
     h.node("n1", &[]);
@@ -1981,7 +1981,7 @@ fn a_recovered_volume_without_a_spec_is_reported_blocked() {
 fn a_volume_only_the_backend_knows_is_detached_then_forgotten() {
     let mut h = H::new(Config::default());
     h.node("n1", &[]);
-    h.r.recover_attachment("stray", "n1", VolumeSpec::single_node(()));
+    recover_one(&mut h.r, "stray", "n1");
     h.run_ok(secs(5));
     assert_eq!(h.count("detach stray n1"), 1, "{:?}", h.log);
     assert!(
@@ -2029,6 +2029,17 @@ fn an_unhealthy_unfenced_node_says_why_its_volume_stays() {
 }
 
 // ---- inputs in any order, relists ---------------------------------------------------------------
+
+/// The backend's listing names `volume` on `node` (single-node), alone: no store listing
+/// goes with it here.
+fn recover_one(r: &mut Reconciler<T>, volume: &'static str, node: &'static str) {
+    let attachment = BackendAttachment {
+        volume,
+        node,
+        spec: VolumeSpec::single_node(()),
+    };
+    r.recover_attachment(attachment, &mut StoreListed::new(0), &mut Vec::new());
+}
 
 fn waiting_for(h: &H, w: &'static str) -> Option<Vec<Missing<T>>> {
     h.r.desired().pending(&w).map(|p| p.missing)

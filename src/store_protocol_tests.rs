@@ -1654,11 +1654,6 @@ fn a_long_recovery_listing_takes_every_entry_in() {
     );
 }
 
-/// A volume deleted while the controller was down: the store still lists it on n1 and the
-/// backend still has it attached, and the orchestrator no longer registers it. The informers'
-/// inputs arrive while the core recovers, as at a real restart, so they mark only what they
-/// name; nothing but recovery itself has the deleted volume looked at. It is detached, with the
-/// spec the backend listed, after the report drops it and a fresh read.
 /// A restart over a store that lists "gone" and v1 on n1, and a backend that lists
 /// `backend` there; the orchestrator registers v1 alone, and its inputs arrive while the core
 /// recovers.
@@ -1691,6 +1686,11 @@ fn restarted_with_gone_unregistered(backend: &[&'static str]) -> P {
     p
 }
 
+/// A volume deleted while the controller was down: the store still lists it on n1 and the
+/// backend still has it attached, and the orchestrator no longer registers it. The informers'
+/// inputs arrive while the core recovers, as at a real restart, so they mark only what they
+/// name; nothing but recovery itself has the deleted volume looked at. It is detached, with the
+/// spec the backend listed, after the report drops it and a fresh read.
 #[test]
 fn a_volume_both_listings_hold_and_no_one_registers_is_detached_after_a_restart() {
     let mut p = restarted_with_gone_unregistered(&["gone", "v1"]);
