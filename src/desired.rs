@@ -123,6 +123,22 @@ impl<T> DerefMut for Few<T> {
     }
 }
 
+impl<T: Ord + Clone> Few<T> {
+    /// `items` sorted and each once, copied: a single item (a workload's usual one volume)
+    /// without a list in between.
+    fn sorted_from(items: &[T]) -> Self {
+        match items {
+            [item] => Few::One(item.clone()),
+            _ => {
+                let mut items = items.to_vec();
+                items.sort();
+                items.dedup();
+                Few::from_vec(items)
+            }
+        }
+    }
+}
+
 impl<T> Few<T> {
     fn from_vec(mut items: Vec<T>) -> Self {
         match items.len() {
@@ -349,7 +365,7 @@ impl<D: Domain> DesiredState<D> {
         let mut changed = Vec::new();
         for workload in placed {
             if let Some(placement) = self.workloads.remove(&workload) {
-                changed.extend(self.unplace(&workload, &placement));
+                self.unplace(&workload, &placement, &mut changed);
                 self.pend(workload, placement, None);
             }
         }
@@ -440,7 +456,7 @@ impl<D: Domain> DesiredState<D> {
         let mut changed = vec![volume.clone()];
         for workload in users {
             if let Some(placement) = self.workloads.remove(&workload) {
-                changed.extend(self.unplace(&workload, &placement));
+                self.unplace(&workload, &placement, &mut changed);
                 self.pend(workload, placement, None);
             }
         }
@@ -480,19 +496,35 @@ impl<D: Domain> DesiredState<D> {
     /// placement is undone).
     ///
     /// All or nothing: on error nothing changes. Returns the volumes whose desired nodes changed
-    /// (old and new), so the caller can look at just those.
+    /// (old and new), sorted, so the caller can look at just those.
+    #[cfg(any(test, feature = "sim"))]
     pub(crate) fn add_workload(
         &mut self,
         workload: D::Workload,
         node: D::Node,
         volumes: &[D::Volume],
     ) -> Result<Vec<D::Volume>, DesiredError<D>> {
-        let mut wanted: Vec<D::Volume> = volumes.to_vec();
-        wanted.sort();
-        wanted.dedup();
+        let mut changed = Vec::new();
+        self.add_workload_into(workload, node, volumes, &mut changed)?;
+        Ok(sort_dedup(changed))
+    }
+
+    /// [`add_workload`](Self::add_workload), appending the volumes whose desired nodes changed
+    /// to `changed` in no order, possibly twice: the core marks them, and marks are sorted and
+    /// counted once when taken. Why not a list of its own: three lists a move (the placement's
+    /// volumes, the old and the new nodes' changes) were three allocations of a `u32` move's
+    /// sixteen.
+    pub(crate) fn add_workload_into(
+        &mut self,
+        workload: D::Workload,
+        node: D::Node,
+        volumes: &[D::Volume],
+        changed: &mut Vec<D::Volume>,
+    ) -> Result<(), DesiredError<D>> {
+        let wanted = Few::sorted_from(volumes);
         if let Some(old) = self.workloads.get(&workload) {
             if old.node == node && *old.volumes == *wanted {
-                return Ok(Vec::new());
+                return Ok(());
             }
         }
         let ready = self.is_ready(&node, &wanted);
@@ -506,45 +538,49 @@ impl<D: Domain> DesiredState<D> {
         }
         if let Some(p) = self.pending.get(&workload) {
             if !ready && p.placement.node == node && *p.placement.volumes == *wanted {
-                return Ok(Vec::new());
+                return Ok(());
             }
         }
-        let mut changed = match self.workloads.remove(&workload) {
-            Some(old) => self.unplace(&workload, &old),
-            None => Vec::new(),
-        };
+        if let Some(old) = self.workloads.remove(&workload) {
+            self.unplace(&workload, &old, changed);
+        }
         self.unpend(&workload);
         let placement = Placement {
             workload: workload.clone(),
             node,
-            volumes: Few::from_vec(wanted),
+            volumes: wanted,
         };
         if ready {
-            let placed = self.place(workload, placement);
-            // A new workload (or one whose removal came as its own input, as an informer
-            // sends a move) changed nothing before: take the list as it is, with no copy.
-            if changed.is_empty() {
-                changed = placed;
-            } else {
-                changed.extend(placed);
-            }
+            self.place(workload, placement, changed);
         } else {
             // Still the same wait if it waited already: a workload updated over and over while
             // it waits is reported all the same.
             self.pend(workload, placement, episode);
         }
-        Ok(sort_dedup(changed))
+        Ok(())
     }
 
     /// Removes `workload`, placed or waiting (a no-op for one not known); volumes it alone
     /// needed on its node stop being desired there. Returns the volumes whose desired nodes
     /// changed.
+    #[cfg(any(test, feature = "sim"))]
     pub(crate) fn remove_workload(&mut self, workload: &D::Workload) -> Vec<D::Volume> {
+        let mut changed = Vec::new();
+        self.remove_workload_into(workload, &mut changed);
+        changed
+    }
+
+    /// [`remove_workload`](Self::remove_workload), appending the volumes whose desired nodes
+    /// changed to `changed`.
+    pub(crate) fn remove_workload_into(
+        &mut self,
+        workload: &D::Workload,
+        changed: &mut Vec<D::Volume>,
+    ) {
         match self.workloads.remove(workload) {
-            Some(placement) => self.unplace(workload, &placement),
+            Some(placement) => self.unplace(workload, &placement, changed),
             None => {
                 self.unpend(workload);
-                Vec::new()
             }
         }
     }
@@ -576,8 +612,13 @@ impl<D: Domain> DesiredState<D> {
     }
 
     /// Adds a placement whose node and volumes are all known.
-    fn place(&mut self, workload: D::Workload, placement: Placement<D>) -> Vec<D::Volume> {
-        let mut changed = Vec::with_capacity(placement.volumes.len());
+    fn place(
+        &mut self,
+        workload: D::Workload,
+        placement: Placement<D>,
+        changed: &mut Vec<D::Volume>,
+    ) {
+        changed.reserve(placement.volumes.len());
         for volume in placement.volumes.iter() {
             let entry = self.volumes.get_mut(volume).expect("registered");
             match entry
@@ -613,17 +654,21 @@ impl<D: Domain> DesiredState<D> {
             .expect("managed")
             .push(workload.clone());
         self.workloads.insert(placement);
-        changed
     }
 
-    /// Undoes a placement, already taken out of `workloads`.
-    fn unplace(&mut self, workload: &D::Workload, placement: &Placement<D>) -> Vec<D::Volume> {
+    /// Undoes a placement, already taken out of `workloads`; its volumes go to `changed`.
+    fn unplace(
+        &mut self,
+        workload: &D::Workload,
+        placement: &Placement<D>,
+        changed: &mut Vec<D::Volume>,
+    ) {
         if let Some(placed) = self.nodes.get_mut(&placement.node) {
             if let Some(i) = placed.iter().position(|w| w == workload) {
                 placed.swap_remove(i);
             }
         }
-        let mut changed = Vec::with_capacity(placement.volumes.len());
+        changed.reserve(placement.volumes.len());
         for volume in placement.volumes.iter() {
             let Some(entry) = self.volumes.get_mut(volume) else {
                 continue;
@@ -649,7 +694,6 @@ impl<D: Domain> DesiredState<D> {
             }
             changed.push(volume.clone());
         }
-        changed
     }
 
     /// Makes `workload` wait; `episode` carries on an earlier wait, `None` starts one (stamped
@@ -704,7 +748,7 @@ impl<D: Domain> DesiredState<D> {
                 .is_some_and(|p| self.is_ready(&p.placement.node, &p.placement.volumes));
             if ready {
                 let pending = self.unpend(&workload).expect("waits");
-                changed.extend(self.place(workload, pending.placement));
+                self.place(workload, pending.placement, &mut changed);
             }
         }
         changed

@@ -356,6 +356,9 @@ pub struct Reconciler<D: Domain> {
     verify_round: Option<VerifyRound>,
     /// Room for the nodes `reconcile_volume` looks at, kept between its calls.
     node_lists: NodeLists<D>,
+    /// Room for the volumes a workload's input changes, on their way to the marks: kept
+    /// between inputs, so that a move allocates no list for them.
+    changed_volumes: Vec<D::Volume>,
 }
 
 /// What deciding on a volume's attachments needs of its spec, copied out of the state so that
@@ -482,6 +485,7 @@ impl<D: Domain> Reconciler<D> {
             machine: MachineWatch::default(),
             verify_round: None,
             node_lists: NodeLists::default(),
+            changed_volumes: Vec::new(),
         }
     }
 
@@ -915,16 +919,22 @@ impl<D: Domain> Reconciler<D> {
         node: D::Node,
         volumes: &[D::Volume],
     ) -> Result<(), ReconcilerError<D>> {
-        let changed = self.desired.add_workload(workload, node, volumes)?;
-        self.schedule.mark_all(changed);
-        Ok(())
+        let mut changed = std::mem::take(&mut self.changed_volumes);
+        let added = self
+            .desired
+            .add_workload_into(workload, node, volumes, &mut changed);
+        self.schedule.mark_all(changed.drain(..));
+        self.changed_volumes = changed;
+        Ok(added?)
     }
 
     /// The workload is gone (a no-op if unknown): its volumes are no longer needed on its node
     /// by it.
     pub(crate) fn remove_workload(&mut self, workload: &D::Workload) {
-        let changed = self.desired.remove_workload(workload);
-        self.schedule.mark_all(changed);
+        let mut changed = std::mem::take(&mut self.changed_volumes);
+        self.desired.remove_workload_into(workload, &mut changed);
+        self.schedule.mark_all(changed.drain(..));
+        self.changed_volumes = changed;
     }
 
     /// Stamps the waits of workloads that began since the last pass, and names in an event
