@@ -9,6 +9,7 @@ use crate::dense_table::{DenseTable, Keyed, WARM_BATCH};
 use crate::device_paths::NodeDevicePaths;
 use crate::domain::Domain;
 use crate::id_warm;
+use crate::line_warm::warm_lines;
 use crate::marks::Marks;
 use crate::reported_volumes::ReportedVolumes;
 use crate::store::ReportedVolume;
@@ -161,7 +162,7 @@ fn attachments_of<D: Domain>(
 /// attachments from the node's one sorted list: kept with the record, it cost every verified
 /// attachment two lookups in the volume table (of the three a verify made per attachment),
 /// each a likely cache miss at a million attachments.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Standing(u32);
 
 impl Standing {
@@ -503,6 +504,14 @@ impl<D: Domain> ActualState<D> {
         D::Volume: 'a,
     {
         self.volumes.warm(volumes);
+    }
+
+    /// Reads `node`'s record and every line of its attached list, which a move searches and
+    /// walks ([`warm`](Self::warm) for nodes).
+    pub(crate) fn warm_node(&self, node: &D::Node) {
+        if let Some(n) = self.nodes.get(node) {
+            warm_lines(&n.attached);
+        }
     }
 
     /// The state of (`volume`, `node`).

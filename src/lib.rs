@@ -237,6 +237,7 @@ mod id_sort;
 mod id_warm;
 mod in_flight;
 mod input;
+mod line_warm;
 mod machine;
 mod marks;
 pub mod memory;

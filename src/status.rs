@@ -8,6 +8,7 @@
 use rustc_hash::FxHashMap;
 
 use crate::domain::Domain;
+use crate::line_warm::warm_lines;
 use crate::marks::Marks;
 use crate::reported_volumes::ReportedVolumes;
 use crate::store::{ReportedVolume, Revision};
@@ -70,6 +71,16 @@ pub struct StatusBook<D: Domain> {
     objects: u64,
     /// Nodes whose report may differ from the store.
     dirty: Marks<D::Node>,
+}
+
+impl<D: Domain> StatusBook<D> {
+    /// Reads `node`'s record and every line of the list the store holds for it, which the
+    /// next write's compare walks.
+    pub(crate) fn warm_node(&self, node: &D::Node) {
+        if let Some(stored) = self.nodes.get(node).and_then(|r| r.stored.as_ref()) {
+            warm_lines(stored.volumes());
+        }
+    }
 }
 
 impl<D: Domain> Default for StatusBook<D> {
