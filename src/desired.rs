@@ -15,7 +15,6 @@ use crate::config::Config;
 use crate::dense_table::{DenseTable, Keyed};
 use crate::domain::Domain;
 use crate::gate::trim_map;
-use crate::line_warm::warm_lines;
 use crate::volume::VolumeSpec;
 
 /// Misuse of the desired state, reported instead of being silently absorbed.
@@ -319,14 +318,6 @@ impl<D: Domain> DesiredState<D> {
         D::Volume: 'a,
     {
         self.volumes.warm(volumes);
-    }
-
-    /// Reads `node`'s list of placed workloads, which a removal walks ([`warm`](Self::warm)
-    /// for nodes).
-    pub(crate) fn warm_node(&self, node: &D::Node) {
-        if let Some(placed) = self.nodes.get(node) {
-            warm_lines(placed);
-        }
     }
 
     /// An empty desired state with `config`'s limits on waiting workloads.

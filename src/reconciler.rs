@@ -271,10 +271,10 @@ const WARM_FROM: usize = 64;
 #[cfg(fuzzing)]
 const WARM_FROM: usize = 2;
 
-/// From this many attachments on, a workload's input first reads the records its change will
-/// reach ([`Reconciler::warm_placement`]). Below it the state (about 160 bytes an attachment)
-/// fits the 2 MiB second-level cache of the machines measured, nothing misses, and the reads
-/// are only work: at 1,000 and 10,000 attachments they made a move about 5 % slower.
+/// From this many attachments on, a short pass reads ahead the records of even one volume,
+/// and of the nodes it reaches ([`Reconciler::warm_nodes_of`]). Below it the state (about
+/// 160 bytes an attachment) fits the 2 MiB second-level cache of the machines measured,
+/// nothing misses, and the reads are only work.
 #[cfg(not(any(fuzzing, test)))]
 const WARM_STATE_FROM: usize = 50_000;
 /// The fuzzers' and the unit tests' worlds are small: they read ahead from one attachment
@@ -930,7 +930,6 @@ impl<D: Domain> Reconciler<D> {
         node: D::Node,
         volumes: &[D::Volume],
     ) -> Result<(), ReconcilerError<D>> {
-        self.warm_placement(&node, volumes);
         let mut changed = std::mem::take(&mut self.changed_volumes);
         let added = self
             .desired
@@ -943,31 +942,10 @@ impl<D: Domain> Reconciler<D> {
     /// The workload is gone (a no-op if unknown): its volumes are no longer needed on its node
     /// by it.
     pub(crate) fn remove_workload(&mut self, workload: &D::Workload) {
-        if let Some((node, volumes)) = self.desired.placement(workload) {
-            self.warm_placement(node, volumes);
-        }
         let mut changed = std::mem::take(&mut self.changed_volumes);
         self.desired.remove_workload_into(workload, &mut changed);
         self.schedule.mark_all(changed.drain(..));
         self.changed_volumes = changed;
-    }
-
-    /// Reads, one after the other but none waiting on another, the records a workload's
-    /// change on `node` will reach: its volumes' in both states, and the node's in both states
-    /// and the status book. At a million attachments each is a cache miss, and reached in turn
-    /// by the work they are for, each miss waited for the one before: a simulated cache
-    /// (callgrind, `u32` ids) counted 47 misses of the second-level cache a move at a million,
-    /// in the first touches of these records and of the workload's own. Read together, their
-    /// misses overlap (PERFORMANCE.md, round 3, twenty-first step).
-    fn warm_placement(&self, node: &D::Node, volumes: &[D::Volume]) {
-        if self.actual.len() < WARM_STATE_FROM {
-            return;
-        }
-        self.desired.warm(volumes);
-        self.actual.warm(volumes);
-        self.desired.warm_node(node);
-        self.actual.warm_node(node);
-        self.status.warm_node(node);
     }
 
     /// Stamps the waits of workloads that began since the last pass, and names in an event
@@ -2106,7 +2084,14 @@ impl<D: Domain> Reconciler<D> {
         volumes: &mut Vec<D::Volume>,
         ops: &mut Vec<Operation<D>>,
     ) {
-        let warm = volumes.len() >= WARM_FROM;
+        // A long pass reads its volumes' records ahead in batches. In a state larger than the
+        // caches a short one does too, and its volumes' nodes' records, which it would reach
+        // one miss after another. (A long pass's volumes share their nodes: read ahead for
+        // each volume, a controller's batches of moves at 150,000 attachments ran about 5 %
+        // slower.)
+        let short = volumes.len() < WARM_FROM;
+        let nodes_too = short && self.actual.len() >= WARM_STATE_FROM;
+        let warm = nodes_too || !short;
         // Unwarmed, the whole list is one batch.
         let batch = if warm { WARM_BATCH } else { usize::MAX };
         let mut rest = volumes.drain(..);
@@ -2116,9 +2101,33 @@ impl<D: Domain> Reconciler<D> {
                 self.desired.warm(next());
                 self.actual.warm(next());
                 id_warm::warm(next());
+                if nodes_too {
+                    self.warm_nodes_of(next());
+                }
             }
             for volume in rest.by_ref().take(batch) {
                 self.reconcile_volume(now, &volume, ops);
+            }
+        }
+    }
+
+    /// Reads the records of the nodes `volumes` are attached to or wanted on, which their
+    /// reconcile reaches next (the node's attachments, searched for each detach and attach,
+    /// and the list the store holds, compared before the node's status write): at a million
+    /// attachments each is a cache miss, and a pass of a few volumes reached them one after
+    /// another. A simulated cache (callgrind, `u32` ids) counted 47 misses of the
+    /// second-level cache a move at a million, a third of them in these (PERFORMANCE.md,
+    /// round 3, twenty-first step).
+    fn warm_nodes_of<'a>(&self, volumes: impl Iterator<Item = &'a D::Volume>)
+    where
+        D: 'a,
+    {
+        for volume in volumes {
+            let attached = self.actual.attachments(volume).iter().map(|a| &a.node);
+            let wanted = self.desired.wanted_on(volume).iter().map(|w| &w.node);
+            for node in attached.chain(wanted) {
+                self.actual.warm_node(node);
+                self.status.warm_node(node);
             }
         }
     }
