@@ -398,7 +398,6 @@ impl<K: Naming> Default for Scratch<K> {
     }
 }
 
-/// Completes every operation with success; returns how many of each kind ran.
 /// A store's revisions only need to differ from every earlier one of the node's (the core
 /// compares them for equality, never for order), so the double counts its writes. It used to
 /// mint the expected revision plus one, through its text: an allocation and a parse, about
@@ -408,6 +407,7 @@ fn next_revision() -> Revision {
     Revision::from(WRITES.fetch_add(1, Relaxed))
 }
 
+/// Completes every operation with success; returns how many of each kind ran.
 fn complete<K: Naming>(
     r: &mut Reconciler<K>,
     now: Duration,

@@ -73,16 +73,6 @@ pub struct StatusBook<D: Domain> {
     dirty: Marks<D::Node>,
 }
 
-impl<D: Domain> StatusBook<D> {
-    /// Reads `node`'s record and every line of the list the store holds for it, which the
-    /// next write's compare walks.
-    pub(crate) fn warm_node(&self, node: &D::Node) {
-        if let Some(stored) = self.nodes.get(node).and_then(|r| r.stored.as_ref()) {
-            warm_lines(stored.volumes());
-        }
-    }
-}
-
 impl<D: Domain> Default for StatusBook<D> {
     fn default() -> Self {
         StatusBook {
@@ -94,6 +84,14 @@ impl<D: Domain> Default for StatusBook<D> {
 }
 
 impl<D: Domain> StatusBook<D> {
+    /// Reads `node`'s record and every line of the list the store holds for it, which the
+    /// next write's compare walks.
+    pub(crate) fn warm_node(&self, node: &D::Node) {
+        if let Some(stored) = self.nodes.get(node).and_then(|r| r.stored.as_ref()) {
+            warm_lines(stored.volumes());
+        }
+    }
+
     /// `node`'s report may now differ from what the store holds.
     pub(crate) fn mark(&mut self, node: D::Node) {
         self.dirty.mark(node);
