@@ -881,6 +881,29 @@ impl<D: Domain> DesiredState<D> {
         self.volumes.get(volume).map(|e| (&e.spec, e.wanted()))
     }
 
+    /// The position of `volume`'s entry in the volume table, and, if the orchestrator
+    /// registered it, its spec and the nodes it is wanted on: what a restart reads to tell
+    /// whether the volume is settled ([`SettledVolumes`](crate::recovery::SettledVolumes)).
+    pub(crate) fn registered_with_position(
+        &self,
+        volume: &D::Volume,
+    ) -> Option<(usize, Option<SpecAndWanted<'_, D>>)> {
+        self.volumes
+            .get_with_position(volume)
+            .map(|(at, e)| (at, e.registered.then(|| (&e.spec, e.wanted()))))
+    }
+
+    /// Entries in the volume table: positions run from 0 to this.
+    pub(crate) fn volume_positions(&self) -> usize {
+        self.volumes.len()
+    }
+
+    /// Every volume with an entry (registered or with a spec kept), in the order of their
+    /// positions.
+    pub(crate) fn volumes_by_position(&self) -> impl Iterator<Item = &D::Volume> {
+        self.volumes.iter().map(|e| &e.volume)
+    }
+
     pub(crate) fn wanted_on(&self, volume: &D::Volume) -> &[WantedOn<D>] {
         self.volumes.get(volume).map_or(&[], |e| e.wanted())
     }

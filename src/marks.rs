@@ -15,9 +15,12 @@ use crate::id_sort;
 ///
 /// Bounded by what is marked, not by how often: once the list holds more than twice what it
 /// held after its last sort (plus [`SLACK`]), it is sorted and deduplicated
-/// ([`settle`](Self::settle)). A core that takes no marks for a long while (a recovery whose
-/// listings keep failing, while the informers go on) so holds at most about twice its distinct
-/// items, as a `BTreeSet` did, at an amortised cost of one sort per doubling.
+/// ([`settle`](Self::settle)). A core that takes no marks for a long while (a burst of inputs
+/// between two passes; a recovering core keeps none, [`Schedule::holding_marks`]) so holds at
+/// most about twice its distinct items, as a `BTreeSet` did, at an amortised cost of one sort
+/// per doubling.
+///
+/// [`Schedule::holding_marks`]: crate::schedule::Schedule::holding_marks
 #[derive(Debug)]
 pub(crate) struct Marks<T> {
     items: Vec<T>,
@@ -84,13 +87,6 @@ impl<T: Ord + 'static> Marks<T> {
             self.items = id_sort::merge(std::mem::take(&mut self.items), added);
         }
         self.distinct = self.items.len();
-    }
-
-    /// Whether `item` is marked; sorts the marks first. For debug checks.
-    #[cfg(debug_assertions)]
-    pub(crate) fn holds(&mut self, item: &T) -> bool {
-        self.settle();
-        self.items.binary_search(item).is_ok()
     }
 
     /// Whether nothing is marked.

@@ -20,7 +20,7 @@ use crate::decision::{
     Attach, AttachFacts, Detach, DetachFacts, Step, decide_attach, decide_detach,
 };
 use crate::dense_table::WARM_BATCH;
-use crate::desired::{DesiredError, DesiredState};
+use crate::desired::{DesiredError, DesiredState, WantedOn};
 use crate::domain::{Domain, Id};
 use crate::event::{Event, Holder};
 use crate::fresh_read::{Fresh, WrittenFacts, judge_detach};
@@ -30,7 +30,7 @@ use crate::in_flight::InFlightTable;
 use crate::input::{Input, Kind, Rejection, Relists};
 use crate::machine::MachineWatch;
 use crate::operation::{ForceReason, InFlight, OpId, Operation};
-use crate::recovery::{Load, Recovery, Statuses, StoreListed};
+use crate::recovery::{Load, Recovery, SettledVolumes, Statuses, StoreListed};
 use crate::reported_volumes::ReportedVolumes;
 use crate::schedule::{Schedule, earliest};
 use crate::status::StatusBook;
@@ -481,7 +481,8 @@ impl<D: Domain> Reconciler<D> {
             actual: ActualState::default(),
             status: StatusBook::default(),
             in_flight: InFlightTable::default(),
-            schedule: Schedule::default(),
+            // Until recovery ends, which marks what it cannot show settled.
+            schedule: Schedule::holding_marks(),
             awaiting_ack: FxHashMap::default(),
             events: Vec::new(),
             blocked: BTreeSet::new(),
@@ -998,46 +999,54 @@ impl<D: Domain> Reconciler<D> {
     /// The first time the backend's listing names a volume the store listed (`store_listed`),
     /// whether the orchestrator registered it is settled here, from the lookup that adopts the
     /// backend's spec: one no one registered goes into `unregistered`, to be looked at in the
-    /// first pass ([`StoreListed`]).
+    /// first pass ([`StoreListed`]). Whether the entry leaves its volume settled is noted in
+    /// `settled` ([`SettledVolumes`]).
     pub(crate) fn recover_attachment(
         &mut self,
         attachment: BackendAttachment<D>,
         store_listed: &mut StoreListed,
+        settled: &mut SettledVolumes,
         unregistered: &mut Vec<D::Volume>,
     ) {
         let BackendAttachment { volume, node, spec } = attachment;
         let registered = self.adopt_spec(&volume, spec);
-        // An attachment the store listed has its volume marked already (by the input that
-        // registered it, or with the unregistered ones at recovery): a million attachments are
-        // marked once, not twice. Asked of the volume table, whose entries the caller warmed in
-        // batches: the node's list, a binary search by id, read five names' texts from all over
-        // the heap per attachment when ids are names.
+        // Asked of the volume table, whose entries the caller warmed in batches: the node's
+        // list, a binary search by id, read five names' texts from all over the heap per
+        // attachment when ids are names.
         let entry = self.actual.volume_entry(&volume, &node);
         if let Some((at, _)) = entry
             && store_listed.name(at)
+            && !registered
         {
-            if registered {
-                self.assert_marked(&volume);
-            } else {
-                unregistered.push(volume.clone());
-            }
+            unregistered.push(volume.clone());
         }
         if !entry.is_some_and(|(_, recorded)| recorded) {
             self.actual.set_uncertain(volume.clone(), node);
-            self.schedule.mark(volume);
+            self.schedule.mark(volume.clone());
+        }
+        if let Some((at, registered)) = self.desired.registered_with_position(&volume) {
+            let settled_here = registered.is_some_and(|(spec, wanted)| {
+                spec.attach_required && self.attached_as_wanted(&volume, wanted)
+            });
+            settled.note(at, settled_here);
         }
     }
 
-    /// What recovery relies on, checked in debug builds: a registered volume was marked by
-    /// the input that registered it, as nothing takes marks while the core recovers.
-    fn assert_marked(&mut self, volume: &D::Volume) {
-        #[cfg(debug_assertions)]
-        assert!(
-            self.schedule.is_marked(volume),
-            "a registered volume is marked until the first pass"
-        );
-        #[cfg(not(debug_assertions))]
-        let _ = volume;
+    /// Whether `volume` is attached exactly on the nodes it is `wanted` on, each attachment
+    /// Attached and reported, and it is not being retired: a look at it would plan and change
+    /// nothing once no call, backoff or wait is under way for it, as at a restart.
+    fn attached_as_wanted(&self, volume: &D::Volume, wanted: &[WantedOn<D>]) -> bool {
+        let attached = self.actual.attachments(volume);
+        // Neither list names a node twice: as long as each other and one within the other,
+        // they name the same nodes.
+        !attached.is_empty()
+            && attached.len() == wanted.len()
+            && attached.iter().all(|a| {
+                a.state == AttachState::Attached
+                    && !a.withheld
+                    && wanted.iter().any(|w| w.node == a.node)
+            })
+            && (self.retiring.is_empty() || !self.retiring.contains(volume))
     }
 
     /// The single-node claim-only volumes `node` reports in use that no node holds on record.
@@ -1876,13 +1885,16 @@ impl<D: Domain> Reconciler<D> {
                 self.take_in_status(node, status.attached, &status.revision);
             }
         }
-        // Every listed volume is looked at in the first pass. One the orchestrator registered
-        // was marked when it was registered, as nothing takes marks while the core recovers;
-        // the others, usually none, are marked here. Marking every listed volume again cloned,
-        // sorted and dropped a million repeats: a third of recovering them. Which are not
-        // registered is learnt from the backend's listing, which looks each volume it names up
-        // anyway ([`StoreListed`]).
+        // Volume marks are kept again: only what this recovery marks is looked at in the first
+        // pass. Every volume the orchestrator registered (whose inputs marked nothing while
+        // the core recovered) is marked below unless the backend's listing showed it settled
+        // ([`SettledVolumes`]); of the others, those the listings hold and no one registered
+        // are marked here and the ones only the backend lists as they are taken in. Which
+        // store-listed volumes are not registered is learnt from the backend's listing, which
+        // looks each volume it names up anyway ([`StoreListed`]).
+        self.schedule.keep_marks();
         let mut store_listed = StoreListed::new(self.actual.volumes_with_records());
+        let mut settled = SettledVolumes::new(self.desired.volume_positions());
         let mut unregistered = Vec::new();
         // Each listed attachment looks its volume's spec and records up: batches warmed, as a
         // long pass's.
@@ -1894,7 +1906,7 @@ impl<D: Domain> Reconciler<D> {
             // Most listed volumes are known, and dropped: their names' blocks are read first.
             id_warm::warm(batch());
             for a in listed.by_ref().take(WARM_BATCH) {
-                self.recover_attachment(a, &mut store_listed, &mut unregistered);
+                self.recover_attachment(a, &mut store_listed, &mut settled, &mut unregistered);
             }
         }
         // The store-listed volumes the backend never named: asked of the desired state now.
@@ -1906,13 +1918,18 @@ impl<D: Domain> Reconciler<D> {
                 .map(|(_, volume)| volume.clone())
                 .collect()
         };
-        for volume in unnamed {
-            if self.desired.spec(&volume).is_none() {
-                unregistered.push(volume);
-            } else {
-                self.assert_marked(&volume);
-            }
-        }
+        unregistered.extend(
+            unnamed
+                .into_iter()
+                .filter(|volume| self.desired.spec(volume).is_none()),
+        );
+        // Every volume with a spec the listing did not show settled: registered ones, and those
+        // whose spec is kept only to detach them.
+        self.schedule.mark_all(
+            (self.desired.volumes_by_position().enumerate())
+                .filter(|(at, _)| !settled.is_settled(*at))
+                .map(|(_, volume)| volume.clone()),
+        );
         self.schedule.mark_all(unregistered);
         self.adopt_claims_in_use();
         // Inputs taken while recovering left their volumes dirty: the next pass sees them.

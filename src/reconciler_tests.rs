@@ -2038,7 +2038,12 @@ fn recover_one(r: &mut Reconciler<T>, volume: &'static str, node: &'static str) 
         node,
         spec: VolumeSpec::single_node(()),
     };
-    r.recover_attachment(attachment, &mut StoreListed::new(0), &mut Vec::new());
+    r.recover_attachment(
+        attachment,
+        &mut StoreListed::new(0),
+        &mut SettledVolumes::new(0),
+        &mut Vec::new(),
+    );
 }
 
 fn waiting_for(h: &H, w: &'static str) -> Option<Vec<Missing<T>>> {

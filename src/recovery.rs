@@ -87,8 +87,9 @@ impl<D: Domain> Recovery<D> {
 
 /// The volumes the store's listing holds, and which of them the backend's listing has named.
 ///
-/// A listed volume no one registered is looked at in the first pass (registered ones were
-/// marked by the input that registered them). Asking the desired state of each store-listed
+/// A listed volume no one registered is looked at in the first pass (registered ones are
+/// marked at the end of recovery unless the backend's listing showed them settled,
+/// [`SettledVolumes`]). Asking the desired state of each store-listed
 /// volume was a million lookups at a million attachments (with `String` ids about a seventh
 /// of a restart; with `Name` ids their misses hid behind the listing's other work); the
 /// backend's listing looks every volume it names up in the desired state anyway, and names
@@ -140,9 +141,74 @@ impl StoreListed {
     }
 }
 
+/// The registered volumes a restart found settled, by their position in the desired volume
+/// table: attached exactly where they are wanted, every attachment Attached and reported. Only
+/// the others are looked at in the first pass.
+///
+/// Why: the first pass after a restart looked at every registered volume (the inputs that
+/// registered them marked them), a million at a million attachments: it sorted their marks and
+/// looked each up in both volume tables again, with text ids from all over the heap, well over
+/// half of a restart. Over a settled cluster it planned nothing for any of them: a volume
+/// attached where it is wanted, Attached and reported, has nothing to detach, attach or report
+/// again, and at a restart no call, backoff or wait is under way for it. The backend's listing
+/// looks each volume it names up in both tables anyway, so each entry notes its volume there,
+/// settled or not as the entry leaves it: a later entry of the same volume (attached on another
+/// node too) unsettles it again. A volume the listing never names is not settled.
+#[derive(Debug)]
+pub(crate) struct SettledVolumes {
+    /// Positions past this many (entries made during the listing) are never settled.
+    positions: usize,
+    settled: Vec<u64>,
+}
+
+impl SettledVolumes {
+    /// The desired volume table's first `positions` entries, none settled yet.
+    pub(crate) fn new(positions: usize) -> Self {
+        SettledVolumes {
+            positions,
+            settled: vec![0; positions.div_ceil(64)],
+        }
+    }
+
+    /// Notes the volume at position `at` settled or not; the last note holds.
+    pub(crate) fn note(&mut self, at: usize, settled: bool) {
+        if at >= self.positions {
+            return;
+        }
+        let (word, bit) = (at / 64, 1u64 << (at % 64));
+        if settled {
+            self.settled[word] |= bit;
+        } else {
+            self.settled[word] &= !bit;
+        }
+    }
+
+    /// Whether the volume at position `at` was last noted settled.
+    pub(crate) fn is_settled(&self, at: usize) -> bool {
+        at < self.positions && self.settled[at / 64] & (1u64 << (at % 64)) != 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::StoreListed;
+    use super::{SettledVolumes, StoreListed};
+
+    #[test]
+    fn a_volume_is_settled_as_its_last_note_says_and_only_within_the_table() {
+        let mut settled = SettledVolumes::new(130);
+        assert!((0..200).all(|at| !settled.is_settled(at)));
+        settled.note(0, true);
+        settled.note(64, true);
+        settled.note(129, true);
+        settled.note(130, true);
+        assert!(settled.is_settled(0) && settled.is_settled(64) && settled.is_settled(129));
+        assert!(!settled.is_settled(130), "past the table's first positions");
+        settled.note(64, false);
+        assert!(!settled.is_settled(64), "unsettled by a later note");
+        assert!(settled.is_settled(0) && settled.is_settled(129));
+        assert_eq!((0..200).filter(|&at| settled.is_settled(at)).count(), 2);
+        assert!(!SettledVolumes::new(0).is_settled(0));
+    }
 
     #[test]
     fn store_listed_volumes_are_named_once_and_the_rest_found() {

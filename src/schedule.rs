@@ -40,6 +40,10 @@ pub(crate) struct Periodic {
 pub(crate) struct Schedule<D: Domain> {
     /// Volumes to look at in the next pass.
     dirty: Marks<D::Volume>,
+    /// Volume marks are dropped, not kept: while the core recovers, the end of recovery marks
+    /// every volume it cannot show settled, whatever marked it before
+    /// ([`SettledVolumes`](crate::recovery::SettledVolumes)).
+    holding: bool,
     /// When to mark a volume dirty again.
     volume_timers: BinaryHeap<Reverse<(Duration, D::Volume)>>,
     /// The earliest pending wake of each volume in `volume_timers`.
@@ -55,6 +59,7 @@ impl<D: Domain> Default for Schedule<D> {
     fn default() -> Self {
         Schedule {
             dirty: Marks::default(),
+            holding: false,
             volume_timers: BinaryHeap::new(),
             wakes: FxHashMap::default(),
             node_timers: BinaryHeap::new(),
@@ -66,21 +71,34 @@ impl<D: Domain> Default for Schedule<D> {
 }
 
 impl<D: Domain> Schedule<D> {
+    /// A schedule that drops volume marks until [`keep_marks`](Self::keep_marks): a
+    /// recovering core's. Its inputs marked every volume they registered, a million at a
+    /// million attachments, and its first pass sorted and looked at them all, though a restart
+    /// over a settled cluster has nothing to do for nearly any of them.
+    pub(crate) fn holding_marks() -> Self {
+        Schedule {
+            holding: true,
+            ..Schedule::default()
+        }
+    }
+
+    /// Volume marks are kept from now on.
+    pub(crate) fn keep_marks(&mut self) {
+        self.holding = false;
+    }
+
     /// `volume` is looked at in the next pass.
     pub(crate) fn mark(&mut self, volume: D::Volume) {
-        self.dirty.mark(volume);
+        if !self.holding {
+            self.dirty.mark(volume);
+        }
     }
 
     /// Every volume of `volumes` is looked at in the next pass.
     pub(crate) fn mark_all(&mut self, volumes: impl IntoIterator<Item = D::Volume>) {
-        self.dirty.extend(volumes);
-    }
-
-    /// Whether `volume` is marked for the next pass; for debug checks of what recovery relies
-    /// on.
-    #[cfg(debug_assertions)]
-    pub(crate) fn is_marked(&mut self, volume: &D::Volume) -> bool {
-        self.dirty.holds(volume)
+        if !self.holding {
+            self.dirty.extend(volumes);
+        }
     }
 
     /// Timers pending, for tests of what a long wait leaves behind.
