@@ -1932,7 +1932,8 @@ impl<D: Domain> Reconciler<D> {
         );
         self.schedule.mark_all(unregistered);
         self.adopt_claims_in_use();
-        // Inputs taken while recovering left their volumes dirty: the next pass sees them.
+        // What inputs taken while recovering changed is among what was marked above: a volume
+        // they left wanted elsewhere, or wanted nowhere, is not settled.
     }
 
     // ---- planning -----------------------------------------------------------------------------
