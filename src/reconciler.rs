@@ -1038,7 +1038,9 @@ impl<D: Domain> Reconciler<D> {
     fn attached_as_wanted(&self, volume: &D::Volume, wanted: &[WantedOn<D>]) -> bool {
         let attached = self.actual.attachments(volume);
         // Neither list names a node twice: as long as each other and one within the other,
-        // they name the same nodes.
+        // they name the same nodes. (At a restart an Uncertain record comes only from an entry
+        // the store did not list, which marks its volume itself; the state is checked all the
+        // same, so that the answer holds wherever it is asked.)
         !attached.is_empty()
             && attached.len() == wanted.len()
             && attached.iter().all(|a| {
