@@ -541,13 +541,13 @@ impl<D: Domain> ActualState<D> {
             .find(|a| a.node == *node)
     }
 
-    /// Restart recovery: where `volume`'s entry sits in the volume table, and whether `node`
-    /// has a record of it. A position holds until a volume's last record goes, which never
-    /// happens while the core recovers, and is below
-    /// [`volumes_with_records`](Self::volumes_with_records) at the time the entry was made.
-    pub(crate) fn volume_entry(&self, volume: &D::Volume, node: &D::Node) -> Option<(usize, bool)> {
+    /// Restart recovery: where `volume`'s entry sits in the volume table, and its records. A
+    /// position holds until a volume's last record goes, which never happens while the core
+    /// recovers, and is below [`volumes_with_records`](Self::volumes_with_records) at the time
+    /// the entry was made.
+    pub(crate) fn volume_entry(&self, volume: &D::Volume) -> Option<(usize, &[Attachment<D>])> {
         let (at, entry) = self.volumes.get_with_position(volume)?;
-        Some((at, entry.list.iter().any(|a| a.node == *node)))
+        Some((at, entry.list.as_slice()))
     }
 
     /// How many volumes have a record.

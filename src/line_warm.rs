@@ -1,9 +1,9 @@
 //! Reading a short list's every cache line ahead of the work that searches it.
 //!
 //! A node's sorted lists (its attachments, the list the store holds for it) are searched by
-//! halves or walked, and each probe of a cold list waits for the line before it. At a million attachments every node's lists are cold when a move first
-//! reaches them: read line by line in one short loop first, their misses are in flight
-//! together.
+//! halves or walked, and each probe of a cold list waits for the line before it. At a million
+//! attachments every node's lists are cold when a move first reaches them: read line by line
+//! in one short loop first, their misses are in flight together.
 
 use std::hash::{BuildHasher, Hash};
 use std::hint::black_box;

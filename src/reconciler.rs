@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 use thiserror::Error;
 use tracing::{debug, info, warn};
 
-use crate::actual::{ActualState, AttachState, NodeFacts};
+use crate::actual::{ActualState, AttachState, Attachment, NodeFacts};
 use crate::admission::{Admission, Class};
 use crate::backend::{AttachInfo, BackendAttachment, BackendError};
 use crate::capacity::NodeCapacity;
@@ -997,9 +997,9 @@ impl<D: Domain> Reconciler<D> {
     /// it, it becomes Uncertain (upstream 96617), so it is neither lost nor trusted.
     ///
     /// The first time the backend's listing names a volume the store listed (`store_listed`),
-    /// whether the orchestrator registered it is settled here, from the lookup that adopts the
-    /// backend's spec: one no one registered goes into `unregistered`, to be looked at in the
-    /// first pass ([`StoreListed`]). Whether the entry leaves its volume settled is noted in
+    /// whether the orchestrator registered it is settled here, from the desired state's lookup
+    /// (the backend's spec is adopted for a volume it has none of): one no one registered goes
+    /// into `unregistered`, to be looked at in the first pass ([`StoreListed`]). Whether the entry leaves its volume settled is noted in
     /// `settled` ([`SettledVolumes`]).
     pub(crate) fn recover_attachment(
         &mut self,
@@ -1009,34 +1009,45 @@ impl<D: Domain> Reconciler<D> {
         unregistered: &mut Vec<D::Volume>,
     ) {
         let BackendAttachment { volume, node, spec } = attachment;
-        let registered = self.adopt_spec(&volume, spec);
-        // Asked of the volume table, whose entries the caller warmed in batches: the node's
-        // list, a binary search by id, read five names' texts from all over the heap per
-        // attachment when ids are names.
-        let entry = self.actual.volume_entry(&volume, &node);
+        // One lookup in each table, whose entries the caller warmed in batches, answers all
+        // of this entry's questions: the volume's spec and where it is wanted, its records.
+        let desired = self.desired.registered_with_position(&volume);
+        let entry = self.actual.volume_entry(&volume);
+        let records = entry.map_or(&[][..], |(_, list)| list);
+        let recorded = records.iter().any(|a| a.node == node);
         if let Some((at, _)) = entry
             && store_listed.name(at)
-            && !registered
+            && desired.is_none()
         {
             unregistered.push(volume.clone());
         }
-        if !entry.is_some_and(|(_, recorded)| recorded) {
-            self.actual.set_uncertain(volume.clone(), node);
-            self.schedule.mark(volume.clone());
-        }
-        if let Some((at, registered)) = self.desired.registered_with_position(&volume) {
-            let settled_here = registered.is_some_and(|(spec, wanted)| {
-                spec.attach_required && self.attached_as_wanted(&volume, wanted)
-            });
+        if let Some((at, registered)) = desired {
+            // An entry the store did not list adds an Uncertain record below: not settled.
+            let settled_here = recorded
+                && registered.is_some_and(|(spec, wanted)| {
+                    spec.attach_required && self.attached_as_wanted(&volume, records, wanted)
+                });
             settled.note(at, settled_here);
+        }
+        if desired.is_none() {
+            self.adopt_spec(&volume, spec);
+        }
+        if !recorded {
+            self.actual.set_uncertain(volume.clone(), node);
+            self.schedule.mark(volume);
         }
     }
 
-    /// Whether `volume` is attached exactly on the nodes it is `wanted` on, each attachment
-    /// Attached and reported, and it is not being retired: a look at it would plan and change
-    /// nothing once no call, backoff or wait is under way for it, as at a restart.
-    fn attached_as_wanted(&self, volume: &D::Volume, wanted: &[WantedOn<D>]) -> bool {
-        let attached = self.actual.attachments(volume);
+    /// Whether `volume`, whose records are `attached`, is attached exactly on the nodes it is
+    /// `wanted` on, each attachment Attached and reported, and it is not being retired: a look
+    /// at it would plan and change nothing once no call, backoff or wait is under way for it,
+    /// as at a restart.
+    fn attached_as_wanted(
+        &self,
+        volume: &D::Volume,
+        attached: &[Attachment<D>],
+        wanted: &[WantedOn<D>],
+    ) -> bool {
         // Neither list names a node twice: as long as each other and one within the other,
         // they name the same nodes. (At a restart an Uncertain record comes only from an entry
         // the store did not list, which marks its volume itself; the state is checked all the
