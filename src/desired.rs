@@ -844,12 +844,11 @@ impl<D: Domain> DesiredState<D> {
             let p = &self.pending[&workload];
             due.push(self.describe(&workload, p));
         }
-        self.trim();
         due
     }
 
     /// Gives back what a burst of waiting workloads left allocated.
-    fn trim(&mut self) {
+    pub(crate) fn trim(&mut self) {
         trim_map(&mut self.pending);
         trim_map(&mut self.pending_on_node);
         trim_map(&mut self.pending_on_volume);

@@ -18,6 +18,11 @@ fn trimmed(len: usize, capacity: usize) -> Option<usize> {
     (capacity > TRIM_ABOVE && len * 4 <= capacity).then_some(len * 2)
 }
 
+/// Whether a table of `len` entries and `capacity` slots is one a trim would shrink.
+pub(crate) fn would_trim(len: usize, capacity: usize) -> bool {
+    trimmed(len, capacity).is_some()
+}
+
 pub(crate) fn trim_map<K: Eq + Hash, V, S: BuildHasher>(map: &mut HashMap<K, V, S>) {
     if let Some(to) = trimmed(map.len(), map.capacity()) {
         map.shrink_to(to);

@@ -14,7 +14,7 @@
 use rustc_hash::FxHashMap;
 
 use crate::domain::Domain;
-use crate::gate::trim_map;
+use crate::gate::{trim_map, would_trim};
 use crate::op_id_map::{self, OpIdMap};
 use crate::operation::{InFlight, OpId};
 
@@ -125,6 +125,11 @@ impl<D: Domain> InFlightTable<D> {
     /// Every running operation, in no set order.
     pub(crate) fn values(&self) -> impl Iterator<Item = &InFlight<D>> {
         self.ops.values()
+    }
+
+    /// Whether a burst left room that [`trim`](Self::trim) would give back.
+    pub(crate) fn has_room_to_give_back(&self) -> bool {
+        would_trim(self.ops.len(), self.ops.capacity())
     }
 
     /// Gives back what a burst left allocated.

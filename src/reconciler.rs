@@ -292,6 +292,15 @@ const CLEARANCE_SLACK: Duration = Duration::from_secs(1);
 /// off: conflicts are normally another writer's one-off, answered by a fresh read at once.
 const CONFLICTS_BEFORE_BACKOFF: u8 = 3;
 
+/// A pass trims the tables a burst grew ([`Reconciler::trim`]) once in this many. Checking a
+/// score of tables at every pass and at every quiet end of a status write was about a
+/// sixteenth of a workload move (PERFORMANCE.md, round 3, twenty-third step). A burst of
+/// operations still gives its room back as it ends: a quiet end trims when the table of
+/// running operations has room to give back, which a move one at a time never leaves. Room
+/// that inputs alone grew (say, a hundred waiting workloads removed before they were
+/// attached) goes back within this many passes, not at the next.
+const TRIM_EVERY_PASSES: u32 = 16;
+
 /// The closest two slices of the periodic verify may be. A slice is one pass of the driver,
 /// woken for it at the core's deadline, not at its reconcile tick: 100 wake-ups a second at
 /// most are noise beside the verify's own work, which the slicing does not change (a round
@@ -370,6 +379,8 @@ pub struct Reconciler<D: Domain> {
     /// Room for the volumes a workload's input changes, on their way to the marks: kept
     /// between inputs, so that a move allocates no list for them.
     changed_volumes: Vec<D::Volume>,
+    /// Passes since the last trim ([`TRIM_EVERY_PASSES`]).
+    passes_since_trim: u32,
 }
 
 /// What deciding on a volume's attachments needs of its spec, copied out of the state so that
@@ -498,6 +509,7 @@ impl<D: Domain> Reconciler<D> {
             verify_round: None,
             node_lists: NodeLists::default(),
             changed_volumes: Vec::new(),
+            passes_since_trim: 0,
         }
     }
 
@@ -1833,7 +1845,11 @@ impl<D: Domain> Reconciler<D> {
                 .status
                 .holds_report_at(node, self.actual.report_generation(node));
         if quiet {
-            self.trim();
+            // Only when a burst of operations left room to give back (the trim's own rule,
+            // applied to the table of running operations).
+            if self.in_flight.has_room_to_give_back() {
+                self.trim();
+            }
         } else {
             self.status.mark(node.clone());
         }
@@ -2033,7 +2049,10 @@ impl<D: Domain> Reconciler<D> {
             }
             return;
         }
-        self.trim();
+        self.passes_since_trim += 1;
+        if self.passes_since_trim >= TRIM_EVERY_PASSES {
+            self.trim();
+        }
         let managing = self.desired.node_count() > 0;
         let (nodes, due) = self.schedule.start_pass(
             now,
@@ -2085,6 +2104,9 @@ impl<D: Domain> Reconciler<D> {
     /// timer heaps keep their peak capacity otherwise (at 150,000 attachments, a start-up burst
     /// of attaches left about 95 bytes per attachment behind).
     fn trim(&mut self) {
+        self.passes_since_trim = 0;
+        self.schedule.trim();
+        self.desired.trim();
         trim_map(&mut self.cleared);
         trim_map(&mut self.written_facts);
         trim_map(&mut self.checks);

@@ -181,7 +181,6 @@ impl<D: Domain> Schedule<D> {
         managing: bool,
     ) -> (Vec<D::Node>, Periodic) {
         self.last_pass = Some(now);
-        self.trim();
         while let Some(Reverse((at, _))) = self.volume_timers.peek() {
             if *at > now {
                 break;
@@ -224,7 +223,7 @@ impl<D: Domain> Schedule<D> {
 
     /// Gives back what a past burst left allocated (the heaps keep their peak capacity
     /// otherwise).
-    fn trim(&mut self) {
+    pub(crate) fn trim(&mut self) {
         trim_map(&mut self.wakes);
         trim_heap(&mut self.volume_timers);
         trim_heap(&mut self.node_timers);
