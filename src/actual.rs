@@ -909,12 +909,17 @@ impl<D: Domain> ActualState<D> {
         // Sized once: the filter hides the length from `collect`, which grew the list by
         // doubling (four reallocations for a node of 30 volumes, on every status write).
         let mut volumes = Vec::with_capacity(n.attached.len());
-        volumes.extend(
-            n.attached
-                .iter()
-                .filter(|(_, standing)| standing.reported())
-                .map(|(volume, _)| volume.clone()),
-        );
+        // Copied in runs between the withheld entries (at most one in a move's write, none in
+        // most): a run of known length is copied in one tight loop, where a filter checked
+        // the room and bumped the length on every entry (a twentieth of a `u32` move).
+        let mut rest = &n.attached[..];
+        while !rest.is_empty() {
+            let run = (rest.iter())
+                .position(|(_, standing)| !standing.reported())
+                .unwrap_or(rest.len());
+            volumes.extend(rest[..run].iter().map(|(volume, _)| volume.clone()));
+            rest = rest.get(run + 1..).unwrap_or_default();
+        }
         if n.devices.is_empty() {
             // No device paths (CSI): the volumes alone.
             return ReportedVolumes::from_sorted(volumes, None);
@@ -1330,6 +1335,41 @@ mod tests {
             0,
             "an unknown node with nothing attached is forgotten"
         );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 256,
+            rng_algorithm: proptest::test_runner::RngAlgorithm::ChaCha,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(23),
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// The report copies the node's reported attachments in runs between the ones it
+        /// leaves out: whichever are left out (none, the first, the last, several in a row,
+        /// every one), it lists exactly the others, in order, with their paths.
+        #[test]
+        fn a_report_lists_exactly_what_is_not_withheld_or_uncertain(
+            left_out in proptest::collection::vec(0u8..3, 0..12)
+        ) {
+            let mut a: ActualState<U> = ActualState::default();
+            let mut expected = Vec::new();
+            for (volume, how) in (0u32..).zip(&left_out) {
+                let path = format!("/dev/p{volume}");
+                a.set_attached(volume, 7, (volume % 2 == 0).then_some(path.as_str()));
+                match how {
+                    0 => expected.push((volume, (volume % 2 == 0).then_some(path))),
+                    1 => a.set_withheld(&volume, &7, true),
+                    _ => a.set_uncertain(volume, 7),
+                }
+            }
+            let report = a.report(&7);
+            let listed: Vec<(u32, Option<String>)> = report
+                .iter()
+                .map(|(volume, path)| (*volume, path.map(str::to_string)))
+                .collect();
+            proptest::prop_assert_eq!(listed, expected);
+        }
     }
 
     #[test]

@@ -719,6 +719,10 @@ impl<D: Domain> DesiredState<D> {
 
     /// Ends the wait of `workload`, if it waits.
     fn unpend(&mut self, workload: &D::Workload) -> Option<Pending<D>> {
+        if self.pending.is_empty() {
+            // Every placement asks; most find nothing waits, without hashing the id.
+            return None;
+        }
         let pending = self.pending.remove(workload)?;
         let placement = &pending.placement;
         if let Some(set) = self.pending_on_node.get_mut(&placement.node) {

@@ -76,6 +76,11 @@ impl<T: Ord + 'static> Marks<T> {
         if self.items.len() == self.distinct {
             return;
         }
+        if self.items.len() == 1 {
+            // A move's pass marks one volume: nothing to sort.
+            self.distinct = 1;
+            return;
+        }
         if self.distinct == 0 {
             // In place: a pass's few marks cost no allocation.
             id_sort::sort_unstable(&mut self.items);
