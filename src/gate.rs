@@ -148,15 +148,19 @@ impl<K: Clone + Eq + Hash> OperationGate<K> {
     }
 
     /// The operation on `key` succeeded: the key is free and its backoff for `kind` forgotten.
-    pub(crate) fn succeeded(&mut self, key: K, kind: OpKind) {
-        self.running.remove(&key);
+    ///
+    /// Borrowed: the key the gate holds is the one dropped, and a caller need not clone ids
+    /// to build another (a `String` id's allocation, a `Name`'s reference count, on every
+    /// operation's end).
+    pub(crate) fn succeeded<Q: Hash + Equivalent<K> + ?Sized>(&mut self, key: &Q, kind: OpKind) {
+        self.running.remove(key);
         if self.retries.is_empty() {
             return;
         }
-        if let Some(backoffs) = self.retries.get_mut(&key) {
+        if let Some(backoffs) = self.retries.get_mut(key) {
             backoffs.retain(|(k, _)| *k != kind);
             if backoffs.is_empty() {
-                self.retries.remove(&key);
+                self.retries.remove(key);
             }
         }
     }
@@ -252,7 +256,7 @@ mod tests {
         }
         assert_eq!(waits, vec![ms(500), ms(1000), ms(2000), ms(2000), ms(2000)]);
         gate.start(1);
-        gate.succeeded(1, OpKind::Detach);
+        gate.succeeded(&1, OpKind::Detach);
         assert!(gate.is_empty());
         assert_eq!(gate.failed(1, OpKind::Detach, now) - now, ms(500));
     }
@@ -265,7 +269,7 @@ mod tests {
         }
         let peak = gate.running.capacity();
         for key in 10..10_000 {
-            gate.succeeded(key, OpKind::Attach);
+            gate.succeeded(&key, OpKind::Attach);
         }
         gate.trim();
         assert!(
@@ -310,7 +314,7 @@ mod tests {
         let detach = gate.failed("v", OpKind::Detach, ms(100));
         gate.failed("w", OpKind::Detach, ms(0));
         assert_eq!(gate.len(), 3);
-        gate.succeeded("v", OpKind::Attach);
+        gate.succeeded(&"v", OpKind::Attach);
         assert!(gate.may_start(&"v", OpKind::Attach, ms(1)).is_ok());
         assert_eq!(
             gate.may_start(&"v", OpKind::Detach, ms(1)),

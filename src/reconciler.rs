@@ -166,17 +166,18 @@ enum GateKey<D: Domain> {
     NodeCapacity(D::Node),
 }
 
-fn gate_key<D: Domain>(access: Access, volume: &D::Volume, node: &D::Node) -> GateKey<D> {
-    gate_key_ref::<D>(access, volume, node).to_owned()
-}
-
-/// The gate key of an attach or detach, borrowed: what a look asks the gate. An owned key
-/// cloned both ids on every look, whether or not an operation was planned: a cold reference
-/// count per volume with `Name` ids (a restart's first pass looks at a million), an allocation
-/// each with `String` ids.
+/// A gate key, borrowed: what a look asks the gate, and what an operation's end frees. An
+/// owned key cloned its ids on every look, whether or not an operation was planned (a cold
+/// reference count per volume with `Name` ids, and a restart's first pass looks at a
+/// million; an allocation each with `String` ids), and again at every operation's end.
 enum GateKeyRef<'a, D: Domain> {
     Volume(&'a D::Volume),
     Attachment(&'a D::Volume, &'a D::Node),
+    Status(&'a D::Node),
+    Verify(&'a D::Node),
+    List,
+    StoreList,
+    NodeCapacity(&'a D::Node),
 }
 
 fn gate_key_ref<'a, D: Domain>(
@@ -197,6 +198,26 @@ impl<D: Domain> GateKeyRef<'_, D> {
             GateKeyRef::Attachment(volume, node) => {
                 GateKey::Attachment(volume.clone(), node.clone())
             }
+            GateKeyRef::Status(node) => GateKey::Status(node.clone()),
+            GateKeyRef::Verify(node) => GateKey::Verify(node.clone()),
+            GateKeyRef::List => GateKey::List,
+            GateKeyRef::StoreList => GateKey::StoreList,
+            GateKeyRef::NodeCapacity(node) => GateKey::NodeCapacity(node.clone()),
+        }
+    }
+}
+
+impl<D: Domain> GateKey<D> {
+    #[inline]
+    fn as_ref(&self) -> GateKeyRef<'_, D> {
+        match self {
+            GateKey::Volume(volume) => GateKeyRef::Volume(volume),
+            GateKey::Attachment(volume, node) => GateKeyRef::Attachment(volume, node),
+            GateKey::Status(node) => GateKeyRef::Status(node),
+            GateKey::Verify(node) => GateKeyRef::Verify(node),
+            GateKey::List => GateKeyRef::List,
+            GateKey::StoreList => GateKeyRef::StoreList,
+            GateKey::NodeCapacity(node) => GateKeyRef::NodeCapacity(node),
         }
     }
 }
@@ -204,6 +225,7 @@ impl<D: Domain> GateKeyRef<'_, D> {
 /// A borrowed key must hash as its owned key does, so both hash through here: a tag per
 /// variant, then the ids.
 impl<D: Domain> Hash for GateKeyRef<'_, D> {
+    #[inline]
     fn hash<H: Hasher>(&self, state: &mut H) {
         match self {
             GateKeyRef::Volume(volume) => {
@@ -215,33 +237,41 @@ impl<D: Domain> Hash for GateKeyRef<'_, D> {
                 volume.hash(state);
                 node.hash(state);
             }
+            GateKeyRef::Status(node) => {
+                state.write_u8(2);
+                node.hash(state);
+            }
+            GateKeyRef::Verify(node) => {
+                state.write_u8(3);
+                node.hash(state);
+            }
+            GateKeyRef::List => state.write_u8(4),
+            GateKeyRef::StoreList => state.write_u8(5),
+            GateKeyRef::NodeCapacity(node) => {
+                state.write_u8(6);
+                node.hash(state);
+            }
         }
     }
 }
 
 impl<D: Domain> Hash for GateKey<D> {
+    #[inline]
     fn hash<H: Hasher>(&self, state: &mut H) {
-        let (tag, node) = match self {
-            GateKey::Volume(volume) => return GateKeyRef::<D>::Volume(volume).hash(state),
-            GateKey::Attachment(volume, node) => {
-                return GateKeyRef::<D>::Attachment(volume, node).hash(state);
-            }
-            GateKey::Status(node) => (2, Some(node)),
-            GateKey::Verify(node) => (3, Some(node)),
-            GateKey::List => (4, None),
-            GateKey::StoreList => (5, None),
-            GateKey::NodeCapacity(node) => (6, Some(node)),
-        };
-        state.write_u8(tag);
-        node.hash(state);
+        self.as_ref().hash(state);
     }
 }
 
 impl<D: Domain> Equivalent<GateKey<D>> for GateKeyRef<'_, D> {
+    #[inline]
     fn equivalent(&self, key: &GateKey<D>) -> bool {
         match (self, key) {
             (GateKeyRef::Volume(v), GateKey::Volume(w)) => *v == w,
             (GateKeyRef::Attachment(v, n), GateKey::Attachment(w, m)) => *v == w && *n == m,
+            (GateKeyRef::Status(n), GateKey::Status(m))
+            | (GateKeyRef::Verify(n), GateKey::Verify(m))
+            | (GateKeyRef::NodeCapacity(n), GateKey::NodeCapacity(m)) => *n == m,
+            (GateKeyRef::List, GateKey::List) | (GateKeyRef::StoreList, GateKey::StoreList) => true,
             _ => false,
         }
     }
@@ -1224,10 +1254,10 @@ impl<D: Domain> Reconciler<D> {
     /// a million clones per round at a million attachments.
     fn busy(&self, volume: &D::Volume, node: &D::Node) -> bool {
         let gated = || {
-            self.gate.is_running(&GateKey::Volume(volume.clone()))
+            self.gate.is_running(&GateKeyRef::<D>::Volume(volume))
                 || self
                     .gate
-                    .is_running(&GateKey::Attachment(volume.clone(), node.clone()))
+                    .is_running(&GateKeyRef::<D>::Attachment(volume, node))
         };
         if !self.in_flight.runs_on(volume) {
             debug_assert!(
@@ -1258,7 +1288,7 @@ impl<D: Domain> Reconciler<D> {
         // waiting for room there look again.
         if self.capacity.clear_full(node) {
             self.gate
-                .succeeded(GateKey::NodeCapacity(node.clone()), OpKind::Attach);
+                .succeeded(&GateKeyRef::<D>::NodeCapacity(node), OpKind::Attach);
         }
         self.room_freed(node);
         if !self.blocked.is_empty() {
@@ -1299,14 +1329,14 @@ impl<D: Domain> Reconciler<D> {
         }
         self.admission.finished(Class::Attach);
         // The key the attach holds, from the access mode it was planned under.
-        let key = gate_key::<D>(access, &volume, &node);
+        let key = gate_key_ref::<D>(access, &volume, &node);
         match result {
             Ok(info) => {
-                self.gate.succeeded(key, OpKind::Attach);
+                self.gate.succeeded(&key, OpKind::Attach);
                 // The node took a volume: whatever full answer it gave before is over.
                 if self.capacity.clear_full(&node) {
                     self.gate
-                        .succeeded(GateKey::NodeCapacity(node.clone()), OpKind::Attach);
+                        .succeeded(&GateKeyRef::<D>::NodeCapacity(&node), OpKind::Attach);
                 }
                 self.capacity.stop_waiting(&node, &volume);
                 self.actual
@@ -1319,7 +1349,7 @@ impl<D: Domain> Reconciler<D> {
             Err(BackendError::NodeFull { message, .. }) => {
                 // The node, not the volume, is at fault: the volume may go elsewhere at once,
                 // and attaches to this node back off.
-                self.gate.succeeded(key, OpKind::Attach);
+                self.gate.succeeded(&key, OpKind::Attach);
                 if slot {
                     self.room_freed(&node);
                 }
@@ -1338,7 +1368,7 @@ impl<D: Domain> Reconciler<D> {
                 );
             }
             Err(error) => {
-                let retry = self.gate.failed(key, OpKind::Attach, now);
+                let retry = self.gate.failed(key.to_owned(), OpKind::Attach, now);
                 self.schedule.wake_volume_at(retry, volume.clone());
                 if slot && !error.may_have_taken_effect() {
                     // Nothing was attached: the room it held is free again.
@@ -1392,10 +1422,10 @@ impl<D: Domain> Reconciler<D> {
         self.in_flight.take_relook(&volume);
         self.changed(&volume, &node);
         self.admission.finished(Class::Detach);
-        let key = gate_key::<D>(access, &volume, &node);
+        let key = gate_key_ref::<D>(access, &volume, &node);
         match result {
             Ok(()) => {
-                self.gate.succeeded(key, OpKind::Detach);
+                self.gate.succeeded(&key, OpKind::Detach);
                 self.detached(&volume, &node);
                 self.events.push(Event::DetachSucceeded {
                     volume: volume.clone(),
@@ -1404,7 +1434,7 @@ impl<D: Domain> Reconciler<D> {
                 });
             }
             Err(error) => {
-                let retry = self.gate.failed(key, OpKind::Detach, now);
+                let retry = self.gate.failed(key.to_owned(), OpKind::Detach, now);
                 self.schedule.wake_volume_at(retry, volume.clone());
                 if error.may_have_taken_effect() {
                     self.actual.set_uncertain(volume.clone(), node.clone());
@@ -1440,7 +1470,7 @@ impl<D: Domain> Reconciler<D> {
             unreachable!("kind checked by take_op");
         };
         self.gate
-            .succeeded(GateKey::Verify(node.clone()), OpKind::Verify);
+            .succeeded(&GateKeyRef::<D>::Verify(&node), OpKind::Verify);
         let mut attached = match result {
             Ok(attached) => attached,
             Err(error) => {
@@ -1539,7 +1569,7 @@ impl<D: Domain> Reconciler<D> {
         if let Some(recovery) = &mut self.recovery {
             recovery.attachments = match listed {
                 Ok(list) => {
-                    self.gate.succeeded(GateKey::List, OpKind::List);
+                    self.gate.succeeded(&GateKeyRef::<D>::List, OpKind::List);
                     Load::Loaded(list)
                 }
                 Err(error) => {
@@ -1550,7 +1580,7 @@ impl<D: Domain> Reconciler<D> {
             self.finish_recovery();
             return Ok(());
         }
-        self.gate.succeeded(GateKey::List, OpKind::List);
+        self.gate.succeeded(&GateKeyRef::<D>::List, OpKind::List);
         let changed = self.changed_while_listing.take().unwrap_or_default();
         let listed = match listed {
             Ok(listed) => listed,
@@ -1606,19 +1636,19 @@ impl<D: Domain> Reconciler<D> {
         let InFlight::WriteStatus { node, object } = self.take_op(id, OpKind::WriteStatus)? else {
             unreachable!("kind checked by take_op");
         };
-        let key = GateKey::Status(node.clone());
+        let key = GateKeyRef::<D>::Status(&node);
         if !self.status.is_object(&node, object) {
             // Written to a node object deleted since: this one's list is still unknown, and
             // the next look reads it and writes it afresh.
             debug!(node = ?node, "a status write answered for a node object deleted since");
-            self.gate.succeeded(key, OpKind::WriteStatus);
+            self.gate.succeeded(&key, OpKind::WriteStatus);
             self.status.write_superseded(&node);
             self.status_settled(&node);
             return Ok(());
         }
         match result {
             Ok(WriteReceipt { revision, facts }) => {
-                self.gate.succeeded(key, OpKind::WriteStatus);
+                self.gate.succeeded(&key, OpKind::WriteStatus);
                 if let Some(facts) = facts {
                     self.written_facts.insert(
                         node.clone(),
@@ -1633,21 +1663,21 @@ impl<D: Domain> Reconciler<D> {
                 self.status.write_acked(&node, revision);
             }
             Err(StoreError::NotFound { .. }) => {
-                self.gate.succeeded(key, OpKind::WriteStatus);
+                self.gate.succeeded(&key, OpKind::WriteStatus);
                 self.status.not_found(&node);
             }
             Err(StoreError::Conflict { .. }) => {
                 debug!(node = ?node, "status write conflicted; reading the node fresh");
                 if self.status.write_conflicted(&node) >= CONFLICTS_BEFORE_BACKOFF {
-                    let retry = self.gate.failed(key, OpKind::WriteStatus, now);
+                    let retry = self.gate.failed(key.to_owned(), OpKind::WriteStatus, now);
                     self.schedule.wake_node_at(retry, node.clone());
                 } else {
-                    self.gate.succeeded(key, OpKind::WriteStatus);
+                    self.gate.succeeded(&key, OpKind::WriteStatus);
                 }
             }
             Err(error) => {
                 warn!(node = ?node, %error, "writing node status failed");
-                let retry = self.gate.failed(key, OpKind::WriteStatus, now);
+                let retry = self.gate.failed(key.to_owned(), OpKind::WriteStatus, now);
                 self.schedule.wake_node_at(retry, node.clone());
                 self.status
                     .write_failed(&node, error.may_have_taken_effect());
@@ -1681,9 +1711,9 @@ impl<D: Domain> Reconciler<D> {
         else {
             unreachable!("kind checked by take_op");
         };
-        let key = GateKey::Status(node.clone());
+        let key = GateKeyRef::<D>::Status(&node);
         if from_cache {
-            self.gate.succeeded(key, OpKind::ReadStatus);
+            self.gate.succeeded(&key, OpKind::ReadStatus);
             if let Ok(cached) = result {
                 // `report` is in volume order already.
                 let report = self.actual.report(&node);
@@ -1704,7 +1734,7 @@ impl<D: Domain> Reconciler<D> {
             // Read across the deletion of the node object it was planned for: what it found
             // may be the old object's. It decides nothing.
             debug!(node = ?node, "a status read answered across its node object's deletion");
-            self.gate.succeeded(key, OpKind::ReadStatus);
+            self.gate.succeeded(&key, OpKind::ReadStatus);
             // As at the deletion: their volumes are looked at again, and their detaches ask
             // for a read of their own.
             self.schedule
@@ -1714,19 +1744,19 @@ impl<D: Domain> Reconciler<D> {
         }
         let status = match result {
             Ok(status) => {
-                self.gate.succeeded(key, OpKind::ReadStatus);
+                self.gate.succeeded(&key, OpKind::ReadStatus);
                 self.status
                     .read(node.clone(), &status.attached, &status.revision);
                 Some(status)
             }
             Err(StoreError::NotFound { .. }) => {
-                self.gate.succeeded(key, OpKind::ReadStatus);
+                self.gate.succeeded(&key, OpKind::ReadStatus);
                 self.status.not_found(&node);
                 None
             }
             Err(error) => {
                 warn!(node = ?node, %error, "reading node status failed");
-                let retry = self.gate.failed(key, OpKind::ReadStatus, now);
+                let retry = self.gate.failed(key.to_owned(), OpKind::ReadStatus, now);
                 self.schedule.wake_node_at(retry, node.clone());
                 // The detaches keep waiting for the next read, planned when the retry is due.
                 let waiting = self.checks.entry(node.clone()).or_default();
@@ -1869,7 +1899,7 @@ impl<D: Domain> Reconciler<D> {
         let load = match result {
             Ok(list) => {
                 self.gate
-                    .succeeded(GateKey::StoreList, OpKind::ListStatuses);
+                    .succeeded(&GateKeyRef::<D>::StoreList, OpKind::ListStatuses);
                 Load::Loaded(list)
             }
             Err(error) => {
@@ -2656,7 +2686,7 @@ impl<D: Domain> Reconciler<D> {
         // Only a node the backend said is full has a backoff to look at (no key built else).
         let backoff = if self.capacity.said_full(node) {
             self.gate
-                .may_start(&GateKey::NodeCapacity(node.clone()), OpKind::Attach, now)
+                .may_start(&GateKeyRef::<D>::NodeCapacity(node), OpKind::Attach, now)
         } else {
             Ok(())
         };
@@ -2827,7 +2857,7 @@ impl<D: Domain> Reconciler<D> {
 
     /// Plans a verify of every attachment of `node` the backend knows of, unless one runs.
     fn plan_verify(&mut self, node: D::Node, ops: &mut Vec<Operation<D>>) {
-        let key = GateKey::Verify(node.clone());
+        let key = GateKeyRef::<D>::Verify(&node);
         if self.gate.is_running(&key) {
             return;
         }
@@ -2856,7 +2886,7 @@ impl<D: Domain> Reconciler<D> {
             return;
         }
         checked.sort_unstable();
-        self.gate.start(key);
+        self.gate.start(key.to_owned());
         let id = self.next_op_id();
         self.in_flight.insert(
             id,
@@ -2928,7 +2958,7 @@ impl<D: Domain> Reconciler<D> {
                 // Nothing to write to; it is rewritten when it appears (50721).
                 continue;
             }
-            let key = GateKey::Status(node.clone());
+            let key = GateKeyRef::<D>::Status(&node);
             if self.gate.is_running(&key) {
                 continue;
             }
@@ -2968,7 +2998,7 @@ impl<D: Domain> Reconciler<D> {
                 continue;
             };
             let report = self.actual.report(&node);
-            self.gate.start(key);
+            self.gate.start(key.to_owned());
             let id = self.next_op_id();
             let object = self.status.object(&node);
             self.in_flight.insert(

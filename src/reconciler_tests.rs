@@ -3156,6 +3156,45 @@ fn a_long_pass_reconciles_every_volume_once_in_order() {
     }
 }
 
+/// Every kind of key, borrowed, finds exactly its owned key: the same ids under another
+/// variant are another key, and an operation's end frees its key by reference.
+#[test]
+fn each_borrowed_gate_key_variant_matches_its_own_variant_only() {
+    type S = Ids<String, String, String>;
+    let (v, n) = ("pv-1".to_string(), "n1".to_string());
+    let owned: Vec<GateKey<S>> = vec![
+        GateKey::Volume(v.clone()),
+        GateKey::Attachment(v.clone(), n.clone()),
+        GateKey::Status(n.clone()),
+        GateKey::Verify(n.clone()),
+        GateKey::List,
+        GateKey::StoreList,
+        GateKey::NodeCapacity(n.clone()),
+    ];
+    let borrowed: Vec<GateKeyRef<'_, S>> = vec![
+        GateKeyRef::Volume(&v),
+        GateKeyRef::Attachment(&v, &n),
+        GateKeyRef::Status(&n),
+        GateKeyRef::Verify(&n),
+        GateKeyRef::List,
+        GateKeyRef::StoreList,
+        GateKeyRef::NodeCapacity(&n),
+    ];
+    for (i, key) in owned.iter().enumerate() {
+        for (j, other) in borrowed.iter().enumerate() {
+            assert_eq!(other.equivalent(key), i == j, "{key:?} against variant {j}");
+        }
+        assert_eq!(&borrowed[i].to_owned(), key);
+        let mut gate: OperationGate<GateKey<S>> = OperationGate::new(Config::default().backoff);
+        gate.start(key.clone());
+        for (j, other) in borrowed.iter().enumerate() {
+            assert_eq!(gate.is_running(other), i == j, "{key:?} running, asked {j}");
+        }
+        gate.succeeded(&borrowed[i], OpKind::Attach);
+        assert!(!gate.is_running(&borrowed[i]), "{key:?} freed by reference");
+    }
+}
+
 #[test]
 fn a_borrowed_gate_key_finds_its_owned_key_and_no_other() {
     type S = Ids<String, String, String>;
@@ -3204,7 +3243,7 @@ fn a_borrowed_gate_key_finds_its_owned_key_and_no_other() {
     ] {
         assert!(!key.equivalent(&owned), "{owned:?}");
     }
-    gate.succeeded(GateKey::Volume(v.clone()), OpKind::Attach);
+    gate.succeeded(&single, OpKind::Attach);
     assert!(!gate.is_running(&single));
     assert!(!gate.is_running(&gate_key_ref::<S>(Access::SingleNode, &n, &n)));
     // A failure's backoff is found borrowed too.
