@@ -1869,14 +1869,15 @@ impl<D: Domain> Reconciler<D> {
         // again now, unless nothing can have been dropped: the store holds the report at its
         // current generation (our write, just acknowledged) and no detach waits for a read.
         // That look was an empty pass at the end of every move; it also gave back the room a
-        // burst's operations left (a pass trims first), so a quiet end trims here.
+        // burst's operations left, so a quiet end trims here, and at once: a pass trims only
+        // once in `TRIM_EVERY_PASSES`, and none may follow.
         let quiet = self.checks.get(node).is_none_or(|c| c.is_empty())
             && self
                 .status
                 .holds_report_at(node, self.actual.report_generation(node));
         if quiet {
             // Only when a burst of operations left room to give back (the trim's own rule,
-            // applied to the table of running operations).
+            // applied to the table of running operations): a move one at a time leaves none.
             if self.in_flight.has_room_to_give_back() {
                 self.trim();
             }
