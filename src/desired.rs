@@ -765,6 +765,12 @@ impl<D: Domain> DesiredState<D> {
         self.pending.len()
     }
 
+    /// Room for waiting workloads; for tests of trimming.
+    #[cfg(test)]
+    pub(crate) fn pending_capacity(&self) -> usize {
+        self.pending.capacity()
+    }
+
     /// What `workload` waits for, if it waits.
     pub fn pending(&self, workload: &D::Workload) -> Option<PendingWorkload<D>> {
         self.pending

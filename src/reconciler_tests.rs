@@ -3119,6 +3119,36 @@ fn a_settled_burst_gives_back_the_room_of_its_operations() {
     );
 }
 
+/// Room that inputs alone grew, with no operation to end (300 workloads waiting for a node
+/// that never came, then removed), goes back within `TRIM_EVERY_PASSES` passes, though no
+/// single pass trims any more: here the periodic sync's passes, one a second.
+#[test]
+fn room_grown_by_inputs_alone_goes_back_within_a_few_passes() {
+    let mut h = H::new(Config {
+        sync_period: Duration::from_secs(1),
+        ..Config::default()
+    });
+    h.node("n1", &[]);
+    h.rwo("v1");
+    h.pod("p", "n1", &["v1"]);
+    h.run_ok(secs(2));
+    let name = |i: usize| -> &'static str { Box::leak(format!("w{i}").into()) };
+    for i in 0..300 {
+        h.pod(name(i), "nowhere", &[]);
+    }
+    assert_eq!(h.r.desired().pending_len(), 300);
+    let peak = h.r.desired().pending_capacity();
+    for i in 0..300 {
+        h.unpod(name(i));
+    }
+    h.run_ok(secs(u64::from(TRIM_EVERY_PASSES) + 2));
+    let room = h.r.desired().pending_capacity();
+    assert!(
+        room <= 64,
+        "room for {room} waiting workloads kept (peak {peak}) after the passes"
+    );
+}
+
 /// A long pass (a restart's first, a resync's) is reconciled in warmed batches: every volume
 /// of it, each once, in order, whether the batches divide it evenly or not, and a volume
 /// settled by the batch before is left alone.
