@@ -12,6 +12,7 @@ use crate::id_warm;
 use crate::line_warm::warm_lines;
 use crate::marks::Marks;
 use crate::reported_volumes::ReportedVolumes;
+use crate::spares::Spares;
 use crate::store::ReportedVolume;
 use crate::verify_ring::VerifyRing;
 
@@ -275,15 +276,32 @@ impl<T> Sparse<T> {
     }
 }
 
-/// [`put`] on a [`Sparse`] list, which holds no allocation once empty.
-fn put_sparse<V: Ord + Clone, T>(list: &mut Sparse<(V, T)>, volume: &V, value: Option<T>) {
+/// The emptied lists of detach requests kept for reuse ([`Spares`]).
+type RequestSpares<D> = Spares<Box<Vec<(<D as Domain>::Volume, Duration)>>>;
+
+/// A spare list of detach requests with room for more than this many is dropped.
+const MAX_SPARE_REQUESTS: usize = 8;
+
+/// [`put`] on a [`Sparse`] list, which holds no allocation once empty. The allocation an
+/// emptied list gives up goes to `spares`, and a list begun takes one from there: a move
+/// requests a detach on a node with none and settles it again, which was an allocation and a
+/// free on every move (2.6 % of a `u32` move's instructions).
+fn put_sparse<V: Ord + Clone, T>(
+    list: &mut Sparse<(V, T)>,
+    volume: &V,
+    value: Option<T>,
+    spares: &mut Spares<Box<Vec<(V, T)>>>,
+) {
     match (&mut list.0, value) {
         (None, None) => {}
         (slot, value) => {
-            let items = slot.get_or_insert_with(Box::default);
+            let items = slot.get_or_insert_with(|| spares.take().unwrap_or_default());
             put(items, volume, value);
             if items.is_empty() {
-                *slot = None;
+                if let Some(emptied) = slot.take() {
+                    let room = emptied.capacity();
+                    spares.give(emptied, room, MAX_SPARE_REQUESTS);
+                }
             }
         }
     }
@@ -447,6 +465,8 @@ pub struct ActualState<D: Domain> {
     /// never renumbered, as the status book keeps them. Nodes' epochs are drawn from it too.
     report_generations: u64,
     len: usize,
+    /// Emptied lists of detach requests, for the next node that gets one.
+    request_spares: RequestSpares<D>,
 }
 
 impl<D: Domain> Default for ActualState<D> {
@@ -459,6 +479,7 @@ impl<D: Domain> Default for ActualState<D> {
             report_changed: Marks::default(),
             report_generations: 0,
             len: 0,
+            request_spares: Spares::default(),
         }
     }
 }
@@ -601,7 +622,12 @@ impl<D: Domain> ActualState<D> {
                     if n.detach_requested.as_slice().is_empty() {
                         self.requesting.insert(node.clone());
                     }
-                    put_sparse(&mut n.detach_requested, volume, Some(now));
+                    put_sparse(
+                        &mut n.detach_requested,
+                        volume,
+                        Some(now),
+                        &mut self.request_spares,
+                    );
                 }
                 now
             }
@@ -633,7 +659,12 @@ impl<D: Domain> ActualState<D> {
             return;
         }
         if let Some(n) = self.nodes.get_mut(node) {
-            put_sparse(&mut n.detach_requested, volume, None);
+            put_sparse(
+                &mut n.detach_requested,
+                volume,
+                None,
+                &mut self.request_spares,
+            );
             if n.detach_requested.as_slice().is_empty() {
                 self.requesting.remove(node);
             }
@@ -876,7 +907,12 @@ impl<D: Domain> ActualState<D> {
                 // against what the store holds again.
                 n.report_gen = next_generation(&mut self.report_generations);
             }
-            put_sparse(&mut n.detach_requested, volume, None);
+            put_sparse(
+                &mut n.detach_requested,
+                volume,
+                None,
+                &mut self.request_spares,
+            );
             if n.detach_requested.as_slice().is_empty() {
                 self.requesting.remove(node);
             }
@@ -1571,6 +1607,26 @@ mod tests {
         a.set_detached(&"v", &"n");
         a.set_attached("v", "n", None);
         assert_eq!(a.detach_requested_at(&"v", &"n"), None);
+    }
+
+    #[test]
+    fn an_emptied_list_of_detach_requests_serves_the_next_node() {
+        let mut a: ActualState<T> = ActualState::default();
+        let (t1, t2) = (Duration::from_secs(1), Duration::from_secs(2));
+        for (v, n) in [("v1", "n1"), ("v2", "n1"), ("v3", "n2")] {
+            a.set_attached(v, n, None);
+        }
+        a.request_detach(&"v1", &"n1", t1);
+        a.request_detach(&"v2", &"n1", t1);
+        a.cancel_detach_request(&"v1", &"n1");
+        assert_eq!(a.request_spares.len(), 0, "a list still in use is kept");
+        a.set_detached(&"v2", &"n1");
+        assert_eq!(a.request_spares.len(), 1, "the emptied list is kept");
+        a.request_detach(&"v3", &"n2", t2);
+        assert_eq!(a.request_spares.len(), 0, "and serves the next node");
+        let requests: Vec<_> = a.detach_requests().collect();
+        assert_eq!(requests, vec![(&"v3", &"n2", t2)], "starting empty");
+        assert_eq!(a.detach_requested_at(&"v1", &"n1"), None);
     }
 
     #[test]

@@ -248,6 +248,7 @@ mod reconciler;
 mod recovery;
 mod reported_volumes;
 mod schedule;
+mod spares;
 mod status;
 mod store;
 mod upstream_bugs;
