@@ -11,7 +11,7 @@ use crate::domain::Domain;
 use crate::id_warm;
 use crate::line_warm::warm_lines;
 use crate::marks::Marks;
-use crate::reported_volumes::ReportedVolumes;
+use crate::reported_volumes::{ListSpares, ReportedVolumes};
 use crate::spares::Spares;
 use crate::store::ReportedVolume;
 use crate::verify_ring::VerifyRing;
@@ -286,6 +286,8 @@ const MAX_SPARE_REQUESTS: usize = 8;
 /// emptied list gives up goes to `spares`, and a list begun takes one from there: a move
 /// requests a detach on a node with none and settles it again, which was an allocation and a
 /// free on every move (2.6 % of a `u32` move's instructions).
+// The spares are the `Sparse` lists' own boxes.
+#[allow(clippy::box_collection)]
 fn put_sparse<V: Ord + Clone, T>(
     list: &mut Sparse<(V, T)>,
     volume: &V,
@@ -939,30 +941,38 @@ impl<D: Domain> ActualState<D> {
 
     /// The list `node` must report, in volume order.
     pub fn report(&self, node: &D::Node) -> ReportedVolumes<D> {
+        self.report_with(node, &mut ListSpares::default())
+    }
+
+    /// [`report`](Self::report), built into a spare list from `spares` when one fits.
+    pub(crate) fn report_with(
+        &self,
+        node: &D::Node,
+        spares: &mut ListSpares<D>,
+    ) -> ReportedVolumes<D> {
         let Some(n) = self.nodes.get(node) else {
             return ReportedVolumes::default();
         };
-        // Sized once: the filter hides the length from `collect`, which grew the list by
-        // doubling (four reallocations for a node of 30 volumes, on every status write).
-        let mut volumes = Vec::with_capacity(n.attached.len());
-        // Copied in runs between the withheld entries (at most one in a move's write, none in
-        // most): a run of known length is copied in one tight loop, where a filter checked
-        // the room and bumped the length on every entry (a twentieth of a `u32` move).
-        let mut rest = &n.attached[..];
-        while !rest.is_empty() {
-            let run = (rest.iter())
-                .position(|(_, standing)| !standing.reported())
-                .unwrap_or(rest.len());
-            volumes.extend(rest[..run].iter().map(|(volume, _)| volume.clone()));
-            rest = rest.get(run + 1..).unwrap_or_default();
-        }
-        if n.devices.is_empty() {
-            // No device paths (CSI): the volumes alone.
-            return ReportedVolumes::from_sorted(volumes, None);
-        }
-        // The paths copied in one walk beside the volumes, their text in runs.
-        let paths = n.devices.pack(volumes.iter());
-        ReportedVolumes::from_sorted(volumes, Some(paths))
+        // Sized once (room for every volume here): the filter hid the length from `collect`,
+        // which grew the list by doubling (four reallocations for a node of 30 volumes, on
+        // every status write).
+        ReportedVolumes::build_sorted(spares, n.attached.len(), |volumes| {
+            // Copied in runs between the withheld entries (at most one in a move's write, none
+            // in most): a run of known length is copied in one tight loop, where a filter
+            // checked the room and bumped the length on every entry (a twentieth of a `u32`
+            // move).
+            let mut rest = &n.attached[..];
+            while !rest.is_empty() {
+                let run = (rest.iter())
+                    .position(|(_, standing)| !standing.reported())
+                    .unwrap_or(rest.len());
+                volumes.extend(rest[..run].iter().map(|(volume, _)| volume.clone()));
+                rest = rest.get(run + 1..).unwrap_or_default();
+            }
+            // No device paths (CSI): the volumes alone. Otherwise the paths are copied in one
+            // walk beside the volumes, their text in runs.
+            (!n.devices.is_empty()).then(|| n.devices.pack(volumes.iter()))
+        })
     }
 
     /// What [`report`](Self::report) lists, borrowed: compared against what the store holds

@@ -31,7 +31,7 @@ use crate::input::{Input, Kind, Rejection, Relists};
 use crate::machine::MachineWatch;
 use crate::operation::{ForceReason, InFlight, OpId, Operation};
 use crate::recovery::{Load, Recovery, SettledVolumes, Statuses, StoreListed};
-use crate::reported_volumes::ReportedVolumes;
+use crate::reported_volumes::{ListSpares, ReportedVolumes};
 use crate::schedule::{Schedule, earliest};
 use crate::status::StatusBook;
 use crate::store::{NodeStatus, ReportedVolume, Revision, StoreError, WriteReceipt};
@@ -406,6 +406,8 @@ pub struct Reconciler<D: Domain> {
     verify_round: Option<VerifyRound>,
     /// Room for the nodes `reconcile_volume` looks at, kept between its calls.
     node_lists: NodeLists<D>,
+    /// Status lists the store and the core have done with, for the next writes to fill.
+    list_spares: ListSpares<D>,
     /// Room for the volumes a workload's input changes, on their way to the marks: kept
     /// between inputs, so that a move allocates no list for them.
     changed_volumes: Vec<D::Volume>,
@@ -538,6 +540,7 @@ impl<D: Domain> Reconciler<D> {
             machine: MachineWatch::default(),
             verify_round: None,
             node_lists: NodeLists::default(),
+            list_spares: ListSpares::default(),
             changed_volumes: Vec::new(),
             passes_since_trim: 0,
         }
@@ -1660,7 +1663,10 @@ impl<D: Domain> Reconciler<D> {
                         },
                     );
                 }
-                self.status.write_acked(&node, revision);
+                // The list the store held before: given back for a later write to fill.
+                if let Some(replaced) = self.status.write_acked(&node, revision) {
+                    replaced.give_back(&mut self.list_spares);
+                }
             }
             Err(StoreError::NotFound { .. }) => {
                 self.gate.succeeded(&key, OpKind::WriteStatus);
@@ -2998,7 +3004,7 @@ impl<D: Domain> Reconciler<D> {
             let Some(expected) = self.status.revision(&node).cloned() else {
                 continue;
             };
-            let report = self.actual.report(&node);
+            let report = self.actual.report_with(&node, &mut self.list_spares);
             self.gate.start(key.to_owned());
             let id = self.next_op_id();
             let object = self.status.object(&node);

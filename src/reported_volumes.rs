@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::device_paths::PackedPaths;
 use crate::domain::Domain;
+use crate::spares::Spares;
 use crate::store::ReportedVolume;
 
 /// The volumes a node is told it has, sorted by volume, with their device paths: the list a
@@ -54,10 +55,36 @@ pub struct ReportedVolumes<D: Domain>(Arc<Packed<D>>);
 /// string from thirty scattered allocations and every compare read their text: the node's one
 /// buffer, and a compare that looks at the volumes first, avoid both.)
 struct Packed<D: Domain> {
-    volumes: Box<[D::Volume]>,
+    /// A `Vec`, not a boxed slice: a list the core alone still holds once the store holds a
+    /// newer one is emptied and filled again by a later write ([`ListSpares`]), and a list
+    /// built with a volume withheld keeps its one slot spare instead of being reallocated.
+    volumes: Vec<D::Volume>,
     /// `None` when no volume has a device path; otherwise one entry per volume.
     paths: Option<PackedPaths>,
 }
+
+/// Lists nobody but the core held any more, emptied, for the next status writes: each write
+/// built its list in two fresh allocations (the shared record and its array) and the
+/// acknowledgement freed the two of the list it replaced, four calls to the allocator per write
+/// (PERFORMANCE.md, round 3, twenty-fourth step).
+pub(crate) struct ListSpares<D: Domain>(Spares<Arc<Packed<D>>>);
+
+impl<D: Domain> Default for ListSpares<D> {
+    fn default() -> Self {
+        ListSpares(Spares::default())
+    }
+}
+
+impl<D: Domain> fmt::Debug for ListSpares<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ListSpares").finish_non_exhaustive()
+    }
+}
+
+/// A spare list with room for more than this many volumes is dropped: a node's list is rarely
+/// longer (Kubernetes' own limits are 16 to 128 volumes a node), and a spare is memory nobody
+/// uses.
+const MAX_SPARE_VOLUMES: usize = 256;
 
 impl<D: Domain> ReportedVolumes<D> {
     /// Packs `volumes` and `paths` (one per volume, or `None` for no paths at all), which the
@@ -67,10 +94,49 @@ impl<D: Domain> ReportedVolumes<D> {
         debug_assert!(paths.as_ref().is_none_or(|p| p.len() == volumes.len()));
         // A list of paths that holds none is kept as no list.
         let paths = paths.filter(PackedPaths::any);
-        ReportedVolumes(Arc::new(Packed {
-            volumes: volumes.into_boxed_slice(),
-            paths,
-        }))
+        ReportedVolumes(Arc::new(Packed { volumes, paths }))
+    }
+
+    /// A list of about `len` volumes that `fill` builds, sorted by volume, into a spare from
+    /// `spares` unless every spare has room for far more (a list keeps the room it was built
+    /// with; one with too little grows once); `fill` pushes the volumes and returns their
+    /// paths as [`from_sorted`](Self::from_sorted) takes them.
+    pub(crate) fn build_sorted(
+        spares: &mut ListSpares<D>,
+        len: usize,
+        fill: impl FnOnce(&mut Vec<D::Volume>) -> Option<PackedPaths>,
+    ) -> Self {
+        let fits = |p: &Arc<Packed<D>>| p.volumes.capacity() <= 2 * len + 4;
+        if let Some(mut spare) = spares.0.take_where(fits) {
+            if let Some(packed) = Arc::get_mut(&mut spare) {
+                packed.volumes.reserve(len);
+                // Only a list nobody else held was kept, and nobody could take a share since.
+                debug_assert!(packed.volumes.is_empty() && packed.paths.is_none());
+                let paths = fill(&mut packed.volumes);
+                debug_assert!(packed.volumes.is_sorted(), "a reported list is sorted");
+                debug_assert!(
+                    paths
+                        .as_ref()
+                        .is_none_or(|p| p.len() == packed.volumes.len())
+                );
+                packed.paths = paths.filter(PackedPaths::any);
+                return ReportedVolumes(spare);
+            }
+        }
+        let mut volumes = Vec::with_capacity(len);
+        let paths = fill(&mut volumes);
+        Self::from_sorted(volumes, paths)
+    }
+
+    /// Gives the list to `spares` if nobody else holds it (the store and the write's call
+    /// dropped their shares), emptied; otherwise just drops this share.
+    pub(crate) fn give_back(mut self, spares: &mut ListSpares<D>) {
+        if let Some(packed) = Arc::get_mut(&mut self.0) {
+            packed.volumes.clear();
+            packed.paths = None;
+            let room = packed.volumes.capacity();
+            spares.0.give(self.0, room, MAX_SPARE_VOLUMES);
+        }
     }
 
     /// Packs a copy of `list` (each id copied once), sorted by volume if it is not already.
@@ -274,5 +340,46 @@ mod tests {
         assert_eq!(copied, a);
         assert_eq!(format!("{a:?}"), format!("{:?}", a.to_vec()));
         assert!(ReportedVolumes::<T>::default().is_empty());
+    }
+
+    #[test]
+    fn a_list_nobody_else_holds_is_filled_again_and_a_shared_one_is_left_alone() {
+        let mut spares = ListSpares::<T>::default();
+        let build = |spares: &mut ListSpares<T>, volumes: &[&'static str], path: bool| {
+            ReportedVolumes::build_sorted(spares, volumes.len(), |list| {
+                list.extend_from_slice(volumes);
+                let mut paths = PackedPaths::with_capacity(volumes.len(), 8);
+                for (i, _) in volumes.iter().enumerate() {
+                    paths.push((path && i == 0).then_some("/dev/a"));
+                }
+                Some(paths)
+            })
+        };
+        let first = build(&mut spares, &["a", "b"], true);
+        assert_eq!(
+            first,
+            vec![entry("a", Some("/dev/a")), entry("b", None)].into()
+        );
+        let held = first.clone();
+        first.give_back(&mut spares);
+        assert!(
+            spares.0.take().is_none(),
+            "a list the store still holds is not kept"
+        );
+        assert_eq!(held.volumes(), ["a", "b"], "and is left as it was");
+        let at = Arc::as_ptr(&held.0);
+        held.give_back(&mut spares);
+        let second = build(&mut spares, &["c"], false);
+        assert_eq!(
+            Arc::as_ptr(&second.0),
+            at,
+            "the last share's list is filled again"
+        );
+        assert_eq!(
+            second,
+            vec![entry("c", None)].into(),
+            "emptied first, paths too"
+        );
+        assert!(second.0.paths.is_none(), "no path, no list of paths");
     }
 }

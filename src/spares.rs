@@ -26,12 +26,23 @@ impl<T> Spares<T> {
         self.items.pop()
     }
 
-    /// Keeps `spare` (already emptied by the caller) if there is room and its room for items,
-    /// `capacity`, is at most `max_capacity`; drops it otherwise.
+    /// The last spare kept that `fits`, if any.
+    pub(crate) fn take_where(&mut self, fits: impl Fn(&T) -> bool) -> Option<T> {
+        let i = self.items.iter().rposition(fits)?;
+        Some(self.items.swap_remove(i))
+    }
+
+    /// Keeps `spare` (already emptied by the caller) if its room for items, `capacity`, is at
+    /// most `max_capacity`, in place of the oldest spare once [`KEEP`] are kept (so that a few
+    /// spares no use would find cannot keep the useful ones out for good); drops it otherwise.
     pub(crate) fn give(&mut self, spare: T, capacity: usize, max_capacity: usize) {
-        if self.items.len() < KEEP && capacity <= max_capacity {
-            self.items.push(spare);
+        if capacity > max_capacity {
+            return;
         }
+        if self.items.len() == KEEP {
+            self.items.remove(0);
+        }
+        self.items.push(spare);
     }
 
     /// How many are kept.
@@ -46,15 +57,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keeps_a_few_small_spares_and_hands_them_back_last_first() {
+    fn keeps_the_last_few_small_spares_and_hands_them_back_last_first() {
         let mut spares = Spares::default();
         for i in 0..10 {
-            spares.give(Vec::<u8>::with_capacity(8 + i), 8 + i, 16);
+            spares.give(i, 8, 16);
         }
         assert_eq!(spares.len(), KEEP, "no more than KEEP are kept");
-        assert_eq!(spares.take().map(|v| v.capacity() >= 11), Some(true));
+        assert_eq!(spares.take(), Some(9), "the last given comes back first");
+        assert_eq!(spares.take_where(|&i| i < 8), Some(7));
+        assert_eq!(spares.take_where(|&i| i < 6), None, "the oldest made room");
         let mut big = Spares::default();
-        big.give(Vec::<u8>::with_capacity(64), 64, 16);
+        big.give(1, 64, 16);
         assert!(
             big.take().is_none(),
             "a spare with more room than allowed is dropped"

@@ -281,15 +281,19 @@ impl<D: Domain> StatusBook<D> {
         self.record(node).writing = Some((list, generation));
     }
 
-    /// The store acknowledged the write in flight, which it now holds at `revision`.
-    pub(crate) fn write_acked(&mut self, node: &D::Node, revision: Revision) {
-        if let Some(r) = self.nodes.get_mut(node) {
-            let (stored, matched) = r.writing.take().map_or((None, 0), |w| (Some(w.0), w.1));
-            r.stored = stored;
-            r.matched = matched;
-            r.revision = Some(revision);
-            r.conflicts = 0;
-        }
+    /// The store acknowledged the write in flight, which it now holds at `revision`. Returns
+    /// the list it held before, which the book no longer needs.
+    pub(crate) fn write_acked(
+        &mut self,
+        node: &D::Node,
+        revision: Revision,
+    ) -> Option<ReportedVolumes<D>> {
+        let r = self.nodes.get_mut(node)?;
+        let (stored, matched) = r.writing.take().map_or((None, 0), |w| (Some(w.0), w.1));
+        r.matched = matched;
+        r.revision = Some(revision);
+        r.conflicts = 0;
+        std::mem::replace(&mut r.stored, stored)
     }
 
     /// The write lost a compare-and-set race: someone else wrote, so both the list and the
