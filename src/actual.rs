@@ -966,12 +966,12 @@ impl<D: Domain> ActualState<D> {
                 let run = (rest.iter())
                     .position(|(_, standing)| !standing.reported())
                     .unwrap_or(rest.len());
-                volumes.extend(rest[..run].iter().map(|(volume, _)| volume.clone()));
+                volumes.extend(rest[..run].iter().map(|(volume, _)| volume));
                 rest = rest.get(run + 1..).unwrap_or_default();
             }
             // No device paths (CSI): the volumes alone. Otherwise the paths are copied in one
             // walk beside the volumes, their text in runs.
-            (!n.devices.is_empty()).then(|| n.devices.pack(volumes.iter()))
+            (!n.devices.is_empty()).then(|| n.devices.pack(volumes.written().iter()))
         })
     }
 

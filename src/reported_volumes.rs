@@ -86,6 +86,57 @@ impl<D: Domain> fmt::Debug for ListSpares<D> {
 /// uses.
 const MAX_SPARE_VOLUMES: usize = 256;
 
+/// A list written over the ids a spare still holds: each is overwritten with `clone_from`,
+/// which keeps its allocation (a `String` id's buffer), where emptying the spare and cloning
+/// into it freed and allocated one per id: with `String` ids, half the allocations of a move
+/// (each status write repeats the node's whole list). What is left over is dropped at the end.
+/// Ids that own nothing (`u32`) are simply appended.
+pub(crate) struct Refill<'a, V> {
+    list: &'a mut Vec<V>,
+    len: usize,
+}
+
+impl<'a, V: Clone> Refill<'a, V> {
+    /// Runs `fill` over `list`, then drops what it did not write over.
+    fn run<R>(list: &'a mut Vec<V>, fill: impl FnOnce(&mut Refill<'_, V>) -> R) -> R {
+        let mut refill = Refill { list, len: 0 };
+        let out = fill(&mut refill);
+        let Refill { list, len } = refill;
+        list.truncate(len);
+        out
+    }
+
+    /// Appends copies of `ids`: over the old ones while they last, then pushed.
+    pub(crate) fn extend<'b>(&mut self, ids: impl ExactSizeIterator<Item = &'b V>)
+    where
+        V: 'b,
+    {
+        let count = ids.len();
+        if !std::mem::needs_drop::<V>() {
+            // Nothing to keep in an id that owns nothing (`u32`): appended in one tight loop
+            // (the iterator taken whole: a borrowed one is not known to be of exact length),
+            // which the writes over the old ones, an id at a time, were not (1.6 % of a move).
+            self.list.truncate(self.len);
+            self.list.extend(ids.cloned());
+            self.len += count;
+            return;
+        }
+        let mut ids = ids;
+        let over = count.min(self.list.len() - self.len);
+        let slots = &mut self.list[self.len..self.len + over];
+        for (slot, id) in slots.iter_mut().zip(ids.by_ref().take(over)) {
+            slot.clone_from(id);
+        }
+        self.list.extend(ids.cloned());
+        self.len += count;
+    }
+
+    /// What was written so far.
+    pub(crate) fn written(&self) -> &[V] {
+        &self.list[..self.len]
+    }
+}
+
 impl<D: Domain> ReportedVolumes<D> {
     /// Packs `volumes` and `paths` (one per volume, or `None` for no paths at all), which the
     /// caller has sorted by volume.
@@ -99,20 +150,22 @@ impl<D: Domain> ReportedVolumes<D> {
 
     /// A list of about `len` volumes that `fill` builds, sorted by volume, into a spare from
     /// `spares` unless every spare has room for far more (a list keeps the room it was built
-    /// with; one with too little grows once); `fill` pushes the volumes and returns their
+    /// with; one with too little grows once); `fill` writes the volumes and returns their
     /// paths as [`from_sorted`](Self::from_sorted) takes them.
     pub(crate) fn build_sorted(
         spares: &mut ListSpares<D>,
         len: usize,
-        fill: impl FnOnce(&mut Vec<D::Volume>) -> Option<PackedPaths>,
+        fill: impl FnOnce(&mut Refill<'_, D::Volume>) -> Option<PackedPaths>,
     ) -> Self {
         let fits = |p: &Arc<Packed<D>>| p.volumes.capacity() <= 2 * len + 4;
         if let Some(mut spare) = spares.0.take_where(fits) {
+            // Only a list nobody else held was kept, and nobody could take a share since.
             if let Some(packed) = Arc::get_mut(&mut spare) {
-                packed.volumes.reserve(len);
-                // Only a list nobody else held was kept, and nobody could take a share since.
-                debug_assert!(packed.volumes.is_empty() && packed.paths.is_none());
-                let paths = fill(&mut packed.volumes);
+                debug_assert!(packed.paths.is_none(), "a spare keeps no paths");
+                packed
+                    .volumes
+                    .reserve(len.saturating_sub(packed.volumes.len()));
+                let paths = Refill::run(&mut packed.volumes, fill);
                 debug_assert!(packed.volumes.is_sorted(), "a reported list is sorted");
                 debug_assert!(
                     paths
@@ -124,15 +177,15 @@ impl<D: Domain> ReportedVolumes<D> {
             }
         }
         let mut volumes = Vec::with_capacity(len);
-        let paths = fill(&mut volumes);
+        let paths = Refill::run(&mut volumes, fill);
         Self::from_sorted(volumes, paths)
     }
 
     /// Gives the list to `spares` if nobody else holds it (the store and the write's call
-    /// dropped their shares), emptied; otherwise just drops this share.
+    /// dropped their shares); otherwise just drops this share. Its ids stay, to be written
+    /// over by the next list built into it ([`Refill`]); its paths go.
     pub(crate) fn give_back(mut self, spares: &mut ListSpares<D>) {
         if let Some(packed) = Arc::get_mut(&mut self.0) {
-            packed.volumes.clear();
             packed.paths = None;
             let room = packed.volumes.capacity();
             spares.0.give(self.0, room, MAX_SPARE_VOLUMES);
@@ -347,7 +400,7 @@ mod tests {
         let mut spares = ListSpares::<T>::default();
         let build = |spares: &mut ListSpares<T>, volumes: &[&'static str], path: bool| {
             ReportedVolumes::build_sorted(spares, volumes.len(), |list| {
-                list.extend_from_slice(volumes);
+                list.extend(volumes.iter());
                 let mut paths = PackedPaths::with_capacity(volumes.len(), 8);
                 for (i, _) in volumes.iter().enumerate() {
                     paths.push((path && i == 0).then_some("/dev/a"));
@@ -378,8 +431,41 @@ mod tests {
         assert_eq!(
             second,
             vec![entry("c", None)].into(),
-            "emptied first, paths too"
+            "written over, the rest and the paths dropped"
         );
         assert!(second.0.paths.is_none(), "no path, no list of paths");
+    }
+
+    #[test]
+    fn a_refill_writes_over_the_old_ids_keeping_their_buffers_and_drops_the_rest() {
+        type S = Ids<String, String, String>;
+        let names = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        let build = |spares: &mut ListSpares<S>, volumes: &[String]| {
+            ReportedVolumes::<S>::build_sorted(spares, volumes.len(), |list| {
+                // In two runs, as a report with a withheld volume between them copies.
+                let (a, b) = volumes.split_at(volumes.len() / 2);
+                list.extend(a.iter());
+                list.extend(b.iter());
+                assert_eq!(list.written(), volumes);
+                None
+            })
+        };
+        let mut spares = ListSpares::<S>::default();
+        let old = build(&mut spares, &names(&["pv-0001", "pv-0002", "pv-0003"]));
+        let buffer = old.volumes()[0].as_ptr();
+        old.give_back(&mut spares);
+        let kept = spares.0.take().expect("kept");
+        assert_eq!(kept.volumes.len(), 3, "a spare keeps its ids to write over");
+        spares.0.give(kept, 3, MAX_SPARE_VOLUMES);
+        let shorter = build(&mut spares, &names(&["pv-0004", "pv-0005"]));
+        assert_eq!(shorter.volumes(), names(&["pv-0004", "pv-0005"]));
+        assert_eq!(
+            shorter.volumes()[0].as_ptr(),
+            buffer,
+            "the id's buffer is reused"
+        );
+        shorter.give_back(&mut spares);
+        let longer = build(&mut spares, &names(&["a", "b", "c", "d", "e"]));
+        assert_eq!(longer.volumes(), names(&["a", "b", "c", "d", "e"]));
     }
 }
