@@ -246,6 +246,7 @@ mod op_id_map;
 mod operation;
 mod reconciler;
 mod recovery;
+mod refill;
 mod reported_volumes;
 mod schedule;
 mod spares;

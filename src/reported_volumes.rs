@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::device_paths::PackedPaths;
 use crate::domain::Domain;
+use crate::refill::Refill;
 use crate::spares::Spares;
 use crate::store::ReportedVolume;
 
@@ -85,57 +86,6 @@ impl<D: Domain> fmt::Debug for ListSpares<D> {
 /// longer (Kubernetes' own limits are 16 to 128 volumes a node), and a spare is memory nobody
 /// uses.
 const MAX_SPARE_VOLUMES: usize = 256;
-
-/// A list written over the ids a spare still holds: each is overwritten with `clone_from`,
-/// which keeps its allocation (a `String` id's buffer), where emptying the spare and cloning
-/// into it freed and allocated one per id: with `String` ids, half the allocations of a move
-/// (each status write repeats the node's whole list). What is left over is dropped at the end.
-/// Ids that own nothing (`u32`) are simply appended.
-pub(crate) struct Refill<'a, V> {
-    list: &'a mut Vec<V>,
-    len: usize,
-}
-
-impl<'a, V: Clone> Refill<'a, V> {
-    /// Runs `fill` over `list`, then drops what it did not write over.
-    fn run<R>(list: &'a mut Vec<V>, fill: impl FnOnce(&mut Refill<'_, V>) -> R) -> R {
-        let mut refill = Refill { list, len: 0 };
-        let out = fill(&mut refill);
-        let Refill { list, len } = refill;
-        list.truncate(len);
-        out
-    }
-
-    /// Appends copies of `ids`: over the old ones while they last, then pushed.
-    pub(crate) fn extend<'b>(&mut self, ids: impl ExactSizeIterator<Item = &'b V>)
-    where
-        V: 'b,
-    {
-        let count = ids.len();
-        if !std::mem::needs_drop::<V>() {
-            // Nothing to keep in an id that owns nothing (`u32`): appended in one tight loop
-            // (the iterator taken whole: a borrowed one is not known to be of exact length),
-            // which the writes over the old ones, an id at a time, were not (1.6 % of a move).
-            self.list.truncate(self.len);
-            self.list.extend(ids.cloned());
-            self.len += count;
-            return;
-        }
-        let mut ids = ids;
-        let over = count.min(self.list.len() - self.len);
-        let slots = &mut self.list[self.len..self.len + over];
-        for (slot, id) in slots.iter_mut().zip(ids.by_ref().take(over)) {
-            slot.clone_from(id);
-        }
-        self.list.extend(ids.cloned());
-        self.len += count;
-    }
-
-    /// What was written so far.
-    pub(crate) fn written(&self) -> &[V] {
-        &self.list[..self.len]
-    }
-}
 
 impl<D: Domain> ReportedVolumes<D> {
     /// Packs `volumes` and `paths` (one per volume, or `None` for no paths at all), which the
