@@ -31,7 +31,6 @@ use crate::input::{Input, Kind, Rejection, Relists};
 use crate::machine::MachineWatch;
 use crate::operation::{ForceReason, InFlight, OpId, Operation};
 use crate::recovery::{Load, Recovery, SettledVolumes, Statuses, StoreListed};
-use crate::refill::Refill;
 use crate::reported_volumes::{ListSpares, ReportedVolumes};
 use crate::schedule::{Schedule, earliest};
 use crate::status::StatusBook;
@@ -444,13 +443,13 @@ impl<D: Domain> Default for NodeLists<D> {
 }
 
 impl<D: Domain> NodeLists<D> {
-    /// Drops the room a volume wanted on many nodes left. What the lists hold stays, to be
-    /// written over by the next look ([`Refill`]): with `String` ids, emptying them freed a
-    /// node name that the next look allocated again.
-    fn trim(&mut self) {
+    /// Empties both, and drops the room a volume wanted on many nodes left.
+    fn clear(&mut self) {
         for list in [&mut self.wanted, &mut self.attached] {
             if list.capacity() > KEPT_NODES {
                 *list = Vec::new();
+            } else {
+                list.clear();
             }
         }
     }
@@ -2228,7 +2227,7 @@ impl<D: Domain> Reconciler<D> {
         // each of the five calls a move makes, they cost about a twentieth of the move.
         let mut lists = std::mem::take(&mut self.node_lists);
         self.reconcile_volume_with(now, volume, &mut lists, ops);
-        lists.trim();
+        lists.clear();
         self.node_lists = lists;
     }
 
@@ -2241,22 +2240,19 @@ impl<D: Domain> Reconciler<D> {
     ) {
         // What an operation already running on the volume changes is decided at its end.
         self.in_flight.relook_when_done(volume);
-        // Both lists are written afresh on every look, whatever it finds: they still hold the
-        // last look's nodes ([`NodeLists::trim`]).
-        let actual = &self.actual;
-        Refill::run(attached, |r| {
-            r.extend(actual.attachments(volume).iter().map(|a| &a.node));
-        });
+        attached.extend(
+            self.actual
+                .attachments(volume)
+                .iter()
+                .map(|a| a.node.clone()),
+        );
         // The spec and the nodes it is wanted on, in one lookup: nothing below changes them.
-        let spec = self.desired.spec_and_wanted(volume);
-        Refill::run(wanted, |r| {
-            if let Some((_, on)) = spec {
-                r.extend(on.iter().map(|w| &w.node));
+        let Some(spec) = self.desired.spec_and_wanted(volume).map(|(spec, on)| {
+            wanted.extend(on.iter().map(|w| w.node.clone()));
+            SpecFacts {
+                access: spec.access,
+                attach_required: spec.attach_required,
             }
-        });
-        let Some(spec) = spec.map(|(spec, _)| SpecFacts {
-            access: spec.access,
-            attach_required: spec.attach_required,
         }) else {
             // Only the store reported it (at recovery), and neither the orchestrator nor the
             // backend knows it: without its payload the core cannot detach it.
