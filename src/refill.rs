@@ -1,9 +1,9 @@
 //! [`Refill`]: a list written over the ids it still holds from its last use.
 //!
-//! A status write's list, built into a spare (`ListSpares`), would
-//! otherwise be emptied and cloned into: with `String` ids, a free and an allocation per id,
-//! half the allocations of a move. Overwriting an id with `clone_from` keeps its buffer. Ids
-//! that own nothing (`u32`) are simply appended.
+//! A status write's list, built into a spare (`ListSpares`), would otherwise be emptied and
+//! cloned into: with `String` ids, a free and an allocation per id, half the allocations of a
+//! move. Overwriting an id with `clone_from` keeps its buffer. Ids that own nothing (`u32`)
+//! are simply appended.
 //!
 //! (The nodes a look at a volume decides on were written over the same way for a while: with
 //! `String` ids 1.9 % fewer instructions a move, with `Name` ids 1.3 % more, and a list that
