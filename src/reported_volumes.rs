@@ -57,17 +57,18 @@ pub struct ReportedVolumes<D: Domain>(Arc<Packed<D>>);
 /// buffer, and a compare that looks at the volumes first, avoid both.)
 struct Packed<D: Domain> {
     /// A `Vec`, not a boxed slice: a list the core alone still holds once the store holds a
-    /// newer one is emptied and filled again by a later write ([`ListSpares`]), and a list
-    /// built with a volume withheld keeps its one slot spare instead of being reallocated.
+    /// newer one is written over by a later write ([`ListSpares`]), and a list built with a
+    /// volume withheld keeps its one slot spare instead of being reallocated.
     volumes: Vec<D::Volume>,
     /// `None` when no volume has a device path; otherwise one entry per volume.
     paths: Option<PackedPaths>,
 }
 
-/// Lists nobody but the core held any more, emptied, for the next status writes: each write
-/// built its list in two fresh allocations (the shared record and its array) and the
-/// acknowledgement freed the two of the list it replaced, four calls to the allocator per write
-/// (PERFORMANCE.md, round 3, twenty-fourth step).
+/// Lists nobody but the core held any more, for the next status writes to be written over
+/// ([`Refill`]: their ids stay until then, their paths do not): each write built its list in
+/// two fresh allocations (the shared record and its array) and the acknowledgement freed the
+/// two of the list it replaced, four calls to the allocator per write (PERFORMANCE.md, round
+/// 3, twenty-fourth step).
 pub(crate) struct ListSpares<D: Domain>(Spares<Arc<Packed<D>>>);
 
 impl<D: Domain> Default for ListSpares<D> {

@@ -1,5 +1,5 @@
-//! [`Spares`]: a few emptied allocations kept for the next use, so that something a move fills
-//! and empties again (a node's detach requests, a status write's list) does not cost an
+//! [`Spares`]: a few allocations kept for the next use, so that something a move fills and
+//! lets go of again (a node's detach requests, a status write's list) does not cost an
 //! allocation and a free each time.
 //!
 //! Bounded in number and in the size of what it keeps: a spare is memory nobody uses, so a
@@ -8,7 +8,7 @@
 /// At most this many spares are kept.
 const KEEP: usize = 4;
 
-/// Emptied allocations of one kind, waiting to be filled again.
+/// Allocations of one kind that nothing uses, waiting to be filled again.
 #[derive(Debug)]
 pub(crate) struct Spares<T> {
     items: Vec<T>,
@@ -32,9 +32,10 @@ impl<T> Spares<T> {
         Some(self.items.swap_remove(i))
     }
 
-    /// Keeps `spare` (already emptied by the caller) if its room for items, `capacity`, is at
-    /// most `max_capacity`, in place of the oldest spare once [`KEEP`] are kept (so that a few
-    /// spares no use would find cannot keep the useful ones out for good); drops it otherwise.
+    /// Keeps `spare` (emptied by the caller, or held to be written over) if its room for
+    /// items, `capacity`, is at most `max_capacity`, in place of the oldest spare once [`KEEP`]
+    /// are kept (so that a few spares no use would find cannot keep the useful ones out for
+    /// good); drops it otherwise.
     pub(crate) fn give(&mut self, spare: T, capacity: usize, max_capacity: usize) {
         if capacity > max_capacity {
             return;
