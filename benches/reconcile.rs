@@ -264,7 +264,7 @@ const MIN_RATIO: f64 = 1000.0;
 /// tables (`src/dense_table.rs`) settle at about 155, and this keeps that win from eroding.
 const MAX_BYTES_PER_ATTACHMENT: f64 = 172.0;
 /// Ceiling, asserted in every mode: allocations per `u32` move, as the bench drives it (its
-/// own input list and pass record included, about 3). 21.0 were measured with kept operation
+/// own input and its list of volumes included, 2). 21.0 were measured with kept operation
 /// and event lists, 29.0 with a new list each pass, 20.0 once a workload's placement stopped
 /// copying its list of changed volumes; each allocation is about 100 of a move's 29,400
 /// instructions; 19.0 once a status write and the core's record of it shared one list; 16.0
@@ -272,7 +272,7 @@ const MAX_BYTES_PER_ATTACHMENT: f64 = 172.0;
 /// 11.0 once the store double minted revisions without text and a workload's input handed
 /// its changed volumes to a list the core keeps; 4.1 to 4.8 once a node's emptied list of
 /// detach requests and the status lists the store has done with were kept for reuse
-/// (`Spares`, `ListSpares`).
+/// (`Spares`, `ListSpares`): the bench's 2 and the Multi-Attach event's 2 (its owned lists).
 const MAX_ALLOCATIONS_PER_MOVE: f64 = 6.0;
 /// Ceiling, asserted in every mode: allocations per `String` move. Each copy of a `String` id
 /// is an allocation, so this counts the ids a move copies: 246.6 while a status write's list
