@@ -300,9 +300,10 @@ fn put_sparse<V: Ord + Clone, T>(
             let items = slot.get_or_insert_with(|| spares.take().unwrap_or_default());
             put(items, volume, value);
             if items.is_empty() {
-                if let Some(emptied) = slot.take() {
-                    let room = emptied.capacity();
-                    spares.give(emptied, room, MAX_SPARE_REQUESTS);
+                let emptied = slot.take();
+                // A large one is dropped: a spare is memory nobody uses.
+                if let Some(emptied) = emptied.filter(|e| e.capacity() <= MAX_SPARE_REQUESTS) {
+                    spares.give(emptied);
                 }
             }
         }
@@ -1637,6 +1638,18 @@ mod tests {
         let requests: Vec<_> = a.detach_requests().collect();
         assert_eq!(requests, vec![(&"v3", &"n2", t2)], "starting empty");
         assert_eq!(a.detach_requested_at(&"v1", &"n1"), None);
+        // A list grown past MAX_SPARE_REQUESTS is not kept.
+        let many: Vec<&'static str> = (0..=MAX_SPARE_REQUESTS)
+            .map(|i| &*Box::leak(format!("w{i}").into_boxed_str()))
+            .collect();
+        for v in &many {
+            a.set_attached(v, "n3", None);
+            a.request_detach(v, &"n3", t1);
+        }
+        for v in &many {
+            a.set_detached(v, &"n3");
+        }
+        assert_eq!(a.request_spares.len(), 0, "a large emptied list is dropped");
     }
 
     #[test]

@@ -138,8 +138,9 @@ impl<D: Domain> ReportedVolumes<D> {
     pub(crate) fn give_back(mut self, spares: &mut ListSpares<D>) {
         if let Some(packed) = Arc::get_mut(&mut self.0) {
             packed.paths = None;
-            let room = packed.volumes.capacity();
-            spares.0.give(self.0, room, MAX_SPARE_VOLUMES);
+            if packed.volumes.capacity() <= MAX_SPARE_VOLUMES {
+                spares.0.give(self.0);
+            }
         }
     }
 
@@ -407,7 +408,7 @@ mod tests {
         old.give_back(&mut spares);
         let kept = spares.0.take().expect("kept");
         assert_eq!(kept.volumes.len(), 3, "a spare keeps its ids to write over");
-        spares.0.give(kept, 3, MAX_SPARE_VOLUMES);
+        spares.0.give(kept);
         let shorter = build(&mut spares, &names(&["pv-0004", "pv-0005"]));
         assert_eq!(shorter.volumes(), names(&["pv-0004", "pv-0005"]));
         assert_eq!(
@@ -418,5 +419,12 @@ mod tests {
         shorter.give_back(&mut spares);
         let longer = build(&mut spares, &names(&["a", "b", "c", "d", "e"]));
         assert_eq!(longer.volumes(), names(&["a", "b", "c", "d", "e"]));
+        let mut spares = ListSpares::<S>::default();
+        let many: Vec<String> = (0..=MAX_SPARE_VOLUMES).map(|i| format!("{i:04}")).collect();
+        build(&mut spares, &many).give_back(&mut spares);
+        assert!(
+            spares.0.take().is_none(),
+            "a list with too much room is dropped"
+        );
     }
 }

@@ -2,8 +2,8 @@
 //! lets go of again (a node's detach requests, a status write's list) does not cost an
 //! allocation and a free each time.
 //!
-//! Bounded in number and in the size of what it keeps: a spare is memory nobody uses, so a
-//! burst must not leave many behind, nor a large one.
+//! Bounded in number, and each caller keeps no large spare: a spare is memory nobody uses, so
+//! a burst must not leave many behind, nor a large one.
 
 /// At most this many spares are kept.
 const KEEP: usize = 4;
@@ -32,14 +32,10 @@ impl<T> Spares<T> {
         Some(self.items.swap_remove(i))
     }
 
-    /// Keeps `spare` (emptied by the caller, or held to be written over) if its room for
-    /// items, `capacity`, is at most `max_capacity`, in place of the oldest spare once [`KEEP`]
-    /// are kept (so that a few spares no use would find cannot keep the useful ones out for
-    /// good); drops it otherwise.
-    pub(crate) fn give(&mut self, spare: T, capacity: usize, max_capacity: usize) {
-        if capacity > max_capacity {
-            return;
-        }
+    /// Keeps `spare` (emptied by the caller, or held to be written over), in place of the
+    /// oldest spare once [`KEEP`] are kept, so that a few spares no use would find cannot keep
+    /// the useful ones out for good. The caller drops a spare with too much room instead.
+    pub(crate) fn give(&mut self, spare: T) {
         if self.items.len() == KEEP {
             self.items.remove(0);
         }
@@ -61,17 +57,11 @@ mod tests {
     fn keeps_the_last_few_small_spares_and_hands_them_back_last_first() {
         let mut spares = Spares::default();
         for i in 0..10 {
-            spares.give(i, 8, 16);
+            spares.give(i);
         }
         assert_eq!(spares.len(), KEEP, "no more than KEEP are kept");
         assert_eq!(spares.take(), Some(9), "the last given comes back first");
         assert_eq!(spares.take_where(|&i| i < 8), Some(7));
         assert_eq!(spares.take_where(|&i| i < 6), None, "the oldest made room");
-        let mut big = Spares::default();
-        big.give(1, 64, 16);
-        assert!(
-            big.take().is_none(),
-            "a spare with more room than allowed is dropped"
-        );
     }
 }
