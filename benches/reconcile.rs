@@ -780,9 +780,20 @@ impl<K: Naming> Cluster<K> {
             attachments,
         }
     }
+
+    /// The listings of a restart the core cannot show settled anywhere: the backend lists
+    /// every attachment, but the store's status of every node reports none of them (a store
+    /// restored from an old backup, or node objects made anew).
+    fn listings_unreported(&self) -> Listings<K> {
+        let mut listings = self.listings();
+        for (_, status) in &mut listings.statuses {
+            status.attached.clear();
+        }
+        listings
+    }
 }
 
-/// One restart over a settled cluster, timed in two parts: a new core given every input
+/// One restart over a cluster whose backend and orchestrator agree, timed in two parts: a new core given every input
 /// ("inputs"), and from the listings' arrival to the first plan after them ("recovery").
 struct Restart {
     inputs: Duration,
@@ -1289,7 +1300,11 @@ fn bench_sync<K: Naming>(c: &mut Criterion, clusters: &mut [Cluster<K>], test_mo
 /// agree with the orchestrator, it is empty: the store's list is what the core would write, so
 /// no write; every attachment is wanted where it is, so no attach or detach; and the periodic
 /// verify waits for its timer (the recovered attachments count as Attached, their state taken
-/// from the store).
+/// from the store). The goal is that restart's. Beside it, the restart whose store reports
+/// nothing: only the backend vouches for each attachment, so each is taken in as Uncertain,
+/// every volume is looked at, and the first plan confirms every attachment with an attach
+/// (idempotent): the most a restart over the same cluster has to plan without moving a
+/// volume. Measured, not held to the goal.
 fn check_recovery<K: Naming>(clusters: &[Cluster<K>], test_mode: bool) {
     for cl in clusters {
         let runs = match (test_mode, cl.size) {
@@ -1300,45 +1315,77 @@ fn check_recovery<K: Naming>(clusters: &[Cluster<K>], test_mode: bool) {
             _ => continue,
         };
         let inputs = cl.restart_inputs();
-        let listings = cl.listings();
-        let mut restarts = Vec::new();
-        for _ in 0..runs {
-            let (restart, r) = restart(cl, &inputs, &listings);
-            // Dropped outside the clock.
-            drop(r);
-            restarts.push(restart);
-        }
-        let first = &restarts[0];
-        assert_eq!(
-            (first.first_plan, first.first_plan_len),
-            ([0; 5], 0),
-            "the first plan after recovering a settled cluster \
-             [attach, detach, write, verify, read]"
-        );
-        let took_inputs = median(restarts.iter().map(|r| r.inputs).collect());
-        let recovery = median(restarts.iter().map(|r| r.recovery).collect());
-        println!(
-            "recovery at {}, {} ids ({} nodes, median of {runs}): inputs {:.1} ms, \
-             listings to first plan {:.1} ms (first plan: {} operations)",
-            cl.size,
-            K::KIND,
-            cl.nodes,
-            took_inputs.as_secs_f64() * 1e3,
-            recovery.as_secs_f64() * 1e3,
-            first.first_plan_len
-        );
-        if !test_mode && cl.size == 1_000_000 {
-            goal(
-                recovery <= GOAL_RECOVERY,
-                format!(
-                    "recovery at {}, {} ids: {:.1} ms from the listings' arrival to the first \
-                     plan (goal <= {:.0} ms)",
-                    cl.size,
-                    K::KIND,
-                    recovery.as_secs_f64() * 1e3,
-                    GOAL_RECOVERY.as_secs_f64() * 1e3
-                ),
+        // The settled restart (the goal's), then the one that must look at every volume.
+        for (store, listings) in [
+            (Store::Settled, cl.listings()),
+            (Store::Unreported, cl.listings_unreported()),
+        ] {
+            let mut restarts = Vec::new();
+            for _ in 0..runs {
+                let (restart, r) = restart(cl, &inputs, &listings);
+                // Dropped outside the clock.
+                drop(r);
+                restarts.push(restart);
+            }
+            let first = &restarts[0];
+            let expected = match store {
+                Store::Settled => ([0; 5], 0),
+                // Only the backend vouches for each attachment: it is taken in as
+                // Uncertain, and the workload there has it confirmed by an attach.
+                Store::Unreported => ([cl.size as usize, 0, 0, 0, 0], cl.size as usize),
+            };
+            assert_eq!(
+                (first.first_plan, first.first_plan_len),
+                expected,
+                "the first plan after recovering a settled cluster, {} \
+                 [attach, detach, write, verify, read]",
+                store.what()
             );
+            let took_inputs = median(restarts.iter().map(|r| r.inputs).collect());
+            let recovery = median(restarts.iter().map(|r| r.recovery).collect());
+            println!(
+                "recovery at {}, {} ids, {} ({} nodes, median of {runs}): inputs {:.1} ms, \
+                 listings to first plan {:.1} ms (first plan: {} operations)",
+                cl.size,
+                K::KIND,
+                store.what(),
+                cl.nodes,
+                took_inputs.as_secs_f64() * 1e3,
+                recovery.as_secs_f64() * 1e3,
+                first.first_plan_len
+            );
+            // The goal is the settled restart's; the other is measured and printed.
+            if !test_mode && cl.size == 1_000_000 && store == Store::Settled {
+                goal(
+                    recovery <= GOAL_RECOVERY,
+                    format!(
+                        "recovery at {}, {} ids: {:.1} ms from the listings' arrival to the \
+                         first plan (goal <= {:.0} ms)",
+                        cl.size,
+                        K::KIND,
+                        recovery.as_secs_f64() * 1e3,
+                        GOAL_RECOVERY.as_secs_f64() * 1e3
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// What the store's listing holds at a restart ([`check_recovery`]).
+#[derive(Clone, Copy, PartialEq)]
+enum Store {
+    /// Every node's status as the core last wrote it: nothing to look at.
+    Settled,
+    /// No node's status reports anything ([`Cluster::listings_unreported`]).
+    Unreported,
+}
+
+impl Store {
+    fn what(self) -> &'static str {
+        match self {
+            Store::Settled => "store settled",
+            Store::Unreported => "store reporting nothing",
         }
     }
 }
