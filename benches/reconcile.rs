@@ -798,9 +798,15 @@ impl<K: Naming> Cluster<K> {
 struct Restart {
     inputs: Duration,
     recovery: Duration,
+    /// From the listings' arrival to the end of the first round of passes (the first pass
+    /// and the rest of its round, `Config::volumes_per_pass` volumes a pass).
+    round: Duration,
     /// The first plan after the listings, by kind.
     first_plan: Counts,
     first_plan_len: usize,
+    /// What the whole first round planned, and in how many passes.
+    round_len: usize,
+    round_passes: usize,
 }
 
 /// Restarts a controller over `cl`'s cluster: a fresh `Reconciler`, the orchestrator's inputs,
@@ -845,13 +851,26 @@ fn restart<K: Naming>(
     r.statuses_listed(now, store, Ok(statuses)).unwrap();
     r.list_finished(now, backend, Ok(attachments)).unwrap();
     let due = r.next_deadline().expect("a recovered core has a pass due");
-    let plan = r.poll(now.max(due));
+    let at = now.max(due);
+    let mut plan = r.poll(at);
     let took_recovery = t.elapsed();
+    // The rest of the first round, when its first pass left one (`Config::volumes_per_pass`):
+    // its passes are due at once, and planned here before any answer comes back.
+    let first_plan_len = plan.len();
+    let mut round_passes = 1;
+    while r.next_deadline() == Some(at) {
+        r.poll_into(at, &mut plan);
+        round_passes += 1;
+        assert!(
+            round_passes <= 2 * cl.size as usize,
+            "the first round does not end"
+        );
+    }
+    let took_round = t.elapsed();
 
     assert!(!r.is_recovering());
-    let first_plan_len = plan.len();
     let mut first_plan = [0; 5];
-    for op in &plan {
+    for op in &plan[..first_plan_len] {
         let k = match op {
             Operation::Attach { .. } => 0,
             Operation::Detach { .. } => 1,
@@ -862,7 +881,8 @@ fn restart<K: Naming>(
         };
         first_plan[k] += 1;
     }
-    let mut now = now.max(due);
+    let round_len = plan.len();
+    let mut now = at;
     let mut scratch = Scratch::default();
     black_box(complete(&mut r, now, plan, &mut scratch.events));
     // Untimed: the recovered core settles without touching an attachment.
@@ -877,8 +897,11 @@ fn restart<K: Naming>(
         Restart {
             inputs: took_inputs,
             recovery: took_recovery,
+            round: took_round,
             first_plan,
             first_plan_len,
+            round_len,
+            round_passes,
         },
         r,
     )
@@ -1302,9 +1325,10 @@ fn bench_sync<K: Naming>(c: &mut Criterion, clusters: &mut [Cluster<K>], test_mo
 /// verify waits for its timer (the recovered attachments count as Attached, their state taken
 /// from the store). The goal is that restart's. Beside it, the restart whose store reports
 /// nothing: only the backend vouches for each attachment, so each is taken in as Uncertain,
-/// every volume is looked at, and the first plan confirms every attachment with an attach
-/// (idempotent): the most a restart over the same cluster has to plan without moving a
-/// volume. Measured, not held to the goal.
+/// every volume is looked at, and the first round of passes confirms every attachment with an
+/// attach (idempotent), `Config::volumes_per_pass` volumes a pass: the most a restart over the
+/// same cluster has to plan without moving a volume. Measured (to its first plan and to the
+/// end of its first round), not held to the goal.
 fn check_recovery<K: Naming>(clusters: &[Cluster<K>], test_mode: bool) {
     for cl in clusters {
         let runs = match (test_mode, cl.size) {
@@ -1328,31 +1352,38 @@ fn check_recovery<K: Naming>(clusters: &[Cluster<K>], test_mode: bool) {
                 restarts.push(restart);
             }
             let first = &restarts[0];
+            let per_pass = config().volumes_per_pass;
             let expected = match store {
-                Store::Settled => ([0; 5], 0),
+                Store::Settled => ([0; 5], 0, 0),
                 // Only the backend vouches for each attachment: it is taken in as
-                // Uncertain, and the workload there has it confirmed by an attach.
-                Store::Unreported => ([cl.size as usize, 0, 0, 0, 0], cl.size as usize),
+                // Uncertain, and the workload there has it confirmed by an attach, a pass's
+                // worth of volumes at a time.
+                Store::Unreported => ([per_pass, 0, 0, 0, 0], per_pass, cl.size as usize),
             };
             assert_eq!(
-                (first.first_plan, first.first_plan_len),
+                (first.first_plan, first.first_plan_len, first.round_len),
                 expected,
-                "the first plan after recovering a settled cluster, {} \
-                 [attach, detach, write, verify, read]",
+                "the first plan after recovering, {} ([attach, detach, write, verify, read], \
+                 its length, the first round's)",
                 store.what()
             );
             let took_inputs = median(restarts.iter().map(|r| r.inputs).collect());
             let recovery = median(restarts.iter().map(|r| r.recovery).collect());
+            let round = median(restarts.iter().map(|r| r.round).collect());
             println!(
                 "recovery at {}, {} ids, {} ({} nodes, median of {runs}): inputs {:.1} ms, \
-                 listings to first plan {:.1} ms (first plan: {} operations)",
+                 listings to first plan {:.1} ms (first plan: {} operations), to the end of \
+                 the first round {:.1} ms ({} operations in {} passes)",
                 cl.size,
                 K::KIND,
                 store.what(),
                 cl.nodes,
                 took_inputs.as_secs_f64() * 1e3,
                 recovery.as_secs_f64() * 1e3,
-                first.first_plan_len
+                first.first_plan_len,
+                round.as_secs_f64() * 1e3,
+                first.round_len,
+                first.round_passes
             );
             // The goal is the settled restart's; the other is measured and printed.
             if !test_mode && cl.size == 1_000_000 && store == Store::Settled {
@@ -1488,11 +1519,14 @@ fn bench_status_burst(c: &mut Criterion, cl: &mut Cluster<U32Ids>) {
     group.finish();
 }
 
-/// K workloads scheduled at once on one node: K attaches in one pass, then one status write;
+/// K workloads scheduled at once on one node: K attaches in one round of passes
+/// (`Config::volumes_per_pass` volumes a pass, so one pass up to that), then one status write
+/// (two after a round of several passes: one at its end, one for what its last pass began);
 /// removed at once: one write (which reads the node's facts, standing for the fresh read),
 /// then K detaches, with no read. Never more than one write per pass.
 fn check_burst(k: u32, up: &[Counts], down: &[Counts]) {
     let k = k as usize;
+    let round = k.div_ceil(config().volumes_per_pass);
     let writes = |passes: &[Counts]| passes.iter().map(|p| p[2]).collect::<Vec<_>>();
     assert!(
         up.iter().chain(down).all(|p| p[2] <= 1),
@@ -1501,11 +1535,18 @@ fn check_burst(k: u32, up: &[Counts], down: &[Counts]) {
         writes(up),
         writes(down)
     );
-    assert_eq!(up[0][0], k, "all {k} attaches start in the first pass");
+    assert_eq!(
+        up[..round].iter().map(|p| p[0]).collect::<Vec<_>>(),
+        (0..round)
+            .map(|i| (k - i * config().volumes_per_pass).min(config().volumes_per_pass))
+            .collect::<Vec<_>>(),
+        "all {k} attaches start in the first round, a pass's worth a pass"
+    );
+    // The node's write waits for the round's end; one more names what its last pass began.
     assert_eq!(
         up.iter().map(|p| p[2]).sum::<usize>(),
-        1,
-        "one write for {k} attaches"
+        round.min(2),
+        "one write for {k} attaches, two for a round of passes"
     );
     assert_eq!(down.iter().map(|p| p[1]).sum::<usize>(), k);
     assert_eq!(

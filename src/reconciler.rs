@@ -2115,7 +2115,12 @@ impl<D: Domain> Reconciler<D> {
         if due.resync {
             self.plan_list(ops);
         }
-        let mut dirty = self.schedule.take_dirty();
+        // A pass holding a fresh read's clearance or a write's facts looks at every marked
+        // volume: what they justify is for this pass only (`fresh_until`), and a volume left
+        // to a later pass of the round would find them gone and read its node again.
+        let budget = (self.cleared.is_empty() && self.written_facts.is_empty())
+            .then_some(self.config.volumes_per_pass);
+        let mut dirty = self.schedule.take_dirty(budget);
         // Queued attaches and detaches first, in their order, while capacity lasts.
         self.admit_queued(now, &mut dirty, ops);
         self.reconcile_volumes(now, &mut dirty, ops);
@@ -2123,7 +2128,12 @@ impl<D: Domain> Reconciler<D> {
         let mut changed = self.actual.take_report_changed();
         self.status.mark_all(changed.drain(..));
         self.actual.recycle_report_changed(changed);
-        self.plan_status(now, ops);
+        // The status writes wait for the round's last pass: a node's volumes are spread over
+        // the round, and a write after each pass would write the node once per pass that
+        // reached one of them.
+        if !self.schedule.in_round() {
+            self.plan_status(now, ops);
+        }
         self.plan_machine_checks(now, ops);
         // A clearance is for the pass right after its read: one this pass did not use (the
         // detach was no longer wanted, or had to wait) is stale by the next.

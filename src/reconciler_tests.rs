@@ -3287,3 +3287,79 @@ fn a_borrowed_gate_key_finds_its_owned_key_and_no_other() {
         Ok(())
     );
 }
+
+/// A pass looks at `volumes_per_pass` marked volumes at most: more make a round, whose next
+/// pass is due at once, in mark order; the marks made meanwhile (each finished attach marks
+/// its volume) wait for the round's end, and so does the node's status write, which then
+/// names every attachment confirmed so far, once.
+#[test]
+fn a_round_of_marks_is_looked_at_a_budget_a_pass_and_written_once_at_its_end() {
+    let mut h = H::new(Config {
+        volumes_per_pass: 4,
+        ..Config::default()
+    });
+    h.node("n1", &[]);
+    let volumes: Vec<&'static str> = (0..10)
+        .map(|i| &*Box::leak(format!("v{i:03}").into_boxed_str()))
+        .collect();
+    for &v in &volumes {
+        h.rwo(v);
+    }
+    h.pod("p1", "n1", &volumes);
+    let mut passes = Vec::new();
+    let mut ops = h.tick_raw();
+    loop {
+        let rendered: Vec<String> = ops.iter().map(render).collect();
+        passes.push(rendered);
+        for op in ops {
+            h.ok(op);
+        }
+        // The round's next pass is due now, not a reconcile period later.
+        if h.r.next_deadline() != Some(h.now) {
+            break;
+        }
+        ops = h.r.poll(h.now);
+        assert!(passes.len() < 10, "the round never ends: {passes:?}");
+    }
+    let attaches = |from: usize, to: usize| -> Vec<String> {
+        volumes[from..to]
+            .iter()
+            .map(|v| format!("attach {v} n1"))
+            .collect()
+    };
+    // The node's first write needs its revision: a read, at the round's end only.
+    let mut last = attaches(8, 10);
+    last.push("read n1".to_string());
+    assert_eq!(passes, vec![attaches(0, 4), attaches(4, 8), last]);
+    // Then one write of every attachment, and nothing more.
+    let settled = h.run_ok(secs(5));
+    assert_eq!(settled, vec![format!("write n1 [{}]", volumes.join(","))]);
+}
+
+/// A driver that polls only on its own tick gets a round's passes one a tick: still every
+/// volume in turn, in mark order.
+#[test]
+fn a_round_polled_on_a_tick_reaches_every_volume_in_order() {
+    let mut h = H::new(Config {
+        volumes_per_pass: 3,
+        ..Config::default()
+    });
+    h.node("n1", &[]);
+    let volumes: Vec<&'static str> = (0..7)
+        .map(|i| &*Box::leak(format!("w{i}").into_boxed_str()))
+        .collect();
+    for &v in &volumes {
+        h.rwo(v);
+    }
+    h.pod("p1", "n1", &volumes);
+    let mut attached = Vec::new();
+    for _ in 0..3 {
+        for op in h.tick_raw() {
+            if let Operation::Attach { volume, .. } = &op {
+                attached.push(*volume);
+            }
+            // Unanswered: nothing but the round decides what the next pass looks at.
+        }
+    }
+    assert_eq!(attached, volumes);
+}

@@ -6,13 +6,14 @@
 //! nothing and an idle core has no deadline at all.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 
 use crate::domain::Domain;
 use crate::gate::trim_map;
+use crate::id_sort;
 use crate::marks::Marks;
 
 /// The earliest of `times`, if any. A plain loop: the core asks for its next deadline after
@@ -40,6 +41,9 @@ pub(crate) struct Periodic {
 pub(crate) struct Schedule<D: Domain> {
     /// Volumes to look at in the next pass.
     dirty: Marks<D::Volume>,
+    /// The rest of a round too large for one pass ([`take_dirty`](Self::take_dirty)), in
+    /// mark order: the next passes take it first, and new marks wait until it is done.
+    round: VecDeque<D::Volume>,
     /// Volume marks are dropped, not kept: while the core recovers, the end of recovery marks
     /// every volume it cannot show settled, whatever marked it before
     /// ([`SettledVolumes`](crate::recovery::SettledVolumes)).
@@ -59,6 +63,7 @@ impl<D: Domain> Default for Schedule<D> {
     fn default() -> Self {
         Schedule {
             dirty: Marks::default(),
+            round: VecDeque::new(),
             holding: false,
             volume_timers: BinaryHeap::new(),
             wakes: FxHashMap::default(),
@@ -108,12 +113,48 @@ impl<D: Domain> Schedule<D> {
     }
 
     pub(crate) fn has_dirty(&self) -> bool {
-        !self.dirty.is_empty()
+        !self.dirty.is_empty() || !self.round.is_empty()
     }
 
-    /// The volumes to look at in this pass.
-    pub(crate) fn take_dirty(&mut self) -> Vec<D::Volume> {
-        self.dirty.take()
+    /// Whether a round of marks too large for one pass is under way: its next pass is due at
+    /// once, and the end-of-round work waits for its last.
+    pub(crate) fn in_round(&self) -> bool {
+        !self.round.is_empty()
+    }
+
+    /// The volumes to look at in this pass, at most `budget` of them (`None`: every one).
+    ///
+    /// The marks are taken as a round: once a round's volumes are all looked at, the marks
+    /// made meanwhile make the next. A round larger than `budget` is looked at over several
+    /// passes, `budget` volumes each, in mark order; new marks wait for its end, so every
+    /// volume of it is reached within its length over `budget` passes, whatever arrives. A
+    /// pass without a budget takes the rest of the round and every new mark.
+    pub(crate) fn take_dirty(&mut self, budget: Option<usize>) -> Vec<D::Volume> {
+        if self.round.is_empty() {
+            let marks = self.dirty.take();
+            match budget {
+                Some(budget) if marks.len() > budget => self.round = marks.into(),
+                _ => return marks,
+            }
+        }
+        let Some(budget) = budget else {
+            // The round's rest and the marks since, each once, in order.
+            let mut all: Vec<D::Volume> = self.round.drain(..).collect();
+            self.round = VecDeque::new();
+            let mut marks = self.dirty.take();
+            all.append(&mut marks);
+            self.dirty.recycle(marks);
+            id_sort::sort_unstable(&mut all);
+            all.dedup();
+            return all;
+        };
+        let take = budget.min(self.round.len());
+        let pass: Vec<D::Volume> = self.round.drain(..take).collect();
+        if self.round.is_empty() {
+            // The round's room goes with it.
+            self.round = VecDeque::new();
+        }
+        pass
     }
 
     /// Hands back a list [`take_dirty`](Self::take_dirty) gave, for reuse.
@@ -153,6 +194,10 @@ impl<D: Domain> Schedule<D> {
         extra: impl FnOnce() -> Option<Duration>,
         period: Duration,
     ) -> Option<Duration> {
+        if self.in_round() {
+            // A round's next pass is not paced: its volumes were due at its first.
+            return Some(self.last_pass.unwrap_or(Duration::ZERO));
+        }
         let earliest = if has_work || self.has_dirty() {
             Duration::ZERO
         } else {
@@ -265,11 +310,37 @@ mod tests {
             Some(s(5))
         );
         sched.start_pass(s(5), s(60), None, false);
-        assert!(sched.take_dirty().contains(&"v"));
+        assert!(sched.take_dirty(None).contains(&"v"));
         // The stale heap entry at 10 s still fires, harmlessly.
         assert_eq!(
             sched.next_deadline(false, false, false, || None, period),
             Some(s(10))
+        );
+    }
+
+    #[test]
+    fn a_round_is_taken_a_budget_at_a_time_and_a_pass_without_one_takes_all_of_it_once() {
+        let mut sched: Schedule<T> = Schedule::default();
+        let period = Duration::from_millis(100);
+        sched.mark_all(["c", "a", "e", "b", "d"]);
+        sched.start_pass(s(1), s(60), None, false);
+        assert_eq!(sched.take_dirty(Some(2)), ["a", "b"]);
+        assert!(sched.in_round());
+        assert_eq!(
+            sched.next_deadline(false, false, false, || None, period),
+            Some(s(1)),
+            "a round's next pass is due at once"
+        );
+        // Marked meanwhile: after the round, however it sorts.
+        sched.mark("0");
+        assert_eq!(sched.take_dirty(Some(2)), ["c", "d"]);
+        // Without a budget, the round's rest and the new marks, each once, in order.
+        sched.mark("e");
+        assert_eq!(sched.take_dirty(None), ["0", "e"]);
+        assert!(!sched.in_round() && !sched.has_dirty());
+        assert_eq!(
+            sched.next_deadline(false, false, false, || None, period),
+            None
         );
     }
 
