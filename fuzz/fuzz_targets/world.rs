@@ -224,6 +224,10 @@ fn build(input: &Input) -> Scenario {
     // Half the runs spread the periodic verify over the sync period in slices of 1 to 4
     // attachments (issue 16), so a round meets nodes that come and go under it.
     settings.verify_batch = (input.seed & 0x80 != 0).then(|| 1 + usize::from(input.seed & 3));
+    // A quarter of the runs look at one or two marked volumes a pass, so that a round of
+    // marks spans passes that inputs, answers, reads and restarts come between.
+    settings.volumes_per_pass =
+        (input.seed & 0x60 == 0x60).then(|| 1 + usize::from((input.seed >> 2) & 1));
     if let Some((attaches, detaches, every, burst)) = input.limits {
         settings.backend_load = BackendLoad {
             max_attaches: Some(1 + usize::from(attaches % 3)),

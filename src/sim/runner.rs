@@ -82,6 +82,9 @@ pub fn config_of(scenario: &Scenario) -> Config {
         force_detach_on_timeout: s.force_detach_on_timeout,
         backend_load: s.backend_load,
         verify_batch: s.verify_batch.unwrap_or(Config::default().verify_batch),
+        volumes_per_pass: s
+            .volumes_per_pass
+            .unwrap_or(Config::default().volumes_per_pass),
         machine_fencing: s.machine_fencing.then(MachineFencing::default),
         upstream_bugs: UpstreamBugs {
             c1_lose_report_on_failed_detach: on(UpstreamBug::C1),

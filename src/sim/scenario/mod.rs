@@ -25,6 +25,9 @@
 //! set verify-batch <n>     the periodic verify takes at most about n attachments a pass
 //!                          (whole nodes), its round spread over the sync period (default
 //!                          250: `Config::verify_batch`)
+//! set volumes-per-pass <n> a reconcile pass looks at most at n marked volumes, more
+//!                          taken over the next passes (default 250:
+//!                          `Config::volumes_per_pass`)
 //! set max-attaches <n>     backend load (off by default): at most n attach calls at once,
 //! set max-detaches <n>     at most n detaches at once (from their fresh read to their call),
 //! set backend-rate <every> <burst>

@@ -307,6 +307,10 @@ impl Parser {
                 settings.verify_batch = Some(tokens.limit()? as usize);
                 key.to_string()
             }
+            "volumes-per-pass" => {
+                settings.volumes_per_pass = Some(tokens.limit()? as usize);
+                key.to_string()
+            }
             "max-attaches" => {
                 settings.backend_load.max_attaches = Some(tokens.limit()? as usize);
                 key.to_string()

@@ -67,6 +67,9 @@ impl fmt::Display for Scenario {
         if let Some(batch) = settings.verify_batch {
             writeln!(f, "set verify-batch {batch}")?;
         }
+        if let Some(volumes) = settings.volumes_per_pass {
+            writeln!(f, "set volumes-per-pass {volumes}")?;
+        }
         let load = settings.backend_load;
         if let Some(max) = load.max_attaches {
             writeln!(f, "set max-attaches {max}")?;

@@ -85,6 +85,7 @@ fn every_setting_parses() {
             set max-detaches 5
             set backend-rate 100ms 30
             set verify-batch 7
+            set volumes-per-pass 3
             set upstream-bug c1 on
             set upstream-bug c6 on
             set upstream-bug c3 off");
@@ -110,6 +111,7 @@ fn every_setting_parses() {
             }),
         },
         verify_batch: Some(7),
+        volumes_per_pass: Some(3),
     };
     assert_eq!(scenario.settings, expected);
     // And back to text, as the printer writes it.

@@ -85,6 +85,9 @@ pub struct Settings {
     /// The most attachments one pass of the periodic verify takes (`set verify-batch 2`);
     /// `None` keeps the core's default ([`Config::verify_batch`](crate::config::Config)).
     pub verify_batch: Option<usize>,
+    /// The most marked volumes one reconcile pass looks at (`set volumes-per-pass 2`); `None`
+    /// keeps the core's default ([`Config::volumes_per_pass`](crate::config::Config)).
+    pub volumes_per_pass: Option<usize>,
 }
 
 impl Default for Settings {
@@ -104,6 +107,7 @@ impl Default for Settings {
             upstream_bugs: BTreeSet::new(),
             backend_load: crate::config::BackendLoad::UNBOUNDED,
             verify_batch: None,
+            volumes_per_pass: None,
         }
     }
 }
