@@ -68,6 +68,10 @@ pub struct Config {
     /// passes. The nodes' status writes wait for the round's last pass (once per node, as
     /// in one pass), and a pass that holds a fresh read's clearance or a status write's facts
     /// takes the whole rest of the round, since those serve only the pass right after them.
+    /// A driver should poll again as soon as [`next_deadline`] says (the crate's controller
+    /// does); one that polls only on its own tick gets one pass of a round per tick.
+    ///
+    /// [`next_deadline`]: crate::core::Reconciler::next_deadline
     pub volumes_per_pass: usize,
     /// How often every attachment the backend knows is listed, to find those the core does
     /// not know of; `None` never lists after recovery.

@@ -2014,7 +2014,8 @@ impl<D: Domain> Reconciler<D> {
         earliest([self.next_pass(), self.next_verify_slice()])
     }
 
-    /// When the next reconcile pass is due: at least a reconcile period after the last.
+    /// When the next reconcile pass is due: at least a reconcile period after the last, or at
+    /// once while a round of marks is under way ([`Config::volumes_per_pass`]).
     fn next_pass(&self) -> Option<Duration> {
         let has_work = self.status.has_dirty() || self.actual.has_report_changes();
         self.schedule.next_deadline(
@@ -2044,8 +2045,10 @@ impl<D: Domain> Reconciler<D> {
     /// Runs a reconcile pass if one is due at `now` and returns the operations to start.
     /// Between two passes (at least [`Config::reconcile_period`] apart) a poll may also plan
     /// just the periodic verify's next slice, which is paced on its own
-    /// ([`Config::verify_batch`]). [`poll_into`](Self::poll_into) does the same into a buffer
-    /// the caller keeps.
+    /// ([`Config::verify_batch`]). A pass looks at [`Config::volumes_per_pass`] marked
+    /// volumes at most; the rest of a larger set makes the next passes, due at once (so
+    /// [`next_deadline`](Self::next_deadline) is `now` again after such a pass).
+    /// [`poll_into`](Self::poll_into) does the same into a buffer the caller keeps.
     pub fn poll(&mut self, now: Duration) -> Vec<Operation<D>> {
         let mut ops = Vec::new();
         self.poll_into(now, &mut ops);

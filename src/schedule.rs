@@ -132,11 +132,19 @@ impl<D: Domain> Schedule<D> {
     pub(crate) fn take_dirty(&mut self, budget: Option<usize>) -> Vec<D::Volume> {
         if self.round.is_empty() {
             let marks = self.dirty.take();
-            match budget {
-                Some(budget) if marks.len() > budget => self.round = marks.into(),
-                _ => return marks,
+            if budget.is_none_or(|budget| marks.len() <= budget) {
+                // Nearly every pass: its marks fit.
+                return marks;
             }
+            self.round = marks.into();
         }
+        self.take_from_round(budget)
+    }
+
+    /// The next pass's share of the round under way ([`take_dirty`](Self::take_dirty)).
+    #[cold]
+    #[inline(never)]
+    fn take_from_round(&mut self, budget: Option<usize>) -> Vec<D::Volume> {
         let Some(budget) = budget else {
             // The round's rest and the marks since, each once, in order.
             let mut all: Vec<D::Volume> = self.round.drain(..).collect();
