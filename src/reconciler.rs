@@ -1078,8 +1078,11 @@ impl<D: Domain> Reconciler<D> {
             self.adopt_spec(&volume, spec);
         }
         if !recorded {
-            self.actual.set_uncertain(volume.clone(), node);
-            self.schedule.mark(volume);
+            // Not marked here: the record makes the volume unsettled (noted above, or
+            // adopted after `settled` was sized), and the end of recovery marks every volume
+            // not noted settled, in one list. A mark per entry was a million more marks to
+            // sort when the store reported nothing (PERFORMANCE.md, twenty-fifth step).
+            self.actual.set_uncertain(volume, node);
         }
     }
 
@@ -1095,8 +1098,8 @@ impl<D: Domain> Reconciler<D> {
     ) -> bool {
         // Neither list names a node twice: as long as each other and one within the other,
         // they name the same nodes. (At a restart an Uncertain record comes only from an entry
-        // the store did not list, which marks its volume itself; the state is checked all the
-        // same, so that the answer holds wherever it is asked.)
+        // the store did not list, whose volume is then not settled: this check is what keeps
+        // it out, and the end of recovery marks it.)
         !attached.is_empty()
             && attached.len() == wanted.len()
             && attached.iter().all(|a| {

@@ -2044,6 +2044,8 @@ fn recover_one(r: &mut Reconciler<T>, volume: &'static str, node: &'static str) 
         &mut SettledVolumes::new(0),
         &mut Vec::new(),
     );
+    // As the end of recovery does for every volume it could not note settled.
+    r.schedule.mark(volume);
 }
 
 fn waiting_for(h: &H, w: &'static str) -> Option<Vec<Missing<T>>> {
