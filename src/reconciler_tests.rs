@@ -3290,24 +3290,31 @@ fn a_borrowed_gate_key_finds_its_owned_key_and_no_other() {
     );
 }
 
-/// A pass looks at `volumes_per_pass` marked volumes at most: more make a round, whose next
-/// pass is due at once, in mark order; the marks made meanwhile (each finished attach marks
-/// its volume) wait for the round's end, and so does the node's status write, which then
-/// names every attachment confirmed so far, once.
-#[test]
-fn a_round_of_marks_is_looked_at_a_budget_a_pass_and_written_once_at_its_end() {
+/// A core that looks at `per_pass` marked volumes a pass, with one workload on `n1` using
+/// `count` new volumes (`v000`, `v001`, ...): a round of `count` marks for the next pass.
+fn one_workload_on_many_volumes(per_pass: usize, count: usize) -> (H, Vec<&'static str>) {
     let mut h = H::new(Config {
-        volumes_per_pass: 4,
+        volumes_per_pass: per_pass,
         ..Config::default()
     });
     h.node("n1", &[]);
-    let volumes: Vec<&'static str> = (0..10)
+    let volumes: Vec<&'static str> = (0..count)
         .map(|i| &*Box::leak(format!("v{i:03}").into_boxed_str()))
         .collect();
     for &v in &volumes {
         h.rwo(v);
     }
     h.pod("p1", "n1", &volumes);
+    (h, volumes)
+}
+
+/// A pass looks at `volumes_per_pass` marked volumes at most: more make a round, whose next
+/// pass is due at once, in mark order; the marks made meanwhile (each finished attach marks
+/// its volume) wait for the round's end, and so do the node's status calls (here the read
+/// its first write needs), after which one write names every attachment.
+#[test]
+fn a_round_of_marks_is_looked_at_a_budget_a_pass_and_written_once_at_its_end() {
+    let (mut h, volumes) = one_workload_on_many_volumes(4, 10);
     let mut passes = Vec::new();
     let mut ops = h.tick_raw();
     loop {
@@ -3342,18 +3349,7 @@ fn a_round_of_marks_is_looked_at_a_budget_a_pass_and_written_once_at_its_end() {
 /// volume in turn, in mark order.
 #[test]
 fn a_round_polled_on_a_tick_reaches_every_volume_in_order() {
-    let mut h = H::new(Config {
-        volumes_per_pass: 3,
-        ..Config::default()
-    });
-    h.node("n1", &[]);
-    let volumes: Vec<&'static str> = (0..7)
-        .map(|i| &*Box::leak(format!("w{i}").into_boxed_str()))
-        .collect();
-    for &v in &volumes {
-        h.rwo(v);
-    }
-    h.pod("p1", "n1", &volumes);
+    let (mut h, volumes) = one_workload_on_many_volumes(3, 7);
     let mut attached = Vec::new();
     for _ in 0..3 {
         for op in h.tick_raw() {
