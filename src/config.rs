@@ -65,8 +65,10 @@ pub struct Config {
     /// attachments a restart whose store reported nothing looked at every volume in one pass
     /// of 0.9 s with `u32` ids and 4.3 s with `String` ids. Marks made during a round wait for
     /// its end, so every volume of the round is reached within its length over this many
-    /// passes. The nodes' status writes wait for the round's last pass (once per node, as
-    /// in one pass), and a pass that holds a fresh read's clearance or a status write's facts
+    /// passes. The nodes' status writes wait for the round's last pass (a node is written
+    /// for the round, not once per pass that reached one of its volumes; what the last pass
+    /// began may take one more write), and a pass that holds a fresh read's clearance or a
+    /// status write's facts
     /// takes the whole rest of the round, since those serve only the pass right after them.
     /// A driver should poll again as soon as [`next_deadline`] says (the crate's controller
     /// does); one that polls only on its own tick gets one pass of a round per tick.
