@@ -3157,15 +3157,10 @@ fn room_grown_by_inputs_alone_goes_back_within_a_few_passes() {
 #[test]
 fn a_long_pass_reconciles_every_volume_once_in_order() {
     for count in [WARM_FROM - 1, WARM_FROM, 4 * WARM_BATCH + 1, 100] {
-        let mut h = H::new(Config::default());
-        h.node("n1", &[]);
-        let volumes: Vec<&'static str> = (0..count)
-            .map(|i| &*Box::leak(format!("v{i:03}").into_boxed_str()))
-            .collect();
-        for &v in &volumes {
-            h.rwo(v);
-        }
-        h.pod("p1", "n1", &volumes);
+        // One pass: fewer volumes than a pass may look at.
+        let per_pass = Config::default().volumes_per_pass;
+        assert!(count <= per_pass);
+        let (mut h, volumes) = one_workload_on_many_volumes(per_pass, count);
         let ops = h.tick_raw();
         let attached: Vec<_> = ops
             .iter()
