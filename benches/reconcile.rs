@@ -795,8 +795,9 @@ impl<K: Naming> Cluster<K> {
     }
 }
 
-/// One restart over a cluster whose backend and orchestrator agree, timed in two parts: a new core given every input
-/// ("inputs"), and from the listings' arrival to the first plan after them ("recovery").
+/// One restart over a cluster whose backend and orchestrator agree, timed from its start: a
+/// new core given every input ("inputs"), from the listings' arrival to the first plan after
+/// them ("recovery"), and on to the end of that plan's round of passes ("round").
 struct Restart {
     inputs: Duration,
     recovery: Duration,
@@ -1528,7 +1529,8 @@ fn bench_status_burst(c: &mut Criterion, cl: &mut Cluster<U32Ids>) {
 /// then K detaches, with no read. Never more than one write per pass.
 fn check_burst(k: u32, up: &[Counts], down: &[Counts]) {
     let k = k as usize;
-    let round = k.div_ceil(config().volumes_per_pass);
+    let per_pass = config().volumes_per_pass;
+    let round = k.div_ceil(per_pass);
     let writes = |passes: &[Counts]| passes.iter().map(|p| p[2]).collect::<Vec<_>>();
     assert!(
         up.iter().chain(down).all(|p| p[2] <= 1),
@@ -1540,7 +1542,7 @@ fn check_burst(k: u32, up: &[Counts], down: &[Counts]) {
     assert_eq!(
         up[..round].iter().map(|p| p[0]).collect::<Vec<_>>(),
         (0..round)
-            .map(|i| (k - i * config().volumes_per_pass).min(config().volumes_per_pass))
+            .map(|i| (k - i * per_pass).min(per_pass))
             .collect::<Vec<_>>(),
         "all {k} attaches start in the first round, a pass's worth a pass"
     );

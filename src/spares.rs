@@ -54,7 +54,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keeps_the_last_few_small_spares_and_hands_them_back_last_first() {
+    fn keeps_the_last_few_spares_and_hands_them_back_last_first() {
         let mut spares = Spares::default();
         for i in 0..10 {
             spares.give(i);
