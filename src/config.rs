@@ -67,9 +67,9 @@ pub struct Config {
     /// its end, so every volume of the round is reached within its length over this many
     /// passes. The nodes' status writes wait for the round's last pass (a node is written
     /// for the round, not once per pass that reached one of its volumes; what the last pass
-    /// began may take one more write), and a pass that holds a fresh read's clearance or a
-    /// status write's facts
-    /// takes the whole rest of the round, since those serve only the pass right after them.
+    /// began may take one more write). A fresh read's clearance or a status write's facts
+    /// serve only the pass right after them, so that pass also looks at the volumes they
+    /// concern (the cleared ones, those on the written node), beside its share of the round.
     /// A driver should poll again as soon as [`next_deadline`] says (the crate's controller
     /// does); one that polls only on its own tick gets one pass of a round per tick.
     ///

@@ -25,6 +25,7 @@ use crate::domain::{Domain, Id};
 use crate::event::{Event, Holder};
 use crate::fresh_read::{Fresh, WrittenFacts, judge_detach};
 use crate::gate::{OpKind, OperationGate, trim_map, trim_set};
+use crate::id_sort;
 use crate::id_warm;
 use crate::in_flight::InFlightTable;
 use crate::input::{Input, Kind, Rejection, Relists};
@@ -2121,12 +2122,10 @@ impl<D: Domain> Reconciler<D> {
         if due.resync {
             self.plan_list(ops);
         }
-        // A pass holding a fresh read's clearance or a write's facts looks at every marked
-        // volume: what they justify is for this pass only (`fresh_until`), and a volume left
-        // to a later pass of the round would find them gone and read its node again.
-        let budget = (self.cleared.is_empty() && self.written_facts.is_empty())
-            .then_some(self.config.volumes_per_pass);
-        let mut dirty = self.schedule.take_dirty(budget);
+        let mut dirty = self.schedule.take_dirty(self.config.volumes_per_pass);
+        if !(self.cleared.is_empty() && self.written_facts.is_empty()) {
+            self.add_volumes_fresh_facts_serve(&mut dirty);
+        }
         // Queued attaches and detaches first, in their order, while capacity lasts.
         self.admit_queued(now, &mut dirty, ops);
         self.reconcile_volumes(now, &mut dirty, ops);
@@ -2151,6 +2150,26 @@ impl<D: Domain> Reconciler<D> {
             self.written_facts.clear();
         }
         self.release_idle_slots();
+    }
+
+    /// Adds to a pass's `volumes` each volume a fresh read's clearance or a write's facts may
+    /// justify a detach of: the cleared volumes, and every volume attached to a node whose
+    /// write read its facts. Those serve only this pass (`fresh_until`), so a volume left to a
+    /// later pass of a round would find them gone and read its node again. Only these join
+    /// the pass, not the whole rest of the round: a clearance that arrived during a round of a
+    /// million marks once made one pass look at all of them. A volume added here may also be
+    /// marked for a later pass; looking at it twice is harmless (a look is idempotent).
+    #[cold]
+    #[inline(never)]
+    fn add_volumes_fresh_facts_serve(&self, volumes: &mut Vec<D::Volume>) {
+        let cleared = self.cleared.keys().map(|(volume, _)| volume);
+        let written = self
+            .written_facts
+            .keys()
+            .flat_map(|node| self.actual.volumes_on(node));
+        volumes.extend(cleared.chain(written).cloned());
+        id_sort::sort_unstable(volumes);
+        volumes.dedup();
     }
 
     /// Gives back what a past burst left allocated: the tables of running operations and the

@@ -9,6 +9,7 @@ use super::*;
 use crate::config::UpstreamBugs;
 use crate::desired::Missing;
 use crate::domain::Ids;
+use crate::store::StatusFacts;
 
 type T = Ids<&'static str, &'static str, &'static str>;
 
@@ -3355,4 +3356,137 @@ fn a_round_polled_on_a_tick_reaches_every_volume_in_order() {
         }
     }
     assert_eq!(attached, volumes);
+}
+
+/// Node `n1` holds `vd` for `p0`, settled; six more volumes are registered, unused. Then `p0`
+/// goes, and the pass after it plans `n1`'s write without `vd` (returned, unanswered).
+fn a_detach_waiting_for_its_write_beside_six_idle_volumes() -> (H, Vec<&'static str>, Operation<T>)
+{
+    let mut h = H::new(Config {
+        volumes_per_pass: 2,
+        ..Config::default()
+    });
+    h.node("n1", &[]);
+    h.node("n2", &[]);
+    h.rwo("vd");
+    let fresh: Vec<&'static str> = (0..6)
+        .map(|i| &*Box::leak(format!("v{i}").into_boxed_str()))
+        .collect();
+    for &v in &fresh {
+        h.rwo(v);
+    }
+    h.pod("p0", "n1", &["vd"]);
+    h.run_ok(secs(5));
+    assert_eq!(h.stored("n1"), Some(vec!["vd"]));
+    h.unpod("p0");
+    let mut ops = h.tick_raw();
+    assert_eq!(ops.iter().map(render).collect::<Vec<_>>(), ["write n1 []"]);
+    (h, fresh, ops.remove(0))
+}
+
+/// The volumes of `ops` by what is planned for them.
+fn planned(ops: &[Operation<T>]) -> Vec<String> {
+    let mut rendered: Vec<String> = ops.iter().map(render).collect();
+    rendered.sort();
+    rendered
+}
+
+/// A fresh read's clearance that arrives during a round is used by the pass right after it,
+/// which looks at the cleared volume beside its own share of the round, not at the whole rest
+/// of the round: a clearance arriving during a round of a million marks once made one pass
+/// look at all of them.
+#[test]
+fn a_clearance_arriving_during_a_round_joins_the_next_pass_not_the_rest_of_the_round() {
+    let (mut h, fresh, write) = a_detach_waiting_for_its_write_beside_six_idle_volumes();
+    h.ok(write);
+    let mut ops = h.tick_raw();
+    assert_eq!(planned(&ops), ["read n1"]);
+    let read = ops.remove(0);
+    // A round of six marks begins while the read runs.
+    h.pod("p1", "n2", &fresh);
+    let first = h.tick_raw();
+    assert_eq!(planned(&first), ["attach v0 n2", "attach v1 n2"]);
+    h.ok(read);
+    assert_eq!(
+        h.r.next_deadline(),
+        Some(h.now),
+        "the round goes on at once"
+    );
+    let next = h.r.poll(h.now);
+    assert_eq!(
+        planned(&next),
+        ["attach v2 n2", "attach v3 n2", "detach vd n1"],
+        "the cleared detach goes with the round's next share, and no more"
+    );
+    for op in first.into_iter().chain(next) {
+        h.ok(op);
+    }
+    h.run_ok(secs(5));
+    assert!(
+        fresh
+            .iter()
+            .all(|v| h.r.actual().state(v, &"n2") == AttachState::Attached)
+    );
+    assert_eq!(h.r.actual().state(&"vd", &"n1"), AttachState::Detached);
+    assert_eq!(h.stored("n2"), Some(fresh.clone()));
+}
+
+/// The same for the facts a status write read: the pass after its answer looks at the
+/// volumes on that node beside its share of the round, and the detach they justify goes
+/// without a read.
+#[test]
+fn a_write_s_facts_arriving_during_a_round_join_the_next_pass_not_the_rest_of_the_round() {
+    let (mut h, fresh, write) = a_detach_waiting_for_its_write_beside_six_idle_volumes();
+    let Operation::WriteStatus {
+        id,
+        attached,
+        read_facts,
+        ..
+    } = write
+    else {
+        unreachable!("a write")
+    };
+    assert!(
+        read_facts,
+        "a detach waits for the write: its facts are asked for"
+    );
+    h.pod("p1", "n2", &fresh);
+    let first = h.tick_raw();
+    assert_eq!(planned(&first), ["attach v0 n2", "attach v1 n2"]);
+    let entry = h.store.get_mut("n1").expect("n1 was written");
+    entry.1 = attached.to_vec();
+    entry.2 += 1;
+    let revision = Revision::from(entry.2);
+    let facts = StatusFacts {
+        in_use: Some(Vec::new()),
+        fenced: Some(false),
+        healthy: Some(true),
+    };
+    let receipt = WriteReceipt {
+        revision,
+        facts: Some(facts),
+    };
+    h.r.status_written_with(h.now, id, Ok(receipt)).unwrap();
+    assert_eq!(
+        h.r.next_deadline(),
+        Some(h.now),
+        "the round goes on at once"
+    );
+    let next = h.r.poll(h.now);
+    assert_eq!(
+        planned(&next),
+        ["attach v2 n2", "attach v3 n2", "detach vd n1"],
+        "the detach the facts justify goes with the round's next share, and no more"
+    );
+    for op in first.into_iter().chain(next) {
+        h.ok(op);
+    }
+    h.run_ok(secs(5));
+    assert!(
+        fresh
+            .iter()
+            .all(|v| h.r.actual().state(v, &"n2") == AttachState::Attached)
+    );
+    assert_eq!(h.r.actual().state(&"vd", &"n1"), AttachState::Detached);
+    assert_eq!(h.stored("n2"), Some(fresh.clone()));
 }

@@ -13,7 +13,6 @@ use rustc_hash::FxHashMap;
 
 use crate::domain::Domain;
 use crate::gate::trim_map;
-use crate::id_sort;
 use crate::marks::Marks;
 
 /// The earliest of `times`, if any. A plain loop: the core asks for its next deadline after
@@ -122,17 +121,16 @@ impl<D: Domain> Schedule<D> {
         !self.round.is_empty()
     }
 
-    /// The volumes to look at in this pass, at most `budget` of them (`None`: every one).
+    /// The volumes to look at in this pass, at most `budget` of them.
     ///
     /// The marks are taken as a round: once a round's volumes are all looked at, the marks
     /// made meanwhile make the next. A round larger than `budget` is looked at over several
     /// passes, `budget` volumes each, in mark order; new marks wait for its end, so every
-    /// volume of it is reached within its length over `budget` passes, whatever arrives. A
-    /// pass without a budget takes the rest of the round and every new mark.
-    pub(crate) fn take_dirty(&mut self, budget: Option<usize>) -> Vec<D::Volume> {
+    /// volume of it is reached within its length over `budget` passes, whatever arrives.
+    pub(crate) fn take_dirty(&mut self, budget: usize) -> Vec<D::Volume> {
         if self.round.is_empty() {
             let marks = self.dirty.take();
-            if budget.is_none_or(|budget| marks.len() <= budget) {
+            if marks.len() <= budget {
                 // Nearly every pass: its marks fit.
                 return marks;
             }
@@ -144,18 +142,7 @@ impl<D: Domain> Schedule<D> {
     /// The next pass's share of the round under way ([`take_dirty`](Self::take_dirty)).
     #[cold]
     #[inline(never)]
-    fn take_from_round(&mut self, budget: Option<usize>) -> Vec<D::Volume> {
-        let Some(budget) = budget else {
-            // The round's rest and the marks since, each once, in order.
-            let mut all: Vec<D::Volume> = self.round.drain(..).collect();
-            self.round = VecDeque::new();
-            let mut marks = self.dirty.take();
-            all.append(&mut marks);
-            self.dirty.recycle(marks);
-            id_sort::sort_unstable(&mut all);
-            all.dedup();
-            return all;
-        };
+    fn take_from_round(&mut self, budget: usize) -> Vec<D::Volume> {
         let take = budget.min(self.round.len());
         let pass: Vec<D::Volume> = self.round.drain(..take).collect();
         if self.round.is_empty() {
@@ -318,7 +305,7 @@ mod tests {
             Some(s(5))
         );
         sched.start_pass(s(5), s(60), None, false);
-        assert!(sched.take_dirty(None).contains(&"v"));
+        assert!(sched.take_dirty(usize::MAX).contains(&"v"));
         // The stale heap entry at 10 s still fires, harmlessly.
         assert_eq!(
             sched.next_deadline(false, false, false, || None, period),
@@ -327,12 +314,12 @@ mod tests {
     }
 
     #[test]
-    fn a_round_is_taken_a_budget_at_a_time_and_a_pass_without_one_takes_all_of_it_once() {
+    fn a_round_is_taken_a_budget_at_a_time_and_the_marks_made_meanwhile_make_the_next() {
         let mut sched: Schedule<T> = Schedule::default();
         let period = Duration::from_millis(100);
         sched.mark_all(["c", "a", "e", "b", "d"]);
         sched.start_pass(s(1), s(60), None, false);
-        assert_eq!(sched.take_dirty(Some(2)), ["a", "b"]);
+        assert_eq!(sched.take_dirty(2), ["a", "b"]);
         assert!(sched.in_round());
         assert_eq!(
             sched.next_deadline(false, false, false, || None, period),
@@ -341,10 +328,12 @@ mod tests {
         );
         // Marked meanwhile: after the round, however it sorts.
         sched.mark("0");
-        assert_eq!(sched.take_dirty(Some(2)), ["c", "d"]);
-        // Without a budget, the round's rest and the new marks, each once, in order.
+        assert_eq!(sched.take_dirty(2), ["c", "d"]);
+        // Marked again before its turn: looked at in the round, and again in the next.
         sched.mark("e");
-        assert_eq!(sched.take_dirty(None), ["0", "e"]);
+        assert_eq!(sched.take_dirty(2), ["e"]);
+        assert!(!sched.in_round());
+        assert_eq!(sched.take_dirty(2), ["0", "e"]);
         assert!(!sched.in_round() && !sched.has_dirty());
         assert_eq!(
             sched.next_deadline(false, false, false, || None, period),

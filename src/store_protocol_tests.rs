@@ -1734,7 +1734,7 @@ fn a_volume_only_the_store_lists_and_no_one_registers_is_looked_at_after_a_resta
 
 /// The volumes the first pass after a restart looks at, taken and put back.
 fn marked_after_restart(p: &mut P) -> Vec<&'static str> {
-    let marked = p.r.schedule.take_dirty(None);
+    let marked = p.r.schedule.take_dirty(usize::MAX);
     p.r.schedule.mark_all(marked.iter().copied());
     marked
 }
