@@ -69,7 +69,8 @@ pub struct Config {
     /// for the round, not once per pass that reached one of its volumes; what the last pass
     /// began may take one more write). A fresh read's clearance or a status write's facts
     /// serve only the pass right after them, so that pass also looks at the volumes they
-    /// concern (the cleared ones, those on the written node), beside its share of the round.
+    /// concern (the cleared ones, those whose detaches waited for the write), beside its
+    /// share of the round.
     /// A driver should poll again as soon as [`next_deadline`] says (the crate's controller
     /// does); one that polls only on its own tick gets one pass of a round per tick.
     ///

@@ -25,7 +25,6 @@ use crate::domain::{Domain, Id};
 use crate::event::{Event, Holder};
 use crate::fresh_read::{Fresh, WrittenFacts, judge_detach};
 use crate::gate::{OpKind, OperationGate, trim_map, trim_set};
-use crate::id_sort;
 use crate::id_warm;
 use crate::in_flight::InFlightTable;
 use crate::input::{Input, Kind, Rejection, Relists};
@@ -1657,6 +1656,7 @@ impl<D: Domain> Reconciler<D> {
             Ok(WriteReceipt { revision, facts }) => {
                 self.gate.succeeded(&key, OpKind::WriteStatus);
                 if let Some(facts) = facts {
+                    let serves = self.awaiting_ack.get(&node).cloned().unwrap_or_default();
                     self.written_facts.insert(
                         node.clone(),
                         WrittenFacts {
@@ -1664,6 +1664,7 @@ impl<D: Domain> Reconciler<D> {
                             revision: revision.clone(),
                             object,
                             at: now,
+                            serves,
                         },
                     );
                 }
@@ -2122,8 +2123,12 @@ impl<D: Domain> Reconciler<D> {
         if due.resync {
             self.plan_list(ops);
         }
+        let round_before = self.schedule.in_round();
         let mut dirty = self.schedule.take_dirty(self.config.volumes_per_pass);
-        if !(self.cleared.is_empty() && self.written_facts.is_empty()) {
+        // Outside a round a pass takes every mark, and the answers that left a clearance or
+        // facts marked the volumes they serve: only a round's share may leave one out.
+        let from_round = round_before || self.schedule.in_round();
+        if from_round && !(self.cleared.is_empty() && self.written_facts.is_empty()) {
             self.add_volumes_fresh_facts_serve(&mut dirty);
         }
         // Queued attaches and detaches first, in their order, while capacity lasts.
@@ -2152,24 +2157,26 @@ impl<D: Domain> Reconciler<D> {
         self.release_idle_slots();
     }
 
-    /// Adds to a pass's `volumes` each volume a fresh read's clearance or a write's facts may
-    /// justify a detach of: the cleared volumes, and every volume attached to a node whose
-    /// write read its facts. Those serve only this pass (`fresh_until`), so a volume left to a
-    /// later pass of a round would find them gone and read its node again. Only these join
-    /// the pass, not the whole rest of the round: a clearance that arrived during a round of a
-    /// million marks once made one pass look at all of them. A volume added here may also be
-    /// marked for a later pass; looking at it twice is harmless (a look is idempotent).
+    /// Adds to a pass's `volumes` (sorted, as the marks are taken) each volume that a fresh
+    /// read's clearance or a write's facts may justify the detach of: the cleared volumes,
+    /// and those whose detaches waited for the write. Those serve only this pass
+    /// (`fresh_until`), so a volume left to a later pass of a round would find them gone and
+    /// read its node again. Only these join the pass, not the whole rest of the round: a
+    /// clearance that arrived during a round of a million marks once made one pass look at
+    /// all of them. A volume added here may be marked for a later pass too; looking at it
+    /// twice is harmless (a look is idempotent).
     #[cold]
     #[inline(never)]
     fn add_volumes_fresh_facts_serve(&self, volumes: &mut Vec<D::Volume>) {
         let cleared = self.cleared.keys().map(|(volume, _)| volume);
-        let written = self
-            .written_facts
-            .keys()
-            .flat_map(|node| self.actual.volumes_on(node));
-        volumes.extend(cleared.chain(written).cloned());
-        id_sort::sort_unstable(volumes);
-        volumes.dedup();
+        let waited = self.written_facts.values().flat_map(|w| w.serves.iter());
+        let taken = volumes.len();
+        for volume in cleared.chain(waited) {
+            if volumes[..taken].binary_search(volume).is_err() && !volumes[taken..].contains(volume)
+            {
+                volumes.push(volume.clone());
+            }
+        }
     }
 
     /// Gives back what a past burst left allocated: the tables of running operations and the

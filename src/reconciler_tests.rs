@@ -3432,8 +3432,8 @@ fn a_clearance_arriving_during_a_round_joins_the_next_pass_not_the_rest_of_the_r
 }
 
 /// The same for the facts a status write read: the pass after its answer looks at the
-/// volumes on that node beside its share of the round, and the detach they justify goes
-/// without a read.
+/// volumes whose detaches waited for the write beside its share of the round, and the detach
+/// the facts justify goes without a read.
 #[test]
 fn a_write_s_facts_arriving_during_a_round_join_the_next_pass_not_the_rest_of_the_round() {
     let (mut h, fresh, write) = a_detach_waiting_for_its_write_beside_six_idle_volumes();
@@ -3489,4 +3489,32 @@ fn a_write_s_facts_arriving_during_a_round_join_the_next_pass_not_the_rest_of_th
     );
     assert_eq!(h.r.actual().state(&"vd", &"n1"), AttachState::Detached);
     assert_eq!(h.stored("n2"), Some(fresh.clone()));
+}
+
+/// A clearance that arrives just before a round begins is used by the round's first pass,
+/// though the cleared volume's mark falls outside that pass's share (`vd` sorts after `v5`).
+#[test]
+fn a_clearance_arriving_as_a_round_begins_joins_its_first_pass() {
+    let (mut h, fresh, write) = a_detach_waiting_for_its_write_beside_six_idle_volumes();
+    h.ok(write);
+    let mut ops = h.tick_raw();
+    assert_eq!(planned(&ops), ["read n1"]);
+    h.ok(ops.remove(0));
+    h.pod("p1", "n2", &fresh);
+    let first = h.tick_raw();
+    assert_eq!(
+        planned(&first),
+        ["attach v0 n2", "attach v1 n2", "detach vd n1"],
+        "the cleared detach goes with the round's first share"
+    );
+    for op in first {
+        h.ok(op);
+    }
+    h.run_ok(secs(5));
+    assert!(
+        fresh
+            .iter()
+            .all(|v| h.r.actual().state(v, &"n2") == AttachState::Attached)
+    );
+    assert_eq!(h.r.actual().state(&"vd", &"n1"), AttachState::Detached);
 }
