@@ -15,8 +15,10 @@ enum Input {
     State(Vec<StateOp>),
     Plan(Vec<PlanStep>),
     /// A history under small backend load limits (attaches, detaches, a token every 100 ms
-    /// times the third, bursts of the fourth, none when zero): no class over its limit, and
-    /// everything settles.
+    /// times the third, bursts of the fourth's low bits, none when zero): no class over its
+    /// limit, and everything settles. When the fourth's top bit is set, a pass also looks at
+    /// one or two marked volumes at most (`Config::volumes_per_pass`), so that most marks
+    /// make a round.
     Limited(u8, u8, u8, u8, Vec<PlanStep>),
 }
 
@@ -50,7 +52,19 @@ fuzz_target!(|input: Input| {
                     burst: 1 + u32::from(burst % 3),
                 }),
             };
-            check_planner(steps, Config { backend_load, ..config() })
+            let volumes_per_pass = if burst & 0x80 != 0 {
+                1 + usize::from((burst >> 6) & 1)
+            } else {
+                Config::default().volumes_per_pass
+            };
+            check_planner(
+                steps,
+                Config {
+                    backend_load,
+                    volumes_per_pass,
+                    ..config()
+                },
+            )
         }
     };
     if let Err(violation) = result {
