@@ -3384,11 +3384,39 @@ fn a_detach_waiting_for_its_write_beside_six_idle_volumes() -> (H, Vec<&'static 
     (h, fresh, ops.remove(0))
 }
 
-/// The volumes of `ops` by what is planned for them.
+/// `ops` rendered, sorted.
 fn planned(ops: &[Operation<T>]) -> Vec<String> {
     let mut rendered: Vec<String> = ops.iter().map(render).collect();
     rendered.sort();
     rendered
+}
+
+/// The round's next pass, due at once.
+fn next_pass_of_the_round(h: &mut H) -> Vec<Operation<T>> {
+    assert_eq!(
+        h.r.next_deadline(),
+        Some(h.now),
+        "the round goes on at once"
+    );
+    h.r.poll(h.now)
+}
+
+/// Answers `ops` and runs on: every `fresh` volume ends attached to `n2` and listed in its
+/// status, and `vd` detached from `n1`.
+fn answer_and_settle(
+    h: &mut H,
+    ops: impl IntoIterator<Item = Operation<T>>,
+    fresh: &[&'static str],
+) {
+    for op in ops {
+        h.ok(op);
+    }
+    h.run_ok(secs(5));
+    for v in fresh {
+        assert_eq!(h.r.actual().state(v, &"n2"), AttachState::Attached, "{v}");
+    }
+    assert_eq!(h.r.actual().state(&"vd", &"n1"), AttachState::Detached);
+    assert_eq!(h.stored("n2"), Some(fresh.to_vec()));
 }
 
 /// A fresh read's clearance that arrives during a round is used by the pass right after it,
@@ -3407,28 +3435,13 @@ fn a_clearance_arriving_during_a_round_joins_the_next_pass_not_the_rest_of_the_r
     let first = h.tick_raw();
     assert_eq!(planned(&first), ["attach v0 n2", "attach v1 n2"]);
     h.ok(read);
-    assert_eq!(
-        h.r.next_deadline(),
-        Some(h.now),
-        "the round goes on at once"
-    );
-    let next = h.r.poll(h.now);
+    let next = next_pass_of_the_round(&mut h);
     assert_eq!(
         planned(&next),
         ["attach v2 n2", "attach v3 n2", "detach vd n1"],
         "the cleared detach goes with the round's next share, and no more"
     );
-    for op in first.into_iter().chain(next) {
-        h.ok(op);
-    }
-    h.run_ok(secs(5));
-    assert!(
-        fresh
-            .iter()
-            .all(|v| h.r.actual().state(v, &"n2") == AttachState::Attached)
-    );
-    assert_eq!(h.r.actual().state(&"vd", &"n1"), AttachState::Detached);
-    assert_eq!(h.stored("n2"), Some(fresh.clone()));
+    answer_and_settle(&mut h, first.into_iter().chain(next), &fresh);
 }
 
 /// The same for the facts a status write read: the pass after its answer looks at the
@@ -3467,28 +3480,13 @@ fn a_write_s_facts_arriving_during_a_round_join_the_next_pass_not_the_rest_of_th
         facts: Some(facts),
     };
     h.r.status_written_with(h.now, id, Ok(receipt)).unwrap();
-    assert_eq!(
-        h.r.next_deadline(),
-        Some(h.now),
-        "the round goes on at once"
-    );
-    let next = h.r.poll(h.now);
+    let next = next_pass_of_the_round(&mut h);
     assert_eq!(
         planned(&next),
         ["attach v2 n2", "attach v3 n2", "detach vd n1"],
         "the detach the facts justify goes with the round's next share, and no more"
     );
-    for op in first.into_iter().chain(next) {
-        h.ok(op);
-    }
-    h.run_ok(secs(5));
-    assert!(
-        fresh
-            .iter()
-            .all(|v| h.r.actual().state(v, &"n2") == AttachState::Attached)
-    );
-    assert_eq!(h.r.actual().state(&"vd", &"n1"), AttachState::Detached);
-    assert_eq!(h.stored("n2"), Some(fresh.clone()));
+    answer_and_settle(&mut h, first.into_iter().chain(next), &fresh);
 }
 
 /// A clearance that arrives just before a round begins is used by the round's first pass,
@@ -3507,14 +3505,5 @@ fn a_clearance_arriving_as_a_round_begins_joins_its_first_pass() {
         ["attach v0 n2", "attach v1 n2", "detach vd n1"],
         "the cleared detach goes with the round's first share"
     );
-    for op in first {
-        h.ok(op);
-    }
-    h.run_ok(secs(5));
-    assert!(
-        fresh
-            .iter()
-            .all(|v| h.r.actual().state(v, &"n2") == AttachState::Attached)
-    );
-    assert_eq!(h.r.actual().state(&"vd", &"n1"), AttachState::Detached);
+    answer_and_settle(&mut h, first, &fresh);
 }
