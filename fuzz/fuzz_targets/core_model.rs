@@ -15,9 +15,9 @@ enum Input {
     State(Vec<StateOp>),
     Plan(Vec<PlanStep>),
     /// A history under small backend load limits (attaches, detaches, a token every 100 ms
-    /// times the third, bursts of the fourth's low bits, none when zero): no class over its
-    /// limit, and everything settles. When the fourth's top bit is set, a pass also looks at
-    /// one or two marked volumes at most (`Config::volumes_per_pass`), so that most marks
+    /// times the third, bursts of the fourth, none when zero): no class over its limit, and
+    /// everything settles. When the fourth's top bit is set, a pass also looks at one or two
+    /// marked volumes at most (its next bit; `Config::volumes_per_pass`), so that most marks
     /// make a round.
     Limited(u8, u8, u8, u8, Vec<PlanStep>),
 }
