@@ -2157,9 +2157,10 @@ impl<D: Domain> Reconciler<D> {
         self.release_idle_slots();
     }
 
-    /// Adds to a pass's `volumes` (sorted, as the marks are taken) each volume that a fresh
-    /// read's clearance or a write's facts may justify the detach of: the cleared volumes,
-    /// and those whose detaches waited for the write. Those serve only this pass
+    /// Adds to a pass's `volumes` (sorted as the marks are taken, and kept so: the queued
+    /// admissions search it) each volume that a fresh read's clearance or a write's facts
+    /// may justify the detach of: the cleared volumes, and those whose detaches waited for
+    /// the write. Those serve only this pass
     /// (`fresh_until`), so a volume left to a later pass of a round would find them gone and
     /// read its node again. Only these join the pass, not the whole rest of the round: a
     /// clearance that arrived during a round of a million marks once made one pass look at
@@ -2170,11 +2171,9 @@ impl<D: Domain> Reconciler<D> {
     fn add_volumes_fresh_facts_serve(&self, volumes: &mut Vec<D::Volume>) {
         let cleared = self.cleared.keys().map(|(volume, _)| volume);
         let waited = self.written_facts.values().flat_map(|w| w.serves.iter());
-        let taken = volumes.len();
         for volume in cleared.chain(waited) {
-            if volumes[..taken].binary_search(volume).is_err() && !volumes[taken..].contains(volume)
-            {
-                volumes.push(volume.clone());
+            if let Err(at) = volumes.binary_search(volume) {
+                volumes.insert(at, volume.clone());
             }
         }
     }
