@@ -2160,12 +2160,11 @@ impl<D: Domain> Reconciler<D> {
     /// Adds to a pass's `volumes` (sorted as the marks are taken, and kept so: the queued
     /// admissions search it) each volume that a fresh read's clearance or a write's facts
     /// may justify the detach of: the cleared volumes, and those whose detaches waited for
-    /// the write. Those serve only this pass
-    /// (`fresh_until`), so a volume left to a later pass of a round would find them gone and
-    /// read its node again. Only these join the pass, not the whole rest of the round: a
-    /// clearance that arrived during a round of a million marks once made one pass look at
-    /// all of them. A volume added here may be marked for a later pass too; looking at it
-    /// twice is harmless (a look is idempotent).
+    /// the write. Those serve only this pass (`fresh_until`), so a volume left to a later
+    /// pass of a round would find them gone and read its node again. Only these join the
+    /// pass, not the whole rest of the round: a clearance that arrived during a round of a
+    /// million marks once made one pass look at all of them. A volume added here may be
+    /// marked for a later pass too; looking at it twice is harmless (a look is idempotent).
     #[cold]
     #[inline(never)]
     fn add_volumes_fresh_facts_serve(&self, volumes: &mut Vec<D::Volume>) {
