@@ -13,8 +13,6 @@
 //! read no earlier than the removal, they see the same mounts, and they stand for the read in
 //! the pass right after the write's acknowledgement ([`WrittenFacts`]), and no later.
 
-use smallvec::SmallVec;
-
 use crate::domain::Domain;
 use crate::operation::ForceReason;
 use crate::store::{NodeStatus, Revision, StatusFacts};
@@ -62,9 +60,6 @@ pub(crate) struct WrittenFacts<D: Domain> {
     /// period later, with the slack a read's clearance has, and no later however late that
     /// pass comes (a stalled driver).
     pub(crate) at: std::time::Duration,
-    /// The volumes whose detaches waited for the write: the pass after its acknowledgement
-    /// looks at them whatever else it takes (`Reconciler::add_volumes_fresh_facts_serve`).
-    pub(crate) serves: SmallVec<[D::Volume; 2]>,
 }
 
 /// Whether a detach of `volume` may go ahead, given a fresh read of its node or the facts a

@@ -1656,7 +1656,12 @@ impl<D: Domain> Reconciler<D> {
             Ok(WriteReceipt { revision, facts }) => {
                 self.gate.succeeded(&key, OpKind::WriteStatus);
                 if let Some(facts) = facts {
-                    let serves = self.awaiting_ack.get(&node).cloned().unwrap_or_default();
+                    // The detaches that waited for this write are judged on its facts, which
+                    // serve only the next pass: their volumes are looked at there, even if
+                    // it takes only a share of a round.
+                    if let Some(waiting) = self.awaiting_ack.remove(&node) {
+                        self.schedule.mark_all_next(waiting);
+                    }
                     self.written_facts.insert(
                         node.clone(),
                         WrittenFacts {
@@ -1664,7 +1669,6 @@ impl<D: Domain> Reconciler<D> {
                             revision: revision.clone(),
                             object,
                             at: now,
-                            serves,
                         },
                     );
                 }
@@ -1800,7 +1804,8 @@ impl<D: Domain> Reconciler<D> {
                 Ok(()) => {
                     self.cleared
                         .insert((volume.clone(), node.clone()), (force, now));
-                    self.schedule.mark(volume);
+                    // The clearance serves only the next pass.
+                    self.schedule.mark_next(volume);
                 }
                 Err(reason) => self.hold_back(now, &volume, &node, reason),
             }
@@ -2123,14 +2128,7 @@ impl<D: Domain> Reconciler<D> {
         if due.resync {
             self.plan_list(ops);
         }
-        let round_before = self.schedule.in_round();
         let mut dirty = self.schedule.take_dirty(self.config.volumes_per_pass);
-        // Outside a round a pass takes every mark, and the answers that left a clearance or
-        // facts marked the volumes they serve: only a round's share may leave one out.
-        let from_round = round_before || self.schedule.in_round();
-        if from_round && !(self.cleared.is_empty() && self.written_facts.is_empty()) {
-            self.add_volumes_fresh_facts_serve(&mut dirty);
-        }
         // Queued attaches and detaches first, in their order, while capacity lasts.
         self.admit_queued(now, &mut dirty, ops);
         self.reconcile_volumes(now, &mut dirty, ops);
@@ -2155,26 +2153,6 @@ impl<D: Domain> Reconciler<D> {
             self.written_facts.clear();
         }
         self.release_idle_slots();
-    }
-
-    /// Adds to a pass's `volumes` (sorted as the marks are taken, and kept so: the queued
-    /// admissions search it) each volume that a fresh read's clearance or a write's facts
-    /// may justify the detach of: the cleared volumes, and those whose detaches waited for
-    /// the write. Those serve only this pass (`fresh_until`), so a volume left to a later
-    /// pass of a round would find them gone and read its node again. Only these join the
-    /// pass, not the whole rest of the round: a clearance that arrived during a round of a
-    /// million marks once made one pass look at all of them. A volume added here may be
-    /// marked for a later pass too; looking at it twice is harmless (a look is idempotent).
-    #[cold]
-    #[inline(never)]
-    fn add_volumes_fresh_facts_serve(&self, volumes: &mut Vec<D::Volume>) {
-        let cleared = self.cleared.keys().map(|(volume, _)| volume);
-        let waited = self.written_facts.values().flat_map(|w| w.serves.iter());
-        for volume in cleared.chain(waited) {
-            if let Err(at) = volumes.binary_search(volume) {
-                volumes.insert(at, volume.clone());
-            }
-        }
     }
 
     /// Gives back what a past burst left allocated: the tables of running operations and the

@@ -13,6 +13,7 @@ use rustc_hash::FxHashMap;
 
 use crate::domain::Domain;
 use crate::gate::trim_map;
+use crate::id_sort;
 use crate::marks::Marks;
 
 /// The earliest of `times`, if any. A plain loop: the core asks for its next deadline after
@@ -40,6 +41,9 @@ pub(crate) struct Periodic {
 pub(crate) struct Schedule<D: Domain> {
     /// Volumes to look at in the next pass.
     dirty: Marks<D::Volume>,
+    /// Volumes to look at in the next pass whatever share of a round it takes
+    /// ([`mark_next`](Self::mark_next)), possibly more than once each.
+    next: Vec<D::Volume>,
     /// The rest of a round too large for one pass ([`take_dirty`](Self::take_dirty)), in
     /// mark order: the next passes take it first, and new marks wait until it is done.
     round: VecDeque<D::Volume>,
@@ -62,6 +66,7 @@ impl<D: Domain> Default for Schedule<D> {
     fn default() -> Self {
         Schedule {
             dirty: Marks::default(),
+            next: Vec::new(),
             round: VecDeque::new(),
             holding: false,
             volume_timers: BinaryHeap::new(),
@@ -105,6 +110,25 @@ impl<D: Domain> Schedule<D> {
         }
     }
 
+    /// `volume` is looked at in the very next pass, even one that takes only a share of a
+    /// round: what justifies its look (a fresh read's clearance of its detach, the facts a
+    /// status write read) serves only that pass, and a volume left to its turn in the round
+    /// would find it gone and read its node again. A clearance that joined the round instead
+    /// once made the next pass take the whole rest of it: at a million marks, the one long
+    /// pass rounds exist to prevent.
+    pub(crate) fn mark_next(&mut self, volume: D::Volume) {
+        if !self.holding {
+            self.next.push(volume);
+        }
+    }
+
+    /// Every volume of `volumes` is looked at in the very next pass ([`mark_next`](Self::mark_next)).
+    pub(crate) fn mark_all_next(&mut self, volumes: impl IntoIterator<Item = D::Volume>) {
+        if !self.holding {
+            self.next.extend(volumes);
+        }
+    }
+
     /// Timers pending, for tests of what a long wait leaves behind.
     #[cfg(test)]
     pub(crate) fn timers(&self) -> usize {
@@ -112,7 +136,7 @@ impl<D: Domain> Schedule<D> {
     }
 
     pub(crate) fn has_dirty(&self) -> bool {
-        !self.dirty.is_empty() || !self.round.is_empty()
+        !self.dirty.is_empty() || !self.round.is_empty() || !self.next.is_empty()
     }
 
     /// Whether a round of marks too large for one pass is under way: its next pass is due at
@@ -121,7 +145,8 @@ impl<D: Domain> Schedule<D> {
         !self.round.is_empty()
     }
 
-    /// The volumes to look at in this pass, at most `budget` of them.
+    /// The volumes to look at in this pass, in order, each once: at most `budget` marks, and
+    /// every volume marked for the next pass ([`mark_next`](Self::mark_next)) besides.
     ///
     /// The marks are taken as a round: once a round's volumes are all looked at, the marks
     /// made meanwhile make the next. A round larger than `budget` is looked at over several
@@ -129,9 +154,12 @@ impl<D: Domain> Schedule<D> {
     /// volume of it is reached within its length over `budget` passes, whatever arrives.
     pub(crate) fn take_dirty(&mut self, budget: usize) -> Vec<D::Volume> {
         if self.round.is_empty() {
-            let marks = self.dirty.take();
-            if marks.len() <= budget {
+            let mut marks = self.dirty.take();
+            if marks.len().saturating_add(self.next.len()) <= budget {
                 // Nearly every pass: its marks fit.
+                if !self.next.is_empty() {
+                    self.add_next(&mut marks);
+                }
                 return marks;
             }
             self.round = marks.into();
@@ -144,12 +172,25 @@ impl<D: Domain> Schedule<D> {
     #[inline(never)]
     fn take_from_round(&mut self, budget: usize) -> Vec<D::Volume> {
         let take = budget.min(self.round.len());
-        let pass: Vec<D::Volume> = self.round.drain(..take).collect();
+        let mut pass: Vec<D::Volume> = self.round.drain(..take).collect();
         if self.round.is_empty() {
             // The round's room goes with it.
             self.round = VecDeque::new();
         }
+        if !self.next.is_empty() {
+            // Beside the share, not instead of its turn: one may be looked at again there,
+            // and a look is idempotent.
+            self.add_next(&mut pass);
+        }
         pass
+    }
+
+    /// Adds the volumes marked for the next pass to `pass`, keeping it sorted and each volume
+    /// once (the queued admissions binary-search a pass's volumes).
+    fn add_next(&mut self, pass: &mut Vec<D::Volume>) {
+        pass.append(&mut self.next);
+        id_sort::sort_unstable(pass);
+        pass.dedup();
     }
 
     /// Hands back a list [`take_dirty`](Self::take_dirty) gave, for reuse.
@@ -267,6 +308,9 @@ impl<D: Domain> Schedule<D> {
         trim_map(&mut self.wakes);
         trim_heap(&mut self.volume_timers);
         trim_heap(&mut self.node_timers);
+        if self.next.capacity() > 64 && self.next.len() * 4 <= self.next.capacity() {
+            self.next.shrink_to(self.next.len() * 2);
+        }
     }
 }
 
@@ -339,6 +383,36 @@ mod tests {
             sched.next_deadline(false, false, false, || None, period),
             None
         );
+    }
+
+    #[test]
+    fn a_volume_marked_for_the_next_pass_joins_any_share_of_a_round_in_order_and_once() {
+        let mut sched: Schedule<T> = Schedule::default();
+        sched.mark_all(["c", "a", "e", "b", "d"]);
+        sched.start_pass(s(1), s(60), None, false);
+        assert_eq!(sched.take_dirty(2), ["a", "b"]);
+        // A clearance for "e" and facts for "d" (twice, from two nodes) and "0": the next
+        // share, in order and each once, and not the rest of the round.
+        sched.mark_all_next(["e", "d", "0", "d"]);
+        assert!(sched.has_dirty());
+        assert_eq!(sched.take_dirty(2), ["0", "c", "d", "e"]);
+        // "e" keeps its turn in the round.
+        assert_eq!(sched.take_dirty(2), ["e"]);
+        assert!(!sched.in_round());
+        // Outside a round: with the marks, when they fit beside it.
+        sched.mark("b");
+        sched.mark_next("a");
+        assert_eq!(sched.take_dirty(2), ["a", "b"]);
+        // When they do not, the round starts and the next pass's volume joins its first share.
+        sched.mark_all(["x", "y", "z"]);
+        sched.mark_next("zz");
+        assert_eq!(sched.take_dirty(2), ["x", "y", "zz"]);
+        assert_eq!(sched.take_dirty(2), ["z"]);
+        assert!(!sched.has_dirty());
+        // A recovering core keeps no volume marks, these neither.
+        let mut holding: Schedule<T> = Schedule::holding_marks();
+        holding.mark_next("v");
+        assert!(!holding.has_dirty());
     }
 
     #[test]
