@@ -152,14 +152,28 @@ impl<D: Domain> Schedule<D> {
     /// made meanwhile make the next. A round larger than `budget` is looked at over several
     /// passes, `budget` volumes each, in mark order; new marks wait for its end, so every
     /// volume of it is reached within its length over `budget` passes, whatever arrives.
+    #[inline]
     pub(crate) fn take_dirty(&mut self, budget: usize) -> Vec<D::Volume> {
+        if self.round.is_empty() && self.next.is_empty() {
+            let marks = self.dirty.take();
+            if marks.len() <= budget {
+                // Nearly every pass: its marks fit.
+                return marks;
+            }
+            self.round = marks.into();
+        }
+        self.take_beside_next_or_from_round(budget)
+    }
+
+    /// [`take_dirty`](Self::take_dirty) with volumes marked for the next pass, or in a round.
+    /// Out of line: a move meets it once, in the pass after its old node's status write.
+    #[cold]
+    #[inline(never)]
+    fn take_beside_next_or_from_round(&mut self, budget: usize) -> Vec<D::Volume> {
         if self.round.is_empty() {
             let mut marks = self.dirty.take();
             if marks.len().saturating_add(self.next.len()) <= budget {
-                // Nearly every pass: its marks fit.
-                if !self.next.is_empty() {
-                    self.add_next(&mut marks);
-                }
+                self.add_next(&mut marks);
                 return marks;
             }
             self.round = marks.into();
@@ -168,8 +182,6 @@ impl<D: Domain> Schedule<D> {
     }
 
     /// The next pass's share of the round under way ([`take_dirty`](Self::take_dirty)).
-    #[cold]
-    #[inline(never)]
     fn take_from_round(&mut self, budget: usize) -> Vec<D::Volume> {
         let take = budget.min(self.round.len());
         let mut pass: Vec<D::Volume> = self.round.drain(..take).collect();
@@ -189,8 +201,10 @@ impl<D: Domain> Schedule<D> {
     /// once (the queued admissions binary-search a pass's volumes).
     fn add_next(&mut self, pass: &mut Vec<D::Volume>) {
         pass.append(&mut self.next);
-        id_sort::sort_unstable(pass);
-        pass.dedup();
+        if pass.len() > 1 {
+            id_sort::sort_unstable(pass);
+            pass.dedup();
+        }
     }
 
     /// Hands back a list [`take_dirty`](Self::take_dirty) gave, for reuse.
