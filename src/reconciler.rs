@@ -2000,13 +2000,16 @@ impl<D: Domain> Reconciler<D> {
                 .filter(|volume| self.desired.spec(volume).is_none()),
         );
         // Every volume with a spec the listing did not show settled: registered ones, and those
-        // whose spec is kept only to detach them.
-        self.schedule.mark_all(
-            (self.desired.volumes_by_position().enumerate())
-                .filter(|(at, _)| !settled.is_settled(*at))
-                .map(|(_, volume)| volume.clone()),
-        );
-        self.schedule.mark_all(unregistered);
+        // whose spec is kept only to detach them. In the volume table's order, not sorted whole
+        // before the first pass of the round they make ([`Schedule::mark_distinct`]); a volume
+        // unregistered whose spec the backend's listing gave is in both lists, and may be
+        // looked at twice (a look is idempotent).
+        let mut unsettled: Vec<D::Volume> = (self.desired.volumes_by_position().enumerate())
+            .filter(|(at, _)| !settled.is_settled(*at))
+            .map(|(_, volume)| volume.clone())
+            .collect();
+        unsettled.append(&mut unregistered);
+        self.schedule.mark_distinct(unsettled);
         self.adopt_claims_in_use();
         // What inputs taken while recovering changed is among what was marked above: a volume
         // they left wanted elsewhere, or wanted nowhere, is not settled.

@@ -47,6 +47,9 @@ pub(crate) struct Schedule<D: Domain> {
     /// The rest of a round too large for one pass ([`take_dirty`](Self::take_dirty)), in
     /// mark order: the next passes take it first, and new marks wait until it is done.
     round: VecDeque<D::Volume>,
+    /// Volumes marked each once in an order of their own ([`mark_distinct`](Self::mark_distinct)),
+    /// waiting for the next round.
+    distinct: Vec<D::Volume>,
     /// Volume marks are dropped, not kept: while the core recovers, the end of recovery marks
     /// every volume it cannot show settled, whatever marked it before
     /// ([`SettledVolumes`](crate::recovery::SettledVolumes)).
@@ -68,6 +71,7 @@ impl<D: Domain> Default for Schedule<D> {
             dirty: Marks::default(),
             next: Vec::new(),
             round: VecDeque::new(),
+            distinct: Vec::new(),
             holding: false,
             volume_timers: BinaryHeap::new(),
             wakes: FxHashMap::default(),
@@ -110,6 +114,22 @@ impl<D: Domain> Schedule<D> {
         }
     }
 
+    /// Every volume of `volumes` (each there once, or it may be looked at twice) is looked at
+    /// as [`mark_all`](Self::mark_all) would have it, but a round they make is taken in their
+    /// order, not sorted: the end of
+    /// recovery marks every volume it cannot show settled, a million at a million attachments
+    /// when the store reported nothing, and sorting them all before the first pass (by text,
+    /// with names for ids) delayed its first plan. Each pass's share is sorted instead.
+    pub(crate) fn mark_distinct(&mut self, volumes: Vec<D::Volume>) {
+        if !self.holding {
+            if self.distinct.is_empty() {
+                self.distinct = volumes;
+            } else {
+                self.distinct.extend(volumes);
+            }
+        }
+    }
+
     /// `volume` is looked at in the very next pass, even one that takes only a share of a
     /// round: what justifies its look (a fresh read's clearance of its detach, the facts a
     /// status write read) serves only that pass, and a volume left to its turn in the round
@@ -136,7 +156,10 @@ impl<D: Domain> Schedule<D> {
     }
 
     pub(crate) fn has_dirty(&self) -> bool {
-        !self.dirty.is_empty() || !self.round.is_empty() || !self.next.is_empty()
+        !(self.dirty.is_empty()
+            && self.round.is_empty()
+            && self.next.is_empty()
+            && self.distinct.is_empty())
     }
 
     /// Whether a round of marks too large for one pass is under way: its next pass is due at
@@ -154,7 +177,7 @@ impl<D: Domain> Schedule<D> {
     /// volume of it is reached within its length over `budget` passes, whatever arrives.
     #[inline]
     pub(crate) fn take_dirty(&mut self, budget: usize) -> Vec<D::Volume> {
-        if self.round.is_empty() && self.next.is_empty() {
+        if self.round.is_empty() && self.next.is_empty() && self.distinct.is_empty() {
             let marks = self.dirty.take();
             if marks.len() <= budget {
                 // Nearly every pass: its marks fit.
@@ -170,6 +193,17 @@ impl<D: Domain> Schedule<D> {
     #[cold]
     #[inline(never)]
     fn take_beside_next_or_from_round(&mut self, budget: usize) -> Vec<D::Volume> {
+        if self.round.is_empty() && !self.distinct.is_empty() {
+            let mut round = std::mem::take(&mut self.distinct);
+            round.extend(self.dirty.take());
+            if round.len().saturating_add(self.next.len()) <= budget {
+                // Few enough for one pass: taken as any marks, sorted below.
+                self.dirty.extend(round);
+            } else {
+                // In their order, the other marks after them; each share is sorted as taken.
+                self.round = round.into();
+            }
+        }
         if self.round.is_empty() {
             let mut marks = self.dirty.take();
             if marks.len().saturating_add(self.next.len()) <= budget {
@@ -189,11 +223,15 @@ impl<D: Domain> Schedule<D> {
             // The round's room goes with it.
             self.round = VecDeque::new();
         }
-        if !self.next.is_empty() {
-            // Beside the share, not instead of its turn: one may be looked at again there,
-            // and a look is idempotent.
-            self.add_next(&mut pass);
+        // Beside the share, not instead of its turn: one may be looked at again there, and a
+        // look is idempotent.
+        pass.append(&mut self.next);
+        // A round of marks comes sorted already; one of `mark_distinct` does not, and may hold
+        // a volume twice (marked again before the round began).
+        if !pass.is_sorted() {
+            id_sort::sort_unstable(&mut pass);
         }
+        pass.dedup();
         pass
     }
 
@@ -325,6 +363,10 @@ impl<D: Domain> Schedule<D> {
         if self.next.capacity() > 64 && self.next.len() * 4 <= self.next.capacity() {
             self.next.shrink_to(self.next.len() * 2);
         }
+        if self.distinct.is_empty() {
+            // A restart's list, taken whole by the round it made.
+            self.distinct = Vec::new();
+        }
     }
 }
 
@@ -427,6 +469,38 @@ mod tests {
         let mut holding: Schedule<T> = Schedule::holding_marks();
         holding.mark_next("v");
         assert!(!holding.has_dirty());
+    }
+
+    #[test]
+    fn a_distinct_list_makes_a_round_in_its_own_order_each_share_sorted() {
+        let mut sched: Schedule<T> = Schedule::default();
+        // As the end of recovery: keeps marks, then marks the unsettled volumes in table order.
+        sched.mark("c");
+        sched.mark_distinct(vec!["e", "a", "d", "b", "c"]);
+        sched.mark("0");
+        assert!(sched.has_dirty());
+        // In the list's order, two at a time, each share sorted; the marks after the list.
+        assert_eq!(sched.take_dirty(2), ["a", "e"]);
+        assert!(sched.in_round());
+        sched.mark_next("z");
+        assert_eq!(sched.take_dirty(2), ["b", "d", "z"]);
+        assert_eq!(sched.take_dirty(2), ["0", "c"]);
+        // "c", marked before the list too, is looked at again (a look is idempotent).
+        assert_eq!(sched.take_dirty(2), ["c"]);
+        assert!(!sched.has_dirty());
+        // A list that fits a pass is taken with the marks, sorted, each once.
+        sched.mark_distinct(vec!["y", "x"]);
+        sched.mark("x");
+        assert_eq!(sched.take_dirty(4), ["x", "y"]);
+        assert!(!sched.in_round() && !sched.has_dirty());
+        // While a round is under way it waits for the round's end, as marks do.
+        sched.mark_all(["p", "q", "r"]);
+        assert_eq!(sched.take_dirty(2), ["p", "q"]);
+        sched.mark_distinct(vec!["n", "m", "l"]);
+        assert_eq!(sched.take_dirty(2), ["r"]);
+        assert_eq!(sched.take_dirty(2), ["m", "n"]);
+        assert_eq!(sched.take_dirty(2), ["l"]);
+        assert!(!sched.has_dirty());
     }
 
     #[test]
