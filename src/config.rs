@@ -59,7 +59,8 @@ pub struct Config {
     pub verify_batch: usize,
     /// The most marked volumes one reconcile pass looks at. 250 by default. A larger set of
     /// marks (a restart that cannot show its volumes settled, a resync, a zone's nodes lost
-    /// at once) is a round looked at over several passes in mark order, each due at once
+    /// at once) is a round looked at over several passes in mark order (a restart's in the
+    /// order of the volume table, each pass's share sorted), each due at once
     /// (not paced by `reconcile_period`), so the first operations are planned after its first
     /// pass instead of after all of it, and no single pass stalls the driver: at a million
     /// attachments a restart whose store reported nothing looked at every volume in one pass
