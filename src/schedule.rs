@@ -240,7 +240,7 @@ impl<D: Domain> Schedule<D> {
         // look is idempotent.
         pass.append(&mut self.next);
         // A round of marks comes sorted already; one of `mark_distinct` does not, and may hold
-        // a volume twice (marked again before the round began).
+        // a volume twice (listed twice).
         if !pass.is_sorted() {
             id_sort::sort_unstable(&mut pass);
         }
