@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 use std::fs::File;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -154,8 +154,10 @@ impl Etcd {
         self.wait_ready()
     }
 
-    /// Waits until the client port takes connections (etcd opens it once it can serve);
-    /// `Err` with its log if it exited first.
+    /// Waits until etcd says it is healthy (`/health` on the client port: it has a leader and
+    /// can serve); `Err` with its log if it exited first. The client port takes connections
+    /// before that (etcd binds it early), so an open port once let a test's first request
+    /// wait on the leader's election inside its own timeout.
     fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
@@ -165,15 +167,30 @@ impl Etcd {
                 self.child = None;
                 return Err(format!("({status}) {}", self.log()));
             }
-            if TcpStream::connect((Ipv4Addr::LOCALHOST, self.client_port)).is_ok() {
+            if self.healthy() {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(50));
         }
         panic!(
-            "etcd did not open its client port within 20 s: {}",
+            "etcd did not report itself healthy within 20 s: {}",
             self.log()
         );
+    }
+
+    /// Whether `GET /health` on the client port answers `"health":"true"`.
+    fn healthy(&self) -> bool {
+        let Ok(mut stream) = TcpStream::connect((Ipv4Addr::LOCALHOST, self.client_port)) else {
+            return false;
+        };
+        let timeout = Some(Duration::from_secs(2));
+        let request = b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+        let mut answer = String::new();
+        stream.set_read_timeout(timeout).is_ok()
+            && stream.set_write_timeout(timeout).is_ok()
+            && stream.write_all(request).is_ok()
+            && stream.read_to_string(&mut answer).is_ok()
+            && answer.contains("\"health\":\"true\"")
     }
 
     /// What etcd logged.
