@@ -121,8 +121,9 @@ impl<D: Domain> Schedule<D> {
     /// reported nothing, and sorting them all (by text, with string ids) delayed the first
     /// pass of that restart by about 120 ms.
     pub(crate) fn mark_distinct(&mut self, volumes: Vec<D::Volume>) {
-        if !self.holding {
+        if !self.holding && !volumes.is_empty() {
             if self.distinct.is_empty() {
+                // Taken whole by the round it makes, room and all: nothing to trim after.
                 self.distinct = volumes;
             } else {
                 self.distinct.extend(volumes);
@@ -238,24 +239,20 @@ impl<D: Domain> Schedule<D> {
         }
         // Beside the share, not instead of its turn: one may be looked at again there, and a
         // look is idempotent.
-        pass.append(&mut self.next);
-        // A round of marks comes sorted already; one of `mark_distinct` does not, and may hold
-        // a volume twice (listed twice).
-        if !pass.is_sorted() {
-            id_sort::sort_unstable(&mut pass);
-        }
-        pass.dedup();
+        self.add_next(&mut pass);
         pass
     }
 
-    /// Adds the volumes marked for the next pass to `pass`, keeping it sorted and each volume
-    /// once (the queued admissions binary-search a pass's volumes).
+    /// Adds the volumes marked for the next pass to `pass`, and leaves it sorted and each
+    /// volume once (the queued admissions binary-search a pass's volumes). Marks and a round
+    /// of them come sorted; a share of a [`mark_distinct`](Self::mark_distinct) round does
+    /// not, and may hold a volume twice (listed twice).
     fn add_next(&mut self, pass: &mut Vec<D::Volume>) {
         pass.append(&mut self.next);
-        if pass.len() > 1 {
+        if !pass.is_sorted() {
             id_sort::sort_unstable(pass);
-            pass.dedup();
         }
+        pass.dedup();
     }
 
     /// Hands back a list [`take_dirty`](Self::take_dirty) gave, for reuse.
@@ -375,10 +372,6 @@ impl<D: Domain> Schedule<D> {
         trim_heap(&mut self.node_timers);
         if self.next.capacity() > 64 && self.next.len() * 4 <= self.next.capacity() {
             self.next.shrink_to(self.next.len() * 2);
-        }
-        if self.distinct.is_empty() {
-            // A restart's list, taken whole by the round it made.
-            self.distinct = Vec::new();
         }
     }
 }
