@@ -1041,17 +1041,16 @@ impl<D: Domain> Reconciler<D> {
     /// Restart recovery: the backend knows of this attachment. Unless the store already reported
     /// it, it becomes Uncertain (upstream 96617), so it is neither lost nor trusted.
     ///
-    /// The first time the backend's listing names a volume the store listed (`store_listed`),
-    /// whether the orchestrator registered it is settled here, from the desired state's lookup
-    /// (the backend's spec is adopted for a volume it has none of): one no one registered goes
-    /// into `unregistered`, to be looked at in the first pass ([`StoreListed`]). Whether the entry leaves its volume settled is noted in
-    /// `settled` ([`SettledVolumes`]).
+    /// The backend's listing names a volume the store listed: noted in `store_listed`
+    /// ([`StoreListed`]). One without a spec gets the backend's, and with it a place past the
+    /// positions `settled` covers, so the end of recovery marks it with the unsettled ones;
+    /// whether the entry leaves a volume with a spec settled is noted in `settled`
+    /// ([`SettledVolumes`]).
     pub(crate) fn recover_attachment(
         &mut self,
         attachment: BackendAttachment<D>,
         store_listed: &mut StoreListed,
         settled: &mut SettledVolumes,
-        unregistered: &mut Vec<D::Volume>,
     ) {
         let BackendAttachment { volume, node, spec } = attachment;
         // One lookup in each table, whose entries the caller warmed in batches, answers all
@@ -1060,11 +1059,8 @@ impl<D: Domain> Reconciler<D> {
         let entry = self.actual.volume_entry(&volume);
         let records = entry.map_or(&[][..], |(_, list)| list);
         let recorded = records.iter().any(|a| a.node == node);
-        if let Some((at, _)) = entry
-            && store_listed.name(at)
-            && desired.is_none()
-        {
-            unregistered.push(volume.clone());
+        if let Some((at, _)) = entry {
+            store_listed.name(at);
         }
         if let Some((at, registered)) = desired {
             // An entry the store did not list adds an Uncertain record below: not settled.
@@ -1971,7 +1967,6 @@ impl<D: Domain> Reconciler<D> {
         self.schedule.keep_marks();
         let mut store_listed = StoreListed::new(self.actual.volumes_with_records());
         let mut settled = SettledVolumes::new(self.desired.volume_positions());
-        let mut unregistered = Vec::new();
         // Each listed attachment looks its volume's spec and records up: batches warmed, as a
         // long pass's.
         let mut listed = attachments.into_iter();
@@ -1982,33 +1977,28 @@ impl<D: Domain> Reconciler<D> {
             // Most listed volumes are known, and dropped: their names' blocks are read first.
             id_warm::warm(batch());
             for a in listed.by_ref().take(WARM_BATCH) {
-                self.recover_attachment(a, &mut store_listed, &mut settled, &mut unregistered);
+                self.recover_attachment(a, &mut store_listed, &mut settled);
             }
         }
-        // The store-listed volumes the backend never named: asked of the desired state now.
-        let unnamed: Vec<D::Volume> = if store_listed.all_named() {
-            Vec::new()
-        } else {
-            (self.actual.volumes_by_position().enumerate())
-                .filter(|(at, _)| store_listed.unnamed(*at))
-                .map(|(_, volume)| volume.clone())
-                .collect()
-        };
-        unregistered.extend(
-            unnamed
-                .into_iter()
-                .filter(|volume| self.desired.spec(volume).is_none()),
-        );
-        // Every volume with a spec the listing did not show settled: registered ones, and those
-        // whose spec is kept only to detach them. In the volume table's order, not sorted whole
-        // before the first pass of the round they make ([`Schedule::mark_distinct`]); a volume
-        // unregistered whose spec the backend's listing gave is in both lists, and may be
-        // looked at twice (a look is idempotent).
+        // Every volume with a spec the listing did not show settled: registered ones, those
+        // whose spec is kept only to detach them, and those no one registered whose spec the
+        // backend's listing gave (past the positions `settled` covers). In the volume table's
+        // order, not sorted whole before the first pass of the round they make
+        // ([`Schedule::mark_distinct`]).
         let mut unsettled: Vec<D::Volume> = (self.desired.volumes_by_position().enumerate())
             .filter(|(at, _)| !settled.is_settled(*at))
             .map(|(_, volume)| volume.clone())
             .collect();
-        unsettled.append(&mut unregistered);
+        // And the store-listed volumes the backend never named, if any: asked of the desired
+        // state now, and marked if no one registered them (they have no spec, so they are not
+        // among the above).
+        if !store_listed.all_named() {
+            let unnamed = (self.actual.volumes_by_position().enumerate())
+                .filter(|(at, _)| store_listed.unnamed(*at))
+                .map(|(_, volume)| volume)
+                .filter(|volume| self.desired.spec(volume).is_none());
+            unsettled.extend(unnamed.cloned());
+        }
         self.schedule.mark_distinct(unsettled);
         self.adopt_claims_in_use();
         // What inputs taken while recovering changed is among what was marked above: a volume

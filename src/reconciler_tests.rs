@@ -2043,7 +2043,6 @@ fn recover_one(r: &mut Reconciler<T>, volume: &'static str, node: &'static str) 
         attachment,
         &mut StoreListed::new(0),
         &mut SettledVolumes::new(0),
-        &mut Vec::new(),
     );
     // As the end of recovery does for every volume it could not note settled.
     r.schedule.mark(volume);

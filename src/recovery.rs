@@ -94,9 +94,9 @@ impl<D: Domain> Recovery<D> {
 /// of a restart; with `Name` ids their misses hid behind the listing's other work); the
 /// backend's listing looks every volume it names up in the desired state anyway, and names
 /// nearly every one the store lists. So the store-listed volumes are the volume table's first
-/// `entries` positions once the statuses are in, the backend's listing notes each it names (and
-/// whether it was registered before the listing's spec was adopted), and only those it never
-/// names are asked of the desired state afterwards: usually none.
+/// `entries` positions once the statuses are in, the backend's listing notes each it names (one
+/// no one registered gets the listing's spec there, and is marked with the unsettled ones), and
+/// only those it never names are asked of the desired state afterwards: usually none.
 #[derive(Debug)]
 pub(crate) struct StoreListed {
     entries: usize,

@@ -1732,6 +1732,26 @@ fn a_volume_only_the_store_lists_and_no_one_registers_is_looked_at_after_a_resta
     assert_eq!(blocked, [("gone", "n1")]);
 }
 
+/// The round a restart makes, taken a volume a pass as a core whose passes look at one volume
+/// would: the volume both listings hold and no one registers is in it once. Recovery once
+/// marked it twice, as unregistered and as unsettled (the backend's listing gives it a spec),
+/// and a round larger than a pass looked at it in two passes.
+#[test]
+fn a_restart_marks_a_volume_both_listings_hold_and_no_one_registers_once() {
+    for backend in [&["gone", "v1"][..], &["v1"]] {
+        let mut p = restarted_with_gone_unregistered(backend);
+        let mut looked = Vec::new();
+        while p.r.schedule.has_dirty() {
+            looked.extend(p.r.schedule.take_dirty(1));
+        }
+        looked.sort_unstable();
+        assert!(looked.contains(&"gone"), "{backend:?}: {looked:?}");
+        let mut once = looked.clone();
+        once.dedup();
+        assert_eq!(looked, once, "{backend:?}: each volume once");
+    }
+}
+
 /// The volumes the first pass after a restart looks at, taken and put back.
 fn marked_after_restart(p: &mut P) -> Vec<&'static str> {
     let marked = p.r.schedule.take_dirty(usize::MAX);
