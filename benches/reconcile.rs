@@ -20,7 +20,8 @@
 //! the hand-timed figures (move cost, recovery, the sync round's largest pass) are printed
 //! after criterion's. Criterion's name filter selects benchmarks only: the clusters are built
 //! and the hand-timed checks run anyway. To run less, `ATTACH_DETACH_BENCH_KINDS=u32` (or
-//! `string`, `name`, `arc`, comma-separated), `ATTACH_DETACH_BENCH_MAX_SIZE=10000`, and
+//! `string`, `name`, `arc`, comma-separated), `ATTACH_DETACH_BENCH_MAX_SIZE=10000` (and
+//! `ATTACH_DETACH_BENCH_MIN_SIZE=1000000` to build one size alone), and
 //! `ATTACH_DETACH_BENCH_CHECKS=sync` (or `allocations`, `moves`, `renumber`, `recovery`) for
 //! some of the hand-timed checks:
 //!
@@ -993,22 +994,26 @@ fn upstream_full_scan<D: Domain>(r: &Reconciler<D>, now: Duration) -> Scan {
 // ---- the benchmarks --------------------------------------------------------------------------
 
 /// The sizes built: 1,000, 10,000 and 150,000, and 1,000,000 outside test mode; none above
-/// `ATTACH_DETACH_BENCH_MAX_SIZE` if set (for profiling one size: what needs a missing size is
-/// skipped).
+/// `ATTACH_DETACH_BENCH_MAX_SIZE` or below `ATTACH_DETACH_BENCH_MIN_SIZE` if set (for profiling
+/// one size: what needs a missing size is skipped).
 fn sizes(test_mode: bool) -> Vec<u32> {
-    let max = std::env::var("ATTACH_DETACH_BENCH_MAX_SIZE")
-        .ok()
-        .map(|m| {
+    let bound = |name: &str| {
+        std::env::var(name).ok().map(|m| {
             m.parse::<u32>()
-                .expect("ATTACH_DETACH_BENCH_MAX_SIZE: a number")
+                .unwrap_or_else(|_| panic!("{name}: a number, not {m:?}"))
         })
-        .unwrap_or(u32::MAX);
+    };
+    let max = bound("ATTACH_DETACH_BENCH_MAX_SIZE").unwrap_or(u32::MAX);
+    let min = bound("ATTACH_DETACH_BENCH_MIN_SIZE").unwrap_or(0);
     let all: &[u32] = if test_mode {
         &[1_000, 10_000, 150_000]
     } else {
         &[1_000, 10_000, 150_000, 1_000_000]
     };
-    all.iter().copied().filter(|&s| s <= max).collect()
+    all.iter()
+        .copied()
+        .filter(|&s| (min..=max).contains(&s))
+        .collect()
 }
 
 /// Whether to run the id kind `kind`: every kind unless `ATTACH_DETACH_BENCH_KINDS` lists
