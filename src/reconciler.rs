@@ -1960,10 +1960,10 @@ impl<D: Domain> Reconciler<D> {
         // Volume marks are kept again: only what this recovery marks is looked at in the first
         // pass. Every volume the orchestrator registered (whose inputs marked nothing while
         // the core recovered) is marked below unless the backend's listing showed it settled
-        // ([`SettledVolumes`]); of the others, those the listings hold and no one registered
-        // are marked here and the ones only the backend lists as they are taken in. Which
-        // store-listed volumes are not registered is learnt from the backend's listing, which
-        // looks each volume it names up anyway ([`StoreListed`]).
+        // ([`SettledVolumes`]); so is every volume no one registered that a listing holds:
+        // the backend's listing gives each it names a spec, and the store-listed ones it never
+        // names are asked of the desired state. Which store-listed volumes it names is noted
+        // as it looks each up anyway ([`StoreListed`]).
         self.schedule.keep_marks();
         let mut store_listed = StoreListed::new(self.actual.volumes_with_records());
         let mut settled = SettledVolumes::new(self.desired.volume_positions());
