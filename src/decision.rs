@@ -45,6 +45,11 @@ pub(crate) struct DetachFacts {
     pub(crate) machine_off: bool,
     /// `Config::machine_fencing` is on (only the wording of a blocked detach changes).
     pub(crate) machine_fencing: bool,
+    /// A fresh read held this detach back: the store says the volume is in use while the
+    /// core's view says not. The read is the newer fact, so the unmount wait's timeout applies
+    /// as if the view said mounted (a crashed agent's last report, never withdrawn, would
+    /// otherwise hold an unhealthy node's volume forever).
+    pub(crate) held_back: bool,
     /// Upstream's C4: the attachment was first seen without a mount report, and stays
     /// "mounted" until the report for it changes.
     pub(crate) sticky_mount: bool,
@@ -117,7 +122,14 @@ pub(crate) fn decide_detach(f: &DetachFacts) -> Detach {
     } else {
         // C4: follow the latest report; upstream's bug keeps an assumed mount sticky.
         match f.in_use.map(|in_use| in_use || f.sticky_mount) {
-            Some(false) => (None, None),
+            // Unmounted as far as the view knows: unforced, the fresh read decides. If a read
+            // already found it mounted, the unmount wait escalates it where forcing is
+            // allowed, as for a mount the view knows of.
+            Some(false) if f.held_back && timed_out => (Some(ForceReason::Timeout), None),
+            Some(false) => (
+                None,
+                (f.held_back && escalates).then_some(f.unmount_deadline),
+            ),
             _ if timed_out => (Some(ForceReason::Timeout), None),
             // Not heard from means mounted, so the core cannot clear the detach itself; but
             // waiting for a first report that may never come would leak the volume. The fresh
@@ -241,6 +253,7 @@ mod tests {
             deleted_node_is_fenced: false,
             machine_off: false,
             machine_fencing: false,
+            held_back: false,
             sticky_mount: false,
             store_settled: true,
             clearance: None,
@@ -326,6 +339,58 @@ mod tests {
             Detach::Wait { wake: None },
             "never forced from a healthy node (110721)"
         );
+    }
+
+    #[test]
+    fn a_mount_only_a_fresh_read_saw_escalates_like_one_the_view_knows() {
+        // The view says unmounted; a fresh read, newer, said mounted (a crashed agent's last
+        // report). Unforced it goes to the read again; on an unhealthy node where forcing is
+        // allowed, the unmount wait's end is timed and then forces.
+        let held = DetachFacts {
+            held_back: true,
+            ..unused()
+        };
+        assert_eq!(decide_detach(&held), go(None, Step::ReadNode), "healthy");
+        let unhealthy = DetachFacts {
+            healthy: false,
+            force_allowed: true,
+            ..held
+        };
+        assert_eq!(
+            decide_detach(&unhealthy),
+            Detach::Go {
+                force: None,
+                step: Step::ReadNode,
+                wake: Some(s(370))
+            }
+        );
+        let expired = DetachFacts {
+            now: s(370),
+            ..unhealthy.clone()
+        };
+        assert_eq!(
+            decide_detach(&expired),
+            go(Some(ForceReason::Timeout), Step::ReadNode)
+        );
+        let not_allowed = DetachFacts {
+            force_allowed: false,
+            ..expired.clone()
+        };
+        assert_eq!(decide_detach(&not_allowed), go(None, Step::ReadNode));
+        let healthy = DetachFacts {
+            healthy: true,
+            ..expired.clone()
+        };
+        assert_eq!(
+            decide_detach(&healthy),
+            go(None, Step::ReadNode),
+            "never forced from a healthy node (110721)"
+        );
+        let not_held = DetachFacts {
+            held_back: false,
+            ..expired
+        };
+        assert_eq!(decide_detach(&not_held), go(None, Step::ReadNode));
     }
 
     #[test]

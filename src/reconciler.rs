@@ -2345,6 +2345,10 @@ impl<D: Domain> Reconciler<D> {
             .saturating_add(self.config.max_wait_for_unmount);
         let node_facts = self.actual.node(node);
         let present = node_facts.is_some_and(|n| n.present);
+        let held_back = !self.waiting_unmount.is_empty()
+            && self
+                .waiting_unmount
+                .contains(&(node.clone(), volume.clone()));
         let facts = DetachFacts {
             now,
             unmount_deadline,
@@ -2360,12 +2364,10 @@ impl<D: Domain> Reconciler<D> {
                 now,
                 (volume, node),
                 node_facts,
-                !self.waiting_unmount.is_empty()
-                    && self
-                        .waiting_unmount
-                        .contains(&(node.clone(), volume.clone())),
+                held_back,
             ),
             machine_fencing: self.config.machine_fencing.is_some(),
+            held_back,
             sticky_mount,
             store_settled: bugs.c5_detach_before_status_ack
                 || !present

@@ -1290,6 +1290,46 @@ fn a_timeout_detach_is_held_back_when_the_node_is_healthy_again() {
     assert_eq!(p.run(ms(100)), ["detach v1 n1 forced:timeout"]);
 }
 
+/// The core's view of an unhealthy node says the volume is not in use, but the store holds a
+/// crashed agent's last report that it is, which no agent will withdraw. The fresh read holds
+/// the unforced detach back; where forcing is allowed, the unmount wait's end forces it, as it
+/// would had the view said mounted. (The world fuzzer found the pod stranded: the view's
+/// "unmounted" kept the detach unforced, and every recheck read the same report.)
+#[test]
+fn a_mount_only_the_read_sees_on_an_unhealthy_node_is_forced_at_the_unmount_timeout() {
+    let config = || Config {
+        force_detach_on_timeout: true,
+        max_wait_for_unmount: secs(30),
+        ..Config::default()
+    };
+    let mut p = held_back(
+        config(),
+        facts(false, false, Some(&[])),
+        facts(false, false, Some(&["v1"])),
+    );
+    assert!(p.now < secs(30), "read before the unmount wait ran out");
+    assert_held_back(&mut p, "in use");
+    let m = p.mark();
+    p.run(secs(40));
+    let names = p.names_since(m);
+    assert!(
+        names.iter().any(|n| n == "detach v1 n1 forced:timeout"),
+        "{names:?}"
+    );
+    assert!(p.now >= secs(30));
+    // Forcing not allowed: the same disagreement waits for a human (or a new report).
+    let mut p = held_back(
+        Config {
+            force_detach_on_timeout: false,
+            ..config()
+        },
+        facts(false, false, Some(&[])),
+        facts(false, false, Some(&["v1"])),
+    );
+    p.run(secs(60));
+    assert_eq!(p.count_planned("detach"), 0, "{:?}", p.names_since(0));
+}
+
 #[test]
 fn a_hold_back_is_reported_once_per_episode_across_rechecks() {
     let mut p = held_back(Config::default(), using(&[]), using(&["v1"]));
