@@ -38,6 +38,10 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/claim-only-volume-one-node-at-a-time.scn"),
     ),
     (
+        "crashed-agent-report-outlives-the-view",
+        include_str!("../../examples/scenarios/crashed-agent-report-outlives-the-view.scn"),
+    ),
+    (
         "deleted-node-not-forced-on-timeout",
         include_str!("../../examples/scenarios/deleted-node-not-forced-on-timeout.scn"),
     ),
