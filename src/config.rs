@@ -92,6 +92,8 @@ pub struct Config {
     /// reports the volume in use, although the core's view of the node said otherwise) is
     /// looked at again, if the node sends no new report first. A held-back detach is not a
     /// failure: it costs no backoff, no failure event and no status write, only this re-read.
+    /// The read is the newer fact: on an unhealthy node, `force_detach_on_timeout` applies to
+    /// such a detach as to one the view knows mounted.
     pub unmount_recheck: Duration,
     /// Allow detaching a still-mounted volume from an unhealthy, unfenced node after
     /// `max_wait_for_unmount`. Risky: the node may still be writing. Never applies to a healthy
