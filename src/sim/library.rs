@@ -30,6 +30,12 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/backend-partition-one-node.scn"),
     ),
     (
+        "claim-only-volume-held-by-a-crashed-agents-report",
+        include_str!(
+            "../../examples/scenarios/claim-only-volume-held-by-a-crashed-agents-report.scn"
+        ),
+    ),
+    (
         "claim-only-volume-held-by-a-crashed-node",
         include_str!("../../examples/scenarios/claim-only-volume-held-by-a-crashed-node.scn"),
     ),

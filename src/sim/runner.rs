@@ -1,7 +1,7 @@
 //! Runs a scenario: the real controller and core on tokio's paused clock, against the simulated
 //! world, with invariants checked as things happen and expectations at their times.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
@@ -622,10 +622,23 @@ impl Sim {
         self.refresh_listed();
         let multi = self.multi_attach.lock().clone();
         let full = self.node_full.lock().clone();
+        let nodes: Vec<String> = self.world.lock().nodes.keys().cloned().collect();
+        let in_use: BTreeMap<String, BTreeSet<String>> = nodes
+            .into_iter()
+            .map(|node| {
+                let reported = self.store.with_status(&node, |status| {
+                    status
+                        .and_then(|s| s.in_use.as_ref())
+                        .map(|list| list.iter().cloned().collect())
+                        .unwrap_or_default()
+                });
+                (node, reported)
+            })
+            .collect();
         {
             let mut w = self.world.lock();
             w.now = end;
-            w.check_final(&multi, &full);
+            w.check_final(&multi, &full, &in_use);
         }
         // A crash not seen yet is seen now; a controller still running stops here.
         if let Some(task) = self.controller.take() {

@@ -655,11 +655,13 @@ impl World {
     /// runs, and no attachment is left that nothing needs. A pod may wait only for a single-node
     /// volume another node rightly holds (a pod there uses it, or the node crashed unfenced:
     /// seed 004's safe outcome), and then only with a Multi-Attach event naming it, or for room on
-    /// a node at its attach limit, named in a node-full event.
+    /// a node at its attach limit, named in a node-full event. `in_use` is what the store holds
+    /// of each node's in-use report.
     pub(crate) fn check_final(
         &mut self,
         multi_attach_pods: &BTreeSet<String>,
         node_full_pods: &BTreeSet<String>,
+        in_use: &BTreeMap<String, BTreeSet<String>>,
     ) {
         let mut problems = Vec::new();
         // Single-node volumes another node rightly keeps: a pod there still uses it, or the
@@ -701,6 +703,14 @@ impl World {
         let mut granted: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
         for (name, listed) in &self.listed {
             for v in listed.iter().filter(|v| self.claim_only.contains(*v)) {
+                granted.entry(v.as_str()).or_default().insert(name.as_str());
+            }
+        }
+        // And a claim the store still says a node's agent has in use: a crashed agent never
+        // withdraws its last report, and nothing else tells the controller that the machine,
+        // booted clean, no longer mounts it.
+        for (name, reported) in in_use {
+            for v in reported.iter().filter(|v| self.claim_only.contains(*v)) {
                 granted.entry(v.as_str()).or_default().insert(name.as_str());
             }
         }
