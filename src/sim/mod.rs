@@ -22,7 +22,9 @@
 //!   by a crashed, unfenced node stays there and the pods waiting for it wait, with a
 //!   Multi-Attach event (seed 004's safe outcome). The same goes for a node whose object was
 //!   deleted, whose agent is cut off from the API, or that the backend cannot reach (nothing
-//!   may be detached from them on a guess), and for a volume whose unmount hangs. A claim a
+//!   may be detached from them on a guess), and for a volume whose unmount hangs. A claim-only
+//!   volume is held by a node that mounts it, lists it, or whose agent's last report in the
+//!   store still names it in use (a crashed agent never withdraws it). A claim a
 //!   restarted controller named in a `ClaimInDoubt` event may stay unlisted, and the pods
 //!   that want it wait, while another node it named still has a pod using it. A live node
 //!   is up, has its object, its agent reports, and the backend reaches it. A pod may also wait
