@@ -112,6 +112,12 @@ pub(crate) fn judge_detach<D: Domain>(
         return Ok(());
     }
     let why = match force {
+        // A dead agent's report is never withdrawn: say what moves the volume.
+        None if status.healthy == Some(false) => {
+            ", and the node is unhealthy: fence it (out-of-service) once its machine is off, \
+             and the volume moves (with force_detach_on_timeout, it also moves when the unmount \
+             wait ends)"
+        }
         None => "",
         Some(ForceReason::OutOfService) => {
             ", and the node is no longer fenced (the fence the detach was planned on is stale)"
@@ -157,6 +163,12 @@ mod tests {
             Err("its agent reports it in use".into())
         );
         assert!(judge(Some(&status(None, false, true)), None).is_err());
+        // Unhealthy: the event says what a human can do.
+        assert!(
+            judge(Some(&status(Some(&["v"]), false, false)), None)
+                .unwrap_err()
+                .contains("fence it (out-of-service)")
+        );
         assert_eq!(
             judge(
                 Some(&status(Some(&["v"]), true, true)),

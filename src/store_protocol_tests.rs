@@ -1308,7 +1308,7 @@ fn a_mount_only_the_read_sees_on_an_unhealthy_node_is_forced_at_the_unmount_time
         facts(false, false, Some(&["v1"])),
     );
     assert!(p.now < secs(30), "read before the unmount wait ran out");
-    assert_held_back(&mut p, "in use");
+    assert_held_back(&mut p, "the node is unhealthy: fence it");
     let m = p.mark();
     p.run(secs(40));
     let names = p.names_since(m);
