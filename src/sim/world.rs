@@ -700,17 +700,12 @@ impl World {
                 claims.entry(v.as_str()).or_default().insert(name.as_str());
             }
         }
-        let mut granted: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-        for (name, listed) in &self.listed {
-            for v in listed.iter().filter(|v| self.claim_only.contains(*v)) {
-                granted.entry(v.as_str()).or_default().insert(name.as_str());
-            }
-        }
         // And a claim the store still says a node's agent has in use: a crashed agent never
         // withdraws its last report, and nothing else tells the controller that the machine,
         // booted clean, no longer mounts it.
-        for (name, reported) in in_use {
-            for v in reported.iter().filter(|v| self.claim_only.contains(*v)) {
+        let mut granted: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        for (name, volumes) in self.listed.iter().chain(in_use) {
+            for v in volumes.iter().filter(|v| self.claim_only.contains(*v)) {
                 granted.entry(v.as_str()).or_default().insert(name.as_str());
             }
         }
