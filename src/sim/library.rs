@@ -44,8 +44,8 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/claim-only-volume-one-node-at-a-time.scn"),
     ),
     (
-        "crashed-agent-report-outlives-the-view",
-        include_str!("../../examples/scenarios/crashed-agent-report-outlives-the-view.scn"),
+        "crashed-agents-report-outlives-its-mounts",
+        include_str!("../../examples/scenarios/crashed-agents-report-outlives-its-mounts.scn"),
     ),
     (
         "deleted-node-not-forced-on-timeout",

@@ -840,8 +840,16 @@ impl Sim {
         // The store holds the node's fence and health as they are now (a taint, a Ready
         // condition); the controller hears of them through the watch, late.
         let name = node.to_string();
-        if let Some(in_use) = report {
-            self.store.set_in_use(&name, in_use);
+        let mut facts = facts;
+        match report {
+            Some(in_use) => self.store.set_in_use(&name, in_use),
+            // No agent reported: the watch carries the in-use list the store still holds,
+            // not the machine's (a clean boot cleared that, but only an agent tells the API).
+            None => {
+                facts.in_use = self
+                    .store
+                    .with_status(&name, |status| status.and_then(|s| s.in_use.clone()));
+            }
         }
         self.store.set_fenced(&name, facts.fenced);
         self.store.set_healthy(&name, facts.healthy);
