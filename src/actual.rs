@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashSet;
 use smallvec::SmallVec;
 
 use crate::dense_table::{DenseTable, Keyed, WARM_BATCH};
@@ -219,6 +219,8 @@ impl<D: Domain> Keyed for VolumeAttachments<D> {
 
 #[derive(Debug)]
 pub(crate) struct ActualNode<D: Domain> {
+    /// The node itself: the key of [`ActualState::nodes`].
+    node: D::Node,
     /// The node object exists (added and not removed).
     pub(crate) present: bool,
     pub(crate) healthy: bool,
@@ -324,15 +326,15 @@ fn put<V: Ord + Clone, T>(list: &mut Vec<(V, T)>, volume: &V, value: Option<T>) 
 
 /// `node`'s record, made if it is new.
 fn node_entry<'a, D: Domain>(
-    nodes: &'a mut FxHashMap<D::Node, ActualNode<D>>,
+    nodes: &'a mut DenseTable<ActualNode<D>>,
     report_generations: &mut u64,
     node: &D::Node,
 ) -> &'a mut ActualNode<D> {
-    nodes.entry(node.clone()).or_insert_with(|| ActualNode {
+    nodes.get_or_make(node, |node| ActualNode {
         report_gen: next_generation(report_generations),
         // From the same counter: any number never handed out before will do.
         epoch: next_generation(report_generations),
-        ..ActualNode::unknown()
+        ..ActualNode::unknown(node.clone())
     })
 }
 
@@ -343,7 +345,7 @@ const OUT_OF_RING: u32 = u32::MAX;
 /// positions of the nodes the ring moves true.
 fn leave_ring<D: Domain>(
     ring: &mut VerifyRing<D::Node>,
-    nodes: &mut FxHashMap<D::Node, ActualNode<D>>,
+    nodes: &mut DenseTable<ActualNode<D>>,
     pos: u32,
 ) {
     if pos == OUT_OF_RING {
@@ -362,9 +364,17 @@ fn next_generation(generations: &mut u64) -> u64 {
     *generations
 }
 
+impl<D: Domain> Keyed for ActualNode<D> {
+    type Key = D::Node;
+    fn key(&self) -> &D::Node {
+        &self.node
+    }
+}
+
 impl<D: Domain> ActualNode<D> {
-    fn unknown() -> Self {
+    fn unknown(node: D::Node) -> Self {
         ActualNode {
+            node,
             present: false,
             healthy: false,
             fenced: false,
@@ -454,7 +464,7 @@ impl<D: Domain> ActualNode<D> {
 #[derive(Debug)]
 pub struct ActualState<D: Domain> {
     volumes: DenseTable<VolumeAttachments<D>>,
-    nodes: FxHashMap<D::Node, ActualNode<D>>,
+    nodes: DenseTable<ActualNode<D>>,
     /// The nodes with a pending detach request: exactly those whose `detach_requested` list
     /// is not empty.
     requesting: FxHashSet<D::Node>,
@@ -476,7 +486,7 @@ impl<D: Domain> Default for ActualState<D> {
     fn default() -> Self {
         ActualState {
             volumes: DenseTable::default(),
-            nodes: FxHashMap::default(),
+            nodes: DenseTable::default(),
             requesting: FxHashSet::default(),
             ring: VerifyRing::default(),
             report_changed: Marks::default(),
@@ -501,7 +511,7 @@ impl<D: Domain> ActualState<D> {
     #[cfg(feature = "internals")]
     pub(crate) fn spend_generations(&mut self) -> usize {
         let mut left = 0;
-        for n in self.nodes.values_mut() {
+        for n in self.nodes.iter_mut() {
             if !n.attached.is_empty() && n.generations < ActualNode::<D>::MAX_GENERATION {
                 left += 1;
             }
@@ -702,7 +712,7 @@ impl<D: Domain> ActualState<D> {
 
     /// Every node with an attachment or known facts.
     pub fn nodes(&self) -> impl Iterator<Item = &D::Node> {
-        self.nodes.keys()
+        self.nodes.iter().map(|n| &n.node)
     }
 
     /// Drops `node`'s record and its place in the verify ring.
@@ -1104,7 +1114,7 @@ impl<D: Domain> ActualState<D> {
             // The records stay, and so does their numbering.
             generations: n.generations,
             epoch: n.epoch,
-            ..ActualNode::unknown()
+            ..ActualNode::unknown(n.node.clone())
         };
         n.volumes().cloned().collect()
     }
@@ -1149,7 +1159,7 @@ mod tests {
     fn snapshot(a: &ActualState<U>) -> String {
         let mut volumes: Vec<_> = a.volumes.iter().collect();
         volumes.sort_by_key(|v| v.volume);
-        let mut nodes: Vec<_> = a.nodes.iter().collect();
+        let mut nodes: Vec<_> = a.nodes.iter().map(|n| (&n.node, n)).collect();
         nodes.sort_by_key(|(node, _)| **node);
         let mut out = format!("len {}\n", a.len);
         for v in volumes {
@@ -1177,7 +1187,8 @@ mod tests {
     fn generations_of(a: &ActualState<T>) -> BTreeMap<(&'static str, &'static str), (u32, bool)> {
         a.nodes
             .iter()
-            .flat_map(|(n, on)| {
+            .flat_map(|on| {
+                let n = &on.node;
                 on.attached
                     .iter()
                     .map(|(v, s)| ((*n, *v), (s.generation(), s.reported())))
@@ -1229,7 +1240,8 @@ mod tests {
     /// Every node's generations are distinct, and every one was handed out in its epoch (none
     /// is above the counter, which would hand it out again).
     fn assert_generations_fit(a: &ActualState<T>) {
-        for (node, n) in &a.nodes {
+        for n in a.nodes.iter() {
+            let node = &n.node;
             let mut seen: Vec<u32> = n.attached.iter().map(|(_, s)| s.generation()).collect();
             assert!(
                 seen.iter().all(|g| (1..=n.generations).contains(g)),
@@ -1726,7 +1738,7 @@ mod tests {
                 .collect();
             assert_eq!(a.ring.len(), attached.len(), "ring {:?}", a.ring);
             for n in attached {
-                let pos = a.nodes[n].ring_pos;
+                let pos = a.nodes.get(n).expect("a node of the ring").ring_pos;
                 assert_ne!(pos, OUT_OF_RING, "in the ring");
                 let pos = pos as usize;
                 assert_eq!(a.ring.at(pos), Some(n));

@@ -5,8 +5,7 @@
 //! own write, or a fresh read at recovery; anything else leaves the stored list unknown, and an
 //! unknown list is always written.
 
-use rustc_hash::FxHashMap;
-
+use crate::dense_table::{DenseTable, Keyed};
 use crate::domain::Domain;
 use crate::line_warm::warm_lines;
 use crate::marks::Marks;
@@ -15,6 +14,8 @@ use crate::store::{ReportedVolume, Revision};
 
 #[derive(Debug)]
 struct NodeRecord<D: Domain> {
+    /// The node itself: the key of [`StatusBook::nodes`].
+    node: D::Node,
     /// Which node object this is: a number no other record of the book was given, drawn when
     /// the record is made and again when the object is deleted (a node of the same name made
     /// later is another object). A call's answer is taken only for the object it was planned
@@ -42,10 +43,18 @@ struct NodeRecord<D: Domain> {
     conflicts: u8,
 }
 
+impl<D: Domain> Keyed for NodeRecord<D> {
+    type Key = D::Node;
+    fn key(&self) -> &D::Node {
+        &self.node
+    }
+}
+
 impl<D: Domain> NodeRecord<D> {
     /// A record of a node object the book did not know, numbered from `objects`.
-    fn new(objects: &mut u64) -> Self {
+    fn new(node: D::Node, objects: &mut u64) -> Self {
         NodeRecord {
+            node,
             object: next_object(objects),
             stored: None,
             writing: None,
@@ -66,7 +75,7 @@ fn next_object(objects: &mut u64) -> u64 {
 /// The controller's knowledge of the node-status store.
 #[derive(Debug)]
 pub struct StatusBook<D: Domain> {
-    nodes: FxHashMap<D::Node, NodeRecord<D>>,
+    nodes: DenseTable<NodeRecord<D>>,
     /// The node objects numbered so far ([`NodeRecord::object`]).
     objects: u64,
     /// Nodes whose report may differ from the store.
@@ -76,7 +85,7 @@ pub struct StatusBook<D: Domain> {
 impl<D: Domain> Default for StatusBook<D> {
     fn default() -> Self {
         StatusBook {
-            nodes: FxHashMap::default(),
+            nodes: DenseTable::default(),
             objects: 0,
             dirty: Marks::default(),
         }
@@ -145,7 +154,7 @@ impl<D: Domain> StatusBook<D> {
         list: &[ReportedVolume<D>],
         revision: &Revision,
     ) -> Option<&mut NodeRecord<D>> {
-        let record = self.record(node);
+        let record = self.record(&node);
         record.missing = false;
         let same = record.revision.as_ref() == Some(revision)
             && record.stored.as_ref().is_some_and(|stored| {
@@ -171,10 +180,7 @@ impl<D: Domain> StatusBook<D> {
     /// to [`is_object`](Self::is_object) with its answer. Makes the node's record if it has
     /// none.
     pub(crate) fn object(&mut self, node: &D::Node) -> u64 {
-        match self.nodes.get(node) {
-            Some(r) => r.object,
-            None => self.record(node.clone()).object,
-        }
+        self.record(node).object
     }
 
     /// Whether `object` ([`object`](Self::object)) is still `node`'s: if not, the node object
@@ -192,11 +198,10 @@ impl<D: Domain> StatusBook<D> {
     }
 
     /// `node`'s record, made if it has none.
-    fn record(&mut self, node: D::Node) -> &mut NodeRecord<D> {
+    fn record(&mut self, node: &D::Node) -> &mut NodeRecord<D> {
         let objects = &mut self.objects;
         self.nodes
-            .entry(node)
-            .or_insert_with(|| NodeRecord::new(objects))
+            .get_or_make(node, |node| NodeRecord::new(node.clone(), objects))
     }
 
     /// What the store holds for `node`, if known, sorted by volume.
@@ -278,7 +283,7 @@ impl<D: Domain> StatusBook<D> {
     /// A write of `list` (sorted by volume), the node's report at `generation`, is in flight
     /// for `node`.
     pub(crate) fn start_write(&mut self, node: D::Node, generation: u64, list: ReportedVolumes<D>) {
-        self.record(node).writing = Some((list, generation));
+        self.record(&node).writing = Some((list, generation));
     }
 
     /// The store acknowledged the write in flight, which it now holds at `revision`. Returns
@@ -336,8 +341,7 @@ impl<D: Domain> StatusBook<D> {
         let objects = &mut self.objects;
         let record = self
             .nodes
-            .entry(node.clone())
-            .or_insert_with(|| NodeRecord::new(objects));
+            .get_or_make(&node, |node| NodeRecord::new(node.clone(), objects));
         if record.missing {
             // Gone (deleted, or the store had no such node): another object now.
             record.object = next_object(objects);
