@@ -20,7 +20,10 @@
 //! - **I3** at the end, every live node's reported list equals its real attachments, every pod
 //!   on a live node runs, and no attachment is left that nothing needs; except that a volume held
 //!   by a crashed, unfenced node stays there and the pods waiting for it wait, with a
-//!   Multi-Attach event (seed 004's safe outcome). The same goes for a node whose object was
+//!   Multi-Attach event (seed 004's safe outcome); with force-detach-on-timeout on, only until
+//!   the unmount wait could have ended (the world still for that wait and five minutes more),
+//!   after which a crashed or powered-off node must have let go of a volume no pod there
+//!   uses. The same goes for a node whose object was
 //!   deleted, whose agent is cut off from the API, or that the backend cannot reach (nothing
 //!   may be detached from them on a guess), and for a volume whose unmount hangs. A claim-only
 //!   volume is held by a node that mounts it, lists it, or whose agent's last report in the

@@ -322,6 +322,7 @@ impl Sim {
         let epoch = Instant::now();
         let mut world = World {
             force_detach_on_timeout: scenario.settings.force_detach_on_timeout,
+            max_wait_for_unmount: scenario.settings.max_wait_for_unmount,
             machine_fencing: scenario.settings.machine_fencing,
             // Any fixed non-zero state works for xorshift; a seed of 0 means no jitter.
             rng: scenario.settings.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15),

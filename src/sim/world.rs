@@ -113,6 +113,11 @@ pub struct Violation {
     pub message: String,
 }
 
+/// How long past [`World::max_wait_for_unmount`] a still world gives the controller's forced
+/// detach from an unhealthy node (its fresh read, rechecks and a failed call's backoff)
+/// before the final check stops excusing the wait for it.
+const FORCE_MARGIN: Duration = Duration::from_secs(5 * 60);
+
 /// Everything the simulation knows that the controller does not.
 #[derive(Debug, Default)]
 pub(crate) struct World {
@@ -147,6 +152,9 @@ pub(crate) struct World {
     pub(crate) trace: Vec<String>,
     pub(crate) last_change: Duration,
     pub(crate) force_detach_on_timeout: bool,
+    /// `set max-wait-for-unmount`: with [`force_detach_on_timeout`](Self::force_detach_on_timeout),
+    /// how long an unhealthy node may keep a volume no pod there uses.
+    pub(crate) max_wait_for_unmount: Duration,
     /// `set machine-fencing on`: a powered-off node's volumes must move (I3), and only a
     /// machine that is really off may have a mounted volume detached (I2).
     pub(crate) machine_fencing: bool,
@@ -675,21 +683,31 @@ impl World {
             .flat_map(|(node, pod)| pod.volumes.iter().map(move |v| (node, v.as_str())))
             .collect();
         let used_on = |node: &str, volume: &str| used.contains(&(node, volume));
+        // With force_detach_on_timeout, an unhealthy node's hold ends with the unmount wait:
+        // the controller then detaches forced (the user took that risk). Once the world has
+        // been still for that wait and a margin for retries and backoff, a crashed or
+        // powered-off node no longer rightly keeps a volume no pod there uses.
+        let forced_by_now = self.force_detach_on_timeout
+            && self.now.saturating_sub(self.last_change)
+                >= self.max_wait_for_unmount.saturating_add(FORCE_MARGIN);
         // A node that does not settle (crashed, deleted, silent, cut off from the backend)
         // or whose unmount of the volume hangs keeps what it has: nothing may be detached on
         // a guess.
         // (A fenced node keeps nothing: its volumes may and must be detached.)
         let keeps = |node: &str, volume: &str| {
-            let cut_off = self.partitioned.contains(node);
+            if self.partitioned.contains(node) || used_on(node, volume) {
+                return true;
+            }
             self.nodes.get(node).is_some_and(|n| {
-                n.power == Power::Crashed
-                    // Powered off without a taint: only machine fencing can tell.
-                    || (n.power == Power::Off && !self.machine_fencing)
+                // Powered off without a taint: only machine fencing can tell.
+                let unhealthy =
+                    n.power == Power::Crashed || (n.power == Power::Off && !self.machine_fencing);
+                let forced = forced_by_now && n.object && !n.holds_hung(volume);
+                (unhealthy && !forced)
                     || !n.object
                     || (n.power == Power::Up && !n.reporting)
                     || n.holds_hung(volume)
-            }) || cut_off
-                || used_on(node, volume)
+            })
         };
         // Where each claim-only volume is held: a claim has no backend record, so the agents'
         // mounts and the store's lists (the grant, which a node that never mounted it, say
