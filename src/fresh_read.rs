@@ -115,8 +115,8 @@ pub(crate) fn judge_detach<D: Domain>(
         // A dead agent's report is never withdrawn: say what moves the volume.
         None if status.healthy == Some(false) => {
             ", and the node is unhealthy: fence it (out-of-service) once its machine is off, \
-             and the volume moves (with force_detach_on_timeout, it also moves when the unmount \
-             wait ends)"
+             and the volume moves (with machine fencing, it also moves once the backend says the \
+             machine is off; with force_detach_on_timeout, when the unmount wait ends)"
         }
         None => "",
         Some(ForceReason::OutOfService) => {
@@ -163,12 +163,15 @@ mod tests {
             Err("its agent reports it in use".into())
         );
         assert!(judge(Some(&status(None, false, true)), None).is_err());
-        // Unhealthy: the event says what a human can do.
-        assert!(
-            judge(Some(&status(Some(&["v"]), false, false)), None)
-                .unwrap_err()
-                .contains("fence it (out-of-service)")
-        );
+        // Unhealthy: the event says what a human can do, and what the configuration can.
+        let unhealthy = judge(Some(&status(Some(&["v"]), false, false)), None).unwrap_err();
+        for advice in [
+            "fence it (out-of-service)",
+            "with machine fencing",
+            "with force_detach_on_timeout",
+        ] {
+            assert!(unhealthy.contains(advice), "{advice:?} in {unhealthy:?}");
+        }
         assert_eq!(
             judge(
                 Some(&status(Some(&["v"]), true, true)),
