@@ -702,8 +702,7 @@ impl World {
                 // Powered off without a taint: only machine fencing can tell.
                 let unhealthy =
                     n.power == Power::Crashed || (n.power == Power::Off && !self.machine_fencing);
-                let forced = forced_by_now && n.object && !n.holds_hung(volume);
-                (unhealthy && !forced)
+                (unhealthy && !forced_by_now)
                     || !n.object
                     || (n.power == Power::Up && !n.reporting)
                     || n.holds_hung(volume)
