@@ -1,4 +1,5 @@
-//! A hash table for the core's largest tables (one entry per volume or workload) and for its
+//! A hash table for the core's largest tables (one entry per volume; the placed workloads are in
+//! a [`SlotTable`](crate::slot_table::SlotTable), whose entries keep their place) and for its
 //! large records (one per node): the entries live in one dense array, each carrying its own
 //! key, and the hash table holds only a 4-byte position.
 //!

@@ -15,6 +15,7 @@ use crate::config::Config;
 use crate::dense_table::{DenseTable, Keyed};
 use crate::domain::Domain;
 use crate::gate::trim_map;
+use crate::slot_table::{Slot, SlotTable};
 use crate::volume::VolumeSpec;
 
 /// Misuse of the desired state, reported instead of being silently absorbed.
@@ -278,13 +279,14 @@ impl<D: Domain> VolumeEntry<D> {
 /// ```
 #[derive(Debug)]
 pub struct DesiredState<D: Domain> {
-    /// Managed nodes, each with the workloads placed on it (unordered).
-    nodes: FxHashMap<D::Node, Vec<D::Workload>>,
+    /// Managed nodes, each with the slots of the workloads placed on it (unordered): a
+    /// workload leaving is found by comparing numbers, not ids ([`SlotTable`]).
+    nodes: FxHashMap<D::Node, Vec<Slot>>,
     /// Every volume with a known spec. Spec and desired nodes share one entry: one table keyed
     /// by volume instead of two saves a hash-table slot per volume.
     volumes: DenseTable<VolumeEntry<D>>,
-    /// Placed workloads.
-    workloads: DenseTable<Placement<D>>,
+    /// Placed workloads, each in a slot its node's list points at.
+    workloads: SlotTable<Placement<D>>,
     /// Workloads that wait for a node or a volume.
     pending: FxHashMap<D::Workload, Pending<D>>,
     /// Pending workloads by the node they name, whether it is known or not: an arriving node
@@ -325,7 +327,7 @@ impl<D: Domain> DesiredState<D> {
         DesiredState {
             nodes: FxHashMap::default(),
             volumes: DenseTable::default(),
-            workloads: DenseTable::default(),
+            workloads: SlotTable::default(),
             pending: FxHashMap::default(),
             pending_on_node: FxHashMap::default(),
             pending_on_volume: FxHashMap::default(),
@@ -358,14 +360,19 @@ impl<D: Domain> DesiredState<D> {
     /// it again, so the volumes they needed are no longer desired there. Returns the volumes
     /// whose desired nodes changed.
     pub(crate) fn remove_node(&mut self, node: &D::Node) -> Vec<D::Volume> {
-        let Some(mut placed) = self.nodes.remove(node) else {
+        let Some(placed) = self.nodes.remove(node) else {
             return Vec::new();
         };
+        let mut placed: Vec<D::Workload> = placed
+            .iter()
+            .map(|&at| self.workloads.at(at).workload.clone())
+            .collect();
         placed.sort();
         let mut changed = Vec::new();
         for workload in placed {
-            if let Some(placement) = self.workloads.remove(&workload) {
-                self.unplace(&workload, &placement, &mut changed);
+            if let Some(at) = self.workloads.vacate(&workload) {
+                self.unplace(at, &mut changed);
+                let placement = self.workloads.vacated(at).clone();
                 self.pend(workload, placement, None);
             }
         }
@@ -455,8 +462,9 @@ impl<D: Domain> DesiredState<D> {
         users.dedup();
         let mut changed = vec![volume.clone()];
         for workload in users {
-            if let Some(placement) = self.workloads.remove(&workload) {
-                self.unplace(&workload, &placement, &mut changed);
+            if let Some(at) = self.workloads.vacate(&workload) {
+                self.unplace(at, &mut changed);
+                let placement = self.workloads.vacated(at).clone();
                 self.pend(workload, placement, None);
             }
         }
@@ -541,8 +549,8 @@ impl<D: Domain> DesiredState<D> {
                 return Ok(());
             }
         }
-        if let Some(old) = self.workloads.remove(&workload) {
-            self.unplace(&workload, &old, changed);
+        if let Some(at) = self.workloads.vacate(&workload) {
+            self.unplace(at, changed);
         }
         self.unpend(&workload);
         let placement = Placement {
@@ -577,8 +585,8 @@ impl<D: Domain> DesiredState<D> {
         workload: &D::Workload,
         changed: &mut Vec<D::Volume>,
     ) {
-        match self.workloads.remove(workload) {
-            Some(placement) => self.unplace(workload, &placement, changed),
+        match self.workloads.vacate(workload) {
+            Some(at) => self.unplace(at, changed),
             None => {
                 self.unpend(workload);
             }
@@ -649,22 +657,20 @@ impl<D: Domain> DesiredState<D> {
             }
             changed.push(volume.clone());
         }
+        let (at, _) = self.workloads.insert(placement);
         self.nodes
-            .get_mut(&placement.node)
+            .get_mut(&self.workloads.at(at).node)
             .expect("managed")
-            .push(workload.clone());
-        self.workloads.insert(placement);
+            .push(at);
     }
 
-    /// Undoes a placement, already taken out of `workloads`; its volumes go to `changed`.
-    fn unplace(
-        &mut self,
-        workload: &D::Workload,
-        placement: &Placement<D>,
-        changed: &mut Vec<D::Volume>,
-    ) {
+    /// Undoes the placement [vacated](SlotTable::vacated) from slot `at` of `workloads`; its
+    /// volumes go to `changed`.
+    fn unplace(&mut self, at: Slot, changed: &mut Vec<D::Volume>) {
+        let placement = self.workloads.vacated(at);
+        let workload = &placement.workload;
         if let Some(placed) = self.nodes.get_mut(&placement.node) {
-            if let Some(i) = placed.iter().position(|w| w == workload) {
+            if let Some(i) = placed.iter().position(|&w| w == at) {
                 placed.swap_remove(i);
             }
         }
@@ -789,8 +795,7 @@ impl<D: Domain> DesiredState<D> {
             .get(node)
             .into_iter()
             .flatten()
-            .filter_map(|workload| self.workloads.get(workload))
-            .flat_map(|placement| placement.volumes.iter())
+            .flat_map(|&at| self.workloads.at(at).volumes.iter())
     }
 
     /// Each node the core does not know that a waiting workload is placed on, with the volumes
@@ -857,8 +862,17 @@ impl<D: Domain> DesiredState<D> {
         due
     }
 
-    /// Gives back what a burst of waiting workloads left allocated.
+    /// Gives back what a burst of waiting workloads left allocated, and the room of the slots
+    /// of a burst of placed workloads since removed.
     pub(crate) fn trim(&mut self) {
+        if self.workloads.is_sparse() {
+            let renumbered = self.workloads.compact();
+            for placed in self.nodes.values_mut() {
+                for at in placed {
+                    *at = renumbered[*at as usize].expect("a placed workload's slot is kept");
+                }
+            }
+        }
         trim_map(&mut self.pending);
         trim_map(&mut self.pending_on_node);
         trim_map(&mut self.pending_on_volume);
@@ -1044,6 +1058,47 @@ mod tests {
         );
         assert!(d.is_desired(&"v1", &"n7"));
         assert_eq!(d.pending_len(), 0);
+    }
+
+    /// A burst of placed workloads, mostly removed again, gives its slots back at the next
+    /// trim; the nodes' lists are renumbered with them, so the rest stay listed on their nodes
+    /// and leave with them.
+    #[test]
+    fn a_trim_after_a_burst_gives_back_its_slots_and_keeps_what_stays_placed() {
+        let mut d: DesiredState<Ids<u32, u32, u32>> = DesiredState::default();
+        for node in 0..3 {
+            d.add_node(node);
+        }
+        for w in 0..4_000 {
+            d.set_volume(w, VolumeSpec::single_node(()));
+            d.add_workload(w, w % 3, &[w]).unwrap();
+        }
+        for w in (0..4_000).filter(|w| w % 10 != 0) {
+            d.remove_workload(&w);
+        }
+        assert!(d.workloads.is_sparse());
+        d.trim();
+        assert!(!d.workloads.is_sparse(), "the slots were given back");
+        let placed_on = |d: &DesiredState<Ids<u32, u32, u32>>, node: u32| {
+            let mut on: Vec<u32> = d.volumes_placed_on(&node).copied().collect();
+            on.sort_unstable();
+            on
+        };
+        for node in 0..3 {
+            let expected: Vec<u32> = (0..4_000)
+                .filter(|w| w % 10 == 0 && w % 3 == node)
+                .collect();
+            assert_eq!(placed_on(&d, node), expected);
+        }
+        // A workload removed after the renumbering leaves its own node's list, no other.
+        d.remove_workload(&0);
+        assert_eq!(placed_on(&d, 0).len(), 133);
+        assert!(!placed_on(&d, 0).contains(&0));
+        assert_eq!(placed_on(&d, 2).len(), 133);
+        // A node's removal sends exactly its workloads back to waiting.
+        d.remove_node(&1);
+        assert_eq!(d.pending_len(), 133);
+        assert_eq!(d.len(), 266);
     }
 
     #[test]

@@ -249,6 +249,7 @@ mod recovery;
 mod refill;
 mod reported_volumes;
 mod schedule;
+mod slot_table;
 mod spares;
 mod status;
 mod store;

@@ -1,0 +1,342 @@
+//! A hash table whose entries keep their place: an entry's slot number holds from its insert
+//! to its removal, so other records can point at it by a 4-byte number instead of a copy of
+//! its key.
+//!
+//! What it is for: the desired state's placed workloads. Each node lists the workloads placed
+//! on it; with the workloads' ids in that list, taking one out compared ids one by one (with
+//! text ids a `memcmp` of text spread over the heap per entry, 30 entries a node at a million
+//! attachments), and the workload table's swap-remove then probed the hash table again to
+//! repoint the entry it moved. With slot numbers in the list the scan compares numbers, and a
+//! removal leaves a free slot for the next insert instead of moving an entry: no second probe.
+//! A move (a workload taken out, then put in elsewhere) takes the slot it just left.
+//!
+//! The price is the free slots: a removal leaves a hole until an insert fills it. Once at most
+//! a quarter of the slots are used, [`SlotTable::compact`] moves the entries together and says
+//! where each went, so the lists pointing at them can be renumbered.
+//!
+//! A removed entry stays in its slot, [vacated](SlotTable::vacated), until an insert takes the
+//! slot or a compaction drops it: the caller reads it there instead of being handed it. Why
+//! not `Option<T>` slots: the placed workloads' entries are 24 bytes with `u32` ids, with no
+//! value to spare for `None`, so an `Option` made each 32 (8.4 bytes an attachment at a
+//! million, over the 160-byte goal). Which slots are used is one bit each.
+
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+
+use hashbrown::HashTable;
+use rustc_hash::FxBuildHasher;
+
+use crate::dense_table::Keyed;
+
+/// Tables of at most this many slots are not compacted: a small table's holes cost nothing.
+const COMPACT_ABOVE: usize = 1_024;
+
+/// A slot's number: where an entry of a [`SlotTable`] sits while it is in the table.
+pub(crate) type Slot = u32;
+
+/// Entries found by their key, each in a slot whose number does not change while it is in.
+pub(crate) struct SlotTable<T> {
+    /// The slot of each entry, hashed by its key.
+    index: HashTable<Slot>,
+    /// The entries, and in free slots the entries last removed from them.
+    slots: Vec<T>,
+    /// One bit per slot, set while the slot holds an entry of the table.
+    used: Vec<u64>,
+    /// Free slots, the last freed taken first.
+    free: Vec<Slot>,
+}
+
+impl<T> Default for SlotTable<T> {
+    fn default() -> Self {
+        SlotTable {
+            index: HashTable::new(),
+            slots: Vec::new(),
+            used: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for SlotTable<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.iter()).finish()
+    }
+}
+
+#[inline]
+fn hash_of<K: Hash>(key: &K) -> u64 {
+    FxBuildHasher.hash_one(key)
+}
+
+/// The slot number of position `at`. A table of 2^32 entries would hold at least 128 GiB; the
+/// core's tables never come near.
+fn slot(at: usize) -> Slot {
+    u32::try_from(at).expect("a slot table holds fewer than 2^32 entries")
+}
+
+impl<T> SlotTable<T> {
+    /// Whether slot `at` holds an entry of the table.
+    #[inline]
+    fn is_used(&self, at: usize) -> bool {
+        self.used[at / 64] & (1 << (at % 64)) != 0
+    }
+
+    /// Marks slot `at` used or free.
+    #[inline]
+    fn set_used(&mut self, at: usize, used: bool) {
+        if used {
+            self.used[at / 64] |= 1 << (at % 64);
+        } else {
+            self.used[at / 64] &= !(1 << (at % 64));
+        }
+    }
+
+    /// Every entry, in the order of their slots.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(at, _)| self.is_used(*at))
+            .map(|(_, entry)| entry)
+    }
+
+    /// Number of entries.
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    /// The entry in `slot`: a number handed out by [`insert`](SlotTable::insert) points at its
+    /// entry until the entry is removed or the table [compacted](SlotTable::compact).
+    #[inline]
+    pub(crate) fn at(&self, slot: Slot) -> &T {
+        debug_assert!(self.is_used(slot as usize), "slot {slot} is free");
+        &self.slots[slot as usize]
+    }
+
+    /// The entry [`vacate`](SlotTable::vacate) took out of `slot`, until an insert takes the
+    /// slot again.
+    #[inline]
+    pub(crate) fn vacated(&self, slot: Slot) -> &T {
+        debug_assert!(!self.is_used(slot as usize), "slot {slot} is in use");
+        &self.slots[slot as usize]
+    }
+}
+
+impl<T: Keyed> SlotTable<T> {
+    /// The slot of `key`, whose hash is `hash`, if present.
+    #[inline]
+    fn find(&self, hash: u64, key: &T::Key) -> Option<Slot> {
+        let slots = &self.slots;
+        self.index
+            .find(hash, |&at| slots[at as usize].key() == key)
+            .copied()
+    }
+
+    /// The slot of `key`, if present.
+    #[inline]
+    pub(crate) fn slot_of(&self, key: &T::Key) -> Option<Slot> {
+        self.find(hash_of(key), key)
+    }
+
+    /// The entry of `key`.
+    #[inline]
+    pub(crate) fn get(&self, key: &T::Key) -> Option<&T> {
+        self.slot_of(key).map(|at| &self.slots[at as usize])
+    }
+
+    /// Puts `entry` in, in place of the entry of the same key if there is one (returned), and
+    /// returns its slot: the replaced entry's, else the last one freed (whose vacated entry is
+    /// dropped), else a new one.
+    pub(crate) fn insert(&mut self, entry: T) -> (Slot, Option<T>) {
+        let hash = hash_of(entry.key());
+        if let Some(at) = self.find(hash, entry.key()) {
+            let old = std::mem::replace(&mut self.slots[at as usize], entry);
+            return (at, Some(old));
+        }
+        let at = match self.free.pop() {
+            Some(at) => {
+                self.slots[at as usize] = entry;
+                at
+            }
+            None => {
+                let at = self.slots.len();
+                if at == self.slots.capacity() {
+                    // By a quarter at a time: a `Vec` doubles, which leaves up to half of a
+                    // large array unused.
+                    self.slots.reserve_exact((at / 4).max(4));
+                }
+                self.slots.push(entry);
+                if at % 64 == 0 {
+                    self.used.push(0);
+                }
+                slot(at)
+            }
+        };
+        self.set_used(at as usize, true);
+        let slots = &self.slots;
+        self.index
+            .insert_unique(hash, at, |&i| hash_of(slots[i as usize].key()));
+        (at, None)
+    }
+
+    /// Takes the entry of `key` out of the table and returns its slot, now free: the entry
+    /// stays there to read ([`vacated`](SlotTable::vacated)) until an insert takes the slot.
+    pub(crate) fn vacate(&mut self, key: &T::Key) -> Option<Slot> {
+        let slots = &self.slots;
+        let found = self
+            .index
+            .find_entry(hash_of(key), |&at| slots[at as usize].key() == key)
+            .ok()?;
+        let (at, _) = found.remove();
+        self.set_used(at as usize, false);
+        self.free.push(at);
+        Some(at)
+    }
+
+    /// Whether [`compact`](Self::compact) would give back room: a large table at most a quarter
+    /// full. A caller checks this after removals, where it can renumber what points at slots.
+    pub(crate) fn is_sparse(&self) -> bool {
+        self.slots.capacity() > COMPACT_ABOVE && self.len() * 4 <= self.slots.capacity()
+    }
+
+    /// Moves the entries into the first slots, in the order of their slots, drops the vacated
+    /// ones, and shrinks the table to twice the entries. Returns each old slot's new number
+    /// (`None` for a slot that was free): every slot number held elsewhere must be renumbered
+    /// with it.
+    pub(crate) fn compact(&mut self) -> Vec<Option<Slot>> {
+        let mut renumbered = Vec::with_capacity(self.slots.len());
+        let mut kept = Vec::with_capacity(self.len() * 2);
+        let slots = std::mem::take(&mut self.slots);
+        for (at, entry) in slots.into_iter().enumerate() {
+            if self.is_used(at) {
+                renumbered.push(Some(slot(kept.len())));
+                kept.push(entry);
+            } else {
+                renumbered.push(None);
+            }
+        }
+        self.slots = kept;
+        self.free = Vec::new();
+        self.used = vec![0; self.slots.len().div_ceil(64)];
+        for at in 0..self.slots.len() {
+            self.set_used(at, true);
+        }
+        let slots = &self.slots;
+        let key_hash = |at: &Slot| hash_of(slots[*at as usize].key());
+        let mut index = HashTable::with_capacity(slots.len());
+        for at in 0..slots.len() {
+            let at = slot(at);
+            index.insert_unique(key_hash(&at), at, key_hash);
+        }
+        self.index = index;
+        renumbered
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    /// A key and a value, as the core's entries are.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    struct Entry(u32, u64);
+
+    impl Keyed for Entry {
+        type Key = u32;
+        fn key(&self) -> &u32 {
+            &self.0
+        }
+    }
+
+    /// A small deterministic generator, so a failure replays.
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            self.0 >> 33
+        }
+    }
+
+    /// Every operation checked against `std`'s map after each step, through growth, emptying
+    /// and compaction; a slot number handed out keeps pointing at its entry until the entry is
+    /// removed, and a compaction's renumbering says where each went.
+    #[test]
+    fn slots_hold_their_entries_through_a_random_walk() {
+        let mut rng = Lcg(11);
+        let mut table: SlotTable<Entry> = SlotTable::default();
+        let mut model: HashMap<u32, (u64, Slot)> = HashMap::new();
+        let mut compactions = 0;
+        for step in 0..200_000u64 {
+            // Phases of growth and of draining, so the table fills and empties.
+            let growing = (step / 20_000) % 2 == 0;
+            let key = (rng.next() % 5_000) as u32;
+            let inserting = if growing { 0..4 } else { 0..1 };
+            match rng.next() % 8 {
+                n if inserting.contains(&n) => {
+                    let value = rng.next();
+                    let (at, old) = table.insert(Entry(key, value));
+                    let before = model.insert(key, (value, at));
+                    assert_eq!(old.map(|e| e.1), before.map(|(v, _)| v));
+                    if let Some((_, was)) = before {
+                        assert_eq!(was, at, "a replaced entry keeps its slot");
+                    }
+                }
+                n if n < 6 => {
+                    let removed = table.vacate(&key).map(|at| (table.vacated(at).1, at));
+                    let expected = model.remove(&key);
+                    assert_eq!(
+                        removed, expected,
+                        "removal gives the slot the entry had, where it stays to read"
+                    );
+                    if table.is_sparse() {
+                        compactions += 1;
+                        let renumbered = table.compact();
+                        for (_, at) in model.values_mut() {
+                            *at = renumbered[*at as usize].expect("a used slot is kept");
+                        }
+                        assert!(!table.is_sparse());
+                    }
+                }
+                6 => assert_eq!(table.get(&key).map(|e| e.1), model.get(&key).map(|v| v.0)),
+                _ => assert_eq!(table.slot_of(&key), model.get(&key).map(|v| v.1)),
+            }
+            assert_eq!(table.len(), model.len());
+        }
+        for (key, (value, at)) in &model {
+            assert_eq!(*table.at(*at), Entry(*key, *value));
+        }
+        let mut listed: Vec<u32> = table.iter().map(|e| e.0).collect();
+        listed.sort_unstable();
+        let mut keys: Vec<u32> = model.keys().copied().collect();
+        keys.sort_unstable();
+        assert_eq!(listed, keys);
+        assert!(
+            compactions > 0,
+            "the walk empties the table enough to compact it"
+        );
+    }
+
+    /// A move takes the slot it just left: the entry's cache line is the one just read.
+    #[test]
+    fn an_insert_after_a_removal_takes_the_freed_slot() {
+        let mut table: SlotTable<Entry> = SlotTable::default();
+        for key in 0..10 {
+            table.insert(Entry(key, 0));
+        }
+        let freed = table.vacate(&3).unwrap();
+        assert_eq!(table.vacated(freed), &Entry(3, 0));
+        assert_eq!(table.len(), 9);
+        assert!(
+            table.iter().all(|e| e.0 != 3),
+            "a vacated entry is not listed"
+        );
+        assert_eq!(table.insert(Entry(3, 1)).0, freed);
+        assert_eq!(table.at(freed), &Entry(3, 1));
+        assert_eq!(table.len(), 10);
+    }
+}
