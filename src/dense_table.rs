@@ -85,7 +85,6 @@ impl<T> DenseTable<T> {
 
     /// Every entry, to change (all but its key, which the table found it by), in the order of
     /// [`iter`](Self::iter).
-    #[cfg(feature = "internals")]
     pub(crate) fn iter_mut(&mut self) -> std::slice::IterMut<'_, T> {
         self.entries.iter_mut()
     }
@@ -98,6 +97,18 @@ impl<T> DenseTable<T> {
     /// Whether the table has no entry.
     pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// The entry at position `at` ([`position_of`](DenseTable::position_of)), if there is one.
+    #[inline]
+    pub(crate) fn at(&self, at: usize) -> Option<&T> {
+        self.entries.get(at)
+    }
+
+    /// The entry at position `at`, to change (all but its key), if there is one.
+    #[inline]
+    pub(crate) fn at_mut(&mut self, at: usize) -> Option<&mut T> {
+        self.entries.get_mut(at)
     }
 }
 
@@ -134,6 +145,13 @@ impl<T: Keyed> DenseTable<T> {
     #[inline]
     fn position(&self, key: &T::Key) -> Option<usize> {
         self.find(hash_of(key), key)
+    }
+
+    /// The position of the entry of `key`, if present: it holds until an entry is removed
+    /// ([`remove`](Self::remove) says which entry then moved where).
+    #[inline]
+    pub(crate) fn position_of(&self, key: &T::Key) -> Option<usize> {
+        self.position(key)
     }
 
     /// Brings the slots and entries of `keys` (and, for `String` keys, the text a compare
@@ -281,6 +299,12 @@ impl<T: Keyed> DenseTable<T> {
 
     /// Takes the entry of `key` out. The last entry moves into its place.
     pub(crate) fn remove(&mut self, key: &T::Key) -> Option<T> {
+        self.remove_moving(key).map(|(entry, _)| entry)
+    }
+
+    /// [`remove`](Self::remove), returning with the entry the position it left: unless that
+    /// is now past the end, the entry found there is the one that was last, moved in.
+    pub(crate) fn remove_moving(&mut self, key: &T::Key) -> Option<(T, usize)> {
         let entries = &self.entries;
         let found = self
             .index
@@ -299,7 +323,7 @@ impl<T: Keyed> DenseTable<T> {
         }
         let entry = self.entries.swap_remove(at);
         self.trim();
-        Some(entry)
+        Some((entry, at))
     }
 
     /// Gives back room left by removals once at most a quarter of it is used: after a mass

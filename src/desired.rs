@@ -3,7 +3,6 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::collections::hash_map::Entry;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::time::Duration;
@@ -169,14 +168,45 @@ impl<T> Few<T> {
     }
 }
 
-/// Where one workload runs and what it uses.
+/// Where one workload runs and what it uses: a waiting workload's, or a placed one's on its
+/// way in or out.
 #[derive(Clone, Debug)]
 struct Placement<D: Domain> {
-    /// The workload itself: the key of [`DesiredState::workloads`].
-    workload: D::Workload,
     node: D::Node,
     /// Sorted, no duplicates.
     volumes: Few<D::Volume>,
+}
+
+/// A placed workload: its [`Placement`], with its node found once, as the position of the
+/// node's entry. Placing and unplacing then reach the node's list without a lookup by node id
+/// (with text ids a hash of the text and a compare with the entry's copy), and a placed
+/// workload holds no copy of its node's id (with `String` ids the copy and its text came to
+/// 47 bytes an attachment at a million).
+#[derive(Debug)]
+struct Placed<D: Domain> {
+    /// The workload itself: the key of [`DesiredState::workloads`].
+    workload: D::Workload,
+    /// The position of its node's entry in [`DesiredState::nodes`], renumbered when a node's
+    /// removal moves that entry.
+    node: u32,
+    /// Sorted, no duplicates.
+    volumes: Few<D::Volume>,
+}
+
+/// A managed node, with the slots of the workloads placed on it (unordered): a workload
+/// leaving is found by comparing numbers, not ids ([`SlotTable`]).
+#[derive(Debug)]
+struct NodeEntry<D: Domain> {
+    /// The node itself: the key of [`DesiredState::nodes`].
+    node: D::Node,
+    placed: Vec<Slot>,
+}
+
+impl<D: Domain> Keyed for NodeEntry<D> {
+    type Key = D::Node;
+    fn key(&self) -> &D::Node {
+        &self.node
+    }
 }
 
 /// One wait of a workload, from the moment it could not be placed until it is placed or
@@ -229,7 +259,7 @@ impl<D: Domain> Keyed for VolumeEntry<D> {
     }
 }
 
-impl<D: Domain> Keyed for Placement<D> {
+impl<D: Domain> Keyed for Placed<D> {
     type Key = D::Workload;
     fn key(&self) -> &D::Workload {
         &self.workload
@@ -279,14 +309,13 @@ impl<D: Domain> VolumeEntry<D> {
 /// ```
 #[derive(Debug)]
 pub struct DesiredState<D: Domain> {
-    /// Managed nodes, each with the slots of the workloads placed on it (unordered): a
-    /// workload leaving is found by comparing numbers, not ids ([`SlotTable`]).
-    nodes: FxHashMap<D::Node, Vec<Slot>>,
+    /// Managed nodes, each with the workloads placed on it.
+    nodes: DenseTable<NodeEntry<D>>,
     /// Every volume with a known spec. Spec and desired nodes share one entry: one table keyed
     /// by volume instead of two saves a hash-table slot per volume.
     volumes: DenseTable<VolumeEntry<D>>,
     /// Placed workloads, each in a slot its node's list points at.
-    workloads: SlotTable<Placement<D>>,
+    workloads: SlotTable<Placed<D>>,
     /// Workloads that wait for a node or a volume.
     pending: FxHashMap<D::Workload, Pending<D>>,
     /// Pending workloads by the node they name, whether it is known or not: an arriving node
@@ -325,7 +354,7 @@ impl<D: Domain> DesiredState<D> {
     /// An empty desired state with `config`'s limits on waiting workloads.
     pub(crate) fn new(config: &Config) -> Self {
         DesiredState {
-            nodes: FxHashMap::default(),
+            nodes: DenseTable::default(),
             volumes: DenseTable::default(),
             workloads: SlotTable::default(),
             pending: FxHashMap::default(),
@@ -344,14 +373,13 @@ impl<D: Domain> DesiredState<D> {
     /// Starts managing `node` (idempotent). Workloads that waited for it, and for nothing else,
     /// are placed. Returns the volumes whose desired nodes changed.
     pub(crate) fn add_node(&mut self, node: D::Node) -> Vec<D::Volume> {
-        let node = match self.nodes.entry(node) {
-            Entry::Occupied(_) => return Vec::new(),
-            Entry::Vacant(slot) => {
-                let node = slot.key().clone();
-                slot.insert(Vec::new());
-                node
-            }
-        };
+        if self.nodes.contains_key(&node) {
+            return Vec::new();
+        }
+        self.nodes.insert(NodeEntry {
+            node: node.clone(),
+            placed: Vec::new(),
+        });
         let waiting = sorted(self.pending_on_node.get(&node));
         self.wake(waiting)
     }
@@ -360,19 +388,34 @@ impl<D: Domain> DesiredState<D> {
     /// it again, so the volumes they needed are no longer desired there. Returns the volumes
     /// whose desired nodes changed.
     pub(crate) fn remove_node(&mut self, node: &D::Node) -> Vec<D::Volume> {
-        let Some(placed) = self.nodes.remove(node) else {
+        let Some((entry, at)) = self.nodes.remove_moving(node) else {
             return Vec::new();
         };
-        let mut placed: Vec<D::Workload> = placed
+        // The entry that was last sits where this one was: its workloads must say so.
+        if let Some(moved) = self.nodes.at(at) {
+            for &slot in &moved.placed {
+                self.workloads.at_mut(slot).node = node_position(at);
+            }
+        }
+        let mut placed: Vec<D::Workload> = entry
+            .placed
             .iter()
-            .map(|&at| self.workloads.at(at).workload.clone())
+            .map(|&slot| self.workloads.at(slot).workload.clone())
             .collect();
         placed.sort();
         let mut changed = Vec::new();
         for workload in placed {
-            if let Some(at) = self.workloads.vacate(&workload) {
-                self.unplace(at, &mut changed);
-                let placement = self.workloads.vacated(at).clone();
+            if let Some(slot) = self.workloads.vacate(&workload) {
+                // Its node's entry is gone: only the volumes are left to undo.
+                let placed = self.workloads.vacated(slot);
+                unwant(
+                    &mut self.volumes,
+                    &mut self.pairs,
+                    placed,
+                    &entry.node,
+                    &mut changed,
+                );
+                let placement = self.placement_of_vacated(slot, entry.node.clone());
                 self.pend(workload, placement, None);
             }
         }
@@ -386,7 +429,7 @@ impl<D: Domain> DesiredState<D> {
 
     /// Every managed node, in no particular order.
     pub fn nodes(&self) -> impl Iterator<Item = &D::Node> {
-        self.nodes.keys()
+        self.nodes.iter().map(|entry| &entry.node)
     }
 
     // ---- volumes ------------------------------------------------------------------------------
@@ -462,9 +505,10 @@ impl<D: Domain> DesiredState<D> {
         users.dedup();
         let mut changed = vec![volume.clone()];
         for workload in users {
-            if let Some(at) = self.workloads.vacate(&workload) {
-                self.unplace(at, &mut changed);
-                let placement = self.workloads.vacated(at).clone();
+            if let Some(slot) = self.workloads.vacate(&workload) {
+                let node = self.node_of(self.workloads.vacated(slot)).clone();
+                self.unplace(slot, &mut changed);
+                let placement = self.placement_of_vacated(slot, node);
                 self.pend(workload, placement, None);
             }
         }
@@ -531,7 +575,7 @@ impl<D: Domain> DesiredState<D> {
     ) -> Result<(), DesiredError<D>> {
         let wanted = Few::sorted_from(volumes);
         if let Some(old) = self.workloads.get(&workload) {
-            if old.node == node && *old.volumes == *wanted {
+            if *self.node_of(old) == node && *old.volumes == *wanted {
                 return Ok(());
             }
         }
@@ -554,7 +598,6 @@ impl<D: Domain> DesiredState<D> {
         }
         self.unpend(&workload);
         let placement = Placement {
-            workload: workload.clone(),
             node,
             volumes: wanted,
         };
@@ -626,6 +669,7 @@ impl<D: Domain> DesiredState<D> {
         placement: Placement<D>,
         changed: &mut Vec<D::Volume>,
     ) {
+        let node = self.nodes.position_of(&placement.node).expect("managed");
         changed.reserve(placement.volumes.len());
         for volume in placement.volumes.iter() {
             let entry = self.volumes.get_mut(volume).expect("registered");
@@ -657,48 +701,49 @@ impl<D: Domain> DesiredState<D> {
             }
             changed.push(volume.clone());
         }
-        let (at, _) = self.workloads.insert(placement);
-        self.nodes
-            .get_mut(&self.workloads.at(at).node)
-            .expect("managed")
-            .push(at);
+        let (slot, _) = self.workloads.insert(Placed {
+            workload,
+            node: node_position(node),
+            volumes: placement.volumes,
+        });
+        self.nodes.at_mut(node).expect("managed").placed.push(slot);
     }
 
-    /// Undoes the placement [vacated](SlotTable::vacated) from slot `at` of `workloads`; its
-    /// volumes go to `changed`.
-    fn unplace(&mut self, at: Slot, changed: &mut Vec<D::Volume>) {
-        let placement = self.workloads.vacated(at);
-        let workload = &placement.workload;
-        if let Some(placed) = self.nodes.get_mut(&placement.node) {
-            if let Some(i) = placed.iter().position(|&w| w == at) {
-                placed.swap_remove(i);
-            }
+    /// Undoes the placement [vacated](SlotTable::vacated) from `slot` of `workloads`: takes
+    /// it off its node's list, and its volumes, which go to `changed`.
+    fn unplace(&mut self, slot: Slot, changed: &mut Vec<D::Volume>) {
+        let placed = self.workloads.vacated(slot);
+        let entry = self
+            .nodes
+            .at_mut(placed.node as usize)
+            .expect("a placed workload's node is managed");
+        if let Some(i) = entry.placed.iter().position(|&w| w == slot) {
+            entry.placed.swap_remove(i);
         }
-        changed.reserve(placement.volumes.len());
-        for volume in placement.volumes.iter() {
-            let Some(entry) = self.volumes.get_mut(volume) else {
-                continue;
-            };
-            if let Some(i) = entry.wanted().iter().position(|w| w.node == placement.node) {
-                let on = &mut entry.wanted_mut()[i];
-                match on.workloads.binary_search(workload) {
-                    Ok(_) if on.workloads.len() == 1 => {
-                        // Its last workload: the volume is no longer desired on the node.
-                        match &mut entry.wanted {
-                            Some(list) if list.len() > 1 => {
-                                list.remove(i);
-                            }
-                            _ => entry.wanted = None,
-                        }
-                        self.pairs -= 1;
-                    }
-                    Ok(at) => {
-                        on.workloads.remove(at);
-                    }
-                    Err(_) => {}
-                }
-            }
-            changed.push(volume.clone());
+        unwant(
+            &mut self.volumes,
+            &mut self.pairs,
+            placed,
+            &entry.node,
+            changed,
+        );
+    }
+
+    /// The node `placed` runs on.
+    fn node_of(&self, placed: &Placed<D>) -> &D::Node {
+        &self
+            .nodes
+            .at(placed.node as usize)
+            .expect("a placed workload's node is managed")
+            .node
+    }
+
+    /// The placement [vacated](SlotTable::vacated) from `slot`, on `node`, to wait.
+    fn placement_of_vacated(&self, slot: Slot, node: D::Node) -> Placement<D> {
+        let placed = self.workloads.vacated(slot);
+        Placement {
+            node,
+            volumes: placed.volumes.clone(),
         }
     }
 
@@ -794,8 +839,8 @@ impl<D: Domain> DesiredState<D> {
         self.nodes
             .get(node)
             .into_iter()
-            .flatten()
-            .flat_map(|&at| self.workloads.at(at).volumes.iter())
+            .flat_map(|entry| &entry.placed)
+            .flat_map(|&slot| self.workloads.at(slot).volumes.iter())
     }
 
     /// Each node the core does not know that a waiting workload is placed on, with the volumes
@@ -867,8 +912,8 @@ impl<D: Domain> DesiredState<D> {
     pub(crate) fn trim(&mut self) {
         if self.workloads.is_sparse() {
             let renumbered = self.workloads.compact();
-            for placed in self.nodes.values_mut() {
-                for at in placed {
+            for entry in self.nodes.iter_mut() {
+                for at in &mut entry.placed {
                     *at = renumbered[*at as usize].expect("a placed workload's slot is kept");
                 }
             }
@@ -950,7 +995,9 @@ impl<D: Domain> DesiredState<D> {
 
     /// Where `workload` runs and which volumes it uses, if it is placed (not waiting).
     pub fn placement(&self, workload: &D::Workload) -> Option<(&D::Node, &[D::Volume])> {
-        self.workloads.get(workload).map(|p| (&p.node, &*p.volumes))
+        self.workloads
+            .get(workload)
+            .map(|p| (self.node_of(p), &*p.volumes))
     }
 
     /// Every (volume, node) that must be attached, in no particular order.
@@ -973,6 +1020,51 @@ impl<D: Domain> DesiredState<D> {
     /// Number of managed nodes.
     pub fn node_count(&self) -> usize {
         self.nodes.len()
+    }
+}
+
+/// The position of a node's entry, as a placed workload keeps it. A table of 2^32 nodes would
+/// hold at least 128 GiB; the core's never comes near.
+fn node_position(at: usize) -> u32 {
+    u32::try_from(at).expect("fewer than 2^32 nodes")
+}
+
+/// Takes `placed` off the wanted lists of its volumes on `node`; the volumes go to `changed`,
+/// and `pairs` loses each (volume, node) left without a workload. Over the fields it needs,
+/// so that `placed` can be read where it sits (a vacated slot) while they change.
+fn unwant<D: Domain>(
+    volumes: &mut DenseTable<VolumeEntry<D>>,
+    pairs: &mut usize,
+    placed: &Placed<D>,
+    node: &D::Node,
+    changed: &mut Vec<D::Volume>,
+) {
+    let workload = &placed.workload;
+    changed.reserve(placed.volumes.len());
+    for volume in placed.volumes.iter() {
+        let Some(entry) = volumes.get_mut(volume) else {
+            continue;
+        };
+        if let Some(i) = entry.wanted().iter().position(|w| w.node == *node) {
+            let on = &mut entry.wanted_mut()[i];
+            match on.workloads.binary_search(workload) {
+                Ok(_) if on.workloads.len() == 1 => {
+                    // Its last workload: the volume is no longer desired on the node.
+                    match &mut entry.wanted {
+                        Some(list) if list.len() > 1 => {
+                            list.remove(i);
+                        }
+                        _ => entry.wanted = None,
+                    }
+                    *pairs -= 1;
+                }
+                Ok(at) => {
+                    on.workloads.remove(at);
+                }
+                Err(_) => {}
+            }
+        }
+        changed.push(volume.clone());
     }
 }
 
@@ -1062,7 +1154,8 @@ mod tests {
 
     /// A burst of placed workloads, mostly removed again, gives its slots back at the next
     /// trim; the nodes' lists are renumbered with them, so the rest stay listed on their nodes
-    /// and leave with them.
+    /// and leave with them. A node's removal moves the last node's entry into its place, and
+    /// that node's workloads are renumbered too.
     #[test]
     fn a_trim_after_a_burst_gives_back_its_slots_and_keeps_what_stays_placed() {
         let mut d: DesiredState<Ids<u32, u32, u32>> = DesiredState::default();
@@ -1099,6 +1192,17 @@ mod tests {
         d.remove_node(&1);
         assert_eq!(d.pending_len(), 133);
         assert_eq!(d.len(), 266);
+        // The last node's entry took the removed one's place: its workloads still say where
+        // they run, and leave its list, not another's.
+        assert_eq!(d.placement(&20), Some((&2, &[20][..])));
+        assert_eq!(d.placement(&30), Some((&0, &[30][..])));
+        d.remove_workload(&20);
+        assert_eq!(placed_on(&d, 2).len(), 132);
+        assert_eq!(placed_on(&d, 0).len(), 133);
+        assert_eq!(d.add_workload(30, 2, &[30]), Ok(vec![30]));
+        assert_eq!(placed_on(&d, 2).len(), 133);
+        assert_eq!(placed_on(&d, 0).len(), 132);
+        assert!(d.is_desired(&30, &2) && !d.is_desired(&30, &0));
     }
 
     #[test]
@@ -1177,7 +1281,7 @@ mod tests {
         assert!(std::mem::size_of::<Option<Few<WantedOn<Small>>>>() <= 24);
         // An entry carries its key in what would be padding (src/dense_table.rs).
         assert_eq!(std::mem::size_of::<VolumeEntry<Small>>(), 32);
-        assert_eq!(std::mem::size_of::<Placement<Small>>(), 24);
+        assert_eq!(std::mem::size_of::<Placed<Small>>(), 24);
     }
 
     #[test]

@@ -113,6 +113,13 @@ impl<T> SlotTable<T> {
         &self.slots[slot as usize]
     }
 
+    /// The entry in `slot`, to change (all but its key, which the table finds it by).
+    #[inline]
+    pub(crate) fn at_mut(&mut self, slot: Slot) -> &mut T {
+        debug_assert!(self.is_used(slot as usize), "slot {slot} is free");
+        &mut self.slots[slot as usize]
+    }
+
     /// The entry [`vacate`](SlotTable::vacate) took out of `slot`, until an insert takes the
     /// slot again.
     #[inline]
