@@ -85,6 +85,7 @@ impl<T> DenseTable<T> {
 
     /// Every entry, to change (all but its key, which the table found it by), in the order of
     /// [`iter`](Self::iter).
+    #[cfg(feature = "internals")]
     pub(crate) fn iter_mut(&mut self) -> std::slice::IterMut<'_, T> {
         self.entries.iter_mut()
     }

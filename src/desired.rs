@@ -907,17 +907,18 @@ impl<D: Domain> DesiredState<D> {
         due
     }
 
-    /// Gives back what a burst of waiting workloads left allocated, and the room of the slots
-    /// of a burst of placed workloads since removed.
+    /// Gives back what a burst of waiting workloads left allocated, and the slots (and the
+    /// records left in them) of placed workloads since removed.
     pub(crate) fn trim(&mut self) {
-        if self.workloads.is_sparse() {
-            let renumbered = self.workloads.compact();
-            for entry in self.nodes.iter_mut() {
-                for at in &mut entry.placed {
-                    *at = renumbered[*at as usize].expect("a placed workload's slot is kept");
-                }
+        let nodes = &mut self.nodes;
+        self.workloads.close_holes(|placed, from, to| {
+            let listed = nodes
+                .at_mut(placed.node as usize)
+                .and_then(|entry| entry.placed.iter_mut().find(|at| **at == from));
+            if let Some(at) = listed {
+                *at = to;
             }
-        }
+        });
         trim_map(&mut self.pending);
         trim_map(&mut self.pending_on_node);
         trim_map(&mut self.pending_on_volume);
@@ -1169,9 +1170,9 @@ mod tests {
         for w in (0..4_000).filter(|w| w % 10 != 0) {
             d.remove_workload(&w);
         }
-        assert!(d.workloads.is_sparse());
+        assert_eq!(d.workloads.holes(), 3_600);
         d.trim();
-        assert!(!d.workloads.is_sparse(), "the slots were given back");
+        assert_eq!(d.workloads.holes(), 0, "the slots were given back");
         let placed_on = |d: &DesiredState<Ids<u32, u32, u32>>, node: u32| {
             let mut on: Vec<u32> = d.volumes_placed_on(&node).copied().collect();
             on.sort_unstable();

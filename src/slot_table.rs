@@ -10,12 +10,12 @@
 //! removal leaves a free slot for the next insert instead of moving an entry: no second probe.
 //! A move (a workload taken out, then put in elsewhere) takes the slot it just left.
 //!
-//! The price is the free slots: a removal leaves a hole until an insert fills it. Once at most
-//! a quarter of the slots are used, [`SlotTable::compact`] moves the entries together and says
-//! where each went, so the lists pointing at them can be renumbered.
+//! The price is the free slots: a removal leaves a hole until an insert fills it. The periodic
+//! trim closes the holes left ([`SlotTable::close_holes`]): the last entries move into them,
+//! and each move is told, so the lists pointing at them can follow.
 //!
 //! A removed entry stays in its slot, [vacated](SlotTable::vacated), until an insert takes the
-//! slot or a compaction drops it: the caller reads it there instead of being handed it. Why
+//! slot or the holes are closed: the caller reads it there instead of being handed it. Why
 //! not `Option<T>` slots: the placed workloads' entries are 24 bytes with `u32` ids, with no
 //! value to spare for `None`, so an `Option` made each 32 (8.4 bytes an attachment at a
 //! million, over the 160-byte goal). Which slots are used is one bit each.
@@ -28,8 +28,8 @@ use rustc_hash::FxBuildHasher;
 
 use crate::dense_table::Keyed;
 
-/// Tables of at most this many slots are not compacted: a small table's holes cost nothing.
-const COMPACT_ABOVE: usize = 1_024;
+/// Tables of at most this many slots keep their spare room: a small table's costs nothing.
+const SHRINK_ABOVE: usize = 1_024;
 
 /// A slot's number: where an entry of a [`SlotTable`] sits while it is in the table.
 pub(crate) type Slot = u32;
@@ -101,12 +101,13 @@ impl<T> SlotTable<T> {
     }
 
     /// Number of entries.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.slots.len() - self.free.len()
     }
 
     /// The entry in `slot`: a number handed out by [`insert`](SlotTable::insert) points at its
-    /// entry until the entry is removed or the table [compacted](SlotTable::compact).
+    /// entry until the entry is removed or moved by [`close_holes`](SlotTable::close_holes).
     #[inline]
     pub(crate) fn at(&self, slot: Slot) -> &T {
         debug_assert!(self.is_used(slot as usize), "slot {slot} is free");
@@ -200,43 +201,51 @@ impl<T: Keyed> SlotTable<T> {
         Some(at)
     }
 
-    /// Whether [`compact`](Self::compact) would give back room: a large table at most a quarter
-    /// full. A caller checks this after removals, where it can renumber what points at slots.
-    pub(crate) fn is_sparse(&self) -> bool {
-        self.slots.capacity() > COMPACT_ABOVE && self.len() * 4 <= self.slots.capacity()
+    /// Closes every free slot: the entries in the last slots move into the free ones (each
+    /// move is told to `moved(entry, from, to)`, so that what points at the slot can follow),
+    /// the vacated entries are dropped, and a table at most a quarter full gives back room.
+    /// Run where nothing reads a vacated entry any more (the periodic trim): a move's insert
+    /// takes back the slot its removal freed, so in a settled table there is nothing to do.
+    pub(crate) fn close_holes(&mut self, mut moved: impl FnMut(&T, Slot, Slot)) {
+        let mut holes = std::mem::take(&mut self.free);
+        holes.sort_unstable();
+        let mut holes = holes.into_iter();
+        loop {
+            // Free slots at the end are dropped, not filled.
+            while !self.slots.is_empty() && !self.is_used(self.slots.len() - 1) {
+                self.slots.pop();
+            }
+            let Some(hole) = holes.find(|&hole| (hole as usize) < self.slots.len()) else {
+                break;
+            };
+            let last = self.slots.len() - 1;
+            let entry = self.slots.pop().expect("the last slot is used");
+            self.slots[hole as usize] = entry;
+            self.set_used(last, false);
+            self.set_used(hole as usize, true);
+            let entry = &self.slots[hole as usize];
+            let from = slot(last);
+            *self
+                .index
+                .find_mut(hash_of(entry.key()), |&at| at == from)
+                .expect("every entry has a slot") = hole;
+            moved(entry, from, hole);
+        }
+        self.used.truncate(self.slots.len().div_ceil(64));
+        let len = self.slots.len();
+        if self.slots.capacity() > SHRINK_ABOVE && len * 4 <= self.slots.capacity() {
+            self.slots.shrink_to(len * 2);
+            self.used.shrink_to(len.div_ceil(64) * 2);
+            let slots = &self.slots;
+            self.index
+                .shrink_to(len * 2, |&at| hash_of(slots[at as usize].key()));
+        }
     }
 
-    /// Moves the entries into the first slots, in the order of their slots, drops the vacated
-    /// ones, and shrinks the table to twice the entries. Returns each old slot's new number
-    /// (`None` for a slot that was free): every slot number held elsewhere must be renumbered
-    /// with it.
-    pub(crate) fn compact(&mut self) -> Vec<Option<Slot>> {
-        let mut renumbered = Vec::with_capacity(self.slots.len());
-        let mut kept = Vec::with_capacity(self.len() * 2);
-        let slots = std::mem::take(&mut self.slots);
-        for (at, entry) in slots.into_iter().enumerate() {
-            if self.is_used(at) {
-                renumbered.push(Some(slot(kept.len())));
-                kept.push(entry);
-            } else {
-                renumbered.push(None);
-            }
-        }
-        self.slots = kept;
-        self.free = Vec::new();
-        self.used = vec![0; self.slots.len().div_ceil(64)];
-        for at in 0..self.slots.len() {
-            self.set_used(at, true);
-        }
-        let slots = &self.slots;
-        let key_hash = |at: &Slot| hash_of(slots[*at as usize].key());
-        let mut index = HashTable::with_capacity(slots.len());
-        for at in 0..slots.len() {
-            let at = slot(at);
-            index.insert_unique(key_hash(&at), at, key_hash);
-        }
-        self.index = index;
-        renumbered
+    /// Number of free slots.
+    #[cfg(test)]
+    pub(crate) fn holes(&self) -> usize {
+        self.free.len()
     }
 }
 
@@ -269,15 +278,15 @@ mod tests {
         }
     }
 
-    /// Every operation checked against `std`'s map after each step, through growth, emptying
-    /// and compaction; a slot number handed out keeps pointing at its entry until the entry is
-    /// removed, and a compaction's renumbering says where each went.
+    /// Every operation checked against `std`'s map after each step, through growth, draining
+    /// and closing holes; a slot number handed out keeps pointing at its entry until the entry
+    /// is removed or a closing says where it moved, and a drained table gives back its room.
     #[test]
     fn slots_hold_their_entries_through_a_random_walk() {
         let mut rng = Lcg(11);
         let mut table: SlotTable<Entry> = SlotTable::default();
         let mut model: HashMap<u32, (u64, Slot)> = HashMap::new();
-        let mut compactions = 0;
+        let (mut moves, mut shrinks) = (0, 0);
         for step in 0..200_000u64 {
             // Phases of growth and of draining, so the table fills and empties.
             let growing = (step / 20_000) % 2 == 0;
@@ -300,17 +309,25 @@ mod tests {
                         removed, expected,
                         "removal gives the slot the entry had, where it stays to read"
                     );
-                    if table.is_sparse() {
-                        compactions += 1;
-                        let renumbered = table.compact();
-                        for (_, at) in model.values_mut() {
-                            *at = renumbered[*at as usize].expect("a used slot is kept");
-                        }
-                        assert!(!table.is_sparse());
-                    }
                 }
                 6 => assert_eq!(table.get(&key).map(|e| e.1), model.get(&key).map(|v| v.0)),
                 _ => assert_eq!(table.slot_of(&key), model.get(&key).map(|v| v.1)),
+            }
+            if step % 997 == 0 {
+                let room = table.slots.capacity();
+                table.close_holes(|entry, from, to| {
+                    let at = &mut model.get_mut(&entry.0).expect("in the table").1;
+                    assert_eq!(*at, from, "a move is told where the entry was");
+                    *at = to;
+                    moves += 1;
+                });
+                assert_eq!(table.holes(), 0);
+                assert_eq!(table.slots.len(), table.len(), "no slot is free");
+                let room_after = table.slots.capacity();
+                if room_after < room {
+                    shrinks += 1;
+                }
+                assert!(room_after <= SHRINK_ABOVE || table.len() * 4 > room_after);
             }
             assert_eq!(table.len(), model.len());
         }
@@ -322,10 +339,7 @@ mod tests {
         let mut keys: Vec<u32> = model.keys().copied().collect();
         keys.sort_unstable();
         assert_eq!(listed, keys);
-        assert!(
-            compactions > 0,
-            "the walk empties the table enough to compact it"
-        );
+        assert!(moves > 0 && shrinks > 0, "{moves} moves, {shrinks} shrinks");
     }
 
     /// A move takes the slot it just left: the entry's cache line is the one just read.
