@@ -2453,7 +2453,9 @@ impl<D: Domain> Reconciler<D> {
         if !self.blocked.is_empty() {
             self.blocked.remove(&(node.clone(), volume.clone()));
         }
-        self.waiting_unmount.remove(&(node.clone(), volume.clone()));
+        if !self.waiting_unmount.is_empty() {
+            self.waiting_unmount.remove(&(node.clone(), volume.clone()));
+        }
         if released {
             self.released.remove(&(volume.clone(), node.clone()));
             if force == Some(ForceReason::OutOfService) {
