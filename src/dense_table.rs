@@ -341,14 +341,14 @@ impl<T: Keyed> DenseTable<T> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::HashMap;
 
     use super::*;
 
     /// A key and a value, as the core's entries are.
     #[derive(Clone, Copy, Debug, PartialEq)]
-    struct Entry(u32, u64);
+    pub(crate) struct Entry(pub(crate) u32, pub(crate) u64);
 
     impl Keyed for Entry {
         type Key = u32;
@@ -388,9 +388,9 @@ mod tests {
     }
 
     /// A small deterministic generator, so a failure replays.
-    struct Lcg(u64);
+    pub(crate) struct Lcg(pub(crate) u64);
     impl Lcg {
-        fn next(&mut self) -> u64 {
+        pub(crate) fn next(&mut self) -> u64 {
             self.0 = self
                 .0
                 .wrapping_mul(6_364_136_223_846_793_005)

@@ -254,29 +254,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-
-    /// A key and a value, as the core's entries are.
-    #[derive(Clone, Copy, Debug, PartialEq)]
-    struct Entry(u32, u64);
-
-    impl Keyed for Entry {
-        type Key = u32;
-        fn key(&self) -> &u32 {
-            &self.0
-        }
-    }
-
-    /// A small deterministic generator, so a failure replays.
-    struct Lcg(u64);
-    impl Lcg {
-        fn next(&mut self) -> u64 {
-            self.0 = self
-                .0
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            self.0 >> 33
-        }
-    }
+    use crate::dense_table::tests::{Entry, Lcg};
 
     /// Every operation checked against `std`'s map after each step, through growth, draining
     /// and closing holes; a slot number handed out keeps pointing at its entry until the entry
