@@ -41,7 +41,7 @@ pub(crate) const WARM_BATCH: usize = 16;
 pub(crate) const WARM_BATCH: usize = 2;
 
 /// Arrays at most this long are not trimmed: a small table's spare room costs nothing.
-const TRIM_ABOVE: usize = 1_024;
+pub(crate) const TRIM_ABOVE: usize = 1_024;
 
 /// An entry of a [`DenseTable`]: it carries its own key.
 pub(crate) trait Keyed {
@@ -114,19 +114,19 @@ impl<T> DenseTable<T> {
 }
 
 #[inline]
-fn hash_of<K: Hash>(key: &K) -> u64 {
+pub(crate) fn hash_of<K: Hash>(key: &K) -> u64 {
     FxBuildHasher.hash_one(key)
 }
 
 /// The position `at` as a table slot. A table of 2^32 entries would hold at least 128 GiB; the
 /// core's tables never come near.
-fn slot(at: usize) -> u32 {
+pub(crate) fn slot(at: usize) -> u32 {
     u32::try_from(at).expect("a dense table holds fewer than 2^32 entries")
 }
 
 /// Makes room for one more item, by a quarter of the length at a time (a `Vec` doubles, which
 /// leaves up to half of a large array unused).
-fn grow<T>(items: &mut Vec<T>) {
+pub(crate) fn grow<T>(items: &mut Vec<T>) {
     if items.len() == items.capacity() {
         items.reserve_exact((items.len() / 4).max(4));
     }

@@ -11,7 +11,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use thiserror::Error;
 
 use crate::config::Config;
-use crate::dense_table::{DenseTable, Keyed};
+use crate::dense_table::{self, DenseTable, Keyed};
 use crate::domain::Domain;
 use crate::gate::trim_map;
 use crate::slot_table::{Slot, SlotTable};
@@ -394,7 +394,7 @@ impl<D: Domain> DesiredState<D> {
         // The entry that was last sits where this one was: its workloads must say so.
         if let Some(moved) = self.nodes.at(at) {
             for &slot in &moved.placed {
-                self.workloads.at_mut(slot).node = node_position(at);
+                self.workloads.at_mut(slot).node = dense_table::slot(at);
             }
         }
         let mut placed: Vec<D::Workload> = entry
@@ -703,7 +703,7 @@ impl<D: Domain> DesiredState<D> {
         }
         let (slot, _) = self.workloads.insert(Placed {
             workload,
-            node: node_position(node),
+            node: dense_table::slot(node),
             volumes: placement.volumes,
         });
         self.nodes.at_mut(node).expect("managed").placed.push(slot);
@@ -1022,12 +1022,6 @@ impl<D: Domain> DesiredState<D> {
     pub fn node_count(&self) -> usize {
         self.nodes.len()
     }
-}
-
-/// The position of a node's entry, as a placed workload keeps it. A table of 2^32 nodes would
-/// hold at least 128 GiB; the core's never comes near.
-fn node_position(at: usize) -> u32 {
-    u32::try_from(at).expect("fewer than 2^32 nodes")
 }
 
 /// Takes `placed` off the wanted lists of its volumes on `node`; the volumes go to `changed`,

@@ -21,15 +21,10 @@
 //! million, over the 160-byte goal). Which slots are used is one bit each.
 
 use std::fmt;
-use std::hash::{BuildHasher, Hash};
 
 use hashbrown::HashTable;
-use rustc_hash::FxBuildHasher;
 
-use crate::dense_table::Keyed;
-
-/// Tables of at most this many slots keep their spare room: a small table's costs nothing.
-const SHRINK_ABOVE: usize = 1_024;
+use crate::dense_table::{Keyed, TRIM_ABOVE, grow, hash_of, slot};
 
 /// A slot's number: where an entry of a [`SlotTable`] sits while it is in the table.
 pub(crate) type Slot = u32;
@@ -61,17 +56,6 @@ impl<T: fmt::Debug> fmt::Debug for SlotTable<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_set().entries(self.iter()).finish()
     }
-}
-
-#[inline]
-fn hash_of<K: Hash>(key: &K) -> u64 {
-    FxBuildHasher.hash_one(key)
-}
-
-/// The slot number of position `at`. A table of 2^32 entries would hold at least 128 GiB; the
-/// core's tables never come near.
-fn slot(at: usize) -> Slot {
-    u32::try_from(at).expect("a slot table holds fewer than 2^32 entries")
 }
 
 impl<T> SlotTable<T> {
@@ -168,11 +152,7 @@ impl<T: Keyed> SlotTable<T> {
             }
             None => {
                 let at = self.slots.len();
-                if at == self.slots.capacity() {
-                    // By a quarter at a time: a `Vec` doubles, which leaves up to half of a
-                    // large array unused.
-                    self.slots.reserve_exact((at / 4).max(4));
-                }
+                grow(&mut self.slots);
                 self.slots.push(entry);
                 if at % 64 == 0 {
                     self.used.push(0);
@@ -233,7 +213,7 @@ impl<T: Keyed> SlotTable<T> {
         }
         self.used.truncate(self.slots.len().div_ceil(64));
         let len = self.slots.len();
-        if self.slots.capacity() > SHRINK_ABOVE && len * 4 <= self.slots.capacity() {
+        if self.slots.capacity() > TRIM_ABOVE && len * 4 <= self.slots.capacity() {
             self.slots.shrink_to(len * 2);
             self.used.shrink_to(len.div_ceil(64) * 2);
             let slots = &self.slots;
@@ -305,7 +285,7 @@ mod tests {
                 if room_after < room {
                     shrinks += 1;
                 }
-                assert!(room_after <= SHRINK_ABOVE || table.len() * 4 > room_after);
+                assert!(room_after <= TRIM_ABOVE || table.len() * 4 > room_after);
             }
             assert_eq!(table.len(), model.len());
         }
