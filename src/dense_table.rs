@@ -100,7 +100,7 @@ impl<T> DenseTable<T> {
         self.entries.is_empty()
     }
 
-    /// The entry at position `at` ([`position_of`](DenseTable::position_of)), if there is one.
+    /// The entry at position `at` ([`position`](DenseTable::position)), if there is one.
     #[inline]
     pub(crate) fn at(&self, at: usize) -> Option<&T> {
         self.entries.get(at)
@@ -142,17 +142,11 @@ impl<T: Keyed> DenseTable<T> {
             .map(|&at| at as usize)
     }
 
-    /// Where the entry of `key` is, if present.
+    /// Where the entry of `key` is, if present: the position holds until an entry is removed
+    /// ([`remove_moving`](Self::remove_moving) says which entry then moved where).
     #[inline]
-    fn position(&self, key: &T::Key) -> Option<usize> {
+    pub(crate) fn position(&self, key: &T::Key) -> Option<usize> {
         self.find(hash_of(key), key)
-    }
-
-    /// The position of the entry of `key`, if present: it holds until an entry is removed
-    /// ([`remove`](Self::remove) says which entry then moved where).
-    #[inline]
-    pub(crate) fn position_of(&self, key: &T::Key) -> Option<usize> {
-        self.position(key)
     }
 
     /// Brings the slots and entries of `keys` (and, for `String` keys, the text a compare

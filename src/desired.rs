@@ -669,7 +669,7 @@ impl<D: Domain> DesiredState<D> {
         placement: Placement<D>,
         changed: &mut Vec<D::Volume>,
     ) {
-        let node = self.nodes.position_of(&placement.node).expect("managed");
+        let node = self.nodes.position(&placement.node).expect("managed");
         changed.reserve(placement.volumes.len());
         for volume in placement.volumes.iter() {
             let entry = self.volumes.get_mut(volume).expect("registered");

@@ -133,7 +133,7 @@ impl<T: Keyed> SlotTable<T> {
     /// The entry of `key`.
     #[inline]
     pub(crate) fn get(&self, key: &T::Key) -> Option<&T> {
-        self.slot_of(key).map(|at| &self.slots[at as usize])
+        self.slot_of(key).map(|at| self.at(at))
     }
 
     /// Puts `entry` in, in place of the entry of the same key if there is one (returned), and
