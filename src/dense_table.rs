@@ -1,7 +1,8 @@
 //! A hash table for the core's largest tables (one entry per volume; the placed workloads are in
 //! a [`SlotTable`](crate::slot_table::SlotTable), whose entries keep their place) and for its
 //! large records (one per node): the entries live in one dense array, each carrying its own
-//! key, and the hash table holds only a 4-byte position.
+//! key, and the hash table ([`PositionIndex`]) holds only a 4-byte position, in chunks whose
+//! tags and positions share a cache line.
 //!
 //! For the node records (the actual state's, over 100 bytes, and the status book's) what it
 //! saves is the spare slots: a `FxHashMap` holds each record in its slot, at 33,334 nodes in
@@ -28,8 +29,9 @@ use std::any::TypeId;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 
-use hashbrown::HashTable;
 use rustc_hash::FxBuildHasher;
+
+use crate::position_index::PositionIndex;
 
 /// Keys a batch looks up together ([`DenseTable::warm`]) before its work reads them: enough
 /// for several keys' cache misses to overlap, few enough that what they bring in is still in
@@ -55,14 +57,14 @@ pub(crate) trait Keyed {
 /// Entries found by their key, in one dense array, indexed by a hash table of positions.
 pub(crate) struct DenseTable<T> {
     /// Position of each entry in `entries`, hashed by its key.
-    index: HashTable<u32>,
+    index: PositionIndex,
     entries: Vec<T>,
 }
 
 impl<T> Default for DenseTable<T> {
     fn default() -> Self {
         DenseTable {
-            index: HashTable::new(),
+            index: PositionIndex::default(),
             entries: Vec::new(),
         }
     }
@@ -138,8 +140,8 @@ impl<T: Keyed> DenseTable<T> {
     fn find(&self, hash: u64, key: &T::Key) -> Option<usize> {
         let entries = &self.entries;
         self.index
-            .find(hash, |&at| entries[at as usize].key() == key)
-            .map(|&at| at as usize)
+            .find(hash, |at| entries[at as usize].key() == key)
+            .map(|at| at as usize)
     }
 
     /// Where the entry of `key` is, if present: the position holds until an entry is removed
@@ -153,8 +155,8 @@ impl<T: Keyed> DenseTable<T> {
     /// reads) into the cache before a batch of work looks them up.
     ///
     /// Why: at a million entries every lookup misses the cache several times, one after the
-    /// other: the slot's group, the slot, the entry, and for text keys the key's own text (to
-    /// hash it) and the entry's (to compare). Work between lookups (a volume's whole
+    /// other: the index's chunk, the entry, and for text keys the key's own text (to hash it)
+    /// and the entry's (to compare). Work between lookups (a volume's whole
     /// reconcile) is too long for the processor to start the next volume's misses meanwhile;
     /// a loop of lookups alone is short enough that several volumes' misses are in flight at
     /// once. With `String` keys it is not: each lookup calls `memcmp` on text it first has to
@@ -190,12 +192,7 @@ impl<T: Keyed> DenseTable<T> {
             for (slot, key) in found.iter_mut().zip(keys.by_ref()) {
                 // The slot of the first matching tag: the entry's, but for a one-in-128 tag
                 // collision, which only makes the warming miss that key.
-                *slot = self
-                    .index
-                    .iter_hash(hash_of(key))
-                    .next()
-                    .copied()
-                    .unwrap_or(u32::MAX);
+                *slot = self.index.first_match(hash_of(key)).unwrap_or(u32::MAX);
                 n += 1;
             }
             for &at in &found[..n] {
@@ -239,7 +236,7 @@ impl<T: Keyed> DenseTable<T> {
         let at = self.entries.len();
         let entries = &self.entries;
         self.index
-            .insert_unique(hash, slot(at), |&i| hash_of(entries[i as usize].key()));
+            .insert(hash, slot(at), |i| hash_of(entries[i as usize].key()));
         grow(&mut self.entries);
         self.entries.push(entry);
         at
@@ -262,7 +259,7 @@ impl<T: Keyed> DenseTable<T> {
     pub(crate) fn reserve(&mut self, additional: usize) {
         let entries = &self.entries;
         self.index
-            .reserve(additional, |&i| hash_of(entries[i as usize].key()));
+            .reserve(additional, |i| hash_of(entries[i as usize].key()));
         self.entries.reserve_exact(additional);
     }
 
@@ -301,18 +298,15 @@ impl<T: Keyed> DenseTable<T> {
     /// is now past the end, the entry found there is the one that was last, moved in.
     pub(crate) fn remove_moving(&mut self, key: &T::Key) -> Option<(T, usize)> {
         let entries = &self.entries;
-        let found = self
-            .index
-            .find_entry(hash_of(key), |&at| entries[at as usize].key() == key)
-            .ok()?;
-        let (at, _) = found.remove();
-        let at = at as usize;
+        let at =
+            self.index
+                .remove(hash_of(key), |at| entries[at as usize].key() == key)? as usize;
         let last = self.entries.len() - 1;
         if at != last {
             // The last entry moves to `at`: its slot must say so.
             let moved = self
                 .index
-                .find_mut(hash_of(self.entries[last].key()), |&i| i as usize == last)
+                .find_mut(hash_of(self.entries[last].key()), |i| i as usize == last)
                 .expect("every entry has a slot");
             *moved = slot(at);
         }
@@ -329,7 +323,7 @@ impl<T: Keyed> DenseTable<T> {
             self.entries.shrink_to(len * 2);
             let entries = &self.entries;
             self.index
-                .shrink_to(len * 2, |&i| hash_of(entries[i as usize].key()));
+                .shrink_to(len * 2, |i| hash_of(entries[i as usize].key()));
         }
     }
 }

@@ -244,6 +244,7 @@ pub mod memory;
 mod name;
 mod op_id_map;
 mod operation;
+mod position_index;
 mod reconciler;
 mod recovery;
 mod refill;

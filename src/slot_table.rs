@@ -22,9 +22,8 @@
 
 use std::fmt;
 
-use hashbrown::HashTable;
-
 use crate::dense_table::{Keyed, TRIM_ABOVE, grow, hash_of, slot};
+use crate::position_index::PositionIndex;
 
 /// A slot's number: where an entry of a [`SlotTable`] sits while it is in the table.
 pub(crate) type Slot = u32;
@@ -32,7 +31,7 @@ pub(crate) type Slot = u32;
 /// Entries found by their key, each in a slot whose number does not change while it is in.
 pub(crate) struct SlotTable<T> {
     /// The slot of each entry, hashed by its key.
-    index: HashTable<Slot>,
+    index: PositionIndex,
     /// The entries, and in free slots the entries last removed from them.
     slots: Vec<T>,
     /// One bit per slot, set while the slot holds an entry of the table.
@@ -44,7 +43,7 @@ pub(crate) struct SlotTable<T> {
 impl<T> Default for SlotTable<T> {
     fn default() -> Self {
         SlotTable {
-            index: HashTable::new(),
+            index: PositionIndex::default(),
             slots: Vec::new(),
             used: Vec::new(),
             free: Vec::new(),
@@ -119,9 +118,7 @@ impl<T: Keyed> SlotTable<T> {
     #[inline]
     fn find(&self, hash: u64, key: &T::Key) -> Option<Slot> {
         let slots = &self.slots;
-        self.index
-            .find(hash, |&at| slots[at as usize].key() == key)
-            .copied()
+        self.index.find(hash, |at| slots[at as usize].key() == key)
     }
 
     /// The slot of `key`, if present.
@@ -163,7 +160,7 @@ impl<T: Keyed> SlotTable<T> {
         self.set_used(at as usize, true);
         let slots = &self.slots;
         self.index
-            .insert_unique(hash, at, |&i| hash_of(slots[i as usize].key()));
+            .insert(hash, at, |i| hash_of(slots[i as usize].key()));
         (at, None)
     }
 
@@ -171,11 +168,9 @@ impl<T: Keyed> SlotTable<T> {
     /// stays there to read ([`vacated`](SlotTable::vacated)) until an insert takes the slot.
     pub(crate) fn vacate(&mut self, key: &T::Key) -> Option<Slot> {
         let slots = &self.slots;
-        let found = self
+        let at = self
             .index
-            .find_entry(hash_of(key), |&at| slots[at as usize].key() == key)
-            .ok()?;
-        let (at, _) = found.remove();
+            .remove(hash_of(key), |at| slots[at as usize].key() == key)?;
         self.set_used(at as usize, false);
         self.free.push(at);
         Some(at)
@@ -207,7 +202,7 @@ impl<T: Keyed> SlotTable<T> {
             let from = slot(last);
             *self
                 .index
-                .find_mut(hash_of(entry.key()), |&at| at == from)
+                .find_mut(hash_of(entry.key()), |at| at == from)
                 .expect("every entry has a slot") = hole;
             moved(entry, from, hole);
         }
@@ -218,7 +213,7 @@ impl<T: Keyed> SlotTable<T> {
             self.used.shrink_to(len.div_ceil(64) * 2);
             let slots = &self.slots;
             self.index
-                .shrink_to(len * 2, |&at| hash_of(slots[at as usize].key()));
+                .shrink_to(len * 2, |at| hash_of(slots[at as usize].key()));
         }
     }
 
