@@ -36,9 +36,8 @@ fn limit(chunks: usize) -> usize {
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Chunk {
-    /// Sixteen bytes as two words, so that a match compares eight at once: bytes 0 to 11 are
-    /// the slots' tags (a used slot's is its value's hash's top bits with the top bit set, a
-    /// free slot's 0), byte 12 the values put past this chunk by a probe that found it full
+    /// Sixteen bytes as two words: bytes 0 to 11 are the slots' tags (a used slot's is its
+    /// value's hash's top seven bits, a free slot's [`FREE`]), byte 12 the values put past this chunk by a probe that found it full
     /// (saturating: once at the top it is never counted down, and lookups only probe further
     /// than they must), bytes 13 to 15 unused.
     ctrl: [u64; 2],
@@ -85,11 +84,14 @@ mod by_words {
 
 impl Chunk {
     const EMPTY: Chunk = Chunk {
-        ctrl: [0; 2],
+        ctrl: [
+            u64::from_le_bytes([FREE; 8]),
+            u32::from_le_bytes([FREE; 4]) as u64,
+        ],
         values: [0; SLOTS],
     };
 
-    /// The slots whose tag is `tag` (a free slot's, for 0), one bit each.
+    /// The slots whose tag is `tag` ([`FREE`] for the free ones), one bit each.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     fn matching(&self, tag: u8) -> Hits {
@@ -123,7 +125,7 @@ impl Chunk {
     /// Whether slot `slot` holds a value.
     #[inline(always)]
     fn is_used(&self, slot: usize) -> bool {
-        (self.ctrl[slot / 8] >> ((slot % 8) * 8)) & 0xFF != 0
+        (self.ctrl[slot / 8] >> ((slot % 8) * 8)) as u8 != FREE
     }
 
     /// The values put past this chunk.
@@ -160,11 +162,16 @@ impl Iterator for Hits {
     }
 }
 
-/// The tag of `hash`: its top seven bits, with the top bit set so that no tag is 0.
+/// The tag of `hash`: its top seven bits. (Not its top eight: a free slot's tag must be one
+/// no hash has, and with the free tag 0 and the top bit set in every other, each lookup spent
+/// two instructions more on setting it.)
 #[inline(always)]
 fn tag_of(hash: u64) -> u8 {
-    (hash >> 57) as u8 | 0x80
+    (hash >> 57) as u8
 }
+
+/// The tag of a free slot: its top bit set, which no hash's tag has.
+const FREE: u8 = 0x80;
 
 /// Where a value sits: its chunk and its slot there.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -250,7 +257,7 @@ impl PositionIndex {
     /// Takes out the value for `hash` that `is` accepts, and returns it.
     pub(crate) fn remove(&mut self, hash: u64, is: impl FnMut(u32) -> bool) -> Option<u32> {
         let (p, value) = self.place(hash, is)?;
-        self.chunks[p.chunk].set_tag(p.slot, 0);
+        self.chunks[p.chunk].set_tag(p.slot, FREE);
         self.len -= 1;
         // The chunks before it on its probe counted it as put past them.
         let mask = self.chunks.len() - 1;
@@ -281,7 +288,7 @@ impl PositionIndex {
         let mut chunk = hash as usize & mask;
         loop {
             let c = &mut self.chunks[chunk];
-            if let Some(slot) = c.matching(0).next() {
+            if let Some(slot) = c.matching(FREE).next() {
                 c.set_tag(slot, tag_of(hash));
                 c.values[slot] = value;
                 self.len += 1;
@@ -362,10 +369,10 @@ mod tests {
             chunk.ctrl = [rng.next() << 31 ^ rng.next(), rng.next() << 31 ^ rng.next()];
             // Tags from a few values, so that several slots share one.
             for slot in 0..SLOTS {
-                let tag = [0, 0x80, 0x81, 0xFF][(rng.next() % 4) as usize];
+                let tag = [0, 0x7F, 0x33, FREE][(rng.next() % 4) as usize];
                 chunk.set_tag(slot, tag);
             }
-            for tag in [0u8, 0x80, 0x81, 0xFF, chunk.overflow()] {
+            for tag in [0u8, 0x7F, 0x33, FREE, chunk.overflow()] {
                 let naive: Vec<usize> = (0..SLOTS)
                     .filter(|&slot| (chunk.ctrl[slot / 8] >> (slot % 8 * 8)) as u8 == tag)
                     .collect();
