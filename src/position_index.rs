@@ -25,11 +25,12 @@ use std::fmt;
 
 /// Slots in a chunk.
 const SLOTS: usize = 12;
+const _: () = assert!(SLOTS % 6 == 0, "a load of five sixths is whole slots");
 
 /// Values a table of `chunks` chunks holds at most: five sixths of its slots. Past that the
 /// probes of absent keys grow long.
 fn limit(chunks: usize) -> usize {
-    chunks * SLOTS * 5 / 6
+    chunks.saturating_mul(SLOTS / 6).saturating_mul(5)
 }
 
 /// Twelve slots and their tags in one cache line.
@@ -317,9 +318,10 @@ impl PositionIndex {
 
     /// The fewest chunks (a power of two, at least one) that hold `values`.
     fn chunks_for(values: usize) -> usize {
-        let mut chunks = 1;
+        let mut chunks: usize = 1;
         while limit(chunks) < values {
-            chunks *= 2;
+            // As `Vec`'s: a count of values no memory could hold.
+            chunks = chunks.checked_mul(2).expect("capacity overflow");
         }
         chunks
     }
@@ -432,6 +434,13 @@ mod tests {
         walk(40, 20_000, 2);
         // One hash for all: every chunk's overflow count saturates.
         walk(1, 5_000, 3);
+    }
+
+    /// A reserve no memory could hold stops with `Vec`'s message, not in an endless doubling.
+    #[test]
+    #[should_panic(expected = "capacity overflow")]
+    fn a_reserve_past_any_memory_panics_as_a_vec_does() {
+        PositionIndex::default().reserve(usize::MAX, u64::from);
     }
 
     #[test]
