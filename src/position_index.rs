@@ -37,10 +37,11 @@ fn limit(chunks: usize) -> usize {
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Chunk {
-    /// Sixteen bytes as two words: bytes 0 to 11 are the slots' tags (a used slot's is its
-    /// value's hash's top seven bits, a free slot's [`FREE`]), byte 12 the values put past this chunk by a probe that found it full
-    /// (saturating: once at the top it is never counted down, and lookups only probe further
-    /// than they must), bytes 13 to 15 unused.
+    /// Sixteen bytes as two words. Bytes 0 to 11 are the slots' tags: a used slot's is its
+    /// value's hash's top seven bits, a free slot's [`FREE`]. Byte 12 counts the values put
+    /// past this chunk by a probe that found it full (saturating: once at the top it is never
+    /// counted down, and lookups only probe further than they must). Bytes 13 to 15 are
+    /// unused.
     ctrl: [u64; 2],
     /// The slots' values.
     values: [u32; SLOTS],
@@ -98,8 +99,8 @@ impl Chunk {
     fn matching(&self, tag: u8) -> Hits {
         use std::arch::x86_64::{_mm_cmpeq_epi8, _mm_movemask_epi8, _mm_set_epi64x, _mm_set1_epi8};
         // One compare and one mask move for the sixteen bytes. (Eight at a time in a word, as
-        // `by_words` does, made a move about 4 % dearer at a thousand attachments: it makes
-        // about a hundred lookups.)
+        // `by_words` does, made a move about 4 % dearer still at a thousand attachments: a
+        // move makes about a hundred lookups.)
         // SAFETY: SSE2 is part of the x86-64 baseline, so these instructions exist wherever
         // this code runs; the intrinsics take values, not pointers.
         let bits = unsafe {
