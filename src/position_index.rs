@@ -144,7 +144,6 @@ impl Chunk {
 }
 
 /// Slots a match found, bit `i` for slot `i`.
-#[derive(Clone, Copy, Debug, PartialEq)]
 struct Hits(u16);
 
 /// One bit for each slot of a chunk.
@@ -176,7 +175,6 @@ fn tag_of(hash: u64) -> u8 {
 const FREE: u8 = 0x80;
 
 /// Where a value sits: its chunk and its slot there.
-#[derive(Clone, Copy, Debug, PartialEq)]
 struct Place {
     chunk: usize,
     slot: usize,
@@ -184,7 +182,7 @@ struct Place {
 
 /// A hash index of 4-byte values (positions of entries kept elsewhere), each found by its key's
 /// hash and a test of the value (the caller compares the key at the position).
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub(crate) struct PositionIndex {
     /// A power of two of them, or none.
     chunks: Vec<Chunk>,
