@@ -129,13 +129,13 @@ impl<D: Domain> Attachment<D> {
 }
 
 /// The attachments of `volume`, made empty first if it has none.
-fn attachments_of<D: Domain>(
-    volumes: &mut DenseTable<VolumeAttachments<D>>,
-    volume: D::Volume,
-) -> &mut SmallVec<[Attachment<D>; 1]> {
+fn attachments_of<'a, D: Domain>(
+    volumes: &'a mut DenseTable<VolumeAttachments<D>>,
+    volume: &D::Volume,
+) -> &'a mut SmallVec<[Attachment<D>; 1]> {
     &mut volumes
-        .get_or_insert_with(volume, |volume| VolumeAttachments {
-            volume,
+        .get_or_make(volume, |volume| VolumeAttachments {
+            volume: volume.clone(),
             list: SmallVec::new(),
         })
         .list
@@ -755,22 +755,27 @@ impl<D: Domain> ActualState<D> {
     }
 
     /// Records a confirmed attach; the volume is reported (a later detach withholds it again).
-    pub(crate) fn set_attached(&mut self, volume: D::Volume, node: D::Node, device: Option<&str>) {
-        let existed = match self.get_mut(&volume, &node) {
+    pub(crate) fn set_attached(
+        &mut self,
+        volume: &D::Volume,
+        node: &D::Node,
+        device: Option<&str>,
+    ) {
+        let existed = match self.get_mut(volume, node) {
             Some(a) => {
                 a.confirm();
                 true
             }
             None => {
-                self.insert(volume.clone(), node.clone(), AttachState::Attached);
+                self.insert(volume, node, AttachState::Attached);
                 false
             }
         };
-        if let Some(n) = self.nodes.get_mut(&node) {
-            n.devices.set(&volume, device);
+        if let Some(n) = self.nodes.get_mut(node) {
+            n.devices.set(volume, device);
             n.report_gen = next_generation(&mut self.report_generations);
         }
-        self.sync_reported(&volume, &node, existed);
+        self.sync_reported(volume, node, existed);
     }
 
     /// Restart recovery: the store lists `reported` for `node`, so each is Attached there, as
@@ -795,7 +800,7 @@ impl<D: Domain> ActualState<D> {
                 self.volumes.warm(batch());
                 id_warm::warm(batch());
             }
-            let list = attachments_of(&mut self.volumes, r.volume.clone());
+            let list = attachments_of(&mut self.volumes, &r.volume);
             match list.iter_mut().find(|a| a.node == *node) {
                 Some(a) => a.confirm(),
                 None => {
@@ -869,31 +874,31 @@ impl<D: Domain> ActualState<D> {
     }
 
     /// Records that the volume may be attached to the node. It stops being reported.
-    pub(crate) fn set_uncertain(&mut self, volume: D::Volume, node: D::Node) {
-        let existed = match self.get_mut(&volume, &node) {
+    pub(crate) fn set_uncertain(&mut self, volume: &D::Volume, node: &D::Node) {
+        let existed = match self.get_mut(volume, node) {
             Some(a) => {
                 a.state = AttachState::Uncertain;
                 true
             }
             None => {
-                self.insert(volume.clone(), node.clone(), AttachState::Uncertain);
+                self.insert(volume, node, AttachState::Uncertain);
                 false
             }
         };
-        self.sync_reported(&volume, &node, existed);
+        self.sync_reported(volume, node, existed);
     }
 
     /// A new record, not yet reported (the caller syncs the flag).
-    fn insert(&mut self, volume: D::Volume, node: D::Node, state: AttachState) {
-        let n = node_entry(&mut self.nodes, &mut self.report_generations, &node);
+    fn insert(&mut self, volume: &D::Volume, node: &D::Node, state: AttachState) {
+        let n = node_entry(&mut self.nodes, &mut self.report_generations, node);
         let standing = Standing::new(false, n.draw(&mut self.report_generations));
-        put(&mut n.attached, &volume, Some(standing));
+        put(&mut n.attached, volume, Some(standing));
         n.report_gen = next_generation(&mut self.report_generations);
         if n.ring_pos == OUT_OF_RING {
             // Its first attachment: the verify walks it from now on.
             n.ring_pos = self.ring.push(node.clone());
         }
-        let record = Attachment::new(node, state, n);
+        let record = Attachment::new(node.clone(), state, n);
         attachments_of(&mut self.volumes, volume).push(record);
         self.len += 1;
     }
@@ -1200,7 +1205,7 @@ mod tests {
     fn a_node_out_of_generations_renumbers_its_own_records_and_takes_a_new_epoch() {
         let mut a = ActualState::<T>::default();
         for (v, n) in [("v1", "n1"), ("v2", "n1"), ("v3", "n1"), ("v4", "n2")] {
-            a.set_attached(v, n, None);
+            a.set_attached(&v, &n, None);
         }
         a.set_withheld(&"v2", &"n1", true);
         let max = ActualNode::<T>::MAX_GENERATION;
@@ -1208,12 +1213,12 @@ mod tests {
         let epochs = (a.epoch_of(&"n1"), a.epoch_of(&"n2"));
         let reports = (a.report_generation(&"n1"), a.report_generation(&"n2"));
         // The last generation of 31 bits is still n1's to hand out.
-        a.set_attached("v5", "n1", None);
+        a.set_attached(&"v5", &"n1", None);
         let before = generations_of(&a);
         assert_eq!(before[&("n1", "v5")].0, max);
         assert_eq!(a.epoch_of(&"n1"), epochs.0, "not renumbered yet");
         // The next is not: n1's records are renumbered, 1 up, and n1 takes a new epoch.
-        a.set_attached("v6", "n1", None);
+        a.set_attached(&"v6", &"n1", None);
         let after = generations_of(&a);
         assert_eq!(after.len(), 6);
         let n1: Vec<u32> = ["v1", "v2", "v3", "v5", "v6"]
@@ -1232,7 +1237,7 @@ mod tests {
         assert!(a.report_generation(&"n1") > reports.0);
         assert_eq!(a.report_generation(&"n2"), reports.1);
         // The next record's generation is new too.
-        a.set_attached("v7", "n1", None);
+        a.set_attached(&"v7", &"n1", None);
         assert_eq!(generations_of(&a)[&("n1", "v7")].0, 6);
         assert_generations_fit(&a);
     }
@@ -1275,12 +1280,12 @@ mod tests {
     #[test]
     fn a_node_record_made_again_takes_a_new_epoch() {
         let mut a = ActualState::<T>::default();
-        a.set_attached("v1", "n1", None);
+        a.set_attached(&"v1", &"n1", None);
         let first = a.epoch_of(&"n1");
         assert_ne!(first, 0);
         a.set_detached(&"v1", &"n1");
         assert_eq!(a.epoch_of(&"n1"), 0, "no record, no epoch");
-        a.set_attached("v1", "n1", None);
+        a.set_attached(&"v1", &"n1", None);
         assert_ne!(a.epoch_of(&"n1"), first);
         assert_ne!(a.epoch_of(&"n1"), 0);
     }
@@ -1304,8 +1309,8 @@ mod tests {
                 let mut a: ActualState<U> = ActualState::default();
                 for &(kind, v, n, x) in &steps {
                     match kind {
-                        0 => a.set_attached(v, n, (x % 2 == 0).then_some("/dev/x")),
-                        1 => a.set_uncertain(v, n),
+                        0 => a.set_attached(&v, &n, (x % 2 == 0).then_some("/dev/x")),
+                        1 => a.set_uncertain(&v, &n),
                         2 => a.set_withheld(&v, &n, true),
                         _ => {
                             a.request_detach(&v, &n, Duration::from_secs(x));
@@ -1337,7 +1342,7 @@ mod tests {
             };
             let (earlier_one, earlier_once) = (records(&one_by_one), records(&at_once));
             for r in &listed {
-                one_by_one.set_attached(r.volume, node, r.device.as_deref());
+                one_by_one.set_attached(&r.volume, &node, r.device.as_deref());
             }
             at_once.recover_reported(&node, &listed);
             let context = format!("case {case}: {steps:?}, then {listed:?} on {node}");
@@ -1371,8 +1376,8 @@ mod tests {
     #[test]
     fn report_follows_attached_and_withheld() {
         let mut a: ActualState<T> = ActualState::default();
-        a.set_attached("v1", "n1", Some("/dev/a"));
-        a.set_attached("v0", "n1", None);
+        a.set_attached(&"v1", &"n1", Some("/dev/a"));
+        a.set_attached(&"v0", &"n1", None);
         assert_eq!(
             a.take_report_changed().into_iter().collect::<Vec<_>>(),
             vec!["n1"]
@@ -1384,7 +1389,7 @@ mod tests {
         assert_eq!(a.report(&"n1").len(), 1);
         a.set_withheld(&"v1", &"n1", true);
         assert!(a.take_report_changed().is_empty(), "no change, no write");
-        a.set_uncertain("v0", "n1");
+        a.set_uncertain(&"v0", &"n1");
         assert!(a.report(&"n1").is_empty());
         a.set_detached(&"v0", &"n1");
         a.set_detached(&"v1", &"n1");
@@ -1415,11 +1420,11 @@ mod tests {
             let mut expected = Vec::new();
             for (volume, how) in (0u32..).zip(&left_out) {
                 let path = format!("/dev/p{volume}");
-                a.set_attached(volume, 7, (volume % 2 == 0).then_some(path.as_str()));
+                a.set_attached(&volume, &7, (volume % 2 == 0).then_some(path.as_str()));
                 match how {
                     0 => expected.push((volume, (volume % 2 == 0).then_some(path))),
                     1 => a.set_withheld(&volume, &7, true),
-                    _ => a.set_uncertain(volume, 7),
+                    _ => a.set_uncertain(&volume, &7),
                 }
             }
             let report = a.report(&7);
@@ -1434,8 +1439,8 @@ mod tests {
     #[test]
     fn node_facts_report_only_affected_volumes() {
         let mut a: ActualState<T> = ActualState::default();
-        a.set_attached("v1", "n1", None);
-        a.set_attached("v2", "n1", None);
+        a.set_attached(&"v1", &"n1", None);
+        a.set_attached(&"v2", &"n1", None);
         let first = a.set_node(
             "n1",
             NodeFacts {
@@ -1481,9 +1486,9 @@ mod tests {
         a.set_node("n1", NodeFacts::default());
         assert!(unrecorded(&a).is_empty(), "no report, nothing");
         for v in ["a", "c", "e"] {
-            a.set_attached(v, "n1", None);
+            a.set_attached(&v, &"n1", None);
         }
-        a.set_uncertain("g", "n1");
+        a.set_uncertain(&"g", &"n1");
         a.set_node(
             "n1",
             NodeFacts {
@@ -1508,8 +1513,8 @@ mod tests {
     #[test]
     fn a_withheld_volumes_detach_keeps_the_report_and_its_generation() {
         let mut a: ActualState<T> = ActualState::default();
-        a.set_attached("v1", "n1", Some("/dev/a"));
-        a.set_attached("v2", "n1", Some("/dev/b"));
+        a.set_attached(&"v1", &"n1", Some("/dev/a"));
+        a.set_attached(&"v2", &"n1", Some("/dev/b"));
         a.set_withheld(&"v1", &"n1", true);
         let (report, generation) = (a.report(&"n1"), a.report_generation(&"n1"));
         assert!(a.report_matches(&"n1", &report));
@@ -1526,8 +1531,8 @@ mod tests {
     #[test]
     fn a_report_matches_only_with_its_volumes_and_paths() {
         let mut a: ActualState<T> = ActualState::default();
-        a.set_attached("v1", "n1", Some("/dev/a"));
-        a.set_attached("v2", "n1", None);
+        a.set_attached(&"v1", &"n1", Some("/dev/a"));
+        a.set_attached(&"v2", &"n1", None);
         let entry = |volume, device: Option<&str>| ReportedVolume {
             volume,
             device: device.map(Into::into),
@@ -1560,10 +1565,10 @@ mod tests {
     #[test]
     fn report_reads_the_node_index_with_devices() {
         let mut a: ActualState<T> = ActualState::default();
-        a.set_attached("v1", "n1", Some("/dev/b"));
-        a.set_attached("v0", "n1", None);
-        a.set_uncertain("v2", "n1");
-        a.set_attached("v3", "n1", Some("/dev/d"));
+        a.set_attached(&"v1", &"n1", Some("/dev/b"));
+        a.set_attached(&"v0", &"n1", None);
+        a.set_uncertain(&"v2", &"n1");
+        a.set_attached(&"v3", &"n1", Some("/dev/d"));
         let report = |a: &ActualState<T>| -> Vec<(&str, Option<String>)> {
             a.report(&"n1")
                 .iter()
@@ -1583,12 +1588,12 @@ mod tests {
             report(&a),
             vec![("v0", None), ("v3", Some("/dev/d".into()))]
         );
-        a.set_attached("v1", "n1", Some("/dev/e"));
+        a.set_attached(&"v1", &"n1", Some("/dev/e"));
         assert_eq!(
             a.report(&"n1").to_vec()[1].device.as_deref(),
             Some("/dev/e")
         );
-        a.set_attached("v2", "n1", None);
+        a.set_attached(&"v2", &"n1", None);
         assert_eq!(a.report(&"n1").len(), 4, "confirmed: reported");
         a.set_detached(&"v3", &"n1");
         assert_eq!(
@@ -1597,7 +1602,7 @@ mod tests {
             "the device goes with the record"
         );
         assert_eq!(a.device(&"v1", &"n1"), Some("/dev/e"));
-        a.set_uncertain("v1", "n1");
+        a.set_uncertain(&"v1", &"n1");
         assert_eq!(report(&a), vec![("v0", None), ("v2", None)]);
     }
 
@@ -1611,7 +1616,7 @@ mod tests {
             None,
             "no record, nothing kept"
         );
-        a.set_attached("v", "n", None);
+        a.set_attached(&"v", &"n", None);
         assert_eq!(a.request_detach(&"v", &"n", t1), t1);
         assert_eq!(
             a.request_detach(&"v", &"n", t2),
@@ -1628,7 +1633,7 @@ mod tests {
             "kept until detached"
         );
         a.set_detached(&"v", &"n");
-        a.set_attached("v", "n", None);
+        a.set_attached(&"v", &"n", None);
         assert_eq!(a.detach_requested_at(&"v", &"n"), None);
     }
 
@@ -1637,7 +1642,7 @@ mod tests {
         let mut a: ActualState<T> = ActualState::default();
         let (t1, t2) = (Duration::from_secs(1), Duration::from_secs(2));
         for (v, n) in [("v1", "n1"), ("v2", "n1"), ("v3", "n2")] {
-            a.set_attached(v, n, None);
+            a.set_attached(&v, &n, None);
         }
         a.request_detach(&"v1", &"n1", t1);
         a.request_detach(&"v2", &"n1", t1);
@@ -1655,7 +1660,7 @@ mod tests {
             .map(|i| &*Box::leak(format!("w{i}").into_boxed_str()))
             .collect();
         for v in &many {
-            a.set_attached(v, "n3", None);
+            a.set_attached(v, &"n3", None);
             a.request_detach(v, &"n3", t1);
         }
         for v in &many {
@@ -1674,11 +1679,11 @@ mod tests {
     #[test]
     fn multi_node_volume_has_one_record_per_node() {
         let mut a: ActualState<T> = ActualState::default();
-        a.set_attached("v", "n1", None);
-        a.set_uncertain("v", "n2");
+        a.set_attached(&"v", &"n1", None);
+        a.set_uncertain(&"v", &"n2");
         assert_eq!(a.attachments(&"v").len(), 2);
         assert_eq!(a.len(), 2);
-        a.set_attached("v", "n2", None);
+        a.set_attached(&"v", &"n2", None);
         assert_eq!(a.state(&"v", &"n2"), AttachState::Attached);
         assert_eq!(a.len(), 2);
     }
@@ -1704,8 +1709,8 @@ mod tests {
                 nodes[((state >> 8) % 2) as usize],
             );
             match (state >> 16) % 7 {
-                0 | 1 => a.set_attached(v, n, devices[((state >> 24) % 3) as usize]),
-                2 => a.set_uncertain(v, n),
+                0 | 1 => a.set_attached(&v, &n, devices[((state >> 24) % 3) as usize]),
+                2 => a.set_uncertain(&v, &n),
                 3 => a.set_detached(&v, &n),
                 4 => a.set_withheld(&v, &n, (state >> 24) % 2 == 0),
                 5 => {
@@ -1753,7 +1758,7 @@ mod tests {
         type C = Ids<&'static str, Counted, &'static str>;
         let mut a: ActualState<C> = ActualState::default();
         for v in [1, 3, 5, 7] {
-            a.set_attached(Counted(v), "n1", None);
+            a.set_attached(&Counted(v), &"n1", None);
         }
         let report = |a: &mut ActualState<C>, in_use: &[u32]| {
             let in_use = in_use.iter().copied().map(Counted).collect();

@@ -263,20 +263,6 @@ impl<T: Keyed> DenseTable<T> {
         self.entries.reserve_exact(additional);
     }
 
-    /// The entry of `key`, made by `make` (from the key) first if there is none.
-    pub(crate) fn get_or_insert_with(
-        &mut self,
-        key: T::Key,
-        make: impl FnOnce(T::Key) -> T,
-    ) -> &mut T {
-        let hash = hash_of(&key);
-        let at = match self.find(hash, &key) {
-            Some(at) => at,
-            None => self.push(hash, make(key)),
-        };
-        &mut self.entries[at]
-    }
-
     /// The entry of `key`, made by `make` (from a borrowed key) first if there is none: a
     /// caller holding only a reference clones the key only to make an entry, not on every look
     /// (with text ids a clone is an allocation).
@@ -405,7 +391,7 @@ pub(crate) mod tests {
                     model.insert(key, step)
                 ),
                 2 => {
-                    dense.get_or_insert_with(key, |k| Entry(k, step)).1 += 1;
+                    dense.get_or_make(&key, |k| Entry(*k, step)).1 += 1;
                     *model.entry(key).or_insert(step) += 1;
                 }
                 3 | 4 => assert_eq!(dense.remove(&key).map(|e| e.1), model.remove(&key)),

@@ -1078,7 +1078,7 @@ impl<D: Domain> Reconciler<D> {
             // adopted after `settled` was sized), and the end of recovery marks every volume
             // not noted settled, in one list. A mark per entry was a million more marks to
             // sort when the store reported nothing (PERFORMANCE.md, twenty-fifth step).
-            self.actual.set_uncertain(volume, node);
+            self.actual.set_uncertain(&volume, &node);
         }
     }
 
@@ -1136,7 +1136,7 @@ impl<D: Domain> Reconciler<D> {
     /// it, the store settles, a fresh read agrees).
     fn adopt_claim(&mut self, volume: D::Volume, node: D::Node) {
         warn!(volume = ?volume, node = ?node, "a node may use a claim-only volume no status lists: holding it as maybe claimed there");
-        self.actual.set_uncertain(volume.clone(), node);
+        self.actual.set_uncertain(&volume, &node);
         self.schedule.mark(volume);
     }
 
@@ -1342,7 +1342,7 @@ impl<D: Domain> Reconciler<D> {
                 }
                 self.capacity.stop_waiting(&node, &volume);
                 self.actual
-                    .set_attached(volume.clone(), node.clone(), info.device.as_deref());
+                    .set_attached(&volume, &node, info.device.as_deref());
                 self.events.push(Event::AttachSucceeded {
                     volume: volume.clone(),
                     node,
@@ -1379,12 +1379,12 @@ impl<D: Domain> Reconciler<D> {
                 match &error {
                     BackendError::Transient { .. } | BackendError::NodeFull { .. } => {}
                     BackendError::Uncertain { .. } => {
-                        self.actual.set_uncertain(volume.clone(), node.clone());
+                        self.actual.set_uncertain(&volume, &node);
                     }
                     BackendError::AttachedElsewhere { node: other, .. } => {
                         if self.actual.state(&volume, other) == AttachState::Detached {
                             self.changed(&volume, other);
-                            self.actual.set_uncertain(volume.clone(), other.clone());
+                            self.actual.set_uncertain(&volume, other);
                         }
                     }
                 }
@@ -1439,7 +1439,7 @@ impl<D: Domain> Reconciler<D> {
                 let retry = self.gate.failed(key.to_owned(), OpKind::Detach, now);
                 self.schedule.wake_volume_at(retry, volume.clone());
                 if error.may_have_taken_effect() {
-                    self.actual.set_uncertain(volume.clone(), node.clone());
+                    self.actual.set_uncertain(&volume, &node);
                 }
                 if !self.bugs().c1_lose_report_on_failed_detach {
                     // C1: the volume is still attached as far as anyone knows: report it again.
@@ -1602,7 +1602,7 @@ impl<D: Domain> Reconciler<D> {
             }
             warn!(volume = ?volume, node = ?node, "the backend lists an attachment the controller did not know of");
             self.adopt_spec(&volume, spec);
-            self.actual.set_uncertain(volume.clone(), node);
+            self.actual.set_uncertain(&volume, &node);
             self.schedule.mark(volume);
         }
         Ok(())
@@ -2251,15 +2251,19 @@ impl<D: Domain> Reconciler<D> {
     ) {
         // What an operation already running on the volume changes is decided at its end.
         self.in_flight.relook_when_done(volume);
+        // Both lists are filled last node first and taken from the end (below), so that each
+        // node's copy can be handed on in order, to be kept where the decision keeps one (the
+        // operation it plans, the wait it starts): a clone fewer for each.
         attached.extend(
             self.actual
                 .attachments(volume)
                 .iter()
+                .rev()
                 .map(|a| a.node.clone()),
         );
         // The spec and the nodes it is wanted on, in one lookup: nothing below changes them.
         let Some(spec) = self.desired.spec_and_wanted(volume).map(|(spec, on)| {
-            wanted.extend(on.iter().map(|w| w.node.clone()));
+            wanted.extend(on.iter().rev().map(|w| w.node.clone()));
             SpecFacts {
                 access: spec.access,
                 attach_required: spec.attach_required,
@@ -2267,21 +2271,21 @@ impl<D: Domain> Reconciler<D> {
         }) else {
             // Only the store reported it (at recovery), and neither the orchestrator nor the
             // backend knows it: without its payload the core cannot detach it.
-            for node in attached.iter() {
+            for node in attached.iter().rev() {
                 warn!(volume = ?volume, node = ?node, "attached volume has no spec; register it with set_volume");
                 self.report_blocked(volume, node, UNREGISTERED);
             }
             return;
         };
         // Detach pass first, so that a freed single-node volume can move in the same pass.
-        for node in attached.iter() {
-            if !wanted.contains(node) {
+        while let Some(node) = attached.pop() {
+            if !wanted.contains(&node) {
                 self.consider_detach(now, volume, node, spec, ops);
             }
         }
         self.capacity
             .forget_unwanted(volume, |node| wanted.contains(node));
-        for node in wanted.iter() {
+        while let Some(node) = wanted.pop() {
             self.consider_attach(now, volume, node, spec, ops);
         }
         if self.retiring.contains(volume)
@@ -2308,10 +2312,11 @@ impl<D: Domain> Reconciler<D> {
         &mut self,
         now: Duration,
         volume: &D::Volume,
-        node: &D::Node,
+        owned: D::Node,
         spec: SpecFacts,
         ops: &mut Vec<Operation<D>>,
     ) {
+        let node = &owned;
         let key = gate_key_ref::<D>(spec.access, volume, node);
         let released =
             !self.released.is_empty() && self.released.contains(&(volume.clone(), node.clone()));
@@ -2413,7 +2418,7 @@ impl<D: Domain> Reconciler<D> {
             // An attach that landed after its workload left is never listed in the store, so
             // it needs no write at all and is settled at once (issue 9, bug 1).
             self.status.mark(node.clone());
-            return self.await_ack(volume, node);
+            return self.await_ack(volume, owned);
         }
         // The store settled: no longer waiting for its acknowledgement.
         if let Some(waiting) = self.awaiting_ack.get_mut(node) {
@@ -2510,7 +2515,7 @@ impl<D: Domain> Reconciler<D> {
         ops.push(Operation::Detach {
             id,
             volume: volume.clone(),
-            node: node.clone(),
+            node: owned,
             payload,
             force,
         });
@@ -2526,8 +2531,8 @@ impl<D: Domain> Reconciler<D> {
     }
 
     /// The detach of `volume` from `node` waits for the node's next acknowledged status write.
-    fn await_ack(&mut self, volume: &D::Volume, node: &D::Node) {
-        let waiting = self.awaiting_ack.entry(node.clone()).or_default();
+    fn await_ack(&mut self, volume: &D::Volume, node: D::Node) {
+        let waiting = self.awaiting_ack.entry(node).or_default();
         if !waiting.contains(volume) {
             waiting.push(volume.clone());
         }
@@ -2570,10 +2575,11 @@ impl<D: Domain> Reconciler<D> {
         &mut self,
         now: Duration,
         volume: &D::Volume,
-        node: &D::Node,
+        owned: D::Node,
         spec: SpecFacts,
         ops: &mut Vec<Operation<D>>,
     ) {
+        let node = &owned;
         let key = gate_key_ref::<D>(spec.access, volume, node);
         let bugs = self.bugs();
         let here = self.actual.get(volume, node).map(|a| (a.state, a.withheld));
@@ -2636,10 +2642,10 @@ impl<D: Domain> Reconciler<D> {
                 // success would be; the node lists the volume, and its agent may use it.
                 debug!(volume = ?volume, node = ?node, "granting a claim-only volume");
                 self.changed(volume, node);
-                self.actual.set_attached(volume.clone(), node.clone(), None);
+                self.actual.set_attached(volume, node, None);
                 self.events.push(Event::AttachSucceeded {
                     volume: volume.clone(),
-                    node: node.clone(),
+                    node: owned,
                 });
             }
             Attach::Go => {
@@ -2681,7 +2687,7 @@ impl<D: Domain> Reconciler<D> {
                 ops.push(Operation::Attach {
                     id,
                     volume: volume.clone(),
-                    node: node.clone(),
+                    node: owned,
                     payload,
                 });
             }

@@ -190,12 +190,12 @@ pub fn check_state_ops(ops: &[StateOp]) -> Result<(), String> {
                 m.workloads.remove(&w);
             }
             StateOp::Attached(v, n) => {
-                asw.set_attached(volume(v), node(n), None);
+                asw.set_attached(&volume(v), &node(n), None);
                 m.attachments
                     .insert((volume(v), node(n)), (AttachState::Attached, false));
             }
             StateOp::Uncertain(v, n) => {
-                asw.set_uncertain(volume(v), node(n));
+                asw.set_uncertain(&volume(v), &node(n));
                 let e = m
                     .attachments
                     .entry((volume(v), node(n)))
