@@ -761,21 +761,15 @@ impl<D: Domain> ActualState<D> {
         node: &D::Node,
         device: Option<&str>,
     ) {
-        let existed = match self.get_mut(volume, node) {
-            Some(a) => {
-                a.confirm();
-                true
-            }
-            None => {
-                self.insert(volume, node, AttachState::Attached);
-                false
-            }
+        let Some(a) = self.get_mut(volume, node) else {
+            return self.insert(volume, node, AttachState::Attached, device);
         };
+        a.confirm();
         if let Some(n) = self.nodes.get_mut(node) {
             n.devices.set(volume, device);
             n.report_gen = next_generation(&mut self.report_generations);
         }
-        self.sync_reported(volume, node, existed);
+        self.sync_reported(volume, node, true);
     }
 
     /// Restart recovery: the store lists `reported` for `node`, so each is Attached there, as
@@ -875,32 +869,43 @@ impl<D: Domain> ActualState<D> {
 
     /// Records that the volume may be attached to the node. It stops being reported.
     pub(crate) fn set_uncertain(&mut self, volume: &D::Volume, node: &D::Node) {
-        let existed = match self.get_mut(volume, node) {
-            Some(a) => {
-                a.state = AttachState::Uncertain;
-                true
-            }
-            None => {
-                self.insert(volume, node, AttachState::Uncertain);
-                false
-            }
+        let Some(a) = self.get_mut(volume, node) else {
+            return self.insert(volume, node, AttachState::Uncertain, None);
         };
-        self.sync_reported(volume, node, existed);
+        a.state = AttachState::Uncertain;
+        self.sync_reported(volume, node, true);
     }
 
-    /// A new record, not yet reported (the caller syncs the flag).
-    fn insert(&mut self, volume: &D::Volume, node: &D::Node, state: AttachState) {
+    /// A new record, with `device` as its path if it is Attached. The node's index gets its
+    /// "reported" flag here, and the node is noted when that changes its report: one lookup
+    /// of the node and one of the volume, where making the record and then syncing the flag
+    /// (`sync_reported`) took three of each (a new attachment on every move).
+    fn insert(
+        &mut self,
+        volume: &D::Volume,
+        node: &D::Node,
+        state: AttachState,
+        device: Option<&str>,
+    ) {
         let n = node_entry(&mut self.nodes, &mut self.report_generations, node);
-        let standing = Standing::new(false, n.draw(&mut self.report_generations));
+        let record = Attachment::new(node.clone(), state, n);
+        // A new record is never withheld: it is reported exactly when Attached.
+        let reported = record.is_reported();
+        let standing = Standing::new(reported, n.draw(&mut self.report_generations));
         put(&mut n.attached, volume, Some(standing));
+        if state == AttachState::Attached {
+            n.devices.set(volume, device);
+        }
         n.report_gen = next_generation(&mut self.report_generations);
         if n.ring_pos == OUT_OF_RING {
             // Its first attachment: the verify walks it from now on.
             n.ring_pos = self.ring.push(node.clone());
         }
-        let record = Attachment::new(node.clone(), state, n);
         attachments_of(&mut self.volumes, volume).push(record);
         self.len += 1;
+        if reported {
+            self.report_changed.mark(node.clone());
+        }
     }
 
     /// Forgets the attachment: the volume is detached from the node.
