@@ -685,10 +685,9 @@ impl<D: Domain> ActualState<D> {
     }
 
     /// Brings the node index's "reported" flag of (`volume`, `node`) in line with the record,
-    /// noting the node when its report changes; with `bump`, the record changed and takes a
-    /// new generation.
-    fn sync_reported(&mut self, volume: &D::Volume, node: &D::Node, bump: bool) {
-        let reported = self.get(volume, node).is_some_and(|a| a.is_reported());
+    /// which the caller just changed and says is `reported`, noting the node when its report
+    /// changes; with `bump`, the record changed and takes a new generation.
+    fn sync_reported(&mut self, volume: &D::Volume, node: &D::Node, reported: bool, bump: bool) {
         let Some(n) = self.nodes.get_mut(node) else {
             return;
         };
@@ -765,11 +764,12 @@ impl<D: Domain> ActualState<D> {
             return self.insert(volume, node, AttachState::Attached, device);
         };
         a.confirm();
+        let reported = a.is_reported();
         if let Some(n) = self.nodes.get_mut(node) {
             n.devices.set(volume, device);
             n.report_gen = next_generation(&mut self.report_generations);
         }
-        self.sync_reported(volume, node, true);
+        self.sync_reported(volume, node, reported, true);
     }
 
     /// Restart recovery: the store lists `reported` for `node`, so each is Attached there, as
@@ -873,7 +873,8 @@ impl<D: Domain> ActualState<D> {
             return self.insert(volume, node, AttachState::Uncertain, None);
         };
         a.state = AttachState::Uncertain;
-        self.sync_reported(volume, node, true);
+        let reported = a.is_reported();
+        self.sync_reported(volume, node, reported, true);
     }
 
     /// A new record, with `device` as its path if it is Attached. The node's index gets its
@@ -956,7 +957,8 @@ impl<D: Domain> ActualState<D> {
     pub(crate) fn set_withheld(&mut self, volume: &D::Volume, node: &D::Node, withheld: bool) {
         if let Some(a) = self.get_mut(volume, node) {
             a.withheld = withheld;
-            self.sync_reported(volume, node, false);
+            let reported = a.is_reported();
+            self.sync_reported(volume, node, reported, false);
         }
     }
 
