@@ -2582,7 +2582,23 @@ impl<D: Domain> Reconciler<D> {
         let node = &owned;
         let key = gate_key_ref::<D>(spec.access, volume, node);
         let bugs = self.bugs();
-        let here = self.actual.get(volume, node).map(|a| (a.state, a.withheld));
+        let single_node = spec.access == Access::SingleNode;
+        // The volume's records, looked up once: this node's, and for a single-node volume not
+        // attached here yet, the others' (nothing below changes them before the decision).
+        let list = self.actual.attachments(volume);
+        let here = list
+            .iter()
+            .find(|a| a.node == *node)
+            .map(|a| (a.state, a.withheld));
+        let attached_here = here.is_some_and(|(state, _)| state == AttachState::Attached);
+        let elsewhere = if single_node && !attached_here {
+            list.iter()
+                .filter(|a| a.node != *node)
+                .map(|a| (a.node.clone(), a.state))
+                .collect()
+        } else {
+            SmallVec::new()
+        };
         if here.is_some() {
             // Needed again: a later detach starts a new unmount wait, and a new episode.
             self.actual.cancel_detach_request(volume, node);
@@ -2597,8 +2613,6 @@ impl<D: Domain> Reconciler<D> {
                 self.blocked.remove(&(node.clone(), volume.clone()));
             }
         }
-        let attached_here = here.is_some_and(|(state, _)| state == AttachState::Attached);
-        let single_node = spec.access == Access::SingleNode;
         let widened = self.runs_as_single_node(&key, volume);
         let facts = AttachFacts {
             here: here.map(|(state, _)| state),
@@ -2610,17 +2624,7 @@ impl<D: Domain> Reconciler<D> {
                 self.gate.may_start(&key, OpKind::Attach, now)
             },
             single_node,
-            // Only looked at for a volume not attached here yet.
-            elsewhere: if single_node && !attached_here {
-                self.actual
-                    .attachments(volume)
-                    .iter()
-                    .filter(|a| a.node != *node)
-                    .map(|a| (a.node.clone(), a.state))
-                    .collect()
-            } else {
-                SmallVec::new()
-            },
+            elsewhere,
             lose_report: bugs.c1_lose_report_on_failed_detach,
             ignore_uncertain: bugs.c2_ignore_uncertain_holder,
         };
