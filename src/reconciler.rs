@@ -2614,15 +2614,17 @@ impl<D: Domain> Reconciler<D> {
             }
         }
         let widened = self.runs_as_single_node(&key, volume);
+        let gate = if widened {
+            Err(None)
+        } else {
+            self.gate.may_start(&key, OpKind::Attach, now)
+        };
         let facts = AttachFacts {
             here: here.map(|(state, _)| state),
             withheld: here.is_some_and(|(_, withheld)| withheld),
-            running: widened || self.gate.is_running(&key),
-            gate: if widened {
-                Err(None)
-            } else {
-                self.gate.may_start(&key, OpKind::Attach, now)
-            },
+            // The gate answers "wait" (no retry time) exactly when an operation on the key runs.
+            running: gate == Err(None),
+            gate,
             single_node,
             elsewhere,
             lose_report: bugs.c1_lose_report_on_failed_detach,
