@@ -945,9 +945,25 @@ impl<D: Domain> DesiredState<D> {
             .map(|w| (&w.node, &*w.workloads))
     }
 
-    /// A volume's spec, if known, and the nodes it is wanted on: one lookup for both.
-    pub(crate) fn spec_and_wanted(&self, volume: &D::Volume) -> Option<SpecAndWanted<'_, D>> {
-        self.volumes.get(volume).map(|e| (&e.spec, e.wanted()))
+    /// A volume's spec, if known, and the nodes it is wanted on: one lookup for both; with
+    /// where its entry sits, for [`spec_at`](Self::spec_at).
+    pub(crate) fn spec_and_wanted(
+        &self,
+        volume: &D::Volume,
+    ) -> Option<(usize, SpecAndWanted<'_, D>)> {
+        self.volumes
+            .get_with_position(volume)
+            .map(|(at, e)| (at, (&e.spec, e.wanted())))
+    }
+
+    /// `volume`'s spec, found first at position `at` ([`spec_and_wanted`](Self::spec_and_wanted)):
+    /// a look that plans a call takes the payload from there, with no second lookup. Looked up
+    /// if the entry there is another volume's (entries move when one is removed).
+    pub(crate) fn spec_at(&self, at: usize, volume: &D::Volume) -> Option<&VolumeSpec<D::Payload>> {
+        match self.volumes.at(at) {
+            Some(e) if e.volume == *volume => Some(&e.spec),
+            _ => self.spec(volume),
+        }
     }
 
     /// The position of `volume`'s entry in the volume table, and, if the orchestrator
@@ -1258,6 +1274,36 @@ mod tests {
         );
         d.add_workload("c", "n1", &["v1"]).unwrap();
         assert!(d.is_desired(&"v1", &"n1"));
+    }
+
+    #[test]
+    fn a_spec_found_at_a_position_is_found_again_after_entries_move() {
+        let mut d = dsw();
+        d.set_volume("v3", VolumeSpec::multi_node(()));
+        let (at, (spec, _)) = d.spec_and_wanted(&"v3").unwrap();
+        assert_eq!(spec.access, crate::volume::Access::MultiNode);
+        assert_eq!(
+            d.spec_at(at, &"v3").map(|s| s.access),
+            Some(crate::volume::Access::MultiNode)
+        );
+        // v1 goes: the last entry (v3) moves into its place.
+        d.unregister_volume(&"v1");
+        d.forget_volume(&"v1");
+        assert!(d.spec(&"v1").is_none());
+        let (moved, _) = d.spec_and_wanted(&"v3").unwrap();
+        assert_ne!(moved, at, "the entry moved");
+        assert_eq!(
+            d.spec_at(at, &"v3").map(|s| s.access),
+            Some(crate::volume::Access::MultiNode)
+        );
+        assert_eq!(
+            d.spec_at(moved, &"v3").map(|s| s.access),
+            Some(crate::volume::Access::MultiNode)
+        );
+        assert!(
+            d.spec_at(at, &"v9").is_none(),
+            "an unknown volume has no spec anywhere"
+        );
     }
 
     #[test]

@@ -423,6 +423,9 @@ pub struct Reconciler<D: Domain> {
 struct SpecFacts {
     access: Access,
     attach_required: bool,
+    /// Where the volume's entry sits in the desired state: the payload of a call planned is
+    /// read from there ([`DesiredState::spec_at`](crate::desired::DesiredState::spec_at)).
+    at: usize,
 }
 
 /// The nodes a volume is wanted on and attached to, copied out of the state so that each
@@ -2262,13 +2265,18 @@ impl<D: Domain> Reconciler<D> {
                 .map(|a| a.node.clone()),
         );
         // The spec and the nodes it is wanted on, in one lookup: nothing below changes them.
-        let Some(spec) = self.desired.spec_and_wanted(volume).map(|(spec, on)| {
-            wanted.extend(on.iter().rev().map(|w| w.node.clone()));
-            SpecFacts {
-                access: spec.access,
-                attach_required: spec.attach_required,
-            }
-        }) else {
+        let Some(spec) = self
+            .desired
+            .spec_and_wanted(volume)
+            .map(|(at, (spec, on))| {
+                wanted.extend(on.iter().rev().map(|w| w.node.clone()));
+                SpecFacts {
+                    access: spec.access,
+                    attach_required: spec.attach_required,
+                    at,
+                }
+            })
+        else {
             // Only the store reported it (at recovery), and neither the orchestrator nor the
             // backend knows it: without its payload the core cannot detach it.
             for node in attached.iter().rev() {
@@ -2374,12 +2382,11 @@ impl<D: Domain> Reconciler<D> {
             machine_fencing: self.config.machine_fencing.is_some(),
             held_back,
             sticky_mount,
-            store_settled: bugs.c5_detach_before_status_ack
-                || !present
-                || self.status.is_missing(node)
+            store_settled: bugs.c5_detach_before_status_ack || !present || {
+                let (missing, absent) = self.status.missing_and_absent(node, volume);
                 // L1, our own leak put back: a volume never listed waits for a write anyway.
-                || ((reported || !bugs.l1_await_unplanned_ack)
-                    && self.status.confirmed_absent(node, volume)),
+                missing || ((reported || !bugs.l1_await_unplanned_ack) && absent)
+            },
             // A clearance is good for the pass right after its read. (Most passes have none:
             // no key is built for the lookup then.)
             clearance: if self.cleared.is_empty() {
@@ -2494,7 +2501,7 @@ impl<D: Domain> Reconciler<D> {
             self.schedule.mark(volume.clone());
             return;
         }
-        let Some(payload) = self.payload_for_call(volume) else {
+        let Some(payload) = self.payload_for_call(volume, spec.at) else {
             // Not reached (see `payload_for_call`); handled as `reconcile_volume` handles a
             // volume with no spec, with the detach slot given back.
             self.admission.finished(Class::Detach);
@@ -2524,8 +2531,8 @@ impl<D: Domain> Reconciler<D> {
     /// A copy of `volume`'s payload, for a call about to be planned. `reconcile_volume` found
     /// the volume's spec at the start of the same look and only its own end forgets a spec, so
     /// this finds it.
-    fn payload_for_call(&self, volume: &D::Volume) -> Option<D::Payload> {
-        let payload = self.desired.spec(volume).map(|spec| spec.payload.clone());
+    fn payload_for_call(&self, volume: &D::Volume, at: usize) -> Option<D::Payload> {
+        let payload = (self.desired.spec_at(at, volume)).map(|spec| spec.payload.clone());
         debug_assert!(payload.is_some(), "a volume decided on has a spec");
         payload
     }
@@ -2668,7 +2675,7 @@ impl<D: Domain> Reconciler<D> {
                     // Queued: a pass offers it capacity when its turn comes.
                     return;
                 }
-                let Some(payload) = self.payload_for_call(volume) else {
+                let Some(payload) = self.payload_for_call(volume, spec.at) else {
                     // Not reached (see `payload_for_call`); the attach slot is given back.
                     self.admission.finished(Class::Attach);
                     return;

@@ -51,6 +51,16 @@ impl<D: Domain> Keyed for NodeRecord<D> {
 }
 
 impl<D: Domain> NodeRecord<D> {
+    /// Whether the store certainly does not list `volume` here, and no write in flight is
+    /// about to list it ([`StatusBook::confirmed_absent`]).
+    fn confirms_absent(&self, volume: &D::Volume) -> bool {
+        let writing_lists = || self.writing.as_ref().is_some_and(|w| w.0.contains(volume));
+        if self.missing {
+            return !writing_lists();
+        }
+        self.stored.as_ref().is_some_and(|s| !s.contains(volume)) && !writing_lists()
+    }
+
     /// A record of a node object the book did not know, numbered from `objects`.
     fn new(node: D::Node, objects: &mut u64) -> Self {
         NodeRecord {
@@ -232,20 +242,17 @@ impl<D: Domain> StatusBook<D> {
     /// Whether the store certainly does not list `volume` for `node`, and no write in flight
     /// is about to list it: only then may the node's agent be assumed not to start mounting it.
     pub fn confirmed_absent(&self, node: &D::Node, volume: &D::Volume) -> bool {
-        let Some(record) = self.nodes.get(node) else {
-            return false;
-        };
-        if record.missing {
-            return record
-                .writing
-                .as_ref()
-                .is_none_or(|w| !w.0.contains(volume));
-        }
-        record.stored.as_ref().is_some_and(|s| !s.contains(volume))
-            && record
-                .writing
-                .as_ref()
-                .is_none_or(|w| !w.0.contains(volume))
+        self.nodes
+            .get(node)
+            .is_some_and(|record| record.confirms_absent(volume))
+    }
+
+    /// [`is_missing`](Self::is_missing) and [`confirmed_absent`](Self::confirmed_absent), in
+    /// one lookup of the node: every look at a detach asks both.
+    pub(crate) fn missing_and_absent(&self, node: &D::Node, volume: &D::Volume) -> (bool, bool) {
+        self.nodes.get(node).map_or((false, false), |record| {
+            (record.missing, record.confirms_absent(volume))
+        })
     }
 
     /// Whether the node's report at `generation` must be written for `node`: no write in
