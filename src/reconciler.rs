@@ -2649,7 +2649,7 @@ impl<D: Domain> Reconciler<D> {
             }
             Attach::Running => {}
             Attach::RetryAt(retry) => self.schedule.wake_volume_at(retry, volume.clone()),
-            Attach::HeldBy(holders) => self.report_multi_attach(volume, node, &holders),
+            Attach::HeldBy(holders) => self.report_multi_attach(volume, node, holders),
             Attach::Go if !spec.attach_required => {
                 // Claimed, not attached: no backend call. The grant is what an attach's
                 // success would be; the node lists the volume, and its agent may use it.
@@ -2782,7 +2782,12 @@ impl<D: Domain> Reconciler<D> {
         self.schedule.mark_all(waiting);
     }
 
-    fn report_multi_attach(&mut self, volume: &D::Volume, node: &D::Node, holders: &[D::Node]) {
+    fn report_multi_attach(
+        &mut self,
+        volume: &D::Volume,
+        node: &D::Node,
+        holders: SmallVec<[D::Node; 1]>,
+    ) {
         let wanted = self.desired.wanted_on(volume);
         let Some(waiting) = wanted.iter().find(|w| w.node == *node) else {
             return;
@@ -2791,14 +2796,14 @@ impl<D: Domain> Reconciler<D> {
             return;
         }
         let holders = holders
-            .iter()
+            .into_iter()
             .map(|h| Holder {
-                node: h.clone(),
                 workloads: wanted
                     .iter()
-                    .find(|w| w.node == *h)
+                    .find(|w| w.node == h)
                     .map(|w| w.workloads.to_vec())
                     .unwrap_or_default(),
+                node: h,
             })
             .collect();
         self.events.push(Event::MultiAttach {
@@ -3049,8 +3054,7 @@ impl<D: Domain> Reconciler<D> {
                     object,
                 },
             );
-            self.status
-                .start_write(node.clone(), generation, report.clone());
+            self.status.start_write(&node, generation, report.clone());
             let read_facts = self.awaiting_ack.get(&node).is_some_and(|w| !w.is_empty());
             ops.push(Operation::WriteStatus {
                 id,

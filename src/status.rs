@@ -289,8 +289,13 @@ impl<D: Domain> StatusBook<D> {
 
     /// A write of `list` (sorted by volume), the node's report at `generation`, is in flight
     /// for `node`.
-    pub(crate) fn start_write(&mut self, node: D::Node, generation: u64, list: ReportedVolumes<D>) {
-        self.record(&node).writing = Some((list, generation));
+    pub(crate) fn start_write(
+        &mut self,
+        node: &D::Node,
+        generation: u64,
+        list: ReportedVolumes<D>,
+    ) {
+        self.record(node).writing = Some((list, generation));
     }
 
     /// The store acknowledged the write in flight, which it now holds at `revision`. Returns
@@ -438,7 +443,7 @@ mod tests {
         let mut book = StatusBook::<T>::default();
         let first = book.object(&"n1");
         assert!(book.is_object(&"n1", first));
-        book.start_write("n1", 1, list(&[rv("v1")]));
+        book.start_write(&"n1", 1, list(&[rv("v1")]));
         // Deleted under its write: the record stays for the write's answer, as another object.
         book.node_gone(&"n1");
         assert!(!book.is_object(&"n1", first));
@@ -462,7 +467,7 @@ mod tests {
     fn only_an_acknowledged_write_makes_the_list_known() {
         let mut book: StatusBook<T> = StatusBook::default();
         assert!(needs(&mut book, "n", &[]), "unknown is always written");
-        book.start_write("n", 0, list(&[rv("a")]));
+        book.start_write(&"n", 0, list(&[rv("a")]));
         assert!(
             !needs(&mut book, "n", &[rv("b")]),
             "one write in flight per node"
@@ -475,7 +480,7 @@ mod tests {
         );
         assert!(!needs(&mut book, "n", &[rv("a")]), "no change, no write");
         assert!(book.confirmed_absent(&"n", &"b"));
-        book.start_write("n", 0, list(&[]));
+        book.start_write(&"n", 0, list(&[]));
         assert!(!book.confirmed_absent(&"n", &"a"), "not until acknowledged");
         book.write_failed(&"n", true);
         assert_eq!(book.stored(&"n").map(ReportedVolumes::to_vec), None);
@@ -547,7 +552,7 @@ mod tests {
     fn a_missing_node_is_rewritten_when_it_reappears() {
         let mut book: StatusBook<T> = StatusBook::default();
         book.read("n", &[rv("a")], &Revision::from(1));
-        book.start_write("n", 0, list(&[]));
+        book.start_write(&"n", 0, list(&[]));
         book.not_found(&"n");
         assert!(!needs(&mut book, "n", &[rv("a")]));
         assert!(
@@ -562,7 +567,7 @@ mod tests {
     #[test]
     fn a_report_matched_at_its_generation_is_not_compared_again() {
         let mut book: StatusBook<T> = StatusBook::default();
-        book.start_write("n", 7, list(&[rv("a")]));
+        book.start_write(&"n", 7, list(&[rv("a")]));
         book.write_acked(&"n", Revision::from(2));
         // Said to be generation 7, the list is taken on trust: not read, so not written.
         assert!(
@@ -585,7 +590,7 @@ mod tests {
             "compared after a read"
         );
         // A write that may have landed leaves the list unknown, whatever the generation.
-        book.start_write("n", 10, list(&[rv("a")]));
+        book.start_write(&"n", 10, list(&[rv("a")]));
         book.write_failed(&"n", true);
         assert!(needs_at(&mut book, "n", 10, &[rv("a")]));
     }
