@@ -2529,8 +2529,8 @@ impl<D: Domain> Reconciler<D> {
     }
 
     /// A copy of `volume`'s payload, for a call about to be planned. `reconcile_volume` found
-    /// the volume's spec at the start of the same look and only its own end forgets a spec, so
-    /// this finds it.
+    /// the volume's spec at the start of the same look, at position `at`, and only its own end
+    /// forgets a spec, so this finds it (there, unless an entry moved).
     fn payload_for_call(&self, volume: &D::Volume, at: usize) -> Option<D::Payload> {
         let payload = (self.desired.spec_at(at, volume)).map(|spec| spec.payload.clone());
         debug_assert!(payload.is_some(), "a volume decided on has a spec");
