@@ -565,6 +565,35 @@ mod tests {
     }
 
     #[test]
+    fn a_gone_node_is_missing_whatever_the_write_in_flight_lists() {
+        let mut book: StatusBook<T> = StatusBook::default();
+        book.read("n", &[rv("a")], &Revision::from(1));
+        book.start_write(&"n", 0, list(&[rv("a")]));
+        book.node_gone(&"n");
+        // Asked together as a detach asks them, and one by one: the same answers. The write
+        // in flight still lists `a`, so `a` is not confirmed absent, but the node is missing,
+        // which settles its detach on its own.
+        for (node, volume, both) in [
+            ("n", "a", (true, false)),
+            ("n", "b", (true, true)),
+            ("m", "a", (false, false)),
+        ] {
+            assert_eq!(
+                book.missing_and_absent(&node, &volume),
+                both,
+                "{node} {volume}"
+            );
+            assert_eq!(
+                (
+                    book.is_missing(&node),
+                    book.confirmed_absent(&node, &volume)
+                ),
+                both
+            );
+        }
+    }
+
+    #[test]
     fn a_report_matched_at_its_generation_is_not_compared_again() {
         let mut book: StatusBook<T> = StatusBook::default();
         book.start_write(&"n", 7, list(&[rv("a")]));
