@@ -8,6 +8,7 @@ use smallvec::SmallVec;
 use crate::dense_table::{DenseTable, Keyed, WARM_BATCH};
 use crate::device_paths::NodeDevicePaths;
 use crate::domain::Domain;
+use crate::id_search;
 use crate::id_warm;
 use crate::line_warm::warm_lines;
 use crate::marks::Marks;
@@ -253,9 +254,10 @@ pub(crate) struct ActualNode<D: Domain> {
     epoch: u64,
 }
 
-/// Finds `volume` in a list sorted by volume.
-fn find<V: Ord, T>(list: &[(V, T)], volume: &V) -> Result<usize, usize> {
-    list.binary_search_by(|(v, _)| v.cmp(volume))
+/// Finds `volume` in a list sorted by volume: a list of names is walked by equality first
+/// ([`id_search`]), so a volume that is there is found without reading the names passed.
+fn find<V: Ord + 'static, T>(list: &[(V, T)], volume: &V) -> Result<usize, usize> {
+    id_search::find_by(list, |(v, _)| v, volume)
 }
 
 /// A list sorted by volume that is usually empty (device paths, for backends that give none;
@@ -290,7 +292,7 @@ const MAX_SPARE_REQUESTS: usize = 8;
 /// free on every move (2.6 % of a `u32` move's instructions).
 // The spares are the `Sparse` lists' own boxes.
 #[allow(clippy::box_collection)]
-fn put_sparse<V: Ord + Clone, T>(
+fn put_sparse<V: Ord + Clone + 'static, T>(
     list: &mut Sparse<(V, T)>,
     volume: &V,
     value: Option<T>,
@@ -313,8 +315,25 @@ fn put_sparse<V: Ord + Clone, T>(
 }
 
 /// Sets or removes `volume`'s entry in a list sorted by volume.
-fn put<V: Ord + Clone, T>(list: &mut Vec<(V, T)>, volume: &V, value: Option<T>) {
-    match (find(list, volume), value) {
+fn put<V: Ord + Clone + 'static, T>(list: &mut Vec<(V, T)>, volume: &V, value: Option<T>) {
+    put_at(list, find(list, volume), volume, value);
+}
+
+/// [`put`] for a volume the list most likely lacks (a new record): placed by order at once,
+/// without first walking a list of names for it.
+fn put_new<V: Ord + Clone, T>(list: &mut Vec<(V, T)>, volume: &V, value: T) {
+    let at = list.binary_search_by(|(v, _)| v.cmp(volume));
+    put_at(list, at, volume, Some(value));
+}
+
+/// Sets or removes `volume`'s entry, found (`Ok`) or to go (`Err`) at `at`.
+fn put_at<V: Clone, T>(
+    list: &mut Vec<(V, T)>,
+    at: Result<usize, usize>,
+    volume: &V,
+    value: Option<T>,
+) {
+    match (at, value) {
         (Ok(i), Some(value)) => list[i].1 = value,
         (Ok(i), None) => {
             list.remove(i);
@@ -893,7 +912,7 @@ impl<D: Domain> ActualState<D> {
         // A new record is never withheld: it is reported exactly when Attached.
         let reported = record.is_reported();
         let standing = Standing::new(reported, n.draw(&mut self.report_generations));
-        put(&mut n.attached, volume, Some(standing));
+        put_new(&mut n.attached, volume, standing);
         if state == AttachState::Attached {
             n.devices.set(volume, device);
         }

@@ -233,6 +233,7 @@ mod event;
 mod fault;
 mod fresh_read;
 mod gate;
+mod id_search;
 mod id_sort;
 mod id_warm;
 mod in_flight;

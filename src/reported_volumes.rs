@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::device_paths::PackedPaths;
 use crate::domain::Domain;
+use crate::id_search;
 use crate::refill::Refill;
 use crate::spares::Spares;
 use crate::store::ReportedVolume;
@@ -171,7 +172,7 @@ impl<D: Domain> ReportedVolumes<D> {
 
     /// Whether `volume` is on the list.
     pub fn contains(&self, volume: &D::Volume) -> bool {
-        self.0.volumes.binary_search(volume).is_ok()
+        id_search::contains(&self.0.volumes, volume)
     }
 
     /// The list as owned entries (a copy of every id).
