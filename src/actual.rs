@@ -983,22 +983,32 @@ impl<D: Domain> ActualState<D> {
 
     /// The list `node` must report, in volume order.
     pub fn report(&self, node: &D::Node) -> ReportedVolumes<D> {
-        self.report_with(node, &mut ListSpares::default())
+        self.report_with(node, &mut ListSpares::default(), false)
     }
 
-    /// [`report`](Self::report), built into a spare list from `spares` when one fits.
+    /// [`report`](Self::report), built into a spare list from `spares` when one fits. With
+    /// `warm`, the volumes' names are read first, all at once ([`id_warm`]): each copy
+    /// changes a name's count, an atomic update that waits for its cache miss before the next
+    /// starts, and at a million attachments a node's thirty names are all cold.
     pub(crate) fn report_with(
         &self,
         node: &D::Node,
         spares: &mut ListSpares<D>,
+        warm: bool,
     ) -> ReportedVolumes<D> {
         let Some(n) = self.nodes.get(node) else {
             return ReportedVolumes::default();
         };
+        if warm {
+            id_warm::warm(n.attached.iter().map(|(volume, _)| volume));
+        }
         // Sized once (room for every volume here): the filter hid the length from `collect`,
         // which grew the list by doubling (four reallocations for a node of 30 volumes, on
         // every status write).
         ReportedVolumes::build_sorted(spares, n.attached.len(), |volumes| {
+            if warm {
+                volumes.warm_rest();
+            }
             // Copied in runs between the withheld entries (at most one in a move's write, none
             // in most): a run of known length is copied in one tight loop, where a filter
             // checked the room and bumped the length on every entry (a twentieth of a `u32`

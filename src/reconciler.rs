@@ -3043,7 +3043,8 @@ impl<D: Domain> Reconciler<D> {
             let Some(expected) = self.status.revision(&node).cloned() else {
                 continue;
             };
-            let report = self.actual.report_with(&node, &mut self.list_spares);
+            let warm = self.actual.len() >= WARM_STATE_FROM;
+            let report = self.actual.report_with(&node, &mut self.list_spares, warm);
             self.gate.start(key.to_owned());
             let id = self.next_op_id();
             let object = self.status.object(&node);

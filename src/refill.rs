@@ -51,6 +51,18 @@ impl<'a, V: Clone> Refill<'a, V> {
         self.len += count;
     }
 
+    /// Reads the blocks of the ids still to be written over, all at once ([`id_warm`]): a
+    /// spare's ids are another node's, long cold at a million attachments, and each is
+    /// dropped with an atomic update that waits for its miss before the next starts.
+    ///
+    /// [`id_warm`]: crate::id_warm
+    pub(crate) fn warm_rest(&self)
+    where
+        V: 'static,
+    {
+        crate::id_warm::warm(self.list[self.len..].iter());
+    }
+
     /// What was written so far.
     pub(crate) fn written(&self) -> &[V] {
         &self.list[..self.len]
