@@ -12,6 +12,7 @@ use crate::id_search;
 use crate::id_warm;
 use crate::line_warm::warm_lines;
 use crate::marks::Marks;
+use crate::refill::Refill;
 use crate::reported_volumes::{ListSpares, ReportedVolumes};
 use crate::spares::Spares;
 use crate::store::ReportedVolume;
@@ -983,29 +984,32 @@ impl<D: Domain> ActualState<D> {
 
     /// The list `node` must report, in volume order.
     pub fn report(&self, node: &D::Node) -> ReportedVolumes<D> {
-        self.report_with(node, &mut ListSpares::default(), false)
+        self.report_with(node, &mut ListSpares::default(), None, false)
     }
 
-    /// [`report`](Self::report), built into a spare list from `spares` when one fits. With
-    /// `warm`, the volumes' names are read first, all at once ([`id_warm`]): each copy
-    /// changes a name's count, an atomic update that waits for its cache miss before the next
-    /// starts, and at a million attachments a node's thirty names are all cold.
+    /// [`report`](Self::report), edited from `own`, an older list of the node, or else built
+    /// into a spare list from `spares` when one fits. With `warm`, a list built afresh reads
+    /// the volumes' names first, all at once ([`id_warm`]): each copy changes a name's count,
+    /// an atomic update that waits for its cache miss before the next starts, and at a
+    /// million attachments a node's thirty names are all cold.
     pub(crate) fn report_with(
         &self,
         node: &D::Node,
         spares: &mut ListSpares<D>,
+        own: Option<ReportedVolumes<D>>,
         warm: bool,
     ) -> ReportedVolumes<D> {
         let Some(n) = self.nodes.get(node) else {
             return ReportedVolumes::default();
         };
-        if warm {
+        if warm && own.is_none() {
             id_warm::warm(n.attached.iter().map(|(volume, _)| volume));
         }
         // Sized once (room for every volume here): the filter hid the length from `collect`,
         // which grew the list by doubling (four reallocations for a node of 30 volumes, on
         // every status write).
-        ReportedVolumes::build_sorted(spares, n.attached.len(), |volumes| {
+        let len = n.attached.len();
+        let fill = |volumes: &mut Refill<'_, D::Volume>| {
             if warm {
                 volumes.warm_rest();
             }
@@ -1024,7 +1028,11 @@ impl<D: Domain> ActualState<D> {
             // No device paths (CSI): the volumes alone. Otherwise the paths are copied in one
             // walk beside the volumes, their text in runs.
             (!n.devices.is_empty()).then(|| n.devices.pack(volumes.written().iter()))
-        })
+        };
+        match own {
+            Some(own) => ReportedVolumes::build_over(own, spares, len, fill),
+            None => ReportedVolumes::build_sorted(spares, len, fill),
+        }
     }
 
     /// What [`report`](Self::report) lists, borrowed: compared against what the store holds

@@ -21,9 +21,14 @@ use crate::name::Name;
 /// longer (Kubernetes' own limits are 16 to 128 volumes a node).
 const WALK_UP_TO: usize = 64;
 
+/// Whether two ids of type `V` are told equal without reading what they point to (`Name`).
+pub(crate) fn equal_by_identity<V: 'static>() -> bool {
+    TypeId::of::<V>() == TypeId::of::<Name>()
+}
+
 /// Whether `list` is walked by equality for ids of type `V`.
 fn walked<V: 'static>(len: usize) -> bool {
-    TypeId::of::<V>() == TypeId::of::<Name>() && len <= WALK_UP_TO
+    equal_by_identity::<V>() && len <= WALK_UP_TO
 }
 
 /// Finds `target` in `list`, sorted by `key`, as `binary_search_by` does: where it is, or where

@@ -25,6 +25,7 @@ use crate::domain::{Domain, Id};
 use crate::event::{Event, Holder};
 use crate::fresh_read::{Fresh, WrittenFacts, judge_detach};
 use crate::gate::{OpKind, OperationGate, trim_map, trim_set};
+use crate::id_search;
 use crate::id_warm;
 use crate::in_flight::InFlightTable;
 use crate::input::{Input, Kind, Rejection, Relists};
@@ -3044,7 +3045,14 @@ impl<D: Domain> Reconciler<D> {
                 continue;
             };
             let warm = self.actual.len() >= WARM_STATE_FROM;
-            let report = self.actual.report_with(&node, &mut self.list_spares, warm);
+            let own = if id_search::equal_by_identity::<D::Volume>() {
+                self.status.take_spare(&node)
+            } else {
+                None
+            };
+            let report = self
+                .actual
+                .report_with(&node, &mut self.list_spares, own, warm);
             self.gate.start(key.to_owned());
             let id = self.next_op_id();
             let object = self.status.object(&node);

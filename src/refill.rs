@@ -13,24 +13,63 @@
 pub(crate) struct Refill<'a, V> {
     list: &'a mut Vec<V>,
     len: usize,
+    /// The list is an older version of what is written, sorted as it is: each id is kept
+    /// where the list already holds it ([`edit`](Refill::edit)).
+    editing: bool,
 }
 
-impl<'a, V: Clone> Refill<'a, V> {
+impl<'a, V: Clone + Ord + 'static> Refill<'a, V> {
     /// Runs `fill` over `list`, then drops what it did not write over: `list` holds exactly
     /// what `fill` wrote.
     pub(crate) fn run<R>(list: &'a mut Vec<V>, fill: impl FnOnce(&mut Refill<'_, V>) -> R) -> R {
-        let mut refill = Refill { list, len: 0 };
+        Self::run_as(list, false, fill)
+    }
+
+    /// [`run`](Self::run) over a list that holds an older version of what `fill` writes,
+    /// both sorted and without repeats (a node's own list from an earlier status write): an
+    /// id the list holds stays where it is, moved along as ids before it come and go, and
+    /// only the ids new to the list are copied. With `Name` ids that is what saves the
+    /// copies: a write over another node's list changed the count of each id twice, an
+    /// atomic update each, on a name whose block is cold at a million attachments. Other
+    /// ids are written over as by [`run`](Self::run), with the same result.
+    pub(crate) fn edit<R>(list: &'a mut Vec<V>, fill: impl FnOnce(&mut Refill<'_, V>) -> R) -> R {
+        debug_assert!(list.is_sorted(), "an edited list is sorted");
+        Self::run_as(list, true, fill)
+    }
+
+    fn run_as<R>(
+        list: &'a mut Vec<V>,
+        editing: bool,
+        fill: impl FnOnce(&mut Refill<'_, V>) -> R,
+    ) -> R {
+        let mut refill = Refill {
+            list,
+            len: 0,
+            editing,
+        };
         let out = fill(&mut refill);
-        let Refill { list, len } = refill;
+        let Refill { list, len, .. } = refill;
         list.truncate(len);
         out
     }
 
-    /// Appends copies of `ids`: over the old ones while they last, then pushed.
+    /// Appends copies of `ids`: over the old ones while they last, then pushed. When
+    /// editing, `ids` continue the sorted sequence written so far.
     pub(crate) fn extend<'b>(&mut self, ids: impl ExactSizeIterator<Item = &'b V>)
     where
         V: 'b,
     {
+        // Only lists of `Name`s are edited: for other ids the test is a constant, and the
+        // loop below stays as tight as before.
+        if crate::id_search::equal_by_identity::<V>() && self.editing {
+            for id in ids {
+                match self.list.get(self.len) {
+                    Some(old) if old == id => self.len += 1,
+                    _ => self.keep_or_insert(id),
+                }
+            }
+            return;
+        }
         let count = ids.len();
         if !std::mem::needs_drop::<V>() {
             // Nothing to keep in an id that owns nothing (`u32`): appended in one tight loop
@@ -53,14 +92,34 @@ impl<'a, V: Clone> Refill<'a, V> {
 
     /// Reads the blocks of the ids still to be written over, all at once ([`id_warm`]): a
     /// spare's ids are another node's, long cold at a million attachments, and each is
-    /// dropped with an atomic update that waits for its miss before the next starts.
+    /// dropped with an atomic update that waits for its miss before the next starts. An
+    /// edited list's ids are mostly kept, and are not read.
     ///
     /// [`id_warm`]: crate::id_warm
-    pub(crate) fn warm_rest(&self)
-    where
-        V: 'static,
-    {
-        crate::id_warm::warm(self.list[self.len..].iter());
+    pub(crate) fn warm_rest(&self) {
+        if !self.editing {
+            crate::id_warm::warm(self.list[self.len..].iter());
+        }
+    }
+
+    /// Writes `id` next when editing: the old ids before it, gone from the new version, are
+    /// dropped; an equal old id is kept as it is (for `Name`s, equal is the same pointer,
+    /// decided without reading either name); otherwise a copy goes in before the rest.
+    #[inline(never)]
+    fn keep_or_insert(&mut self, id: &V) {
+        loop {
+            match self.list.get(self.len) {
+                Some(old) if old == id => break,
+                Some(old) if old < id => {
+                    self.list.remove(self.len);
+                }
+                _ => {
+                    self.list.insert(self.len, id.clone());
+                    break;
+                }
+            }
+        }
+        self.len += 1;
     }
 
     /// What was written so far.
@@ -72,6 +131,7 @@ impl<'a, V: Clone> Refill<'a, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::name::Name;
 
     fn names(names: &[&str]) -> Vec<String> {
         names.iter().map(|n| n.to_string()).collect()
@@ -97,5 +157,38 @@ mod tests {
         let mut numbers = vec![7_u32, 8, 9];
         Refill::run(&mut numbers, |r| r.extend([1, 2].iter()));
         assert_eq!(numbers, [1, 2], "ids that own nothing are appended");
+    }
+
+    /// Sorted, without repeats.
+    fn sorted<T: Ord>(mut items: Vec<T>) -> Vec<T> {
+        items.sort();
+        items.dedup();
+        items
+    }
+
+    proptest::proptest! {
+        /// An edited list holds exactly what was written, in runs, whatever it held before;
+        /// so does a list of ids that are not edited (written over).
+        #[test]
+        fn an_edited_list_holds_exactly_what_was_written(
+            old in proptest::collection::vec("[a-f]{1,2}", 0..40),
+            new in proptest::collection::vec("[a-f]{1,2}", 0..40),
+            cut in 0usize..40,
+        ) {
+            let (old, new) = (sorted(old), sorted(new));
+            let cut = cut.min(new.len());
+            let as_names = |texts: &[String]| -> Vec<Name> { texts.iter().map(Name::from).collect() };
+            let (mut list, written) = (as_names(&old), as_names(&new));
+            Refill::edit(&mut list, |r| {
+                r.extend(written[..cut].iter());
+                r.extend(written[cut..].iter());
+                proptest::prop_assert_eq!(r.written(), &written[..]);
+                Ok(())
+            })?;
+            proptest::prop_assert_eq!(&list, &written);
+            let mut texts = old.clone();
+            Refill::edit(&mut texts, |r| r.extend(new.iter()));
+            proptest::prop_assert_eq!(texts, new);
+        }
     }
 }

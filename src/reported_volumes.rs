@@ -133,6 +133,34 @@ impl<D: Domain> ReportedVolumes<D> {
         Self::from_sorted(volumes, paths)
     }
 
+    /// [`build_sorted`](Self::build_sorted), edited from `own`, an older list of the same
+    /// node, when nobody else holds it ([`Refill::edit`]): only what changed since is copied
+    /// or dropped. Built into a spare from `spares` otherwise.
+    pub(crate) fn build_over(
+        own: Self,
+        spares: &mut ListSpares<D>,
+        len: usize,
+        fill: impl FnOnce(&mut Refill<'_, D::Volume>) -> Option<PackedPaths>,
+    ) -> Self {
+        let mut own = own;
+        let Some(packed) = Arc::get_mut(&mut own.0) else {
+            return Self::build_sorted(spares, len, fill);
+        };
+        packed.paths = None;
+        packed
+            .volumes
+            .reserve(len.saturating_sub(packed.volumes.len()));
+        let paths = Refill::edit(&mut packed.volumes, fill);
+        debug_assert!(packed.volumes.is_sorted(), "a reported list is sorted");
+        debug_assert!(
+            paths
+                .as_ref()
+                .is_none_or(|p| p.len() == packed.volumes.len())
+        );
+        packed.paths = paths.filter(PackedPaths::any);
+        own
+    }
+
     /// Gives the list to `spares` if nobody else holds it (the store and the write's call
     /// dropped their shares); otherwise just drops this share. Its ids stay, to be written
     /// over by the next list built into it ([`Refill`]); its paths go.

@@ -7,6 +7,7 @@
 
 use crate::dense_table::{DenseTable, Keyed};
 use crate::domain::Domain;
+use crate::id_search;
 use crate::line_warm::warm_lines;
 use crate::marks::Marks;
 use crate::reported_volumes::ReportedVolumes;
@@ -41,6 +42,9 @@ struct NodeRecord<D: Domain> {
     revision: Option<Revision>,
     /// Writes that lost a compare-and-set race in a row; the third backs off.
     conflicts: u8,
+    /// The list the store held before the last acknowledged write, kept for the node's next
+    /// write to be edited from ([`StatusBook::take_spare`]) when ids are `Name`s.
+    spare: Option<ReportedVolumes<D>>,
 }
 
 impl<D: Domain> Keyed for NodeRecord<D> {
@@ -72,6 +76,7 @@ impl<D: Domain> NodeRecord<D> {
             missing: false,
             revision: None,
             conflicts: 0,
+            spare: None,
         }
     }
 }
@@ -106,8 +111,13 @@ impl<D: Domain> StatusBook<D> {
     /// Reads `node`'s record and every line of the list the store holds for it, which the
     /// next write's compare walks.
     pub(crate) fn warm_node(&self, node: &D::Node) {
-        if let Some(stored) = self.nodes.get(node).and_then(|r| r.stored.as_ref()) {
-            warm_lines(stored.volumes());
+        let Some(r) = self.nodes.get(node) else {
+            return;
+        };
+        // The list kept for the next write to be edited from, too: that write is planned at
+        // the end of this pass or the next.
+        for list in [&r.stored, &r.spare].into_iter().flatten() {
+            warm_lines(list.volumes());
         }
     }
 
@@ -310,7 +320,23 @@ impl<D: Domain> StatusBook<D> {
         r.matched = matched;
         r.revision = Some(revision);
         r.conflicts = 0;
-        std::mem::replace(&mut r.stored, stored)
+        let replaced = std::mem::replace(&mut r.stored, stored);
+        if id_search::equal_by_identity::<D::Volume>() {
+            // Kept for the node's next write, which differs from it only by what changed over
+            // two writes: edited (`Refill::edit`), it copies only that. Other ids gain less
+            // (a `String`'s equality reads its text as a copy does), and the list goes to the
+            // shared spares, to be written over by any node's next list.
+            r.spare = replaced;
+            return None;
+        }
+        replaced
+    }
+
+    /// The list kept for `node`'s next write to be edited from, if any ([`write_acked`]).
+    ///
+    /// [`write_acked`]: Self::write_acked
+    pub(crate) fn take_spare(&mut self, node: &D::Node) -> Option<ReportedVolumes<D>> {
+        self.nodes.get_mut(node)?.spare.take()
     }
 
     /// The write lost a compare-and-set race: someone else wrote, so both the list and the
@@ -461,6 +487,43 @@ mod tests {
         assert!(!book.is_object(&"n1", second));
         book.node_appeared("n1");
         assert!(![first, gone, second].contains(&book.object(&"n1")));
+    }
+
+    #[test]
+    fn a_replaced_list_of_names_is_kept_for_the_nodes_next_write() {
+        use crate::name::Name;
+        type N = Ids<Name, Name, Name>;
+        let (node, other) = (Name::from("status-spare-n"), Name::from("status-spare-m"));
+        let names = |volume: &str| -> ReportedVolumes<N> {
+            vec![ReportedVolume {
+                volume: Name::from(volume),
+                device: None,
+            }]
+            .into()
+        };
+        let mut book: StatusBook<N> = StatusBook::default();
+        book.start_write(&node, 1, names("a"));
+        assert!(book.write_acked(&node, Revision::from(2)).is_none());
+        assert!(book.take_spare(&node).is_none(), "nothing was replaced");
+        book.start_write(&node, 2, names("b"));
+        assert!(
+            book.write_acked(&node, Revision::from(3)).is_none(),
+            "kept, not handed back"
+        );
+        assert!(book.take_spare(&other).is_none(), "another node's");
+        let spare = book
+            .take_spare(&node)
+            .expect("the list the store held before");
+        assert_eq!(spare, names("a"));
+        assert!(book.take_spare(&node).is_none(), "taken once");
+        // Other ids hand the replaced list back for the shared spares.
+        let mut book: StatusBook<T> = StatusBook::default();
+        book.start_write(&"n", 1, list(&[rv("a")]));
+        book.write_acked(&"n", Revision::from(2));
+        book.start_write(&"n", 2, list(&[rv("b")]));
+        let replaced = book.write_acked(&"n", Revision::from(3));
+        assert_eq!(replaced.map(|l| l.to_vec()), Some(vec![rv("a")]));
+        assert!(book.take_spare(&"n").is_none());
     }
 
     #[test]
