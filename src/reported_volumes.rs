@@ -65,6 +65,29 @@ struct Packed<D: Domain> {
     paths: Option<PackedPaths>,
 }
 
+impl<D: Domain> Packed<D> {
+    /// Makes the list hold what `fill` writes, about `len` volumes, and the paths it returns:
+    /// edited from what it holds when `editing` ([`Refill::edit`]), written over otherwise
+    /// ([`Refill::run`]).
+    fn fill_again(
+        &mut self,
+        len: usize,
+        editing: bool,
+        fill: impl FnOnce(&mut Refill<'_, D::Volume>) -> Option<PackedPaths>,
+    ) {
+        self.paths = None;
+        self.volumes.reserve(len.saturating_sub(self.volumes.len()));
+        let paths = if editing {
+            Refill::edit(&mut self.volumes, fill)
+        } else {
+            Refill::run(&mut self.volumes, fill)
+        };
+        debug_assert!(self.volumes.is_sorted(), "a reported list is sorted");
+        debug_assert!(paths.as_ref().is_none_or(|p| p.len() == self.volumes.len()));
+        self.paths = paths.filter(PackedPaths::any);
+    }
+}
+
 /// Lists nobody but the core held any more, for the next status writes to be written over
 /// ([`Refill`]: their ids stay until then, their paths do not): each write built its list in
 /// two fresh allocations (the shared record and its array) and the acknowledgement freed the
@@ -114,17 +137,7 @@ impl<D: Domain> ReportedVolumes<D> {
             // Only a list nobody else held was kept, and nobody could take a share since.
             if let Some(packed) = Arc::get_mut(&mut spare) {
                 debug_assert!(packed.paths.is_none(), "a spare keeps no paths");
-                packed
-                    .volumes
-                    .reserve(len.saturating_sub(packed.volumes.len()));
-                let paths = Refill::run(&mut packed.volumes, fill);
-                debug_assert!(packed.volumes.is_sorted(), "a reported list is sorted");
-                debug_assert!(
-                    paths
-                        .as_ref()
-                        .is_none_or(|p| p.len() == packed.volumes.len())
-                );
-                packed.paths = paths.filter(PackedPaths::any);
+                packed.fill_again(len, false, fill);
                 return ReportedVolumes(spare);
             }
         }
@@ -146,18 +159,7 @@ impl<D: Domain> ReportedVolumes<D> {
         let Some(packed) = Arc::get_mut(&mut own.0) else {
             return Self::build_sorted(spares, len, fill);
         };
-        packed.paths = None;
-        packed
-            .volumes
-            .reserve(len.saturating_sub(packed.volumes.len()));
-        let paths = Refill::edit(&mut packed.volumes, fill);
-        debug_assert!(packed.volumes.is_sorted(), "a reported list is sorted");
-        debug_assert!(
-            paths
-                .as_ref()
-                .is_none_or(|p| p.len() == packed.volumes.len())
-        );
-        packed.paths = paths.filter(PackedPaths::any);
+        packed.fill_again(len, true, fill);
         own
     }
 
