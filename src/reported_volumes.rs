@@ -379,6 +379,42 @@ mod tests {
     }
 
     #[test]
+    fn a_nodes_own_list_is_edited_in_place_unless_another_holds_it() {
+        use crate::name::Name;
+        type N = Ids<Name, Name, Name>;
+        let names =
+            |texts: &[&str]| -> Vec<Name> { texts.iter().map(|t| Name::from(*t)).collect() };
+        let build_over = |own: ReportedVolumes<N>, spares: &mut ListSpares<N>, volumes: &[Name]| {
+            ReportedVolumes::build_over(own, spares, volumes.len(), |list| {
+                list.extend(volumes.iter());
+                let mut paths = PackedPaths::with_capacity(volumes.len(), 8);
+                for (i, _) in volumes.iter().enumerate() {
+                    paths.push((i == 0).then_some("/dev/x"));
+                }
+                Some(paths)
+            })
+        };
+        let mut spares = ListSpares::<N>::default();
+        let first = ReportedVolumes::<N>::from_sorted(names(&["own-a", "own-b", "own-d"]), None);
+        let at = Arc::as_ptr(&first.0);
+        let wanted = names(&["own-b", "own-c", "own-d"]);
+        let edited = build_over(first, &mut spares, &wanted);
+        assert_eq!(Arc::as_ptr(&edited.0), at, "edited where it was");
+        assert_eq!(edited.volumes(), &wanted[..]);
+        assert_eq!(
+            edited.iter().next().unwrap().1,
+            Some("/dev/x"),
+            "paths built afresh"
+        );
+        // Held by another (the user's copy from `status()`): left as it is, built elsewhere.
+        let held = edited.clone();
+        let again = build_over(edited, &mut spares, &names(&["own-c"]));
+        assert_ne!(Arc::as_ptr(&again.0), at);
+        assert_eq!(again.volumes(), &names(&["own-c"])[..]);
+        assert_eq!(held.volumes(), &wanted[..], "the shared list untouched");
+    }
+
+    #[test]
     fn a_list_nobody_else_holds_is_filled_again_and_a_shared_one_is_left_alone() {
         let mut spares = ListSpares::<T>::default();
         let build = |spares: &mut ListSpares<T>, volumes: &[&'static str], path: bool| {
