@@ -3,8 +3,8 @@
 //! A node's lists (its attachments, the volumes the store holds for it) are sorted by volume,
 //! and a binary search compares by order. For `Name` ids an order compare reads both names'
 //! blocks: at a million attachments the list's names are cold, and each of a search's five
-//! steps waited for a cache miss. With `Name` ids those compares were an eighth of a move's
-//! time at a million (perf, PERFORMANCE.md, round 3, thirty-third step). Two `Name`s are equal
+//! steps waited for a cache miss. With `Name` ids those compares were a sixth of the core's
+//! time for a move at a million (perf, PERFORMANCE.md, round 3, thirty-third step). Two `Name`s are equal
 //! exactly when they are the same pointer, so a walk along a short list that tests equality
 //! alone reads no block at all, and its thirty pointer compares cost less than the five
 //! order compares.
