@@ -158,10 +158,9 @@ impl Clone for Name {
     }
 
     /// Leaves an equal name as it is. The derived one cloned and dropped: two atomic updates
-    /// of the count (the drop's a full barrier), a read of the name's block, and a call. A
-    /// status write's list is written over the one before it ([`Refill`](crate::refill)),
-    /// where all but one or two of a node's volumes are the same: that was 59 clones and
-    /// drops a move, 4.5 % of a `Name` move's instructions.
+    /// of the count (the drop's a full barrier) on the name's block. The core writes lists
+    /// over old ones in place (a status write's list over a spare), and an entry that is the
+    /// same in both then costs a compare of two pointers.
     fn clone_from(&mut self, source: &Self) {
         if self.0 != source.0 {
             self.0 = source.0.clone();
