@@ -303,7 +303,8 @@ const WARM_FROM: usize = 64;
 const WARM_FROM: usize = 2;
 
 /// From this many attachments on, a short pass reads ahead the records of even one volume,
-/// and of the nodes it reaches ([`Reconciler::warm_nodes_of`]). Below it the state (about
+/// and of the nodes it reaches ([`Reconciler::warm_nodes_of`]), and a status write the names
+/// it copies and drops ([`ActualState::report_with`]). Below it the state (about
 /// 160 bytes an attachment) fits the 2 MiB second-level cache of the machines measured,
 /// nothing misses, and the reads are only work.
 #[cfg(not(any(fuzzing, test)))]
