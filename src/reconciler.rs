@@ -25,7 +25,6 @@ use crate::domain::{Domain, Id};
 use crate::event::{Event, Holder};
 use crate::fresh_read::{Fresh, WrittenFacts, judge_detach};
 use crate::gate::{OpKind, OperationGate, trim_map, trim_set};
-use crate::id_search;
 use crate::id_warm;
 use crate::in_flight::InFlightTable;
 use crate::input::{Input, Kind, Rejection, Relists};
@@ -3046,11 +3045,7 @@ impl<D: Domain> Reconciler<D> {
                 continue;
             };
             let warm = self.actual.len() >= WARM_STATE_FROM;
-            let own = if id_search::equal_by_identity::<D::Volume>() {
-                self.status.take_spare(&node)
-            } else {
-                None
-            };
+            let own = self.status.take_spare(&node);
             let report = self
                 .actual
                 .report_with(&node, &mut self.list_spares, own, warm);

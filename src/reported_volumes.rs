@@ -150,12 +150,11 @@ impl<D: Domain> ReportedVolumes<D> {
     /// node, when nobody else holds it ([`Refill::edit`]): only what changed since is copied
     /// or dropped. Built into a spare from `spares` otherwise.
     pub(crate) fn build_over(
-        own: Self,
+        mut own: Self,
         spares: &mut ListSpares<D>,
         len: usize,
         fill: impl FnOnce(&mut Refill<'_, D::Volume>) -> Option<PackedPaths>,
     ) -> Self {
-        let mut own = own;
         let Some(packed) = Arc::get_mut(&mut own.0) else {
             return Self::build_sorted(spares, len, fill);
         };

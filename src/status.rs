@@ -333,9 +333,14 @@ impl<D: Domain> StatusBook<D> {
     }
 
     /// The list kept for `node`'s next write to be edited from, if any ([`write_acked`]).
+    /// Only lists of `Name`s are kept: with other ids there is none, and the node is not
+    /// looked up for it.
     ///
     /// [`write_acked`]: Self::write_acked
     pub(crate) fn take_spare(&mut self, node: &D::Node) -> Option<ReportedVolumes<D>> {
+        if !id_search::equal_by_identity::<D::Volume>() {
+            return None;
+        }
         self.nodes.get_mut(node)?.spare.take()
     }
 
