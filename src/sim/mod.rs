@@ -57,10 +57,12 @@
 //! The scenario format is documented in [`scenario`]. Each run also records what happened as
 //! structured [`timeline::Record`]s, which [`timeline::render_svg`] draws; [`seeds::sweep`]
 //! reruns a scenario under many jitter seeds; [`cli`] is the `simulate` example's command
-//! line.
+//! line. [`id_kinds`] drives one history through cores with ids of five kinds and compares
+//! what they plan, line by line.
 
 mod backend;
 pub mod cli;
+pub mod id_kinds;
 pub mod library;
 pub mod model;
 mod panics;

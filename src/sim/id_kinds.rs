@@ -1,0 +1,592 @@
+//! One history driven through cores whose ids are of different kinds, and compared line by line.
+//!
+//! The core is generic over its ids, and some of its paths are taken for one kind only: a list
+//! of [`Name`]s is searched by pointer equality and a node's next status list of them is edited
+//! from its older one, picked by type. The core also keeps ids in hash tables; had it ever
+//! planned or said anything in a table's iteration order, two runs of one history would differ
+//! whenever the hash did (with `Name`s, hashed by address, from run to run). So the same
+//! history is driven with five kinds of ids that name the same things, sort the same way and
+//! hash differently: `String`s (hashed by text), `Name`s interned in two different orders
+//! (hashed by address), and integers under two different hashes. Every operation planned,
+//! every answer to an input and every event raised, as text, must be the same in all five.
+//!
+//! The choices a history makes come from a [`Choices`]: a seeded generator for the tests
+//! ([`Seeded`]), or the fuzzer's bytes ([`FromBytes`]), so that coverage steers it toward the
+//! paths one kind alone takes (a node holding more names than the pointer walk covers, say).
+//!
+//! ```
+//! use attach_detach::sim::id_kinds::{Seeded, Shape, compare_kinds};
+//! let planned = compare_kinds(|| Seeded::new(7), Shape::default()).unwrap();
+//! assert!(planned.attaches > 0);
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::core::{Input, NodeFacts, Operation, Reconciler, VolumeSpec};
+use crate::traits::{
+    AttachInfo, BackendAttachment, BackendError, MachineState, NodeStatus, ReportedVolume,
+    Revision, StoreError,
+};
+use crate::{Domain, Ids, Name};
+
+/// How large a history's world is, and how many steps it takes at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// Nodes `n-000` and on; at least one is used.
+    pub nodes: u32,
+    /// Volumes `v-000` and on, every third one multi-node; at least one is used.
+    pub volumes: u32,
+    /// Workloads `w-000` and on; at least one is used.
+    pub workloads: u32,
+    /// The most volumes one workload uses (at least one).
+    pub volumes_per_workload: u32,
+    /// Steps taken, unless the choices run out first.
+    pub steps: usize,
+}
+
+impl Default for Shape {
+    /// Four nodes, eight volumes, ten workloads of one or two volumes, 400 steps: small enough
+    /// that the history keeps meeting itself (moves, Multi-Attach, fencing).
+    fn default() -> Self {
+        Shape {
+            nodes: 4,
+            volumes: 8,
+            workloads: 10,
+            volumes_per_workload: 2,
+            steps: 400,
+        }
+    }
+}
+
+impl Shape {
+    /// Every count at least one, so that a choice among them always has something to pick.
+    fn at_least_one(self) -> Self {
+        Shape {
+            nodes: self.nodes.max(1),
+            volumes: self.volumes.max(1),
+            workloads: self.workloads.max(1),
+            volumes_per_workload: self.volumes_per_workload.max(1),
+            steps: self.steps,
+        }
+    }
+}
+
+/// Where a history's choices come from. `None` ends the history where it is.
+pub trait Choices {
+    /// A number below `n` (`n` is at least one).
+    fn below(&mut self, n: u32) -> Option<u32>;
+
+    /// True `percent` times in a hundred.
+    fn chance(&mut self, percent: u32) -> Option<bool> {
+        Some(self.below(100)? < percent)
+    }
+}
+
+/// Choices from a seed (splitmix64): a history of any length that replays from its seed.
+#[derive(Debug, Clone)]
+pub struct Seeded(u64);
+
+impl Seeded {
+    /// The choices of `seed`.
+    pub fn new(seed: u64) -> Self {
+        Seeded(seed)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut x = self.0;
+        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^ (x >> 31)
+    }
+}
+
+impl Choices for Seeded {
+    fn below(&mut self, n: u32) -> Option<u32> {
+        Some((self.next() % u64::from(n.max(1))) as u32)
+    }
+}
+
+/// Choices read from bytes, one a choice below 256 and two above; the history ends with them.
+#[derive(Debug, Clone)]
+pub struct FromBytes<'a>(&'a [u8]);
+
+impl<'a> FromBytes<'a> {
+    /// The choices `bytes` make.
+    pub fn new(bytes: &'a [u8]) -> Self {
+        FromBytes(bytes)
+    }
+
+    fn byte(&mut self) -> Option<u32> {
+        let (&first, rest) = self.0.split_first()?;
+        self.0 = rest;
+        Some(u32::from(first))
+    }
+}
+
+impl Choices for FromBytes<'_> {
+    fn below(&mut self, n: u32) -> Option<u32> {
+        let n = n.max(1);
+        let raw = if n <= 256 {
+            self.byte()?
+        } else {
+            self.byte()? << 8 | self.byte()?
+        };
+        Some(raw % n)
+    }
+}
+
+/// The three ids of one kind, made from numbers. Texts are zero-padded, so that every kind
+/// sorts the same way.
+pub trait Kind: Domain<Payload = ()> {
+    /// What the kind is, for a divergence's message.
+    const KIND: &'static str;
+    /// Node `n`.
+    fn node(n: u32) -> Self::Node;
+    /// Volume `v`.
+    fn volume(v: u32) -> Self::Volume;
+    /// Workload `w`.
+    fn workload(w: u32) -> Self::Workload;
+}
+
+fn text(prefix: char, n: u32) -> String {
+    format!("{prefix}-{n:03}")
+}
+
+/// Ids as `String`s, hashed by their text.
+pub type Strings = Ids<String, String, String, ()>;
+
+impl Kind for Strings {
+    const KIND: &'static str = "strings";
+    fn node(n: u32) -> String {
+        text('n', n)
+    }
+    fn volume(v: u32) -> String {
+        text('v', v)
+    }
+    fn workload(w: u32) -> String {
+        text('w', w)
+    }
+}
+
+/// Ids as interned [`Name`]s, hashed by address.
+pub type Names = Ids<Name, Name, Name, ()>;
+
+impl Kind for Names {
+    const KIND: &'static str = "names";
+    fn node(n: u32) -> Name {
+        Name::from(text('n', n))
+    }
+    fn volume(v: u32) -> Name {
+        Name::from(text('v', v))
+    }
+    fn workload(w: u32) -> Name {
+        Name::from(text('w', w))
+    }
+}
+
+/// An integer id printed and ordered as the texts are, and hashed through a bijection `M`
+/// picks: with `M` = 1 nearby ids hash nearby, with the other they are scattered.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Salted<const M: u64>(char, u32);
+
+impl<const M: u64> Hash for Salted<M> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(u64::from(self.1).wrapping_mul(M) ^ u64::from(self.0));
+    }
+}
+
+impl<const M: u64> fmt::Debug for Salted<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&text(self.0, self.1), f)
+    }
+}
+
+/// Integer ids hashed in their order.
+pub type Plain = Ids<Salted<1>, Salted<1>, Salted<1>, ()>;
+
+/// Integer ids hashed all over.
+pub type Scattered = Ids<
+    Salted<0x9e37_79b9_7f4a_7c15>,
+    Salted<0x9e37_79b9_7f4a_7c15>,
+    Salted<0x9e37_79b9_7f4a_7c15>,
+    (),
+>;
+
+impl<const M: u64> Kind for Ids<Salted<M>, Salted<M>, Salted<M>, ()> {
+    const KIND: &'static str = if M == 1 {
+        "integers hashed in order"
+    } else {
+        "integers hashed scattered"
+    };
+    fn node(n: u32) -> Salted<M> {
+        Salted('n', n)
+    }
+    fn volume(v: u32) -> Salted<M> {
+        Salted('v', v)
+    }
+    fn workload(w: u32) -> Salted<M> {
+        Salted('w', w)
+    }
+}
+
+/// What the backend and the store hold, in ordered maps (the harness must not bring a hash
+/// order of its own).
+struct World<D: Domain> {
+    attached: BTreeSet<(D::Volume, D::Node)>,
+    stored: BTreeMap<D::Node, (Vec<ReportedVolume<D>>, u64)>,
+    in_use: BTreeMap<D::Node, Vec<D::Volume>>,
+    fenced: BTreeSet<D::Node>,
+}
+
+impl<D: Domain> World<D> {
+    fn status(&self, node: &D::Node) -> NodeStatus<D> {
+        let (attached, revision) = self.stored.get(node).cloned().unwrap_or_default();
+        NodeStatus {
+            attached,
+            in_use: Some(self.in_use.get(node).cloned().unwrap_or_default()),
+            fenced: Some(self.fenced.contains(node)),
+            healthy: Some(!self.fenced.contains(node)),
+            revision: Revision::from(revision),
+        }
+    }
+
+    fn facts(&self, node: &D::Node) -> NodeFacts<D::Volume> {
+        NodeFacts {
+            healthy: !self.fenced.contains(node),
+            fenced: self.fenced.contains(node),
+            in_use: Some(self.in_use.get(node).cloned().unwrap_or_default()),
+            attach_limit: None,
+        }
+    }
+}
+
+fn spec(v: u32) -> VolumeSpec<()> {
+    if v % 3 == 2 {
+        VolumeSpec::multi_node(())
+    } else {
+        VolumeSpec::single_node(())
+    }
+}
+
+/// Drives one history, its choices taken from `choices`, through a core with ids of kind `D`,
+/// and returns as text every operation it planned, every answer to an input or a result and
+/// every event it raised, in order.
+pub fn history<D: Kind>(choices: &mut impl Choices, shape: Shape) -> Vec<String> {
+    let shape = shape.at_least_one();
+    let mut trace = Vec::new();
+    let config = Config {
+        stuck_after: Duration::from_secs(30),
+        ..Config::default()
+    };
+    let mut core: Reconciler<D> = Reconciler::new(config);
+    let mut world = World::<D> {
+        attached: BTreeSet::new(),
+        stored: BTreeMap::new(),
+        in_use: BTreeMap::new(),
+        fenced: BTreeSet::new(),
+    };
+    for v in 0..shape.volumes {
+        let taken = core.handle(Input::SetVolume {
+            volume: D::volume(v),
+            spec: spec(v),
+        });
+        trace.push(format!("volume: {taken:?}"));
+    }
+    for n in 0..shape.nodes {
+        let node = D::node(n);
+        let taken = core.handle(Input::NodeUpdated {
+            facts: world.facts(&node),
+            node,
+        });
+        trace.push(format!("node: {taken:?}"));
+    }
+    let mut running: Vec<Operation<D>> = Vec::new();
+    let mut now = Duration::ZERO;
+    for _ in 0..shape.steps {
+        let step = step(
+            &mut core,
+            &mut world,
+            &mut running,
+            &mut now,
+            choices,
+            shape,
+        );
+        let Some(line) = step else {
+            break;
+        };
+        trace.extend(line);
+        trace.extend(core.take_events().iter().map(|e| format!("{e:?}")));
+        trace.push(format!("stuck: {:?}", core.stuck_detaches(now)));
+    }
+    trace
+}
+
+/// One step of a history: an input, a poll or a result. `None` when the choices ran out.
+fn step<D: Kind>(
+    core: &mut Reconciler<D>,
+    world: &mut World<D>,
+    running: &mut Vec<Operation<D>>,
+    now: &mut Duration,
+    choices: &mut impl Choices,
+    shape: Shape,
+) -> Option<Vec<String>> {
+    Some(match choices.below(100)? {
+        0..=14 => {
+            let count = 1 + choices.below(shape.volumes_per_workload)?;
+            let mut volumes = Vec::new();
+            for _ in 0..count {
+                volumes.push(D::volume(choices.below(shape.volumes)?));
+            }
+            let taken = core.handle(Input::WorkloadScheduled {
+                workload: D::workload(choices.below(shape.workloads)?),
+                node: D::node(choices.below(shape.nodes)?),
+                volumes,
+            });
+            vec![format!("scheduled: {taken:?}")]
+        }
+        15..=24 => {
+            let taken = core.handle(Input::WorkloadRemoved {
+                workload: D::workload(choices.below(shape.workloads)?),
+            });
+            vec![format!("removed: {taken:?}")]
+        }
+        25..=32 => {
+            // A node agent's report: what it has mounted, sometimes fenced.
+            let node = D::node(choices.below(shape.nodes)?);
+            let mut mounted: Vec<D::Volume> = Vec::new();
+            for (v, n) in &world.attached {
+                if *n == node && choices.chance(50)? {
+                    mounted.push(v.clone());
+                }
+            }
+            world.in_use.insert(node.clone(), mounted);
+            if choices.chance(10)? {
+                world.fenced.insert(node.clone());
+            } else if choices.chance(30)? {
+                world.fenced.remove(&node);
+            }
+            let taken = core.handle(Input::NodeUpdated {
+                facts: world.facts(&node),
+                node,
+            });
+            vec![format!("node: {taken:?}")]
+        }
+        33..=59 => {
+            *now += Duration::from_millis(u64::from(choices.below(3_000)?));
+            let mut lines = Vec::new();
+            for op in core.poll(*now) {
+                lines.push(format!("{op:?}"));
+                running.push(op);
+            }
+            lines
+        }
+        _ => {
+            if running.is_empty() {
+                return Some(Vec::new());
+            }
+            let at = choices.below(running.len() as u32)? as usize;
+            let ok = choices.chance(80)?;
+            let op = running.remove(at);
+            vec![format!("finished: {}", finish(core, world, *now, op, ok))]
+        }
+    })
+}
+
+/// Hands `op`'s result to the core, as the backend and the store would (a failure when not
+/// `ok`), and says how the core took it.
+fn finish<D: Kind>(
+    core: &mut Reconciler<D>,
+    world: &mut World<D>,
+    now: Duration,
+    op: Operation<D>,
+    ok: bool,
+) -> String {
+    let id = op.id();
+    let failed = || BackendError::transient("harness");
+    let taken = match op {
+        Operation::Attach { volume, node, .. } => {
+            if ok {
+                world.attached.insert((volume, node));
+            }
+            core.attach_finished(now, id, ok.then(AttachInfo::default).ok_or_else(failed))
+        }
+        Operation::Detach { volume, node, .. } => {
+            if ok {
+                world.attached.remove(&(volume, node));
+            }
+            core.detach_finished(now, id, ok.then_some(()).ok_or_else(failed))
+        }
+        Operation::Verify { node, volumes, .. } => {
+            let still = volumes
+                .into_iter()
+                .map(|(v, _)| v)
+                .filter(|v| world.attached.contains(&(v.clone(), node.clone())))
+                .collect();
+            core.verify_finished(now, id, Ok(still))
+        }
+        Operation::CheckMachine { node, .. } => {
+            let state = if world.fenced.contains(&node) {
+                MachineState::Off
+            } else {
+                MachineState::Running
+            };
+            core.machine_checked(now, id, Ok(state))
+        }
+        Operation::WriteStatus {
+            node,
+            attached,
+            expected,
+            ..
+        } => {
+            let current = world.status(&node).revision;
+            let result = if expected != current {
+                Err(StoreError::conflict(current))
+            } else if ok {
+                let entry = world.stored.entry(node).or_default();
+                entry.0 = attached.to_vec();
+                entry.1 += 1;
+                Ok(Revision::from(entry.1))
+            } else {
+                Err(StoreError::transient("harness"))
+            };
+            core.status_written(now, id, result)
+        }
+        Operation::ReadStatus { node, .. } => core.status_read(now, id, Ok(world.status(&node))),
+        Operation::ListStatuses { .. } => {
+            let statuses = world
+                .stored
+                .keys()
+                .map(|n| (n.clone(), world.status(n)))
+                .collect();
+            core.statuses_listed(now, id, Ok(statuses))
+        }
+        Operation::ListAttachments { .. } => {
+            let list = world
+                .attached
+                .iter()
+                .map(|(v, n)| BackendAttachment {
+                    volume: v.clone(),
+                    node: n.clone(),
+                    spec: VolumeSpec::single_node(()),
+                })
+                .collect();
+            core.list_finished(now, id, Ok(list))
+        }
+    };
+    format!("{taken:?}")
+}
+
+/// Interns every name of `shape` in reverse, with other names made and kept between them, so
+/// that the `Name`s' addresses (and their hash order) differ from a run that interns them as
+/// the history first names them. The names live as long as what is returned.
+fn names_interned_in_another_order(shape: Shape) -> Vec<Name> {
+    let mut kept = Vec::new();
+    for i in (0..shape.workloads.max(shape.volumes).max(shape.nodes)).rev() {
+        kept.push(Name::from(format!("padding-{i}")));
+        kept.push(Names::workload(i));
+        kept.push(Names::volume(i));
+        kept.push(Names::node(i));
+    }
+    kept
+}
+
+/// The first line at which a history with ids of one kind differs from the same history with
+/// `String`s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "with {kind}, line {line} differs from the run with strings:\nstrings: {strings:?}\n{kind}: {other:?}"
+)]
+pub struct Divergence {
+    /// The other kind of ids.
+    pub kind: &'static str,
+    /// The line's number, from zero.
+    pub line: usize,
+    /// The line with `String` ids; `None` past the end of that trace.
+    pub strings: Option<String>,
+    /// The line with the other ids; `None` past the end of that trace.
+    pub other: Option<String>,
+}
+
+/// What the histories compared did, so that a caller can tell they did something.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Planned {
+    /// Lines in the `String` run's trace.
+    pub lines: usize,
+    /// Attaches planned in it.
+    pub attaches: usize,
+}
+
+/// Drives the history of the choices `choices` makes (called once for each kind, each time
+/// with the same choices) with every kind of ids and compares each trace with the `String`
+/// run's, line by line.
+pub fn compare_kinds<C: Choices>(
+    choices: impl Fn() -> C,
+    shape: Shape,
+) -> Result<Planned, Divergence> {
+    let strings = history::<Strings>(&mut choices(), shape);
+    let planned = Planned {
+        lines: strings.len(),
+        attaches: strings.iter().filter(|l| l.starts_with("Attach")).count(),
+    };
+    let kinds = [
+        (Names::KIND, history::<Names>(&mut choices(), shape)),
+        ("names, interned in reverse", {
+            let _kept = names_interned_in_another_order(shape.at_least_one());
+            history::<Names>(&mut choices(), shape)
+        }),
+        (Plain::KIND, history::<Plain>(&mut choices(), shape)),
+        (Scattered::KIND, history::<Scattered>(&mut choices(), shape)),
+    ];
+    for (kind, trace) in kinds {
+        if let Some(line) =
+            (0..strings.len().max(trace.len())).find(|&i| strings.get(i) != trace.get(i))
+        {
+            return Err(Divergence {
+                kind,
+                line,
+                strings: strings.get(line).cloned(),
+                other: trace.get(line).cloned(),
+            });
+        }
+    }
+    Ok(planned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_make_choices_in_range_and_end_the_history_when_spent() {
+        let mut c = FromBytes::new(&[7, 255, 1, 2, 3]);
+        assert_eq!(c.below(5), Some(2));
+        assert_eq!(c.below(256), Some(255));
+        assert_eq!(c.below(1_000), Some(258), "bytes 1 and 2, high first");
+        assert_eq!(c.below(1_000), None, "one byte left, two needed");
+        let trace = history::<Strings>(&mut FromBytes::new(&[]), Shape::default());
+        let setup = Shape::default().volumes + Shape::default().nodes;
+        assert_eq!(
+            trace.len(),
+            setup as usize,
+            "only the set-up: no choice to make"
+        );
+    }
+
+    #[test]
+    fn a_shape_of_zeros_still_has_one_of_each() {
+        let shape = Shape {
+            nodes: 0,
+            volumes: 0,
+            workloads: 0,
+            volumes_per_workload: 0,
+            steps: 50,
+        };
+        let planned = compare_kinds(|| Seeded::new(3), shape).unwrap();
+        assert!(planned.lines > 2, "{planned:?}");
+    }
+}
