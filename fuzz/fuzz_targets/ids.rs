@@ -20,7 +20,8 @@ fuzz_target!(|data: &[u8]| {
         volumes: 1 + u32::from(*volumes),
         workloads: 1 + u32::from(*workloads),
         volumes_per_workload: 1 + u32::from(per_workload % 4),
-        // The bytes end a history first: a step takes one to a few dozen.
+        // The bytes end a history first: a step takes one byte or more (a node's report, one
+        // for each volume attached there).
         steps: usize::MAX,
     };
     if let Err(divergence) = compare_kinds(|| FromBytes::new(choices), shape) {
