@@ -10,13 +10,16 @@
 //! (hashed by address), and integers under two different hashes. Every operation planned,
 //! every answer to an input and every event raised, as text, must be the same in all five.
 //!
-//! The choices a history makes come from a [`Choices`]: a seeded generator for the tests
+//! A history schedules and removes workloads, has node agents report what they mount and
+//! nodes fenced, polls the core, hands back results (a fifth of them failures) in any order,
+//! and restarts the controller, whose new core recovers from the store's and the backend's
+//! listings. The choices it makes come from a [`Choices`]: a seeded generator for the tests
 //! ([`Seeded`]), or the fuzzer's bytes ([`FromBytes`]), so that coverage steers it toward the
 //! paths one kind alone takes (a node holding more names than the pointer walk covers, say).
 //!
 //! ```
-//! use attach_detach::sim::id_kinds::{Seeded, Shape, compare_kinds};
-//! let planned = compare_kinds(|| Seeded::new(7), Shape::default()).unwrap();
+//! use attach_detach::sim::id_kinds::{Seeded, Shape, compare_kinds, history_config};
+//! let planned = compare_kinds(|| Seeded::new(7), Shape::default(), &history_config()).unwrap();
 //! assert!(planned.attaches > 0);
 //! ```
 
@@ -241,6 +244,9 @@ struct World<D: Domain> {
     stored: BTreeMap<D::Node, (Vec<ReportedVolume<D>>, u64)>,
     in_use: BTreeMap<D::Node, Vec<D::Volume>>,
     fenced: BTreeSet<D::Node>,
+    /// The workloads the core took, by number: what an orchestrator's informers list again
+    /// to a restarted core.
+    scheduled: BTreeMap<u32, (u32, Vec<u32>)>,
 }
 
 impl<D: Domain> World<D> {
@@ -265,6 +271,15 @@ impl<D: Domain> World<D> {
     }
 }
 
+/// The configuration of the histories the tests compare: the defaults, with detaches named
+/// stuck after 30 s so that the histories reach that report too.
+pub fn history_config() -> Config {
+    Config {
+        stuck_after: Duration::from_secs(30),
+        ..Config::default()
+    }
+}
+
 fn spec(v: u32) -> VolumeSpec<()> {
     if v % 3 == 2 {
         VolumeSpec::multi_node(())
@@ -273,23 +288,50 @@ fn spec(v: u32) -> VolumeSpec<()> {
     }
 }
 
-/// Drives one history, its choices taken from `choices`, through a core with ids of kind `D`,
-/// and returns as text every operation it planned, every answer to an input or a result and
-/// every event it raised, in order.
-pub fn history<D: Kind>(choices: &mut impl Choices, shape: Shape) -> Vec<String> {
+/// Drives one history, its choices taken from `choices`, through a core with ids of kind `D`
+/// configured by `config`, and returns as text every operation it planned, every answer to an
+/// input or a result and every event it raised, in order.
+pub fn history<D: Kind>(choices: &mut impl Choices, shape: Shape, config: &Config) -> Vec<String> {
     let shape = shape.at_least_one();
     let mut trace = Vec::new();
-    let config = Config {
-        stuck_after: Duration::from_secs(30),
-        ..Config::default()
-    };
-    let mut core: Reconciler<D> = Reconciler::new(config);
+    let mut core: Reconciler<D> = Reconciler::new(config.clone());
     let mut world = World::<D> {
         attached: BTreeSet::new(),
         stored: BTreeMap::new(),
         in_use: BTreeMap::new(),
         fenced: BTreeSet::new(),
+        scheduled: BTreeMap::new(),
     };
+    tell_everything(&mut core, &world, shape, &mut trace);
+    let mut running: Vec<Operation<D>> = Vec::new();
+    let mut now = Duration::ZERO;
+    for _ in 0..shape.steps {
+        let step = step(
+            &mut core,
+            &mut world,
+            &mut running,
+            &mut now,
+            choices,
+            (shape, config),
+        );
+        let Some(line) = step else {
+            break;
+        };
+        trace.extend(line);
+        trace.extend(core.take_events().iter().map(|e| format!("{e:?}")));
+        trace.push(format!("stuck: {:?}", core.stuck_detaches(now)));
+    }
+    trace
+}
+
+/// What the orchestrator tells a core as it starts: every volume, every node with what its
+/// agent last reported, and every workload the core took before (none, at the first start).
+fn tell_everything<D: Kind>(
+    core: &mut Reconciler<D>,
+    world: &World<D>,
+    shape: Shape,
+    trace: &mut Vec<String>,
+) {
     for v in 0..shape.volumes {
         let taken = core.handle(Input::SetVolume {
             volume: D::volume(v),
@@ -305,57 +347,66 @@ pub fn history<D: Kind>(choices: &mut impl Choices, shape: Shape) -> Vec<String>
         });
         trace.push(format!("node: {taken:?}"));
     }
-    let mut running: Vec<Operation<D>> = Vec::new();
-    let mut now = Duration::ZERO;
-    for _ in 0..shape.steps {
-        let step = step(
-            &mut core,
-            &mut world,
-            &mut running,
-            &mut now,
-            choices,
-            shape,
-        );
-        let Some(line) = step else {
-            break;
-        };
-        trace.extend(line);
-        trace.extend(core.take_events().iter().map(|e| format!("{e:?}")));
-        trace.push(format!("stuck: {:?}", core.stuck_detaches(now)));
+    for (w, (n, volumes)) in &world.scheduled {
+        let taken = core.handle(schedule::<D>(*w, *n, volumes));
+        trace.push(format!("scheduled again: {taken:?}"));
     }
-    trace
 }
 
-/// One step of a history: an input, a poll or a result. `None` when the choices ran out.
+fn schedule<D: Kind>(workload: u32, node: u32, volumes: &[u32]) -> Input<D> {
+    Input::WorkloadScheduled {
+        workload: D::workload(workload),
+        node: D::node(node),
+        volumes: volumes.iter().map(|v| D::volume(*v)).collect(),
+    }
+}
+
+/// One step of a history: an input, a poll, a result or a restart. `None` when the choices
+/// ran out.
 fn step<D: Kind>(
     core: &mut Reconciler<D>,
     world: &mut World<D>,
     running: &mut Vec<Operation<D>>,
     now: &mut Duration,
     choices: &mut impl Choices,
-    shape: Shape,
+    (shape, config): (Shape, &Config),
 ) -> Option<Vec<String>> {
     Some(match choices.below(100)? {
         0..=14 => {
             let count = 1 + choices.below(shape.volumes_per_workload)?;
             let mut volumes = Vec::new();
             for _ in 0..count {
-                volumes.push(D::volume(choices.below(shape.volumes)?));
+                volumes.push(choices.below(shape.volumes)?);
             }
-            let taken = core.handle(Input::WorkloadScheduled {
-                workload: D::workload(choices.below(shape.workloads)?),
-                node: D::node(choices.below(shape.nodes)?),
-                volumes,
-            });
+            let workload = choices.below(shape.workloads)?;
+            let node = choices.below(shape.nodes)?;
+            let taken = core.handle(schedule::<D>(workload, node, &volumes));
+            if taken.is_ok() {
+                world.scheduled.insert(workload, (node, volumes));
+            }
             vec![format!("scheduled: {taken:?}")]
         }
         15..=24 => {
+            let workload = choices.below(shape.workloads)?;
             let taken = core.handle(Input::WorkloadRemoved {
-                workload: D::workload(choices.below(shape.workloads)?),
+                workload: D::workload(workload),
             });
+            if taken.is_ok() {
+                world.scheduled.remove(&workload);
+            }
             vec![format!("removed: {taken:?}")]
         }
-        25..=32 => {
+        25 => {
+            // The controller restarts: the calls it awaited are lost before they reach the
+            // backend or the store, and a new core recovers from their listings, told again
+            // what the orchestrator holds.
+            running.clear();
+            *core = Reconciler::new(config.clone());
+            let mut lines = vec!["restart".to_string()];
+            tell_everything(core, world, shape, &mut lines);
+            lines
+        }
+        26..=32 => {
             // A node agent's report: what it has mounted, sometimes fenced.
             let node = D::node(choices.below(shape.nodes)?);
             let mut mounted: Vec<D::Volume> = Vec::new();
@@ -522,25 +573,29 @@ pub struct Planned {
 }
 
 /// Drives the history of the choices `choices` makes (called once for each kind, each time
-/// with the same choices) with every kind of ids and compares each trace with the `String`
-/// run's, line by line.
+/// with the same choices) with every kind of ids, each core configured by `config`, and
+/// compares each trace with the `String` run's, line by line.
 pub fn compare_kinds<C: Choices>(
     choices: impl Fn() -> C,
     shape: Shape,
+    config: &Config,
 ) -> Result<Planned, Divergence> {
-    let strings = history::<Strings>(&mut choices(), shape);
+    let strings = history::<Strings>(&mut choices(), shape, config);
     let planned = Planned {
         lines: strings.len(),
         attaches: strings.iter().filter(|l| l.starts_with("Attach")).count(),
     };
     let kinds = [
-        (Names::KIND, history::<Names>(&mut choices(), shape)),
+        (Names::KIND, history::<Names>(&mut choices(), shape, config)),
         ("names, interned in reverse", {
             let _kept = names_interned_in_another_order(shape.at_least_one());
-            history::<Names>(&mut choices(), shape)
+            history::<Names>(&mut choices(), shape, config)
         }),
-        (Plain::KIND, history::<Plain>(&mut choices(), shape)),
-        (Scattered::KIND, history::<Scattered>(&mut choices(), shape)),
+        (Plain::KIND, history::<Plain>(&mut choices(), shape, config)),
+        (
+            Scattered::KIND,
+            history::<Scattered>(&mut choices(), shape, config),
+        ),
     ];
     for (kind, trace) in kinds {
         if let Some(line) =
@@ -568,7 +623,11 @@ mod tests {
         assert_eq!(c.below(256), Some(255));
         assert_eq!(c.below(1_000), Some(258), "bytes 1 and 2, high first");
         assert_eq!(c.below(1_000), None, "one byte left, two needed");
-        let trace = history::<Strings>(&mut FromBytes::new(&[]), Shape::default());
+        let trace = history::<Strings>(
+            &mut FromBytes::new(&[]),
+            Shape::default(),
+            &history_config(),
+        );
         let setup = Shape::default().volumes + Shape::default().nodes;
         assert_eq!(
             trace.len(),
@@ -586,7 +645,7 @@ mod tests {
             volumes_per_workload: 0,
             steps: 50,
         };
-        let planned = compare_kinds(|| Seeded::new(3), shape).unwrap();
+        let planned = compare_kinds(|| Seeded::new(3), shape, &history_config()).unwrap();
         assert!(planned.lines > 2, "{planned:?}");
     }
 }
