@@ -5,14 +5,17 @@
 //! The world fuzzer's simulator names things with `String`s only, so the paths the core takes
 //! for `Name`s alone (a pointer walk of a node's short lists, a status list edited from the
 //! node's older one) are reached here: the first bytes size the world, up to one node holding
-//! more names than the walk covers.
+//! more names than the walk covers, and pace the core.
 #![no_main]
 
-use attach_detach::sim::id_kinds::{FromBytes, Shape, compare_kinds};
+use std::time::Duration;
+
+use attach_detach::config::{BackendLoad, Config, RateLimit};
+use attach_detach::sim::id_kinds::{FromBytes, Shape, compare_kinds, history_config};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let [nodes, volumes, workloads, per_workload, choices @ ..] = data else {
+    let [nodes, volumes, workloads, per_workload, pace, choices @ ..] = data else {
         return;
     };
     let shape = Shape {
@@ -24,7 +27,34 @@ fuzz_target!(|data: &[u8]| {
         // for each volume attached there).
         steps: usize::MAX,
     };
-    if let Err(divergence) = compare_kinds(|| FromBytes::new(choices), shape) {
+    if let Err(divergence) = compare_kinds(|| FromBytes::new(choices), shape, &config(*pace)) {
         panic!("{divergence}");
     }
 });
+
+/// The history's configuration from one byte: its low two bits cap a pass's volumes (none, or
+/// 1, 2 or 4: every mark then makes a round), the next two the attaches and detaches at once
+/// (none, or 1 to 3), and the next a rate of a call a second in bursts of two.
+fn config(pace: u8) -> Config {
+    let base = history_config();
+    let volumes_per_pass = match pace & 3 {
+        0 => base.volumes_per_pass,
+        k => 1 << (k - 1),
+    };
+    let limit = match (pace >> 2) & 3 {
+        0 => None,
+        k => Some(usize::from(k)),
+    };
+    Config {
+        volumes_per_pass,
+        backend_load: BackendLoad {
+            max_attaches: limit,
+            max_detaches: limit,
+            rate: (pace & 0x10 != 0).then_some(RateLimit {
+                every: Duration::from_secs(1),
+                burst: 2,
+            }),
+        },
+        ..base
+    }
+}
