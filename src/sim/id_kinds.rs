@@ -645,7 +645,16 @@ mod tests {
             volumes_per_workload: 0,
             steps: 50,
         };
-        let planned = compare_kinds(|| Seeded::new(3), shape, &history_config()).unwrap();
-        assert!(planned.lines > 2, "{planned:?}");
+        let trace = history::<Strings>(&mut Seeded::new(3), shape, &history_config());
+        assert_eq!(trace[0], "volume: Ok(())", "volume v-000 is set up");
+        assert_eq!(trace[1], "node: Ok(())", "node n-000 is set up");
+        assert!(
+            trace
+                .iter()
+                .any(|l| l.starts_with("Attach {")
+                    && l.contains("volume: \"v-000\", node: \"n-000\"")),
+            "a workload had v-000 attached to n-000: {trace:#?}"
+        );
+        compare_kinds(|| Seeded::new(3), shape, &history_config()).unwrap();
     }
 }
