@@ -886,6 +886,9 @@ impl<D: Domain> Reconciler<D> {
             return;
         }
         self.retiring.insert(volume.clone());
+        // An entry kept for the volume's next attach goes now (one attached stays, and goes
+        // with its last detach).
+        self.actual.forget_volume(volume);
         let changed = self.desired.unregister_volume(volume);
         self.schedule.mark_all(changed);
     }
@@ -1289,7 +1292,10 @@ impl<D: Domain> Reconciler<D> {
     /// The record of (`volume`, `node`) is gone: nothing is attached there any more.
     fn detached(&mut self, volume: &D::Volume, node: &D::Node) {
         self.changed(volume, node);
-        self.actual.set_detached(volume, node);
+        // A registered volume keeps its entry for its next attach; it goes when the volume is
+        // removed ([`remove_volume`](Self::remove_volume)).
+        let keep_record = self.desired.is_registered(volume);
+        self.actual.set_detached(volume, node, keep_record);
         // A volume left the node: whatever full answer it gave is over, and the volumes
         // waiting for room there look again.
         if self.capacity.clear_full(node) {

@@ -1659,6 +1659,7 @@ fn a_removed_volume_is_detached_then_forgotten() {
         h.r.desired().spec(&"v1").is_none(),
         "forgotten once detached"
     );
+    assert_eq!(h.r.actual().volumes_with_records(), 0, "no entry left");
     assert_eq!(h.count("attach v1 n2"), 0, "p2 waits");
     // Registered again, it is a fresh volume with no backoff left from before, and the
     // workload that waited for it gets it.
@@ -1693,6 +1694,46 @@ fn a_volume_removed_while_its_attach_runs_is_detached_then_forgotten() {
     assert!(
         h.r.desired().spec(&"v1").is_none(),
         "forgotten once detached"
+    );
+}
+
+/// A registered volume detached keeps its entry in the actual state for its next attach (a
+/// move's detach and attach do not remove and remake it), and loses it when it is removed:
+/// whether it was removed while still attached or after its detach.
+#[test]
+fn a_detached_volume_keeps_its_entry_until_it_is_removed() {
+    let mut h = H::new(Config::default());
+    h.node("n1", &[]);
+    h.rwo("v1");
+    h.rwo("v2");
+    h.pod("p1", "n1", &["v1", "v2"]);
+    h.run_ok(secs(1));
+    assert_eq!(h.r.actual().volumes_with_records(), 2);
+    h.unpod("p1");
+    h.run_ok(secs(5));
+    assert_eq!(h.count("detach v1 n1") + h.count("detach v2 n1"), 2);
+    assert!(h.r.actual().is_empty());
+    assert_eq!(
+        h.r.actual().volumes_with_records(),
+        2,
+        "kept while registered"
+    );
+    // Attached again through the kept entries, then detached again.
+    h.pod("p2", "n1", &["v1", "v2"]);
+    h.run_ok(secs(1));
+    assert_eq!(h.r.actual().len(), 2);
+    // v1 is removed while attached: its entry goes with its detach. v2 is removed after.
+    h.unvolume("v1");
+    h.unpod("p2");
+    h.run_ok(secs(5));
+    assert!(h.r.actual().is_empty());
+    assert_eq!(h.r.actual().volumes_with_records(), 1, "v2's entry, kept");
+    assert!(h.r.actual().volume_entry(&"v1").is_none());
+    h.unvolume("v2");
+    assert_eq!(
+        h.r.actual().volumes_with_records(),
+        0,
+        "removed, its entry too"
     );
 }
 

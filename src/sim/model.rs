@@ -203,7 +203,8 @@ pub fn check_state_ops(ops: &[StateOp]) -> Result<(), String> {
                 e.0 = AttachState::Uncertain;
             }
             StateOp::Detached(v, n) => {
-                asw.set_detached(&volume(v), &node(n));
+                // Half the volumes keep their emptied entry, as a registered one does.
+                asw.set_detached(&volume(v), &node(n), v % 2 == 0);
                 m.attachments.remove(&(volume(v), node(n)));
             }
             StateOp::Withhold(v, n, on) => {
