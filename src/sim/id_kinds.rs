@@ -143,6 +143,50 @@ impl Choices for FromBytes<'_> {
     }
 }
 
+/// Choices from `first` while it lasts, then at most `more` from `then`. The fuzzer's bytes
+/// begin a history and a seed carries it on: bytes alone rarely take a node past the 64 names
+/// the core's pointer walk of a list of [`Name`]s covers, since every report a node makes
+/// spends a byte on each volume attached there.
+///
+/// ```
+/// use attach_detach::sim::id_kinds::{Choices, FromBytes, Seeded, Then};
+/// let mut c = Then::new(FromBytes::new(&[3]), Seeded::new(1), 2);
+/// assert_eq!(c.below(10), Some(3));
+/// assert!(c.below(10).is_some() && c.below(10).is_some());
+/// assert_eq!(c.below(10), None, "both spent");
+/// ```
+#[derive(Debug, Clone)]
+pub struct Then<A, B> {
+    first: Option<A>,
+    then: B,
+    more: u32,
+}
+
+impl<A, B> Then<A, B> {
+    /// `first`'s choices, then `more` of `then`'s.
+    pub fn new(first: A, then: B, more: u32) -> Self {
+        Then {
+            first: Some(first),
+            then,
+            more,
+        }
+    }
+}
+
+impl<A: Choices, B: Choices> Choices for Then<A, B> {
+    fn below(&mut self, n: u32) -> Option<u32> {
+        if let Some(first) = &mut self.first {
+            match first.below(n) {
+                Some(choice) => return Some(choice),
+                // Spent: never asked again, even for a smaller choice it could still make.
+                None => self.first = None,
+            }
+        }
+        self.more = self.more.checked_sub(1)?;
+        self.then.below(n)
+    }
+}
+
 /// The three ids of one kind, made from numbers. Texts are zero-padded, so that every kind
 /// sorts the same way.
 pub trait Kind: Domain<Payload = ()> {
@@ -634,6 +678,36 @@ mod tests {
             setup as usize,
             "only the set-up: no choice to make"
         );
+    }
+
+    #[test]
+    fn chained_choices_take_the_first_until_spent_then_as_many_more_as_allowed() {
+        let mut c = Then::new(FromBytes::new(&[7, 9]), Seeded::new(5), 3);
+        assert_eq!(c.below(10), Some(7));
+        // One byte is left and two are needed: the bytes are spent, and stay so.
+        let mut seeded = Seeded::new(5);
+        assert_eq!(c.below(1_000), seeded.below(1_000));
+        assert_eq!(c.below(10), seeded.below(10), "not the byte left over");
+        assert_eq!(c.below(10), seeded.below(10));
+        assert_eq!(c.below(10), None);
+        // A history carried on by a seed is longer than its bytes alone make, and the same
+        // on every run.
+        let shape = Shape {
+            steps: usize::MAX,
+            ..Shape::default()
+        };
+        let bytes = [1, 2, 3, 4, 5, 6, 7, 8];
+        let config = history_config();
+        let short = history::<Strings>(&mut FromBytes::new(&bytes), shape, &config);
+        let carried = || Then::new(FromBytes::new(&bytes), Seeded::new(11), 2_000);
+        let long = history::<Strings>(&mut carried(), shape, &config);
+        assert!(
+            long.len() > short.len() + 100,
+            "{} against {}",
+            long.len(),
+            short.len()
+        );
+        assert_eq!(long, history::<Strings>(&mut carried(), shape, &config));
     }
 
     #[test]
