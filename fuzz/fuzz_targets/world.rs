@@ -254,7 +254,10 @@ fn build(input: &Input) -> Scenario {
                 let vs: Vec<String> = (0..volume_count)
                     // A bundled scenario may declare more volumes than the byte has bits
                     // (the 60-pod burst): only the first eight can be drawn.
-                    .filter(|v| 1u8.checked_shl(u32::from(*v)).is_some_and(|bit| volumes & bit != 0))
+                    .filter(|v| {
+                        1u8.checked_shl(u32::from(*v))
+                            .is_some_and(|bit| volumes & bit != 0)
+                    })
                     .map(volume)
                     .collect();
                 if vs.is_empty() {
@@ -377,14 +380,22 @@ fn build(input: &Input) -> Scenario {
                 Action::ResumeReporting(n.clone()),
                 Action::HealBackend(n.clone()),
             ] {
-                steps.push(Step { at: last, line: 0, action });
+                steps.push(Step {
+                    at: last,
+                    line: 0,
+                    action,
+                });
             }
             for (v, _) in &volume_list {
                 let action = Action::ReleaseUnmount {
                     volume: v.clone(),
                     node: n.clone(),
                 };
-                steps.push(Step { at: last, line: 0, action });
+                steps.push(Step {
+                    at: last,
+                    line: 0,
+                    action,
+                });
             }
         }
     }
