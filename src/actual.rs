@@ -248,9 +248,10 @@ pub(crate) struct ActualNode<D: Domain> {
     report_gen: u64,
     /// The last generation handed out to a record here in this epoch ([`Standing`]).
     generations: u32,
-    /// How many of `attached` the node reports. A status write's report always differs from
+    /// How many of `attached` the node reports. A move's status write always differs from
     /// what the store holds by a volume, so the compare before it ends here, on the counts,
-    /// instead of walking the node's list to the first difference (a fortieth of a move).
+    /// instead of walking the node's list to the first difference (4 % of a `u32` move's
+    /// instructions).
     reported: u32,
     /// Which numbering the generations here belong to: new whenever the node's record is
     /// made or its records renumbered, never one handed out before
@@ -963,9 +964,9 @@ impl<D: Domain> ActualState<D> {
     /// volume left attached nowhere keeps its (empty) entry in the volume table, for the
     /// attach that comes next: a move detaches a volume and attaches it elsewhere, and
     /// removing the entry (moving the table's last one into its place) and making it again
-    /// was about a thirtieth of the move. The caller keeps it only for a volume it will drop
-    /// with [`forget_volume`](Self::forget_volume) once it is done with it (a registered one,
-    /// until it is removed), so that volume churn does not leave entries behind.
+    /// was about 1 % of a `u32` move's instructions. The caller keeps it only for a volume
+    /// it will drop with [`forget_volume`](Self::forget_volume) once it is done with it (a
+    /// registered one, until it is removed), so that volume churn leaves no entries behind.
     pub(crate) fn set_detached(&mut self, volume: &D::Volume, node: &D::Node, keep_record: bool) {
         let Some(VolumeAttachments { list, .. }) = self.volumes.get_mut(volume) else {
             return;
