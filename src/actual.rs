@@ -965,8 +965,8 @@ impl<D: Domain> ActualState<D> {
     /// attach that comes next: a move detaches a volume and attaches it elsewhere, and
     /// removing the entry (moving the table's last one into its place) and making it again
     /// was about 1 % of a `u32` move's instructions. The caller keeps it only for a volume
-    /// it will drop with [`forget_volume`](Self::forget_volume) once it is done with it (a
-    /// registered one, until it is removed), so that volume churn leaves no entries behind.
+    /// wanted elsewhere, and drops it with [`forget_volume`](Self::forget_volume) once the
+    /// volume is wanted nowhere, so that idle volumes hold no entry.
     pub(crate) fn set_detached(&mut self, volume: &D::Volume, node: &D::Node, keep_record: bool) {
         let Some(VolumeAttachments { list, .. }) = self.volumes.get_mut(volume) else {
             return;

@@ -886,9 +886,6 @@ impl<D: Domain> Reconciler<D> {
             return;
         }
         self.retiring.insert(volume.clone());
-        // An entry kept for the volume's next attach goes now (one attached stays, and goes
-        // with its last detach).
-        self.actual.forget_volume(volume);
         let changed = self.desired.unregister_volume(volume);
         self.schedule.mark_all(changed);
     }
@@ -1292,9 +1289,10 @@ impl<D: Domain> Reconciler<D> {
     /// The record of (`volume`, `node`) is gone: nothing is attached there any more.
     fn detached(&mut self, volume: &D::Volume, node: &D::Node) {
         self.changed(volume, node);
-        // A registered volume keeps its entry for its next attach; it goes when the volume is
-        // removed ([`remove_volume`](Self::remove_volume)).
-        let keep_record = self.desired.is_registered(volume);
+        // A volume wanted elsewhere (a move) keeps its entry for the attach that comes next.
+        // One wanted nowhere loses it, so that idle volumes hold none: the next look at a
+        // volume that stops being wanted drops it (`reconcile_volume_with`).
+        let keep_record = !self.desired.wanted_on(volume).is_empty();
         self.actual.set_detached(volume, node, keep_record);
         // A volume left the node: whatever full answer it gave is over, and the volumes
         // waiting for room there look again.
@@ -2300,6 +2298,11 @@ impl<D: Domain> Reconciler<D> {
         }
         self.capacity
             .forget_unwanted(volume, |node| wanted.contains(node));
+        if wanted.is_empty() {
+            // Wanted nowhere: an entry its last detach kept for an attach that no longer
+            // comes is dropped (`detached`).
+            self.actual.forget_volume(volume);
+        }
         while let Some(node) = wanted.pop() {
             self.consider_attach(now, volume, node, spec, ops);
         }

@@ -1697,44 +1697,51 @@ fn a_volume_removed_while_its_attach_runs_is_detached_then_forgotten() {
     );
 }
 
-/// A registered volume detached keeps its entry in the actual state for its next attach (a
-/// move's detach and attach do not remove and remake it), and loses it when it is removed:
-/// whether it was removed while still attached or after its detach.
+/// A volume detached while wanted elsewhere (a move) keeps its entry in the actual state for
+/// the attach that comes next, which finds it instead of remaking it; a volume detached while
+/// wanted nowhere loses it, and so does one that stops being wanted before its attach.
 #[test]
-fn a_detached_volume_keeps_its_entry_until_it_is_removed() {
+fn a_moving_volume_keeps_its_entry_and_an_idle_one_does_not() {
     let mut h = H::new(Config::default());
     h.node("n1", &[]);
+    h.node("n2", &[]);
     h.rwo("v1");
     h.rwo("v2");
-    h.pod("p1", "n1", &["v1", "v2"]);
+    h.pod("p1", "n1", &["v1"]);
+    h.pod("p2", "n1", &["v2"]);
     h.run_ok(secs(1));
     assert_eq!(h.r.actual().volumes_with_records(), 2);
+    // A move: between its detach and its attach, v1 is attached nowhere and keeps its entry.
     h.unpod("p1");
-    h.run_ok(secs(5));
-    assert_eq!(h.count("detach v1 n1") + h.count("detach v2 n1"), 2);
-    assert!(h.r.actual().is_empty());
-    assert_eq!(
-        h.r.actual().volumes_with_records(),
-        2,
-        "kept while registered"
-    );
-    // Attached again through the kept entries, then detached again.
-    h.pod("p2", "n1", &["v1", "v2"]);
+    h.pod("p1b", "n2", &["v1"]);
+    let detach = h.run_until_taking(OpKind::Detach);
+    h.ok(detach);
+    assert_eq!(h.r.actual().len(), 1, "only v2 attached");
+    assert_eq!(h.r.actual().volumes_with_records(), 2, "v1's entry kept");
     h.run_ok(secs(1));
+    assert_eq!(h.count("attach v1 n2"), 1);
     assert_eq!(h.r.actual().len(), 2);
-    // v1 is removed while attached: its entry goes with its detach. v2 is removed after.
-    h.unvolume("v1");
+    // Idle: v2 is wanted nowhere when its detach lands, and its entry goes with it.
     h.unpod("p2");
     h.run_ok(secs(5));
-    assert!(h.r.actual().is_empty());
-    assert_eq!(h.r.actual().volumes_with_records(), 1, "v2's entry, kept");
-    assert!(h.r.actual().volume_entry(&"v1").is_none());
-    h.unvolume("v2");
+    assert_eq!(h.r.actual().len(), 1);
+    assert_eq!(h.r.actual().volumes_with_records(), 1, "v2's entry dropped");
+    // Wanted at its detach, then wanted nowhere before its attach: the next look drops it.
+    h.unpod("p1b");
+    h.pod("p1c", "n1", &["v1"]);
+    let detach = h.run_until_taking(OpKind::Detach);
+    h.ok(detach);
     assert_eq!(
         h.r.actual().volumes_with_records(),
-        0,
-        "removed, its entry too"
+        1,
+        "kept for the attach"
     );
+    h.unpod("p1c");
+    h.log.clear();
+    h.run_ok(secs(5));
+    assert_eq!(h.count("attach v1 n1"), 0);
+    assert!(h.r.actual().is_empty());
+    assert_eq!(h.r.actual().volumes_with_records(), 0, "no entry left");
 }
 
 #[test]
