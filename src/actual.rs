@@ -422,15 +422,12 @@ impl<D: Domain> ActualNode<D> {
         }
     }
 
-    /// Keeps [`reported`](Self::reported) in line with an entry of `attached` whose flag was
-    /// `was` (`None`: no entry) and is now `now` (`None`: gone).
-    fn count_reported(&mut self, was: Option<bool>, now: Option<bool>) {
-        let (was, now) = (was == Some(true), now == Some(true));
-        match (was, now) {
-            (false, true) => self.reported += 1,
-            (true, false) => self.reported -= 1,
-            _ => {}
-        }
+    /// Keeps [`reported`](Self::reported) in line with an entry of `attached` that was
+    /// reported (`was`; false too when there was no entry) and now is (`now`; false when it
+    /// is gone).
+    fn count_reported(&mut self, was: bool, now: bool) {
+        // `was` is counted in `reported`, so the sum does not go below zero.
+        self.reported = self.reported + u32::from(now) - u32::from(was);
     }
 
     /// The greatest generation a record keeps ([`Standing`]'s 31 bits).
@@ -741,7 +738,7 @@ impl<D: Domain> ActualState<D> {
                 standing.bump(generation);
             }
             if standing.set_reported(reported) {
-                n.count_reported(Some(!reported), Some(reported));
+                n.count_reported(!reported, reported);
                 n.report_gen = next_generation(&mut self.report_generations);
                 self.report_changed.mark(node.clone());
             }
@@ -855,14 +852,14 @@ impl<D: Domain> ActualState<D> {
                         let standing = &mut n.attached[i].1;
                         standing.bump(generation);
                         if standing.set_reported(true) {
-                            n.count_reported(Some(false), Some(true));
+                            n.count_reported(false, true);
                             changed = true;
                         }
                     }
                     Err(i) => {
                         let standing = Standing::new(true, n.draw(&mut self.report_generations));
                         n.attached.insert(i, (r.volume.clone(), standing));
-                        n.count_reported(None, Some(true));
+                        n.count_reported(false, true);
                         changed = true;
                     }
                 }
@@ -944,7 +941,7 @@ impl<D: Domain> ActualState<D> {
         let reported = record.is_reported();
         let standing = Standing::new(reported, n.draw(&mut self.report_generations));
         let before = put_new(&mut n.attached, volume, standing);
-        n.count_reported(before.map(Standing::reported), Some(reported));
+        n.count_reported(before.is_some_and(Standing::reported), reported);
         if state == AttachState::Attached {
             n.devices.set(volume, device);
         }
@@ -981,7 +978,7 @@ impl<D: Domain> ActualState<D> {
         self.len -= 1;
         if let Some(n) = self.nodes.get_mut(node) {
             let before = put(&mut n.attached, volume, None);
-            n.count_reported(before.map(Standing::reported), None);
+            n.count_reported(before.is_some_and(Standing::reported), false);
             n.devices.set(volume, None);
             if gone.is_reported() {
                 // A withheld volume's detach leaves the report as it was (the usual detach:
