@@ -123,7 +123,20 @@ impl<K: Clone + Eq + Hash> OperationGate<K> {
         if self.running.contains(key) {
             return Err(None);
         }
-        // Most of the time nothing is in backoff: no second lookup then.
+        self.backed_off(key, kind, now)
+    }
+
+    /// The backoff half of [`may_start`](Self::may_start) alone, for a key whose running
+    /// operation is kept elsewhere (a single-node volume's: see
+    /// [`InFlightTable`](crate::in_flight::InFlightTable)): `Err(t)` while `kind` is in
+    /// backoff on `key` until `t`.
+    pub(crate) fn backed_off<Q: Hash + Equivalent<K> + ?Sized>(
+        &self,
+        key: &Q,
+        kind: OpKind,
+        now: Duration,
+    ) -> Result<(), Option<Duration>> {
+        // Most of the time nothing is in backoff: no lookup then.
         if self.retries.is_empty() {
             return Ok(());
         }
@@ -154,6 +167,12 @@ impl<K: Clone + Eq + Hash> OperationGate<K> {
     /// operation's end).
     pub(crate) fn succeeded<Q: Hash + Equivalent<K> + ?Sized>(&mut self, key: &Q, kind: OpKind) {
         self.running.remove(key);
+        self.cleared(key, kind);
+    }
+
+    /// The backoff half of [`succeeded`](Self::succeeded) alone, for a key whose running
+    /// operation is kept elsewhere: `kind`'s backoff on `key` is forgotten.
+    pub(crate) fn cleared<Q: Hash + Equivalent<K> + ?Sized>(&mut self, key: &Q, kind: OpKind) {
         if self.retries.is_empty() {
             return;
         }

@@ -6,6 +6,13 @@
 //! volumes with their detaches finishing a thousand at a time cost 1.8 s of passes, the worst
 //! one 186 ms. The count answers it in one lookup.
 //!
+//! The table also holds a single-node volume's gate key: an attach or detach planned while the
+//! volume was single-node may run only alone on it, and the table that counts the volume's
+//! operations already knows whether one of them is such. The gate held that key in a set of
+//! its own, cloned in at every start and hashed out at every end: two more lookups for each of
+//! a move's attach and detach, 2 % of a `u32` move's instructions and 3.5 % of a `String`
+//! move's, whose key cloned an allocation (PERFORMANCE.md, round 3, thirty-fifth step).
+//!
 //! A look at a volume that meets one of its operations running leaves part of its decision to
 //! the operation's end ([`InFlightTable::relook_when_done`]). Only then does a successful attach
 //! have its volume looked at again: before, every attach's success did, and in a move that
@@ -32,6 +39,9 @@ pub(crate) struct InFlightTable<D: Domain> {
 #[derive(Debug, Default)]
 struct Runs {
     count: u32,
+    /// One of them was planned while the volume was single-node: it holds the volume's gate
+    /// key, so nothing else may start on the volume until it ends.
+    single_node: bool,
     /// A look at the volume met one of them running and left something to its end.
     relook: bool,
 }
@@ -49,7 +59,15 @@ impl<D: Domain> InFlightTable<D> {
     /// Records `op`, planned under `id`.
     pub(crate) fn insert(&mut self, id: OpId, op: InFlight<D>) {
         if let Some(volume) = op.volume() {
-            self.per_volume.entry(volume.clone()).or_default().count += 1;
+            let runs = self.per_volume.entry(volume.clone()).or_default();
+            runs.count += 1;
+            if op.holds_volume() {
+                debug_assert!(
+                    !runs.single_node,
+                    "a single-node volume runs one attach or detach at a time"
+                );
+                runs.single_node = true;
+            }
         }
         if let Some(replaced) = self.ops.insert(id, op) {
             // Ids are never reused; were one, the count must not keep the old operation.
@@ -70,6 +88,9 @@ impl<D: Domain> InFlightTable<D> {
         };
         if let Some(runs) = self.per_volume.get_mut(volume) {
             runs.count = runs.count.saturating_sub(1);
+            if op.holds_volume() {
+                runs.single_node = false;
+            }
             if runs.count == 0 && !runs.relook {
                 self.per_volume.remove(volume);
             }
@@ -81,6 +102,14 @@ impl<D: Domain> InFlightTable<D> {
         self.per_volume
             .get(volume)
             .is_some_and(|runs| runs.count > 0)
+    }
+
+    /// Whether an attach or detach planned while `volume` was single-node runs: the volume's
+    /// gate key is held until it ends.
+    pub(crate) fn holds_volume(&self, volume: &D::Volume) -> bool {
+        self.per_volume
+            .get(volume)
+            .is_some_and(|runs| runs.single_node)
     }
 
     /// A look at `volume` met an attach or detach of it running: the end of that operation
@@ -143,16 +172,59 @@ impl<D: Domain> InFlightTable<D> {
 mod tests {
     use super::*;
     use crate::domain::Ids;
+    use crate::volume::Access;
 
     type D = Ids<&'static str, &'static str, &'static str, ()>;
 
+    /// A detach of a multi-node volume: several may run on the volume at once.
     fn detach(volume: &'static str, node: &'static str) -> InFlight<D> {
         InFlight::Detach {
             volume,
             node,
-            access: crate::volume::Access::SingleNode,
+            access: Access::MultiNode,
             force: None,
         }
+    }
+
+    /// An attach of a single-node volume: it holds the volume's gate key.
+    fn attach_single(volume: &'static str, node: &'static str) -> InFlight<D> {
+        InFlight::Attach {
+            volume,
+            node,
+            access: Access::SingleNode,
+            slot: false,
+        }
+    }
+
+    #[test]
+    fn a_single_node_volume_is_held_while_its_attach_or_detach_runs_and_only_then() {
+        let mut t = InFlightTable::<D>::default();
+        t.insert(OpId(1), detach("v", "a"));
+        assert!(t.runs_on(&"v"));
+        assert!(
+            !t.holds_volume(&"v"),
+            "a multi-node detach holds its attachment only"
+        );
+        t.insert(OpId(2), attach_single("v", "b"));
+        assert!(t.holds_volume(&"v"));
+        assert!(!t.holds_volume(&"w"));
+        assert!(t.remove(&OpId(2)).is_some());
+        assert!(!t.holds_volume(&"v"), "freed with the attach's end");
+        assert!(t.runs_on(&"v"), "the detach still runs");
+        // A result of the wrong kind puts the operation back (`Reconciler::take_op`): it
+        // holds the key again.
+        t.insert(OpId(3), attach_single("v", "b"));
+        let op = t.remove(&OpId(3)).expect("recorded");
+        t.insert(OpId(3), op);
+        assert!(t.holds_volume(&"v"));
+        assert!(t.remove(&OpId(3)).is_some());
+        assert!(t.remove(&OpId(1)).is_some());
+        assert!(!t.holds_volume(&"v"));
+        assert!(t.per_volume.is_empty(), "nothing left behind");
+        // A reused id's replaced operation gives its key back.
+        t.insert(OpId(4), attach_single("w", "a"));
+        t.insert(OpId(4), detach("x", "a"));
+        assert!(!t.holds_volume(&"w"));
     }
 
     #[test]

@@ -616,7 +616,7 @@ impl<D: Domain> Reconciler<D> {
         now: Duration,
     ) -> bool {
         let key = gate_key_ref::<D>(self.access(volume), volume, node);
-        self.gate.may_start(&key, kind, now).is_err()
+        self.may_start(&key, kind, now).is_err()
     }
 
     // ---- inputs -------------------------------------------------------------------------------
@@ -1259,20 +1259,18 @@ impl<D: Domain> Reconciler<D> {
     /// per ask. A verify asks this of every attachment it checked: with `String` ids that was
     /// a million clones per round at a million attachments.
     fn busy(&self, volume: &D::Volume, node: &D::Node) -> bool {
-        let gated = || {
-            self.gate.is_running(&GateKeyRef::<D>::Volume(volume))
-                || self
-                    .gate
-                    .is_running(&GateKeyRef::<D>::Attachment(volume, node))
+        let attachment = || {
+            self.gate
+                .is_running(&GateKeyRef::<D>::Attachment(volume, node))
         };
         if !self.in_flight.runs_on(volume) {
             debug_assert!(
-                !gated(),
-                "the gate holds a volume's key only while its operation runs"
+                !attachment(),
+                "the gate holds an attachment's key only while its operation runs"
             );
             return false;
         }
-        gated()
+        self.in_flight.holds_volume(volume) || attachment()
     }
 
     /// Whether a multi-node look at `volume` (asking the gate under `key`) must wait for an
@@ -1281,9 +1279,44 @@ impl<D: Domain> Reconciler<D> {
     /// node's status again under that detach, and could be detached twice. (The other way,
     /// narrowing, is refused while any of its operations runs.)
     fn runs_as_single_node(&self, key: &GateKeyRef<'_, D>, volume: &D::Volume) -> bool {
-        matches!(key, GateKeyRef::Attachment(..))
-            && self.in_flight.runs_on(volume)
-            && self.gate.is_running(&GateKeyRef::<D>::Volume(volume))
+        matches!(key, GateKeyRef::Attachment(..)) && self.in_flight.holds_volume(volume)
+    }
+
+    // A single-node volume's gate key is held by its running attach or detach in the
+    // running-operations table ([`InFlightTable::holds_volume`]), which counts the volume's
+    // operations anyway; the gate keeps every other key, and every key's backoff. Held in the
+    // gate too, the key was cloned into a set of its own at each start and hashed out again at
+    // each end (2 % of a `u32` move's instructions). The next three ask and free a key in the
+    // right place.
+
+    /// [`OperationGate::may_start`] for `key`.
+    fn may_start(
+        &self,
+        key: &GateKeyRef<'_, D>,
+        kind: OpKind,
+        now: Duration,
+    ) -> Result<(), Option<Duration>> {
+        match key {
+            GateKeyRef::Volume(volume) if self.in_flight.holds_volume(volume) => Err(None),
+            GateKeyRef::Volume(_) => self.gate.backed_off(key, kind, now),
+            _ => self.gate.may_start(key, kind, now),
+        }
+    }
+
+    /// Takes `key` for the attach or detach about to be recorded as running: a single-node
+    /// volume's key is taken by that record.
+    fn take_key(&mut self, key: &GateKeyRef<'_, D>) {
+        if !matches!(key, GateKeyRef::Volume(_)) {
+            self.gate.start(key.to_owned());
+        }
+    }
+
+    /// [`OperationGate::succeeded`] for `key`, whose operation's record is already gone.
+    fn key_succeeded(&mut self, key: &GateKeyRef<'_, D>, kind: OpKind) {
+        match key {
+            GateKeyRef::Volume(_) => self.gate.cleared(key, kind),
+            _ => self.gate.succeeded(key, kind),
+        }
     }
 
     /// The record of (`volume`, `node`) is gone: nothing is attached there any more.
@@ -1342,7 +1375,7 @@ impl<D: Domain> Reconciler<D> {
         let key = gate_key_ref::<D>(access, &volume, &node);
         match result {
             Ok(info) => {
-                self.gate.succeeded(&key, OpKind::Attach);
+                self.key_succeeded(&key, OpKind::Attach);
                 // The node took a volume: whatever full answer it gave before is over.
                 if self.capacity.clear_full(&node) {
                     self.gate
@@ -1359,7 +1392,7 @@ impl<D: Domain> Reconciler<D> {
             Err(BackendError::NodeFull { message, .. }) => {
                 // The node, not the volume, is at fault: the volume may go elsewhere at once,
                 // and attaches to this node back off.
-                self.gate.succeeded(&key, OpKind::Attach);
+                self.key_succeeded(&key, OpKind::Attach);
                 if slot {
                     self.room_freed(&node);
                 }
@@ -1435,7 +1468,7 @@ impl<D: Domain> Reconciler<D> {
         let key = gate_key_ref::<D>(access, &volume, &node);
         match result {
             Ok(()) => {
-                self.gate.succeeded(&key, OpKind::Detach);
+                self.key_succeeded(&key, OpKind::Detach);
                 self.detached(&volume, &node);
                 self.events.push(Event::DetachSucceeded {
                     volume: volume.clone(),
@@ -2341,7 +2374,7 @@ impl<D: Domain> Reconciler<D> {
         let gate = if self.runs_as_single_node(&key, volume) {
             Err(None)
         } else {
-            self.gate.may_start(&key, OpKind::Detach, now)
+            self.may_start(&key, OpKind::Detach, now)
         };
         match gate {
             Ok(()) => {}
@@ -2517,7 +2550,7 @@ impl<D: Domain> Reconciler<D> {
             self.admission.finished(Class::Detach);
             return self.report_blocked(volume, node, UNREGISTERED);
         };
-        self.gate.start(key.to_owned());
+        self.take_key(&key);
         let id = self.next_op_id();
         debug!(%id, volume = ?volume, node = ?node, ?force, "planning detach");
         self.in_flight.insert(
@@ -2634,7 +2667,7 @@ impl<D: Domain> Reconciler<D> {
         let gate = if widened {
             Err(None)
         } else {
-            self.gate.may_start(&key, OpKind::Attach, now)
+            self.may_start(&key, OpKind::Attach, now)
         };
         let facts = AttachFacts {
             here: here.map(|(state, _)| state),
@@ -2695,7 +2728,7 @@ impl<D: Domain> Reconciler<D> {
                 } else {
                     self.actual.attach_planned(volume, node);
                 }
-                self.gate.start(key.to_owned());
+                self.take_key(&key);
                 let id = self.next_op_id();
                 debug!(%id, volume = ?volume, node = ?node, "planning attach");
                 self.in_flight.insert(
