@@ -29,6 +29,15 @@ pub(crate) fn trim_map<K: Eq + Hash, V, S: BuildHasher>(map: &mut HashMap<K, V, 
     }
 }
 
+/// [`trim_map`] for `hashbrown`'s own map.
+pub(crate) fn trim_hash_map<K: Eq + Hash, V, S: BuildHasher>(
+    map: &mut hashbrown::HashMap<K, V, S>,
+) {
+    if let Some(to) = trimmed(map.len(), map.capacity()) {
+        map.shrink_to(to);
+    }
+}
+
 pub(crate) fn trim_set<K: Eq + Hash, S: BuildHasher>(set: &mut HashSet<K, S>) {
     if let Some(to) = trimmed(set.len(), set.capacity()) {
         set.shrink_to(to);

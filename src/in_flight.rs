@@ -18,10 +18,11 @@
 //! have its volume looked at again: before, every attach's success did, and in a move that
 //! look found nothing to do (a twentieth of the move's instructions).
 
-use rustc_hash::FxHashMap;
+use hashbrown::hash_map::EntryRef;
+use rustc_hash::FxBuildHasher;
 
 use crate::domain::Domain;
-use crate::gate::{trim_map, would_trim};
+use crate::gate::{OpKind, trim_hash_map, trim_map, would_trim};
 use crate::op_id_map::{self, OpIdMap};
 use crate::operation::{InFlight, OpId};
 
@@ -31,8 +32,9 @@ pub(crate) struct InFlightTable<D: Domain> {
     /// Laid out in id order: a pass's operations end in about the order it planned them.
     ops: OpIdMap<InFlight<D>>,
     /// Only volumes with at least one running, or whose look waits for one that ended (see
-    /// [`take_relook`](InFlightTable::take_relook)): an entry is dropped when neither holds.
-    per_volume: FxHashMap<D::Volume, Runs>,
+    /// [`take`](InFlightTable::take)): an entry is dropped when neither holds. `hashbrown`'s
+    /// own map: an operation's end finds the entry once, and drops it through what it found.
+    per_volume: hashbrown::HashMap<D::Volume, Runs, FxBuildHasher>,
 }
 
 /// A volume's running attaches and detaches.
@@ -50,7 +52,7 @@ impl<D: Domain> Default for InFlightTable<D> {
     fn default() -> Self {
         InFlightTable {
             ops: op_id_map::new(),
-            per_volume: FxHashMap::default(),
+            per_volume: hashbrown::HashMap::default(),
         }
     }
 }
@@ -59,7 +61,10 @@ impl<D: Domain> InFlightTable<D> {
     /// Records `op`, planned under `id`.
     pub(crate) fn insert(&mut self, id: OpId, op: InFlight<D>) {
         if let Some(volume) = op.volume() {
-            let runs = self.per_volume.entry(volume.clone()).or_default();
+            let runs = match self.per_volume.entry_ref(volume) {
+                EntryRef::Occupied(entry) => entry.into_mut(),
+                EntryRef::Vacant(entry) => entry.insert_with_key(volume.clone(), Runs::default()),
+            };
             runs.count += 1;
             if op.holds_volume() {
                 debug_assert!(
@@ -71,30 +76,55 @@ impl<D: Domain> InFlightTable<D> {
         }
         if let Some(replaced) = self.ops.insert(id, op) {
             // Ids are never reused; were one, the count must not keep the old operation.
-            self.forget_volume_of(&replaced);
+            self.ended(&replaced, false);
         }
     }
 
-    /// Takes out the operation planned under `id`.
-    pub(crate) fn remove(&mut self, id: &OpId) -> Option<InFlight<D>> {
-        let op = self.ops.remove(id)?;
-        self.forget_volume_of(&op);
-        Some(op)
+    /// Takes out the operation planned under `id` if it is of `kind`, with whether a look at
+    /// its volume waits for its end (see [`relook_when_done`](Self::relook_when_done); the
+    /// answer is taken, and is `false` for an operation on no volume). `Err(None)`: no
+    /// operation runs under `id`; `Err(Some(k))`: the one that does is of kind `k`, and
+    /// stays.
+    ///
+    /// Every attach's and detach's end takes the flag, so one left after the last of a
+    /// volume's operations ends is taken by that end. Taking out the operation, then the
+    /// flag, found the volume's entry up to three times (the count, the entry dropped, the
+    /// flag); here once.
+    pub(crate) fn take(
+        &mut self,
+        id: OpId,
+        kind: OpKind,
+    ) -> Result<(InFlight<D>, bool), Option<OpKind>> {
+        let op = self.ops.remove(&id).ok_or(None)?;
+        if op.kind() != kind {
+            let actual = op.kind();
+            self.ops.insert(id, op);
+            return Err(Some(actual));
+        }
+        let relook = self.ended(&op, true);
+        Ok((op, relook))
     }
 
-    fn forget_volume_of(&mut self, op: &InFlight<D>) {
+    /// `op` is over (ended, or replaced under a reused id): its volume counts it no more, the
+    /// volume's gate key it held is free, and the entry goes once nothing keeps it. Returns
+    /// the volume's relook flag, taken, when `take`.
+    fn ended(&mut self, op: &InFlight<D>, take: bool) -> bool {
         let Some(volume) = op.volume() else {
-            return;
+            return false;
         };
-        if let Some(runs) = self.per_volume.get_mut(volume) {
-            runs.count = runs.count.saturating_sub(1);
-            if op.holds_volume() {
-                runs.single_node = false;
-            }
-            if runs.count == 0 && !runs.relook {
-                self.per_volume.remove(volume);
-            }
+        let EntryRef::Occupied(mut entry) = self.per_volume.entry_ref(volume) else {
+            return false;
+        };
+        let runs = entry.get_mut();
+        runs.count = runs.count.saturating_sub(1);
+        if op.holds_volume() {
+            runs.single_node = false;
         }
+        let relook = take && std::mem::take(&mut runs.relook);
+        if runs.count == 0 && !runs.relook {
+            entry.remove();
+        }
+        relook
     }
 
     /// Whether an attach or a detach of `volume` is running.
@@ -121,20 +151,6 @@ impl<D: Domain> InFlightTable<D> {
                 runs.relook = true;
             }
         }
-    }
-
-    /// Whether a look at `volume` waits for the end of an operation on it; the answer is
-    /// taken. Every attach's and detach's end takes it, so a flag left after the last one
-    /// ends is taken by that end.
-    pub(crate) fn take_relook(&mut self, volume: &D::Volume) -> bool {
-        let Some(runs) = self.per_volume.get_mut(volume) else {
-            return false;
-        };
-        let relook = std::mem::take(&mut runs.relook);
-        if runs.count == 0 {
-            self.per_volume.remove(volume);
-        }
-        relook
     }
 
     pub(crate) fn contains_key(&self, id: &OpId) -> bool {
@@ -164,7 +180,7 @@ impl<D: Domain> InFlightTable<D> {
     /// Gives back what a burst left allocated.
     pub(crate) fn trim(&mut self) {
         trim_map(&mut self.ops);
-        trim_map(&mut self.per_volume);
+        trim_hash_map(&mut self.per_volume);
     }
 }
 
@@ -208,17 +224,18 @@ mod tests {
         t.insert(OpId(2), attach_single("v", "b"));
         assert!(t.holds_volume(&"v"));
         assert!(!t.holds_volume(&"w"));
-        assert!(t.remove(&OpId(2)).is_some());
+        assert!(t.take(OpId(2), OpKind::Attach).is_ok());
         assert!(!t.holds_volume(&"v"), "freed with the attach's end");
         assert!(t.runs_on(&"v"), "the detach still runs");
-        // A result of the wrong kind puts the operation back (`Reconciler::take_op`): it
-        // holds the key again.
+        // A result of the wrong kind leaves the operation running, and the key held.
         t.insert(OpId(3), attach_single("v", "b"));
-        let op = t.remove(&OpId(3)).expect("recorded");
-        t.insert(OpId(3), op);
+        assert_eq!(
+            relook(t.take(OpId(3), OpKind::Detach)),
+            Err(Some(OpKind::Attach))
+        );
         assert!(t.holds_volume(&"v"));
-        assert!(t.remove(&OpId(3)).is_some());
-        assert!(t.remove(&OpId(1)).is_some());
+        assert!(t.take(OpId(3), OpKind::Attach).is_ok());
+        assert!(t.take(OpId(1), OpKind::Detach).is_ok());
         assert!(!t.holds_volume(&"v"));
         assert!(t.per_volume.is_empty(), "nothing left behind");
         // A reused id's replaced operation gives its key back.
@@ -241,10 +258,14 @@ mod tests {
         );
         assert!(t.runs_on(&"v"));
         assert!(!t.runs_on(&"w"));
-        assert!(t.remove(&OpId(1)).is_some());
+        assert!(t.take(OpId(1), OpKind::Detach).is_ok());
         assert!(t.runs_on(&"v"), "the detach from b still runs");
-        assert!(t.remove(&OpId(1)).is_none(), "taken once");
-        assert!(t.remove(&OpId(2)).is_some());
+        assert_eq!(
+            relook(t.take(OpId(1), OpKind::Detach)),
+            Err(None),
+            "taken once"
+        );
+        assert!(t.take(OpId(2), OpKind::Detach).is_ok());
         assert!(!t.runs_on(&"v"));
         assert_eq!(t.len(), 1);
         // A reused id replaces its operation, and the count with it.
@@ -261,22 +282,46 @@ mod tests {
     }
 
     #[test]
-    fn a_relook_is_asked_only_while_something_runs_and_taken_once() {
+    fn a_relook_is_asked_only_while_something_runs_and_taken_by_the_next_end() {
         let mut t = InFlightTable::<D>::default();
         t.relook_when_done(&"v");
-        assert!(!t.take_relook(&"v"), "nothing runs: nothing to wait for");
-        t.insert(OpId(1), detach("v", "a"));
-        t.insert(OpId(2), detach("v", "b"));
-        assert!(!t.take_relook(&"v"), "not asked");
+        assert!(t.per_volume.is_empty(), "nothing runs: nothing to wait for");
+        for (id, node) in [(1, "a"), (2, "b"), (3, "c"), (4, "d")] {
+            t.insert(OpId(id), detach("v", node));
+        }
+        assert_eq!(
+            relook(t.take(OpId(1), OpKind::Detach)),
+            Ok(false),
+            "not asked"
+        );
         t.relook_when_done(&"v");
-        assert!(t.remove(&OpId(1)).is_some());
-        assert!(t.take_relook(&"v"), "the first end takes it");
-        assert!(!t.take_relook(&"v"), "taken once");
+        // A result of the wrong kind leaves the operation, and the flag, where they were.
+        assert_eq!(
+            relook(t.take(OpId(2), OpKind::Attach)),
+            Err(Some(OpKind::Detach))
+        );
+        assert_eq!(
+            relook(t.take(OpId(2), OpKind::Detach)),
+            Ok(true),
+            "the next end"
+        );
+        assert_eq!(
+            relook(t.take(OpId(3), OpKind::Detach)),
+            Ok(false),
+            "taken once"
+        );
         t.relook_when_done(&"v");
-        assert!(t.remove(&OpId(2)).is_some());
-        assert!(!t.runs_on(&"v"), "the flag alone does not run");
-        assert_eq!(t.per_volume.len(), 1, "kept for the end to take");
-        assert!(t.take_relook(&"v"));
+        assert_eq!(
+            relook(t.take(OpId(4), OpKind::Detach)),
+            Ok(true),
+            "the last end"
+        );
+        assert!(!t.runs_on(&"v"));
         assert!(t.per_volume.is_empty(), "nothing left behind");
+    }
+
+    /// The relook flag of a [`take`](InFlightTable::take), without the operation.
+    fn relook(taken: Result<(InFlight<D>, bool), Option<OpKind>>) -> Result<bool, Option<OpKind>> {
+        taken.map(|(_, relook)| relook)
     }
 }

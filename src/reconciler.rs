@@ -1217,16 +1217,22 @@ impl<D: Domain> Reconciler<D> {
     // ---- results ------------------------------------------------------------------------------
 
     fn take_op(&mut self, id: OpId, given: OpKind) -> Result<InFlight<D>, ReconcilerError<D>> {
-        let op = self
-            .in_flight
-            .remove(&id)
-            .ok_or(ReconcilerError::UnknownOperation { id })?;
-        if op.kind() != given {
-            let actual = op.kind();
-            self.in_flight.insert(id, op);
-            return Err(ReconcilerError::WrongResult { id, actual, given });
-        }
-        Ok(op)
+        self.take_op_relook(id, given).map(|(op, _)| op)
+    }
+
+    /// [`take_op`](Self::take_op), with whether a look at the operation's volume waits for
+    /// its end ([`InFlightTable::take`]).
+    fn take_op_relook(
+        &mut self,
+        id: OpId,
+        given: OpKind,
+    ) -> Result<(InFlight<D>, bool), ReconcilerError<D>> {
+        self.in_flight
+            .take(id, given)
+            .map_err(|actual| match actual {
+                None => ReconcilerError::UnknownOperation { id },
+                Some(actual) => ReconcilerError::WrongResult { id, actual, given },
+            })
     }
 
     /// The upstream bugs switched back in: the configuration's with the `upstream-bugs`
@@ -1355,16 +1361,18 @@ impl<D: Domain> Reconciler<D> {
         id: OpId,
         result: Result<AttachInfo, BackendError<D::Node>>,
     ) -> Result<(), ReconcilerError<D>> {
-        let InFlight::Attach {
-            volume,
-            node,
-            access,
-            slot,
-        } = self.take_op(id, OpKind::Attach)?
+        let (
+            InFlight::Attach {
+                volume,
+                node,
+                access,
+                slot,
+            },
+            relook,
+        ) = self.take_op_relook(id, OpKind::Attach)?
         else {
             unreachable!("kind checked by take_op");
         };
-        let relook = self.in_flight.take_relook(&volume);
         let succeeded = result.is_ok();
         self.changed(&volume, &node);
         if slot {
@@ -1461,8 +1469,8 @@ impl<D: Domain> Reconciler<D> {
         else {
             unreachable!("kind checked by take_op");
         };
-        // Every detach's end has its volume looked at (below), asked or not.
-        self.in_flight.take_relook(&volume);
+        // Every detach's end has its volume looked at (below), asked or not: its relook flag
+        // was taken with it and is not needed.
         self.changed(&volume, &node);
         self.admission.finished(Class::Detach);
         let key = gate_key_ref::<D>(access, &volume, &node);
