@@ -1061,6 +1061,11 @@ impl<D: Domain> ActualState<D> {
             // checked the room and bumped the length on every entry (a twentieth of a `u32`
             // move).
             let mut rest = &n.attached[..];
+            if n.reported as usize == rest.len() {
+                // Nothing withheld (an attach's write, and most others): one run, not searched.
+                volumes.extend(rest.iter().map(|(volume, _)| volume));
+                rest = &[];
+            }
             while !rest.is_empty() {
                 let run = (rest.iter())
                     .position(|(_, standing)| !standing.reported())
