@@ -452,7 +452,9 @@ impl<D: Domain> NodeLists<D> {
         for list in [&mut self.wanted, &mut self.attached] {
             if list.capacity() > KEPT_NODES {
                 *list = Vec::new();
-            } else {
+            } else if !list.is_empty() {
+                // Emptied by the look as a rule: with ids that own something, even an empty
+                // clear is a call.
                 list.clear();
             }
         }
@@ -2176,7 +2178,10 @@ impl<D: Domain> Reconciler<D> {
         self.reconcile_volumes(now, &mut dirty, ops);
         self.schedule.recycle_dirty(dirty);
         let mut changed = self.actual.take_report_changed();
-        self.status.mark_all(changed.drain(..));
+        if !changed.is_empty() {
+            // (A drain is dropped with a call when ids own something, empty or not.)
+            self.status.mark_all(changed.drain(..));
+        }
         self.actual.recycle_report_changed(changed);
         // The status writes wait for the round's last pass: a node's volumes are spread over
         // the round, and a write after each pass would write the node once per pass that
@@ -2239,6 +2244,10 @@ impl<D: Domain> Reconciler<D> {
         // one miss after another. (A long pass's volumes share their nodes: read ahead for
         // each volume, a controller's batches of moves at 150,000 attachments ran about 5 %
         // slower.)
+        if volumes.is_empty() {
+            // A pass with nothing marked: no drain to drop.
+            return;
+        }
         let short = volumes.len() < WARM_FROM;
         let nodes_too = short && self.actual.len() >= WARM_STATE_FROM;
         let warm = nodes_too || !short;
@@ -2288,7 +2297,10 @@ impl<D: Domain> Reconciler<D> {
         let mut lists = std::mem::take(&mut self.node_lists);
         self.reconcile_volume_with(now, volume, &mut lists, ops);
         lists.clear();
-        self.node_lists = lists;
+        // What took the lists' place during the look never had room.
+        let NodeLists { wanted, attached } = std::mem::replace(&mut self.node_lists, lists);
+        crate::marks::drop_list(wanted);
+        crate::marks::drop_list(attached);
     }
 
     fn reconcile_volume_with(
@@ -3047,6 +3059,10 @@ impl<D: Domain> Reconciler<D> {
     /// revision to write against is unknown, else a compare-and-set write. One call per node at
     /// a time: a running one marks the node when it ends, a backoff timer when it expires.
     fn plan_status(&mut self, now: Duration, ops: &mut Vec<Operation<D>>) {
+        if !self.status.has_dirty() {
+            // Most passes of a move: no list taken, no drain dropped.
+            return;
+        }
         let mut nodes = self.status.take_dirty();
         for node in nodes.drain(..) {
             let checks = self.checks.get(&node).is_some_and(|c| !c.is_empty());
