@@ -28,6 +28,7 @@
 use std::any::TypeId;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use rustc_hash::FxBuildHasher;
 
@@ -59,6 +60,14 @@ pub(crate) struct DenseTable<T> {
     /// Position of each entry in `entries`, hashed by its key.
     index: PositionIndex,
     entries: Vec<T>,
+    /// Where the last lookup found its entry. A look at a volume asks the same table for the
+    /// same key several times over (its attachments, then the one on each node, then each
+    /// change to them), and so does an operation's end: the entry there is checked first,
+    /// by its key, before the key is hashed and the index searched. The check is what makes
+    /// it right: a removal may have moved another entry there, or none be left. (An atomic,
+    /// read and written relaxed, only so that a table behind a shared reference stays
+    /// `Sync`: on x86 a plain load and store.)
+    last: AtomicU32,
 }
 
 impl<T> Default for DenseTable<T> {
@@ -66,6 +75,7 @@ impl<T> Default for DenseTable<T> {
         DenseTable {
             index: PositionIndex::default(),
             entries: Vec::new(),
+            last: AtomicU32::new(0),
         }
     }
 }
@@ -148,7 +158,28 @@ impl<T: Keyed> DenseTable<T> {
     /// ([`remove_moving`](Self::remove_moving) says which entry then moved where).
     #[inline]
     pub(crate) fn position(&self, key: &T::Key) -> Option<usize> {
-        self.find(hash_of(key), key)
+        if let Some(at) = self.found_last(key) {
+            return Some(at);
+        }
+        let at = self.find(hash_of(key), key)?;
+        self.remember(at);
+        Some(at)
+    }
+
+    /// The position the last lookup found, if the entry there is `key`'s.
+    #[inline]
+    fn found_last(&self, key: &T::Key) -> Option<usize> {
+        let at = self.last.load(Ordering::Relaxed) as usize;
+        self.entries
+            .get(at)
+            .is_some_and(|entry| entry.key() == key)
+            .then_some(at)
+    }
+
+    #[inline]
+    fn remember(&self, at: usize) {
+        // Positions come from the index, which holds them as `u32`.
+        self.last.store(at as u32, Ordering::Relaxed);
     }
 
     /// Brings the slots and entries of `keys` (and, for `String` keys, the text a compare
@@ -267,10 +298,17 @@ impl<T: Keyed> DenseTable<T> {
     /// caller holding only a reference clones the key only to make an entry, not on every look
     /// (with text ids a clone is an allocation).
     pub(crate) fn get_or_make(&mut self, key: &T::Key, make: impl FnOnce(&T::Key) -> T) -> &mut T {
-        let hash = hash_of(key);
-        let at = match self.find(hash, key) {
+        let at = match self.found_last(key) {
             Some(at) => at,
-            None => self.push(hash, make(key)),
+            None => {
+                let hash = hash_of(key);
+                let at = match self.find(hash, key) {
+                    Some(at) => at,
+                    None => self.push(hash, make(key)),
+                };
+                self.remember(at);
+                at
+            }
         };
         &mut self.entries[at]
     }
@@ -415,6 +453,37 @@ pub(crate) mod tests {
                 assert_eq!(seen, want, "step {step}");
             }
         }
+    }
+
+    /// The remembered position answers only for the key whose entry is there: after a
+    /// removal moved another entry into it, or left it past the end, a lookup of the removed
+    /// key finds nothing and the moved one is found where it went.
+    #[test]
+    fn the_last_position_found_answers_only_for_its_own_key() {
+        let mut dense = DenseTable::default();
+        for k in 0..4u32 {
+            dense.insert(Entry(k, u64::from(k)));
+        }
+        assert_eq!(
+            dense.get(&1),
+            Some(&Entry(1, 1)),
+            "1 found: its place remembered"
+        );
+        // 3, the last, moves into 1's place.
+        assert_eq!(dense.remove(&1), Some(Entry(1, 1)));
+        assert_eq!(dense.get(&1), None, "the place now holds another key");
+        assert_eq!(dense.position(&3), Some(1));
+        assert_eq!(dense.get(&3), Some(&Entry(3, 3)));
+        // The last place, remembered, then removed: past the end.
+        assert_eq!(dense.position(&2), Some(2));
+        assert_eq!(dense.remove(&2), Some(Entry(2, 2)));
+        assert_eq!(dense.get(&2), None);
+        assert!(!dense.contains_key(&2));
+        // Made again, at the end, and found there.
+        dense.get_or_make(&2, |k| Entry(*k, 20)).1 += 1;
+        assert_eq!(dense.get(&2), Some(&Entry(2, 21)));
+        assert_eq!(dense.get(&0), Some(&Entry(0, 0)));
+        assert_eq!(dense.len(), 3);
     }
 
     #[test]
