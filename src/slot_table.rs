@@ -182,9 +182,9 @@ impl<T: Keyed> SlotTable<T> {
     /// Run where nothing reads a vacated entry any more (the periodic trim): a move's insert
     /// takes back the slot its removal freed, so in a settled table there is nothing to do.
     pub(crate) fn close_holes(&mut self, mut moved: impl FnMut(&T, Slot, Slot)) {
-        let mut holes = std::mem::take(&mut self.free);
-        holes.sort_unstable();
-        let mut holes = holes.into_iter();
+        let mut free = std::mem::take(&mut self.free);
+        free.sort_unstable();
+        let mut holes = free.iter().copied();
         loop {
             // Free slots at the end are dropped, not filled.
             while !self.slots.is_empty() && !self.is_used(self.slots.len() - 1) {
@@ -205,6 +205,12 @@ impl<T: Keyed> SlotTable<T> {
                 .find_mut(hash_of(entry.key()), |at| at == from)
                 .expect("every entry has a slot") = hole;
             moved(entry, from, hole);
+        }
+        // The list keeps its room for the next removals (the trim runs every few moves, and
+        // a move's removal then allocated the list again), unless a burst left it large.
+        free.clear();
+        if free.capacity() <= TRIM_ABOVE {
+            self.free = free;
         }
         self.used.truncate(self.slots.len().div_ceil(64));
         let len = self.slots.len();
