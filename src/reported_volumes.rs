@@ -132,8 +132,15 @@ impl<D: Domain> ReportedVolumes<D> {
         len: usize,
         fill: impl FnOnce(&mut Refill<'_, D::Volume>) -> Option<PackedPaths>,
     ) -> Self {
-        let fits = |p: &Arc<Packed<D>>| p.volumes.capacity() <= 2 * len + 4;
-        if let Some(mut spare) = spares.0.take_where(fits) {
+        // Of the spares without far too much room, the one with the least room enough (a
+        // list that grows reallocates: a node gaining a volume took a spare as long as its
+        // old list and grew it, 0.8 reallocations a move at 150,000 attachments), else the
+        // longest of those that must grow.
+        let fit = |p: &Arc<Packed<D>>| {
+            let room = p.volumes.capacity();
+            (room <= 2 * len + 4).then_some((room < len, room.abs_diff(len)))
+        };
+        if let Some(mut spare) = spares.0.take_best(fit) {
             // Only a list nobody else held was kept, and nobody could take a share since.
             if let Some(packed) = Arc::get_mut(&mut spare) {
                 debug_assert!(packed.paths.is_none(), "a spare keeps no paths");
@@ -141,7 +148,10 @@ impl<D: Domain> ReportedVolumes<D> {
                 return ReportedVolumes(spare);
             }
         }
-        let mut volumes = Vec::with_capacity(len);
+        // With a little room to spare: the node's next lists are built into this one
+        // (edited, or taken as a spare), and a node gaining a volume grew a list built to the
+        // length.
+        let mut volumes = Vec::with_capacity(len + len / 8 + 1);
         let paths = Refill::run(&mut volumes, fill);
         Self::from_sorted(volumes, paths)
     }
