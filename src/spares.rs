@@ -26,15 +26,9 @@ impl<T> Spares<T> {
         self.items.pop()
     }
 
-    /// The spare that fits best: the one with the least `fit` among those it gives one for
-    /// (the last kept of equals), if any.
-    pub(crate) fn take_best<K: Ord>(&mut self, fit: impl Fn(&T) -> Option<K>) -> Option<T> {
-        let (i, _) = self
-            .items
-            .iter()
-            .enumerate()
-            .filter_map(|(i, item)| Some((i, fit(item)?)))
-            .min_by(|(i, a), (j, b)| a.cmp(b).then(j.cmp(i)))?;
+    /// The last spare kept that `fits`, if any.
+    pub(crate) fn take_where(&mut self, fits: impl Fn(&T) -> bool) -> Option<T> {
+        let i = self.items.iter().rposition(fits)?;
         Some(self.items.swap_remove(i))
     }
 
@@ -67,33 +61,7 @@ mod tests {
         }
         assert_eq!(spares.len(), KEEP, "no more than KEEP are kept");
         assert_eq!(spares.take(), Some(9), "the last given comes back first");
-        assert_eq!(spares.take_best(|&i| (i < 8).then_some(0)), Some(7));
-        assert_eq!(
-            spares.take_best(|&i| (i < 6).then_some(0)),
-            None,
-            "the oldest made room"
-        );
-    }
-
-    #[test]
-    fn the_best_fit_is_taken_and_the_last_kept_of_equals() {
-        let mut spares = Spares::default();
-        for room in [40, 31, 60, 31] {
-            spares.give(room);
-        }
-        let closest_to_32 = |&room: &i32| (room <= 50).then_some((room < 32, room.abs_diff(32)));
-        assert_eq!(
-            spares.take_best(closest_to_32),
-            Some(40),
-            "the one with room comes first"
-        );
-        assert_eq!(spares.take_best(closest_to_32), Some(31));
-        assert_eq!(spares.take_best(closest_to_32), Some(31));
-        assert_eq!(
-            spares.take_best(closest_to_32),
-            None,
-            "60 has too much room"
-        );
-        assert_eq!(spares.len(), 1);
+        assert_eq!(spares.take_where(|&i| i < 8), Some(7));
+        assert_eq!(spares.take_where(|&i| i < 6), None, "the oldest made room");
     }
 }
