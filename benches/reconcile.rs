@@ -1149,8 +1149,8 @@ fn check_allocations<K: Naming>(clusters: &mut [Cluster<K>]) {
     for cl in clusters.iter_mut() {
         // Unmeasured first: enough moves that every node has had its first writes since the
         // build, which fill the lists the build left it (a node's first list after the build
-        // grows, or is made, once: at 150,000 that was 0.7 of a `u32` move's allocations and
-        // 1.9 of a `Name` move's, when the run had not moved the cluster before), and that
+        // grows, or is made, once: at 150,000 that was 0.8 of a `u32` move's allocations and
+        // 1.8 of a `Name` move's, when the run had not moved the cluster before), and that
         // its lists have grown to the most volumes it has held (with four moves a node, 4.34
         // at 1,000,000; with twelve, 4.07).
         for _ in 0..100.max(12 * cl.nodes) {
