@@ -464,6 +464,34 @@ mod tests {
     }
 
     #[test]
+    fn a_spare_with_room_enough_is_taken_before_a_shorter_one_kept_after_it() {
+        let build = |spares: &mut ListSpares<T>, volumes: &[&'static str]| {
+            ReportedVolumes::build_sorted(spares, volumes.len(), |list| {
+                list.extend(volumes.iter());
+                None
+            })
+        };
+        let mut spares = ListSpares::<T>::default();
+        let roomy = build(&mut spares, &["a", "b", "c", "d"]);
+        let short = build(&mut spares, &["a"]);
+        let at = Arc::as_ptr(&roomy.0);
+        roomy.give_back(&mut spares);
+        short.give_back(&mut spares);
+        // A node gaining a volume: four, where the last spare kept has room for fewer.
+        let list = build(&mut spares, &["a", "b", "c", "e"]);
+        assert_eq!(
+            Arc::as_ptr(&list.0),
+            at,
+            "the spare with room, not the last kept"
+        );
+        assert_eq!(list.volumes(), ["a", "b", "c", "e"]);
+        // With none that has room, one that fits is grown.
+        let grown = build(&mut spares, &["a", "b", "c"]);
+        assert_eq!(grown.volumes(), ["a", "b", "c"]);
+        assert!(spares.0.take().is_none(), "both spares were used");
+    }
+
+    #[test]
     fn a_refill_writes_over_the_old_ids_keeping_their_buffers_and_drops_the_rest() {
         type S = Ids<String, String, String>;
         let names = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();

@@ -319,4 +319,21 @@ mod tests {
         assert_eq!(table.at(freed), &Entry(3, 1));
         assert_eq!(table.len(), 10);
     }
+
+    /// The trim runs every few moves: closing the holes keeps the list of free slots' room,
+    /// so that the next removal does not allocate it again.
+    #[test]
+    fn closing_the_holes_keeps_the_free_list_room() {
+        let mut table: SlotTable<Entry> = SlotTable::default();
+        for key in 0..10 {
+            table.insert(Entry(key, 0));
+        }
+        table.vacate(&3);
+        let room = table.free.capacity();
+        table.close_holes(|_, _, _| {});
+        assert_eq!(table.holes(), 0);
+        assert_eq!(table.free.capacity(), room, "the list's room is kept");
+        table.vacate(&4);
+        assert_eq!(table.free.capacity(), room, "and used by the next removal");
+    }
 }
