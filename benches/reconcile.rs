@@ -23,7 +23,8 @@
 //! `string`, `name`, `arc`, comma-separated), `ATTACH_DETACH_BENCH_MAX_SIZE=10000` (and
 //! `ATTACH_DETACH_BENCH_MIN_SIZE=1000000` to build one size alone), and
 //! `ATTACH_DETACH_BENCH_CHECKS=sync` (or `allocations`, `moves`, `renumber`, `recovery`) for
-//! some of the hand-timed checks:
+//! some of the hand-timed checks; `huge_pages`, which moves the heap onto huge pages, runs
+//! only when named:
 //!
 //! ```sh
 //! cargo bench -p attach-detach --features internals --bench reconcile -- \
@@ -33,6 +34,8 @@
 //! ```
 
 mod common;
+#[path = "common/huge_pages.rs"]
+mod huge_pages;
 #[path = "common/move_floor.rs"]
 mod move_floor;
 use common::{Moves, median};
@@ -1058,6 +1061,13 @@ fn check_wanted(check: &str) -> bool {
         .map_or(true, |checks| checks.split(',').any(|c| c.trim() == check))
 }
 
+/// Whether `check` was asked for by name in `ATTACH_DETACH_BENCH_CHECKS`: for the checks that
+/// change the process for what runs after them, and so never run unasked.
+fn check_named(check: &str) -> bool {
+    std::env::var("ATTACH_DETACH_BENCH_CHECKS")
+        .is_ok_and(|checks| checks.split(',').any(|c| c.trim() == check))
+}
+
 /// Builds the settled clusters of one id kind, printing and checking their memory.
 fn build_clusters<K: Naming>(test_mode: bool) -> Vec<Cluster<K>> {
     let mut clusters = Vec::new();
@@ -1193,6 +1203,54 @@ fn check_allocations<K: Naming>(clusters: &mut [Cluster<K>]) {
             println!("CEILING BROKEN: {message}");
             ceiling_broken().push(message);
         }
+    }
+}
+
+/// A move timed at every size before and after the heap is moved onto huge pages
+/// ([`huge_pages`]): whether what a move at 1M pays beyond one at 1k is page walks or cache
+/// misses. The heap holds every size's cluster, so all are timed on small pages first, then
+/// all again once the heap is collapsed. Asked for by name only
+/// (`ATTACH_DETACH_BENCH_CHECKS=huge_pages`): every later figure of the run is on huge pages.
+fn check_huge_pages<K: Naming>(clusters: &mut [Cluster<K>]) {
+    const MOVES: u32 = 2_000;
+    let mut time_all = || -> Vec<Duration> {
+        (clusters.iter_mut())
+            .map(|cl| {
+                cl.settle_moves();
+                time_move(MOVES, || {
+                    black_box(cl.move_one());
+                })
+            })
+            .collect()
+    };
+    // Twice on each side: what drifts from one timing to the next is not the pages.
+    let (small, small_again) = (time_all(), time_all());
+    let collapsed = huge_pages::collapse_heap();
+    let (huge, huge_again) = (time_all(), time_all());
+    match collapsed {
+        Ok(c) => println!(
+            "huge pages, {} ids: {} MiB in {} regions collapsed, {} refused{}; AnonHugePages {} KiB",
+            K::KIND,
+            c.bytes >> 20,
+            c.regions,
+            c.refused,
+            c.last_refusal
+                .map_or(String::new(), |e| format!(" (the last: {e})")),
+            c.anon_huge_kib.map_or("?".to_string(), |k| k.to_string()),
+        ),
+        Err(e) => return println!("huge pages, {} ids: not asked for ({e})", K::KIND),
+    }
+    for (i, cl) in clusters.iter().enumerate() {
+        println!(
+            "huge pages at {}, {} ids: a move {:.2?} and {:.2?} on small pages, {:.2?} and {:.2?} \
+             on huge ones",
+            cl.size,
+            K::KIND,
+            small[i],
+            small_again[i],
+            huge[i],
+            huge_again[i]
+        );
     }
 }
 
@@ -1673,6 +1731,9 @@ fn run_kind<K: Naming>(
             check_ratio(at_150k);
         }
         check_moves(&mut clusters);
+    }
+    if check_named("huge_pages") {
+        check_huge_pages(&mut clusters);
     }
     // After the idle benches: it moves the clock past their window. Before the restart
     // check: that one builds and drops a second core of each size, and the first passes after
