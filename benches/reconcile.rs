@@ -1057,8 +1057,7 @@ fn wanted(kind: &str) -> bool {
 /// `ATTACH_DETACH_BENCH_CHECKS` lists some (`allocations`, `moves`, `renumber`, `sync`,
 /// `recovery`, comma-separated), to measure one figure at 1M without the rest's minutes.
 fn check_wanted(check: &str) -> bool {
-    std::env::var("ATTACH_DETACH_BENCH_CHECKS")
-        .map_or(true, |checks| checks.split(',').any(|c| c.trim() == check))
+    std::env::var_os("ATTACH_DETACH_BENCH_CHECKS").is_none() || check_named(check)
 }
 
 /// Whether `check` was asked for by name in `ATTACH_DETACH_BENCH_CHECKS`: for the checks that

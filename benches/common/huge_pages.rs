@@ -13,6 +13,7 @@
 /// What a collapse did: how many regions and bytes moved onto huge pages, and how much of
 /// the system's anonymous memory is on huge pages after (from `/proc/meminfo`).
 #[derive(Debug)]
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub struct Collapsed {
     /// Regions `MADV_COLLAPSE` accepted.
     pub regions: usize,
