@@ -1224,21 +1224,27 @@ fn check_huge_pages<K: Naming>(clusters: &mut [Cluster<K>]) {
     };
     // Twice on each side: what drifts from one timing to the next is not the pages.
     let (small, small_again) = (time_all(), time_all());
-    let collapsed = huge_pages::collapse_heap();
+    let c = match huge_pages::collapse_heap() {
+        Ok(c) => c,
+        // Nothing was asked of the kernel: timing the moves again would compare like with like.
+        Err(e) => {
+            return println!(
+                "huge pages, {} ids: the heap was not collapsed ({e})",
+                K::KIND
+            );
+        }
+    };
+    println!(
+        "huge pages, {} ids: {} MiB in {} regions collapsed, {} refused{}; AnonHugePages {} KiB",
+        K::KIND,
+        c.bytes >> 20,
+        c.regions,
+        c.refused,
+        c.last_refusal
+            .map_or(String::new(), |e| format!(" (the last: {e})")),
+        c.anon_huge_kib.map_or("?".to_string(), |k| k.to_string()),
+    );
     let (huge, huge_again) = (time_all(), time_all());
-    match collapsed {
-        Ok(c) => println!(
-            "huge pages, {} ids: {} MiB in {} regions collapsed, {} refused{}; AnonHugePages {} KiB",
-            K::KIND,
-            c.bytes >> 20,
-            c.regions,
-            c.refused,
-            c.last_refusal
-                .map_or(String::new(), |e| format!(" (the last: {e})")),
-            c.anon_huge_kib.map_or("?".to_string(), |k| k.to_string()),
-        ),
-        Err(e) => return println!("huge pages, {} ids: not asked for ({e})", K::KIND),
-    }
     for (i, cl) in clusters.iter().enumerate() {
         println!(
             "huge pages at {}, {} ids: a move {:.2?} and {:.2?} on small pages, {:.2?} and {:.2?} \
