@@ -34,11 +34,14 @@
 //! ```
 
 mod common;
+#[path = "common/edge_interning.rs"]
+mod edge_interning;
 #[path = "common/huge_pages.rs"]
 mod huge_pages;
 #[path = "common/move_floor.rs"]
 mod move_floor;
 use common::{Moves, median};
+use edge_interning::Edge;
 use move_floor::MoveFloor;
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -432,6 +435,31 @@ fn complete<K: Naming>(
     ops: impl IntoIterator<Item = Operation<K>>,
     events: &mut Vec<Event<K>>,
 ) -> Counts {
+    complete_handing_out(r, now, ops, events, &mut Nowhere)
+}
+
+/// Where a driver hands what the core plans and reports, besides completing it.
+trait HandOut<K: Naming> {
+    fn operation(&mut self, op: &Operation<K>);
+    fn event(&mut self, event: &Event<K>);
+}
+
+/// A driver that only completes: the bench's own.
+struct Nowhere;
+
+impl<K: Naming> HandOut<K> for Nowhere {
+    fn operation(&mut self, _: &Operation<K>) {}
+    fn event(&mut self, _: &Event<K>) {}
+}
+
+/// [`complete`], handing every event of the pass out before they are dropped.
+fn complete_handing_out<K: Naming>(
+    r: &mut Reconciler<K>,
+    now: Duration,
+    ops: impl IntoIterator<Item = Operation<K>>,
+    events: &mut Vec<Event<K>>,
+    out: &mut impl HandOut<K>,
+) -> Counts {
     let mut counts = [0; 5];
     for op in ops {
         match op {
@@ -483,6 +511,9 @@ fn complete<K: Naming>(
     }
     // A driver hands events to a recorder; left here they would pile up.
     r.drain_events_into(events);
+    for event in events.iter() {
+        out.event(event);
+    }
     black_box(&events);
     events.clear();
     counts
@@ -495,6 +526,17 @@ fn drive<K: Naming>(
     sync_at: Duration,
     scratch: &mut Scratch<K>,
 ) -> Vec<Counts> {
+    drive_handing_out(r, now, sync_at, scratch, &mut Nowhere)
+}
+
+/// [`drive`], handing every operation planned out before it is completed, and every event.
+fn drive_handing_out<K: Naming>(
+    r: &mut Reconciler<K>,
+    now: &mut Duration,
+    sync_at: Duration,
+    scratch: &mut Scratch<K>,
+    out: &mut impl HandOut<K>,
+) -> Vec<Counts> {
     let mut passes = Vec::new();
     while let Some(due) = r.next_deadline() {
         if due >= sync_at {
@@ -502,11 +544,15 @@ fn drive<K: Naming>(
         }
         *now = (*now).max(due);
         r.poll_into(*now, &mut scratch.ops);
-        passes.push(complete(
+        for op in &scratch.ops {
+            out.operation(op);
+        }
+        passes.push(complete_handing_out(
             r,
             *now,
             scratch.ops.drain(..),
             &mut scratch.events,
+            out,
         ));
         scratch.trim();
         // A cluster's first round is its passes' budget apart: a million volumes at 250 a
@@ -1259,6 +1305,120 @@ fn check_huge_pages<K: Naming>(clusters: &mut [Cluster<K>]) {
     }
 }
 
+impl Cluster<U32Ids> {
+    /// [`move_one`](Cluster::move_one) as a core interning `Name`s at its edge would make it
+    /// ([`Edge`]): the inputs come with names and are interned, every operation and event goes
+    /// out with names, and the store is handed lists of names.
+    fn move_at_edge(&mut self, edge: &mut Edge) -> Vec<Counts> {
+        self.moved += 1;
+        edge.moves += 1;
+        let (w, to) = self.moves.next();
+        // Owned names, as an informer hands them (and as the `Name` cluster's move makes them).
+        let workload = edge.workloads.name(w);
+        let removed = Input::WorkloadRemoved {
+            workload: edge.workloads.intern(&workload),
+        };
+        drop(workload);
+        self.r.handle(removed).unwrap();
+        let (workload, node, volumes) = (
+            edge.workloads.name(w),
+            edge.nodes.name(to),
+            vec![edge.volumes.name(w)],
+        );
+        let scheduled = Input::WorkloadScheduled {
+            workload: edge.workloads.intern(&workload),
+            node: edge.nodes.intern(&node),
+            volumes: volumes.iter().map(|v| edge.volumes.intern(v)).collect(),
+        };
+        drop((workload, node, volumes));
+        self.r.handle(scheduled).unwrap();
+        drive_handing_out(
+            &mut self.r,
+            &mut self.now,
+            self.sync_at,
+            &mut self.scratch,
+            edge,
+        )
+    }
+}
+
+impl HandOut<U32Ids> for Edge {
+    fn operation(&mut self, op: &Operation<U32Ids>) {
+        self.hand_out(op);
+    }
+    fn event(&mut self, event: &Event<U32Ids>) {
+        self.hand_out_event(event);
+    }
+}
+
+/// The first step of the redesign modelled ([`Edge`]): a `u32` move timed beside the same
+/// move with `Name`s interned at the edge, in turn, three times at every size. What the
+/// second costs over the first is what interning would add to a `u32` core for `Name` ids;
+/// the `moves` check of the same run (`ATTACH_DETACH_BENCH_KINDS=u32,name`) gives today's
+/// `Name` core beside it. Asked for by name only (`ATTACH_DETACH_BENCH_CHECKS=edge`); in
+/// test mode it runs briefly at the smallest size, so that the model stays true to the core
+/// (every node's list handed out is the core's, in names).
+fn check_edge(clusters: &mut [Cluster<U32Ids>], test_mode: bool) {
+    let (sizes, moves) = if test_mode {
+        (1, 50)
+    } else {
+        (usize::MAX, 2_000)
+    };
+    for cl in clusters.iter_mut().take(sizes) {
+        let size = cl.size;
+        let mut edge = Edge::new(
+            (0..cl.nodes).map(NameIds::node).collect(),
+            (0..size).map(NameIds::volume).collect(),
+            (0..size).map(NameIds::workload).collect(),
+        );
+        cl.settle_moves();
+        let bare: Vec<Duration> = (0..3)
+            .map(|_| {
+                time_move(moves, || {
+                    black_box(cl.move_one());
+                })
+            })
+            .collect();
+        // Twelve writes a node through the edge, untimed, so that each node's kept list is
+        // the one its last write handed out, as in a core that only ever writes through its
+        // edge: the bare moves left them behind, and a list edited from a stale one is copied
+        // whole. (So the two are timed in turn, not interleaved.)
+        for _ in 0..cl.nodes.max(100) * 12 {
+            black_box(cl.move_at_edge(&mut edge));
+        }
+        let interned: Vec<Duration> = (0..3)
+            .map(|_| {
+                time_move(moves, || {
+                    black_box(cl.move_at_edge(&mut edge));
+                })
+            })
+            .collect();
+        // The model hands the store what the core holds.
+        for n in 0..cl.nodes {
+            let (Some(handed), Some(held)) = (edge.handed_list(n), cl.r.status().stored(&n)) else {
+                continue;
+            };
+            assert!(
+                (held.volumes().iter())
+                    .map(|v| edge.volumes.get(*v))
+                    .eq(handed.iter()),
+                "node {n}: the store was handed the names of what the core wrote"
+            );
+        }
+        println!(
+            "interned at the edge at {size}: a u32 move {:.2?}, {:.2?}, {:.2?}; with names \
+             interned at its edge {:.2?}, {:.2?}, {:.2?}; handed out per move: {:?}",
+            bare[0],
+            bare[1],
+            bare[2],
+            interned[0],
+            interned[1],
+            interned[2],
+            edge.handed.map(|n| n as f64 / edge.moves as f64),
+        );
+    }
+}
+
 /// The median time of one move, over 15 runs of `moves` moves each.
 fn time_move(moves: u32, mut move_one: impl FnMut()) -> Duration {
     median(
@@ -1820,6 +1980,9 @@ fn main() {
             bench_status_burst(c, at_150k);
         }
         check_mass_removal(test_mode);
+        if check_named("edge") || test_mode {
+            check_edge(clusters, test_mode);
+        }
     });
     run_kind::<StringIds>(&mut c, test_mode, |_, _| {});
     // Shared names: in bench mode, or in test mode when asked for by name.
