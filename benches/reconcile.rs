@@ -23,8 +23,9 @@
 //! `string`, `name`, `arc`, comma-separated), `ATTACH_DETACH_BENCH_MAX_SIZE=10000` (and
 //! `ATTACH_DETACH_BENCH_MIN_SIZE=1000000` to build one size alone), and
 //! `ATTACH_DETACH_BENCH_CHECKS=sync` (or `allocations`, `moves`, `renumber`, `recovery`) for
-//! some of the hand-timed checks; `huge_pages`, which moves the heap onto huge pages, runs
-//! only when named:
+//! some of the hand-timed checks; `huge_pages`, which moves the heap onto huge pages, and
+//! `edge`, which times a model of the redesign's first step beside the `u32` core, run only
+//! when named:
 //!
 //! ```sh
 //! cargo bench -p attach-detach --features internals --bench reconcile -- \
@@ -1107,7 +1108,8 @@ fn check_wanted(check: &str) -> bool {
 }
 
 /// Whether `check` was asked for by name in `ATTACH_DETACH_BENCH_CHECKS`: for the checks that
-/// change the process for what runs after them, and so never run unasked.
+/// change the process for what runs after them, or time a model rather than the core, and so
+/// never run unasked.
 fn check_named(check: &str) -> bool {
     std::env::var("ATTACH_DETACH_BENCH_CHECKS")
         .is_ok_and(|checks| checks.split(',').any(|c| c.trim() == check))

@@ -196,10 +196,11 @@ struct HandedList {
 
 impl HandedList {
     /// Edits the list into `indices`, as the core edits a node's list: a write differs from
-    /// the node's last by a volume or two. The difference is found on the indices (a node's
-    /// few lines, where comparing the names would read a name a volume, each anywhere in
-    /// memory), and a volume in or out is one insert or remove of a name (a shift of
-    /// pointers, one count touched). Anything else is copied over, name by name.
+    /// the node's last by a volume or two. The difference is found on the indices, the
+    /// node's own few lines: comparing names would read the names table once a volume, and in
+    /// a cluster whose volumes came and went each read is anywhere in it. A volume in or out
+    /// is then one insert or remove of a name (a shift of pointers, one count touched).
+    /// Anything else is copied over, name by name.
     fn edit(&mut self, indices: &[u32], volumes: &Interner) {
         let (old, names) = (&mut self.indices, &mut self.names);
         let same = old.iter().zip(indices).take_while(|(a, b)| a == b).count();
