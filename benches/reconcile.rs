@@ -1353,8 +1353,8 @@ impl HandOut<U32Ids> for Edge {
     }
 }
 
-/// The first step of the redesign modelled ([`Edge`]): a `u32` move timed beside the same
-/// move with `Name`s interned at the edge, in turn, three times at every size. What the
+/// The first step of the redesign modelled ([`Edge`]): at every size a `u32` move is timed
+/// three times, then the same move with `Name`s interned at its edge three times. What the
 /// second costs over the first is what interning would add to a `u32` core for `Name` ids;
 /// the `moves` check of the same run (`ATTACH_DETACH_BENCH_KINDS=u32,name`) gives today's
 /// `Name` core beside it. Asked for by name only (`ATTACH_DETACH_BENCH_CHECKS=edge`); in

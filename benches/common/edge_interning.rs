@@ -60,8 +60,11 @@ impl Interner {
 /// The edge of the modelled core: an interner per kind, and what it keeps to hand the store
 /// its lists without allocating.
 pub struct Edge {
+    /// The core's node `i` is `nodes.get(i)`.
     pub nodes: Interner,
+    /// The core's volume `i`, used by workload `i`.
     pub volumes: Interner,
+    /// The core's workload `i`.
     pub workloads: Interner,
     /// Per node, the list its last status write handed the store, as indices and as names:
     /// the next write's list is edited from it, as the core edits its own lists.
