@@ -1381,7 +1381,7 @@ fn check_edge(clusters: &mut [Cluster<U32Ids>], test_mode: bool) {
                 })
             })
             .collect();
-        // Twelve writes a node through the edge, untimed, so that each node's kept list is
+        // Twelve moves a node through the edge, untimed, so that each node's kept list is
         // the one its last write handed out, as in a core that only ever writes through its
         // edge: the bare moves left them behind, and a list edited from a stale one is copied
         // whole. (So the two are timed in turn, not interleaved.)
@@ -1396,6 +1396,7 @@ fn check_edge(clusters: &mut [Cluster<U32Ids>], test_mode: bool) {
             })
             .collect();
         // The model hands the store what the core holds.
+        let mut compared = 0;
         for n in 0..cl.nodes {
             let (Some(handed), Some(held)) = (edge.handed_list(n), cl.r.status().stored(&n)) else {
                 continue;
@@ -1406,7 +1407,13 @@ fn check_edge(clusters: &mut [Cluster<U32Ids>], test_mode: bool) {
                     .eq(handed.iter()),
                 "node {n}: the store was handed the names of what the core wrote"
             );
+            compared += 1;
         }
+        assert!(
+            compared * 2 >= cl.nodes,
+            "the edge wrote most nodes' lists: {compared} of {}",
+            cl.nodes
+        );
         println!(
             "interned at the edge at {size}: a u32 move {:.2?}, {:.2?}, {:.2?}; with names \
              interned at its edge {:.2?}, {:.2?}, {:.2?}; handed out per move: {:?}",
