@@ -441,17 +441,14 @@ fn complete<K: Naming>(
 
 /// Where a driver hands what the core plans and reports, besides completing it.
 trait HandOut<K: Naming> {
-    fn operation(&mut self, op: &Operation<K>);
-    fn event(&mut self, event: &Event<K>);
+    fn operation(&mut self, _op: &Operation<K>) {}
+    fn event(&mut self, _event: &Event<K>) {}
 }
 
 /// A driver that only completes: the bench's own.
 struct Nowhere;
 
-impl<K: Naming> HandOut<K> for Nowhere {
-    fn operation(&mut self, _: &Operation<K>) {}
-    fn event(&mut self, _: &Event<K>) {}
-}
+impl<K: Naming> HandOut<K> for Nowhere {}
 
 /// [`complete`], handing every event of the pass out before they are dropped.
 fn complete_handing_out<K: Naming>(
@@ -1341,15 +1338,6 @@ impl Cluster<U32Ids> {
             &mut self.scratch,
             edge,
         )
-    }
-}
-
-impl HandOut<U32Ids> for Edge {
-    fn operation(&mut self, op: &Operation<U32Ids>) {
-        self.hand_out(op);
-    }
-    fn event(&mut self, event: &Event<U32Ids>) {
-        self.hand_out_event(event);
     }
 }
 

@@ -20,6 +20,8 @@ use attach_detach::core::{Event, Holder, Operation};
 use attach_detach::{Ids, Name};
 use rustc_hash::FxHashMap;
 
+use crate::HandOut;
+
 /// The core's ids inside: what the model interns `Name`s to.
 type Indices = Ids<u32, u32, u32, ()>;
 /// The embedder's ids outside.
@@ -93,11 +95,14 @@ impl Edge {
     pub fn handed_list(&self, node: u32) -> Option<&[Name]> {
         self.lists[node as usize].as_ref().map(|l| &l.names[..])
     }
+}
 
+/// What the edge hands out, as a driver would be handed it.
+impl HandOut<Indices> for Edge {
     /// What a driver would be handed for `op`: the same operation with names. Dropped at once,
     /// as a driver drops it once its call is made. A status write's list is the node's kept
     /// list, edited to the core's.
-    pub fn hand_out(&mut self, op: &Operation<Indices>) {
+    fn operation(&mut self, op: &Operation<Indices>) {
         match op {
             Operation::Attach {
                 id, volume, node, ..
@@ -143,7 +148,7 @@ impl Edge {
     }
 
     /// What an event recorder would be handed for `event`: the same event with names.
-    pub fn hand_out_event(&mut self, event: &Event<Indices>) {
+    fn event(&mut self, event: &Event<Indices>) {
         self.handed[4] += 1;
         match event {
             Event::MultiAttach {
