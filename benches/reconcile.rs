@@ -43,7 +43,7 @@ mod huge_pages;
 mod move_floor;
 use common::{Moves, median};
 use edge_interning::Edge;
-use move_floor::MoveFloor;
+use move_floor::{ById, Dense, InSlots, Linked, MoveFloor};
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::{HashMap, HashSet};
@@ -1440,6 +1440,13 @@ fn by_size(per_size: &[(u32, Duration)]) -> String {
         .join(", ")
 }
 
+/// A floor's move timed by hand, over `moves` moves.
+fn time_floor<F: move_floor::Find>(moves: u32, mut floor: MoveFloor<F>) -> Duration {
+    time_move(moves, || {
+        black_box(floor.move_one());
+    })
+}
+
 /// One move timed by hand at every size (median of 15 runs of 2,000 moves), once the
 /// cluster's moves have settled ([`Cluster::settle_moves`]), against the goals: at most 1.5
 /// µs, and no more than 1.3 times dearer at 1,000,000 than at 1,000.
@@ -1447,6 +1454,9 @@ fn check_moves<K: Naming>(clusters: &mut [Cluster<K>]) {
     const MOVES: u32 = 2_000;
     let mut per_size = Vec::new();
     let mut floor_per_size = Vec::new();
+    let mut by_id_per_size = Vec::new();
+    let mut in_slots_per_size = Vec::new();
+    let mut linked_per_size = Vec::new();
     for cl in clusters.iter_mut() {
         cl.settle_moves();
         per_size.push((
@@ -1455,14 +1465,13 @@ fn check_moves<K: Naming>(clusters: &mut [Cluster<K>]) {
                 black_box(cl.move_one());
             }),
         ));
-        // The floor beside the core, at the same size, built and dropped here.
-        let mut floor = MoveFloor::new(cl.size);
-        floor_per_size.push((
-            cl.size,
-            time_move(MOVES * 10, || {
-                black_box(floor.move_one());
-            }),
-        ));
+        // The floors beside the core, at the same size, each built and dropped here (ten
+        // times the core's moves: each is far cheaper).
+        let (size, moves) = (cl.size, MOVES * 10);
+        floor_per_size.push((size, time_floor(moves, MoveFloor::<Dense>::new(size))));
+        by_id_per_size.push((size, time_floor(moves, MoveFloor::<ById>::new(size))));
+        in_slots_per_size.push((size, time_floor(moves, MoveFloor::<InSlots>::new(size))));
+        linked_per_size.push((size, time_floor(moves, MoveFloor::<Linked>::new(size))));
     }
     let line = by_size(&per_size);
     let at =
@@ -1493,6 +1502,27 @@ fn check_moves<K: Naming>(clusters: &mut [Cluster<K>]) {
             by_size(&floor_per_size),
             (goal + floor_extra) / goal
         );
+        // A core is handed the embedder's ids: the same floor with each record found from
+        // its id, through an index apart from the records (the core's layout), in the hash
+        // table's own slots (the least a lookup by id costs), and only for the ids the input
+        // names, through an index, the records linked by place (a core interning ids at its
+        // edge).
+        for (how, per_size) in [
+            ("through an index", &by_id_per_size),
+            ("in its table's slots", &in_slots_per_size),
+            ("through an index, only the input's two", &linked_per_size),
+        ] {
+            if let (Some(small), Some(large)) = (at(per_size, 1_000), at(per_size, 1_000_000)) {
+                let extra = large.saturating_sub(small).as_secs_f64() * 1e6;
+                println!(
+                    "memory floor of a move, each record found by id {how}: {}; 1M costs \
+                     {extra:.2} µs more than 1k; a {goal:.2} µs move at 1k would be at least \
+                     {:.2}x dearer at 1M",
+                    by_size(per_size),
+                    (goal + extra) / goal
+                );
+            }
+        }
     }
     let worst = per_size.iter().map(|(_, d)| *d).max().expect("sizes");
     goal(
@@ -1882,12 +1912,21 @@ fn run_kind<K: Naming>(
         check_allocations(&mut clusters);
     }
     if test_mode {
-        // The floor does the bookkeeping it claims to.
-        let mut floor = MoveFloor::new(3_000);
+        // The floors do the bookkeeping they claim to.
+        let mut floor = MoveFloor::<Dense>::new(3_000);
+        let mut by_id = MoveFloor::<ById>::new(3_000);
+        let mut in_slots = MoveFloor::<InSlots>::new(3_000);
+        let mut linked = MoveFloor::<Linked>::new(3_000);
         for _ in 0..10_000 {
             black_box(floor.move_one());
+            black_box(by_id.move_one());
+            black_box(in_slots.move_one());
+            black_box(linked.move_one());
         }
         floor.check();
+        by_id.check();
+        in_slots.check();
+        linked.check();
     } else if check_wanted("moves") {
         if let Some(at_150k) = clusters.iter_mut().find(|cl| cl.size == 150_000) {
             check_ratio(at_150k);
