@@ -320,6 +320,7 @@ impl<F: Find> MoveFloor<F> {
         }
     }
 
+    /// The place of workload `id`'s record, as the input names it.
     fn workload(&self, id: u32) -> usize {
         self.workload_at.at(id, |i| self.placements[i].id)
     }
