@@ -176,13 +176,14 @@ impl Probe {
 }
 
 /// Records in id order, found through a hash table of (id, place) pairs apart from them.
-pub struct ById {
+/// `LINKED`: [`Find::LINKED`] ([`Linked`]).
+pub struct ById<const LINKED: bool = false> {
     probe: Probe,
     slots: Vec<(u32, u32)>,
     count: usize,
 }
 
-impl Find for ById {
+impl<const LINKED: bool> Find for ById<LINKED> {
     fn build(count: u32) -> (Self, Vec<u32>) {
         let probe = Probe::new(count);
         let mut slots = vec![(FREE, 0); probe.mask + 1];
@@ -206,6 +207,8 @@ impl Find for ById {
         let slot = self.probe.find(id, |i| self.slots[i].0);
         self.slots[slot].1 as usize
     }
+
+    const LINKED: bool = LINKED;
 }
 
 /// Records in the hash table's own slots: a probe reads the records' ids.
@@ -230,25 +233,7 @@ impl Find for InSlots {
 /// [`ById`], with records that name others by place: what a core that interns ids at its
 /// edge (an index from each id to its record's place, the records dense in the order their
 /// ids were first seen) and links its records by place would look up.
-pub struct Linked(ById);
-
-impl Find for Linked {
-    fn build(count: u32) -> (Self, Vec<u32>) {
-        let (index, places) = ById::build(count);
-        (Linked(index), places)
-    }
-
-    fn places(&self) -> usize {
-        self.0.places()
-    }
-
-    #[inline(always)]
-    fn at(&self, id: u32, id_at: impl Fn(usize) -> u32) -> usize {
-        self.0.at(id, id_at)
-    }
-
-    const LINKED: bool = true;
-}
+pub type Linked = ById<true>;
 
 /// `size` workloads, each with its own volume, `PER_NODE` to a node, moved the way the core's
 /// clusters move theirs ([`Moves`]), each record found as `F` finds it.
