@@ -518,13 +518,17 @@ impl<D: Domain> Reconciler<D> {
             cache_consulted: BTreeSet::new(),
             read_last: FxHashSet::default(),
             gate: OperationGate::new(config.backoff),
-            admission: Admission::new(config.backend_load, {
-                #[cfg(feature = "upstream-bugs")]
-                let shared = config.upstream_bugs.l2_shared_backend_queue;
-                #[cfg(not(feature = "upstream-bugs"))]
-                let shared = false;
-                shared
-            }),
+            admission: Admission::new(
+                config.backend_load,
+                {
+                    #[cfg(feature = "upstream-bugs")]
+                    let shared = config.upstream_bugs.l2_shared_backend_queue;
+                    #[cfg(not(feature = "upstream-bugs"))]
+                    let shared = false;
+                    shared
+                },
+                [config.call_timeouts.attach, config.call_timeouts.detach],
+            ),
             desired: DesiredState::new(&config),
             config,
             actual: ActualState::default(),
@@ -964,6 +968,7 @@ impl<D: Domain> Reconciler<D> {
         self.cache_consulted.remove(node);
         self.capacity.forget_node(node);
         self.machine.forget(node);
+        self.admission.forget_node(node);
         // Nor is any retry of its status write or verify due: a node of the same name later
         // is a new object.
         self.gate.forget_where(|key| match key {
@@ -1380,7 +1385,7 @@ impl<D: Domain> Reconciler<D> {
         if slot {
             self.capacity.attach_ended(&node);
         }
-        self.admission.finished(Class::Attach);
+        self.admission.finished(Class::Attach, id, succeeded);
         // The key the attach holds, from the access mode it was planned under.
         let key = gate_key_ref::<D>(access, &volume, &node);
         match result {
@@ -1474,7 +1479,7 @@ impl<D: Domain> Reconciler<D> {
         // Every detach's end has its volume looked at (below), asked or not: its relook flag
         // was taken with it and is not needed.
         self.changed(&volume, &node);
-        self.admission.finished(Class::Detach);
+        self.admission.finished(Class::Detach, id, result.is_ok());
         let key = gate_key_ref::<D>(access, &volume, &node);
         match result {
             Ok(()) => {
@@ -2539,7 +2544,7 @@ impl<D: Domain> Reconciler<D> {
                 info!(volume = ?volume, node = ?node, "forgetting a released attachment");
                 // No call after all: the detach slot it was given is free again.
                 if spec.attach_required {
-                    self.admission.finished(Class::Detach);
+                    self.admission.give_back(Class::Detach);
                 }
                 self.detached(volume, node);
                 self.events.push(Event::VolumeReleased {
@@ -2567,11 +2572,12 @@ impl<D: Domain> Reconciler<D> {
         let Some(payload) = self.payload_for_call(volume, spec.at) else {
             // Not reached (see `payload_for_call`); handled as `reconcile_volume` handles a
             // volume with no spec, with the detach slot given back.
-            self.admission.finished(Class::Detach);
+            self.admission.give_back(Class::Detach);
             return self.report_blocked(volume, node, UNREGISTERED);
         };
         self.take_key(&key);
         let id = self.next_op_id();
+        self.admission.started(Class::Detach, id, node, now);
         debug!(%id, volume = ?volume, node = ?node, ?force, "planning detach");
         self.in_flight.insert(
             id,
@@ -2740,7 +2746,7 @@ impl<D: Domain> Reconciler<D> {
                 }
                 let Some(payload) = self.payload_for_call(volume, spec.at) else {
                     // Not reached (see `payload_for_call`); the attach slot is given back.
-                    self.admission.finished(Class::Attach);
+                    self.admission.give_back(Class::Attach);
                     return;
                 };
                 if slot {
@@ -2750,6 +2756,7 @@ impl<D: Domain> Reconciler<D> {
                 }
                 self.take_key(&key);
                 let id = self.next_op_id();
+                self.admission.started(Class::Attach, id, node, now);
                 debug!(%id, volume = ?volume, node = ?node, "planning attach");
                 self.in_flight.insert(
                     id,

@@ -2777,7 +2777,7 @@ fn claims_and_releases_leave_no_backend_slot_taken() {
         backend_load: BackendLoad {
             max_attaches: Some(1),
             max_detaches: Some(1),
-            rate: None,
+            ..BackendLoad::UNBOUNDED
         },
         ..Config::default()
     });

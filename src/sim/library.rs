@@ -82,6 +82,10 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/force-detach-on-timeout-opt-in.scn"),
     ),
     (
+        "hung-nodes-hold-back-no-healthy-node",
+        include_str!("../../examples/scenarios/hung-nodes-hold-back-no-healthy-node.scn"),
+    ),
+    (
         "late-detach-after-verify",
         include_str!("../../examples/scenarios/late-detach-after-verify.scn"),
     ),

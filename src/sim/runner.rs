@@ -299,6 +299,8 @@ struct Sim {
     /// The lagging view an upstream-style status updater diffs against; only with `c6` on.
     cache: Option<Arc<dyn crate::store::NodeStatusStore<SimIds>>>,
     backend: SimBackend,
+    /// The calls the running controller awaits (I6, I7).
+    load: CallLoad,
     config: Config,
     status_latency: Duration,
     multi_attach: Arc<Mutex<BTreeSet<String>>>,
@@ -357,8 +359,9 @@ impl Sim {
             detach_latency: scenario.settings.detach_latency,
             tasks: tasks.clone(),
             sabotaged: sabotage == Sabotage::BackendEffect,
-            load: CallLoad::new(&config_of(scenario)),
+            load: CallLoad::new(&config_of(scenario), epoch),
         };
+        let load = backend.load.clone();
         let (forward, forward_rx) = mpsc::unbounded_channel();
         Sim {
             epoch,
@@ -379,6 +382,7 @@ impl Sim {
             cache_lag: scenario.settings.cache_lag,
             generation: 0,
             sabotage,
+            load,
         }
     }
 
@@ -438,11 +442,13 @@ impl Sim {
             node_full: Arc::clone(&self.node_full),
             sabotaged: self.sabotage == Sabotage::Recorder,
         });
+        // Each controller counts the calls it awaits afresh: a restarted one's lost calls are
+        // no longer its own.
+        let backend = self.backend.for_new_controller();
+        self.load = backend.load.clone();
         let controller = match Controller::new(
             self.config.clone(),
-            // Each controller counts the calls it awaits afresh: a restarted one's lost calls
-            // are no longer its own.
-            Arc::new(self.backend.for_new_controller()),
+            Arc::new(backend),
             store,
             self.snapshot(),
         ) {
@@ -619,6 +625,7 @@ impl Sim {
                 self.agents();
                 last_tick = Some(next);
             }
+            self.check_slots();
         }
         self.refresh_listed();
         let multi = self.multi_attach.lock().clone();
@@ -666,6 +673,24 @@ impl Sim {
             status_writes: writes,
             trace: std::mem::take(&mut w.trace),
             timeline: std::mem::take(&mut w.timeline),
+        }
+    }
+
+    /// I7 on this step: no call past its overdue time holds a slot that calls wait for.
+    fn check_slots(&self) {
+        if self.load.is_unlimited() {
+            return;
+        }
+        let handle = self.slot.lock().clone();
+        let Some(handle) = handle else { return };
+        let breaches = self.load.stuck_slots(&handle.metrics().backend_queue);
+        if breaches.is_empty() {
+            return;
+        }
+        let mut w = self.world.lock();
+        w.now = self.now();
+        for breach in breaches {
+            w.violation(breach);
         }
     }
 
