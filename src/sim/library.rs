@@ -134,6 +134,10 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/pod-returns-within-cache-lag.scn"),
     ),
     (
+        "release-dropped-when-the-attach-landed",
+        include_str!("../../examples/scenarios/release-dropped-when-the-attach-landed.scn"),
+    ),
+    (
         "release-refused-while-an-attach-may-land",
         include_str!("../../examples/scenarios/release-refused-while-an-attach-may-land.scn"),
     ),

@@ -228,7 +228,8 @@ fn event_node(event: &Event<SimIds>) -> Option<&String> {
         | Event::WorkloadWaiting { node, .. }
         | Event::NodeFull { node, .. }
         | Event::DetachStuck { node, .. }
-        | Event::VolumeReleased { node, .. } => Some(node),
+        | Event::VolumeReleased { node, .. }
+        | Event::ReleaseRefused { node, .. } => Some(node),
         Event::NodePoweredOff { node } | Event::MachineCheckFailed { node, .. } => Some(node),
         Event::CallTimedOut { node, .. } => node.as_ref(),
         Event::ClaimInDoubt { .. } => None,
@@ -1003,6 +1004,9 @@ impl Sim {
         }
         if !cut {
             w.healed.notify_waiters();
+            // The backend answers for the node again: what was detached by hand there is
+            // known to it.
+            w.detached_by_hand.retain(|(_, n)| n != node);
         }
         w.record(Happening::Node {
             node: node.to_string(),

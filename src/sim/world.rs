@@ -173,6 +173,11 @@ pub(crate) struct World {
     pub(crate) restarted: bool,
     /// Volumes nodes reach without an attach (`claim-only`): mounted once listed.
     pub(crate) claim_only: BTreeSet<String>,
+    /// (volume, node): attachments an operator detached by hand while the backend could not
+    /// reach the node. The controller can learn of it only from the backend (a verify, a
+    /// detach call), so until the partition heals the volume is still attached there as far
+    /// as it can know, and I3 lets a pod wait for it as for a volume the node holds.
+    pub(crate) detached_by_hand: BTreeSet<(String, String)>,
     /// Volume -> the nodes a controller named in a `ClaimInDoubt` event: after a restart,
     /// several nodes reported it in use and no status listed it, so none was granted it.
     pub(crate) claims_in_doubt: BTreeMap<String, BTreeSet<String>>,
@@ -181,12 +186,6 @@ pub(crate) struct World {
     /// there used the volume, yet the machine had it mounted: the gap the README names under
     /// "What is still not covered". A claim granted elsewhere meanwhile is excused from I1.
     pub(crate) invisible_claims: BTreeSet<(String, String)>,
-    /// (volume, node): attachments an operator released from a fenced node while the backend
-    /// still held them (`release` with no `operator-detach` first). The release's contract is
-    /// the operator's word that the volume is no longer attached, and the core has nothing
-    /// else to go by (it exists for when the backend cannot reach the node): I1 excuses a
-    /// second attachment until the backend lets go of this one.
-    pub(crate) released_while_attached: BTreeSet<(String, String)>,
 }
 
 pub(crate) fn fmt_time(d: Duration) -> String {
@@ -366,12 +365,7 @@ impl World {
             .get(volume)
             .into_iter()
             .flatten()
-            .filter(|n| {
-                *n != node
-                    && !self
-                        .released_while_attached
-                        .contains(&(volume.to_string(), (*n).clone()))
-            })
+            .filter(|n| *n != node)
             .cloned()
             .collect();
         if single && !others.is_empty() {
@@ -393,8 +387,13 @@ impl World {
     }
 
     /// An operator detached `volume` from `node` behind the controller's back: no invariant
-    /// is the controller's to keep here.
+    /// is the controller's to keep here. While the backend cannot reach the node, nothing can
+    /// tell the controller (see [`detached_by_hand`](World::detached_by_hand)).
     pub(crate) fn operator_detach(&mut self, volume: &str, node: &str) {
+        if self.partitioned.contains(node) && self.is_attached(volume, node) {
+            self.detached_by_hand
+                .insert((volume.to_string(), node.to_string()));
+        }
         if let Some(n) = self.nodes.get_mut(node) {
             n.mounted.remove(volume);
         }
@@ -455,23 +454,19 @@ impl World {
             self.log(format!("backend: {volume} detached from {node}"));
             self.changed();
         }
-        self.released_while_attached
-            .remove(&(volume.to_string(), node.to_string()));
         self.mark(node);
     }
 
-    /// A controller accepted an operator's release of `volume` from `node`. If the backend
-    /// still holds the attachment, the operator's word was wrong: noted, and excused from I1
-    /// (see [`released_while_attached`](World::released_while_attached)). An attach still
-    /// under way there is not excused: the core must refuse that release, since the attach may
-    /// land after the volume went elsewhere.
+    /// A controller forgot the attachment of `volume` to `node` on an operator's release. It
+    /// may do so only once a verify started after the release found the volume gone: if the
+    /// backend still holds it (or is still attaching it), the core forgot an attachment the
+    /// backend has, which leaks it and lets the volume go to a second node.
     pub(crate) fn note_release(&mut self, volume: &str, node: &str) {
-        if self.is_attached(volume, node) {
-            self.log(format!(
-                "operator: released {volume} from {node} while the backend still holds it"
+        if self.may_be_attached(volume, node) {
+            self.violation(format!(
+                "I1: the controller forgot {volume} on {node} on a release while the backend \
+                 still holds it"
             ));
-            self.released_while_attached
-                .insert((volume.to_string(), node.to_string()));
         }
     }
 
@@ -736,6 +731,13 @@ impl World {
                 .collect();
             holders.extend(claims.get(volume).into_iter().flatten());
             holders.extend(granted.get(volume).into_iter().flatten());
+            // Detached by hand where the backend cannot reach: the controller cannot know.
+            holders.extend(
+                self.detached_by_hand
+                    .iter()
+                    .filter(|(v, n)| v == volume && self.partitioned.contains(n))
+                    .map(|(_, n)| n.as_str()),
+            );
             self.volumes.get(volume) != Some(&Access::MultiNode)
                 && holders
                     .into_iter()
