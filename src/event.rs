@@ -157,6 +157,27 @@ pub enum Event<D: Domain> {
         /// Why.
         reason: ReleaseRefusal<D>,
     },
+    /// A claim-only volume (one the backend does not attach, see
+    /// [`VolumeSpec::attach_required`](crate::core::VolumeSpec::attach_required)) was granted
+    /// to a node: no backend call was made; the node's status lists it, and its agent may use
+    /// it.
+    ClaimGranted {
+        /// The volume.
+        volume: D::Volume,
+        /// The node.
+        node: D::Node,
+    },
+    /// A claim-only volume's claim on a node ended, on the same proofs as a detach (the
+    /// node's status acknowledged without it, a fresh read justifying it): no backend call was
+    /// made, and another node may be granted it.
+    ClaimReleased {
+        /// The volume.
+        volume: D::Volume,
+        /// The node.
+        node: D::Node,
+        /// Set when the node still reported the volume in use.
+        force: Option<ForceReason>,
+    },
     /// The backend said twice, fresh, that the unhealthy node's machine is powered off
     /// (`Config::machine_fencing`): the node counts as fenced, and its volumes are detached
     /// (forced, reason `powered-off`) without waiting for a human. Emitted once per run of
@@ -223,6 +244,9 @@ impl<D: Domain> Event<D> {
             Event::DetachStuck { .. } => "DetachStuck",
             Event::VolumeReleased { .. } => "VolumeReleased",
             Event::ReleaseRefused { .. } => "ReleaseRefused",
+            Event::ClaimGranted { .. } => "ClaimGranted",
+            Event::ClaimReleased { force: None, .. } => "ClaimReleased",
+            Event::ClaimReleased { force: Some(_), .. } => "ForcedClaimRelease",
             Event::NodePoweredOff { .. } => "NodePoweredOff",
             Event::MachineCheckFailed { .. } => "MachineCheckFailed",
         }
@@ -235,6 +259,8 @@ impl<D: Domain> Event<D> {
             Event::AttachSucceeded { .. }
                 | Event::DetachSucceeded { force: None, .. }
                 | Event::WaitingForUnmount { .. }
+                | Event::ClaimGranted { .. }
+                | Event::ClaimReleased { force: None, .. }
         )
     }
 }
@@ -342,6 +368,24 @@ impl<D: Domain> fmt::Display for Event<D> {
                 f,
                 "The release of volume {volume:?} from node {node:?} was dropped: {reason}"
             ),
+            Event::ClaimGranted { volume, node } => write!(
+                f,
+                "Claim-only volume {volume:?} was granted to node {node:?}, with no backend call"
+            ),
+            Event::ClaimReleased {
+                volume,
+                node,
+                force,
+            } => {
+                write!(
+                    f,
+                    "Claim-only volume {volume:?} was released from node {node:?}, with no backend call"
+                )?;
+                if let Some(reason) = force {
+                    write!(f, " (forced: {})", reason.as_str())?;
+                }
+                Ok(())
+            }
             Event::NodeFull {
                 node,
                 volume,

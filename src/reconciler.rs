@@ -2651,7 +2651,7 @@ impl<D: Domain> Reconciler<D> {
             // without it, a fresh read justifying it), and no backend call.
             debug!(volume = ?volume, node = ?node, ?force, "releasing a claim-only volume");
             self.detached(volume, node);
-            self.events.push(Event::DetachSucceeded {
+            self.events.push(Event::ClaimReleased {
                 volume: volume.clone(),
                 node: node.clone(),
                 force,
@@ -2841,7 +2841,7 @@ impl<D: Domain> Reconciler<D> {
                 debug!(volume = ?volume, node = ?node, "granting a claim-only volume");
                 self.changed(volume, node);
                 self.actual.set_attached(volume, node, None);
-                self.events.push(Event::AttachSucceeded {
+                self.events.push(Event::ClaimGranted {
                     volume: volume.clone(),
                     node: owned,
                 });

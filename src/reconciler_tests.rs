@@ -3676,3 +3676,22 @@ fn a_clearance_arriving_as_a_round_begins_joins_its_first_pass() {
     );
     answer_and_settle(&mut h, first, &fresh);
 }
+
+/// Nothing is attached for a claim-only volume, so no attach or detach event may say so
+/// (issue 66): a claim is granted and released under events of its own.
+#[test]
+fn a_claim_raises_claim_events_not_attach_or_detach_events() {
+    let mut h = H::new(Config::default());
+    h.node("n1", &[]);
+    h.input(Input::SetVolume {
+        volume: "share",
+        spec: VolumeSpec::single_node(()).without_attach(),
+    });
+    h.pod("p1", "n1", &["share"]);
+    h.run_ok(secs(1));
+    h.unpod("p1");
+    h.run_ok(secs(2));
+    assert_eq!(h.r.actual().state(&"share", &"n1"), AttachState::Detached);
+    let reasons: Vec<&str> = h.r.take_events().iter().map(|e| e.reason()).collect();
+    assert_eq!(reasons, vec!["ClaimGranted", "ClaimReleased"]);
+}

@@ -471,7 +471,10 @@ fn a_release_the_backend_contradicts_is_dropped_once_it_answers() {
         "the release is dropped once the backend answers"
     );
     assert!(
-        !report.trace.iter().any(|l| l.contains("event VolumeReleased")),
+        !report
+            .trace
+            .iter()
+            .any(|l| l.contains("event VolumeReleased")),
         "and the attachment never forgotten"
     );
 }

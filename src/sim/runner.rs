@@ -229,7 +229,9 @@ fn event_node(event: &Event<SimIds>) -> Option<&String> {
         | Event::NodeFull { node, .. }
         | Event::DetachStuck { node, .. }
         | Event::VolumeReleased { node, .. }
-        | Event::ReleaseRefused { node, .. } => Some(node),
+        | Event::ReleaseRefused { node, .. }
+        | Event::ClaimGranted { node, .. }
+        | Event::ClaimReleased { node, .. } => Some(node),
         Event::NodePoweredOff { node } | Event::MachineCheckFailed { node, .. } => Some(node),
         Event::CallTimedOut { node, .. } => node.as_ref(),
         Event::ClaimInDoubt { .. } => None,
