@@ -45,10 +45,10 @@ pub(crate) struct SimBackend {
 ///
 /// I6, at each call's start: the calls of a class younger than `OverdueCalls::after` never
 /// exceed its limit, and all its calls never exceed its limit plus `OverdueCalls::max`.
-/// I7, on every step of the run: while calls of a class wait for a slot, no call awaited past
-/// its overdue time (with a second's slack for the core's passes) still holds one, unless the
-/// class has as many overdue calls as it may: a call that hangs holds back no other for
-/// longer than `after`.
+/// I7, on every step of the run: no call awaited past its overdue time holds a slot while
+/// calls of its class wait for one and the class has room for another overdue call, for
+/// longer than a second (the core notices an overdue call, or room freed among the overdue,
+/// at its next pass): a call that hangs holds back no other for much longer than `after`.
 #[derive(Clone, Debug)]
 pub(crate) struct CallLoad {
     /// `max_attaches`, `max_detaches`.
@@ -58,6 +58,9 @@ pub(crate) struct CallLoad {
     epoch: Instant,
     /// The calls awaited now, per class: when each began, by a number of its own.
     awaited: Arc<Mutex<Awaiting>>,
+    /// Per lane, since when I7's breach has been seen on every step, and whether it was
+    /// reported: one violation per episode.
+    breaches: Arc<Mutex<[(Option<Duration>, bool); 2]>>,
 }
 
 /// The calls a controller awaits, per class.
@@ -67,8 +70,9 @@ struct Awaiting {
     calls: [BTreeMap<u64, Duration>; 2],
 }
 
-/// How far past its overdue time a call may still hold its slot before I7 calls it stuck: the
-/// core notices an overdue call at its next pass, and publishes its queue after it.
+/// How long I7's breach may last before it is one: the core notices an overdue call, or room
+/// freed among the overdue ones, at its next pass (a reconcile period later at most), and
+/// publishes its queue after it.
 const OVERDUE_SLACK: Duration = Duration::from_secs(1);
 
 impl CallLoad {
@@ -81,6 +85,7 @@ impl CallLoad {
             overdue: load.overdue,
             epoch,
             awaited: Arc::default(),
+            breaches: Arc::default(),
         }
     }
 
@@ -147,46 +152,53 @@ impl CallLoad {
         let Some(overdue) = self.overdue else {
             return Vec::new();
         };
-        if queue.tokens == Some(0) {
-            // Waiting for a token, not a slot.
-            return Vec::new();
-        }
         let now = self.epoch.elapsed();
         let awaited = self.awaited.lock();
+        let mut seen = self.breaches.lock();
         let mut breaches = Vec::new();
         for (lane, limit, max, classes) in self.lanes() {
-            if limit.is_none() {
-                continue;
-            }
             let stats = if lane == 0 {
                 queue.attach
             } else {
                 queue.detach
             };
-            if stats.queued == 0 || stats.overdue >= max {
-                continue;
-            }
             let past = classes
                 .iter()
                 .flat_map(|c| awaited.calls[*c].values())
-                .filter(|t| now.saturating_sub(**t) >= overdue.after + OVERDUE_SLACK)
+                .filter(|t| now.saturating_sub(**t) >= overdue.after)
                 .count();
-            if past > stats.overdue {
-                let what = if self.shared {
-                    "attach and detach".to_string()
-                } else {
-                    [CallOp::Attach, CallOp::Detach][lane].to_string()
-                };
-                breaches.push(format!(
-                    "I7: {} {what} calls past their overdue time ({:?}) still hold slots while {} \
-                     wait (the oldest for {:?}); {} of {max} overdue calls hold none",
-                    past - stats.overdue,
-                    overdue.after,
-                    stats.queued,
-                    stats.oldest_wait,
-                    stats.overdue
-                ));
+            // Calls wait for a slot (not for a token), another call may be overdue, and a call
+            // past its time still holds a slot.
+            let breach = limit.is_some()
+                && stats.queued > 0
+                && queue.tokens != Some(0)
+                && stats.overdue < max
+                && past > stats.overdue;
+            let (since, reported) = &mut seen[lane];
+            if !breach {
+                (*since, *reported) = (None, false);
+                continue;
             }
+            let since = *since.get_or_insert(now);
+            let lasted = now.saturating_sub(since);
+            if *reported || lasted < OVERDUE_SLACK {
+                continue;
+            }
+            *reported = true;
+            let what = if self.shared {
+                "attach and detach".to_string()
+            } else {
+                [CallOp::Attach, CallOp::Detach][lane].to_string()
+            };
+            breaches.push(format!(
+                "I7: {} {what} calls past their overdue time ({:?}) have held slots for {lasted:?} \
+                 while {} wait (the oldest for {:?}); {} of {max} overdue calls hold none",
+                past - stats.overdue,
+                overdue.after,
+                stats.queued,
+                stats.oldest_wait,
+                stats.overdue
+            ));
         }
         breaches
     }
@@ -218,6 +230,7 @@ impl SimBackend {
     pub(crate) fn for_new_controller(&self) -> Self {
         let mut this = self.clone();
         this.load.awaited = Arc::default();
+        this.load.breaches = Arc::default();
         this
     }
 

@@ -615,6 +615,9 @@ impl Sim {
                 continue;
             }
             self.refresh_listed();
+            // I7 as the step finds the world, before the step changes it (a restart starts a
+            // new count).
+            self.check_slots();
             while let Some(step) = steps.next_if(|s| s.at <= next) {
                 self.world.lock().now = next;
                 self.apply(step.line, &step.action).await;
@@ -631,6 +634,7 @@ impl Sim {
             self.check_slots();
         }
         self.refresh_listed();
+        self.check_slots();
         let multi = self.multi_attach.lock().clone();
         let full = self.node_full.lock().clone();
         let nodes: Vec<String> = self.world.lock().nodes.keys().cloned().collect();
