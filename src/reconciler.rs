@@ -1152,7 +1152,9 @@ impl<D: Domain> Reconciler<D> {
         }
     }
 
-    /// Those of `volumes` that are single-node claim-only volumes no node holds on record.
+    /// Those of `volumes` that are single-node claim-only volumes no node holds on record: the
+    /// only ones any evidence of a claim (a report, a placed workload) can adopt; a claim held
+    /// on record outranks it (see [`adopt_claims_in_use`](Self::adopt_claims_in_use)).
     fn unheld_claims<'a>(&self, volumes: impl Iterator<Item = &'a D::Volume>) -> Vec<D::Volume>
     where
         D::Volume: 'a,
@@ -1192,6 +1194,18 @@ impl<D: Domain> Reconciler<D> {
     /// named in a [`ClaimInDoubt`](Event::ClaimInDoubt) event, until all but one stop using it:
     /// an agent also reports what it is about to mount, so the core cannot tell which of them
     /// has it mounted.
+    ///
+    /// A claim that a node's status lists is a grant on record, and outranks a workload placed
+    /// on a node whose object is gone: that workload is no evidence of a claim the core weighs
+    /// against it, at recovery or once the grant ends (issue 66). A node without an object
+    /// mounts nothing new (its agent cannot confirm its status, and no new workload reaches
+    /// it), so a workload placed there since the grant stands for no mount; and a mount it
+    /// might stand for predates the grant, which a controller made seeing no holder: the gap
+    /// named in the README ("What is still not covered"), which this evidence cannot close.
+    /// Counting it would unmount nothing: it would only keep the volume from every later
+    /// holder, since a claim on a gone node is released only when the node returns or is
+    /// fenced, for a workload that cannot run there. (The simulator excuses the mount such a
+    /// gap leaves for as long as it lasts, across restarts.)
     fn adopt_claims_in_use(&mut self) {
         let mut holders: BTreeMap<D::Volume, Vec<D::Node>> = BTreeMap::new();
         let present: Vec<D::Node> = self

@@ -30,6 +30,10 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/backend-partition-one-node.scn"),
     ),
     (
+        "claim-hidden-by-a-deleted-node-across-restarts",
+        include_str!("../../examples/scenarios/claim-hidden-by-a-deleted-node-across-restarts.scn"),
+    ),
+    (
         "claim-only-volume-held-by-a-crashed-agents-report",
         include_str!(
             "../../examples/scenarios/claim-only-volume-held-by-a-crashed-agents-report.scn"

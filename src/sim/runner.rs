@@ -628,9 +628,13 @@ impl Sim {
                 // A step may have let a write land (a restart awaits the old controller), so
                 // the lists agents read are refreshed again right before they look.
                 self.refresh_listed();
+                // A step may have ended a mount (a fence, a power-off): its excuse goes
+                // before an agent could mount the volume again.
+                self.world.lock().forget_ended_invisible_claims();
                 self.agents();
                 last_tick = Some(next);
             }
+            self.world.lock().forget_ended_invisible_claims();
             self.check_slots();
         }
         self.refresh_listed();

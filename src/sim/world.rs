@@ -181,10 +181,17 @@ pub(crate) struct World {
     /// Volume -> the nodes a controller named in a `ClaimInDoubt` event: after a restart,
     /// several nodes reported it in use and no status listed it, so none was granted it.
     pub(crate) claims_in_doubt: BTreeMap<String, BTreeSet<String>>,
-    /// (node, volume): claims the running controller could not know of when it started. The
+    /// (node, volume): mounted claims some controller could not know of when it started. The
     /// node's object was gone (so its status, the claim's only record, too), and no pod placed
     /// there used the volume, yet the machine had it mounted: the gap the README names under
     /// "What is still not covered". A claim granted elsewhere meanwhile is excused from I1.
+    ///
+    /// The excuse rests on that start, not on the controller running now: it is kept across
+    /// restarts for as long as the mount it is about lasts (a pod placed on the node later, say,
+    /// mounts nothing on a node without an object, and is no evidence the next controller may
+    /// weigh against another node's recorded grant; see `Reconciler`'s claim recovery), and
+    /// dropped once the node no longer has the volume mounted, so that a later mount there is
+    /// held to I1 again.
     pub(crate) invisible_claims: BTreeSet<(String, String)>,
 }
 
@@ -631,8 +638,10 @@ impl World {
     }
 
     /// Notes, as a controller starts, the claims it cannot know of (see
-    /// [`invisible_claims`](World::invisible_claims)).
+    /// [`invisible_claims`](World::invisible_claims)), beside those noted at earlier starts
+    /// whose mounts last.
     pub(crate) fn note_invisible_claims(&mut self) {
+        self.forget_ended_invisible_claims();
         let mut invisible = BTreeSet::new();
         for (name, n) in self.nodes.iter().filter(|(_, n)| !n.object) {
             let used: BTreeSet<&str> = self
@@ -651,7 +660,18 @@ impl World {
                 }
             }
         }
-        self.invisible_claims = invisible;
+        self.invisible_claims.extend(invisible);
+    }
+
+    /// Drops the invisible claims whose mount has ended (an unmount, a fence, a power-off):
+    /// called between agent passes, so that no remount can follow an unmount unseen.
+    pub(crate) fn forget_ended_invisible_claims(&mut self) {
+        if self.invisible_claims.is_empty() {
+            return;
+        }
+        let nodes = &self.nodes;
+        self.invisible_claims
+            .retain(|(node, v)| nodes.get(node).is_some_and(|n| n.mounted.contains(v)));
     }
 
     /// I3 at the end of a run: reports match reality on live nodes, every pod on a live node
@@ -774,9 +794,17 @@ impl World {
             let real = real.get(name.as_str()).unwrap_or(&nothing);
             let listed = self.listed.get(name).unwrap_or(&nothing);
             let unlisted_in_doubt = |v: &&String| !listed.contains(*v) && in_doubt(v, name);
+            // A claim the node mounted while a controller could not see it stays unlisted
+            // while another node holds the grant: the gap, not a report out of date.
+            let unlisted_invisible = |v: &&String| {
+                !listed.contains(*v)
+                    && self
+                        .invisible_claims
+                        .contains(&(name.clone(), (*v).clone()))
+            };
             if !real
                 .iter()
-                .filter(|v| !unlisted_in_doubt(v))
+                .filter(|v| !unlisted_in_doubt(v) && !unlisted_invisible(v))
                 .eq(listed.iter())
             {
                 problems.push(format!(
