@@ -59,17 +59,20 @@ use crate::operation::OpId;
 /// How to pick values: `max_detaches` and `max_attaches` a little below the concurrency the
 /// backend sustains (for a cloud, a few tens each); `rate` a little below the backend's
 /// sustained mutating-call quota, minus the verifies (one per node with attachments per
-/// `sync_period`), with `burst` what the quota's own bucket allows.
+/// `sync_period`), with `burst` what the quota's own bucket allows; `overdue` as
+/// [`OverdueCalls`] says.
 ///
 /// ```
 /// use std::time::Duration;
-/// use attach_detach::config::{BackendLoad, Config, RateLimit};
+/// use attach_detach::config::{BackendLoad, Config, OverdueCalls, RateLimit};
 /// let config = Config {
 ///     backend_load: BackendLoad {
 ///         max_attaches: Some(20),
 ///         max_detaches: Some(20),
 ///         // 10 calls a second, bursts of 20.
 ///         rate: Some(RateLimit { every: Duration::from_millis(100), burst: 20 }),
+///         // A call running 15 s gives its slot back; 16 such calls per class at most.
+///         overdue: Some(OverdueCalls::DEFAULT),
 ///     },
 ///     ..Config::default()
 /// };

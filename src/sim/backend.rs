@@ -58,9 +58,18 @@ pub(crate) struct CallLoad {
     epoch: Instant,
     /// The calls awaited now, per class: when each began, by a number of its own.
     awaited: Arc<Mutex<Awaiting>>,
-    /// Per lane, since when I7's breach has been seen on every step, and whether it was
-    /// reported: one violation per episode.
-    breaches: Arc<Mutex<[(Option<Duration>, bool); 2]>>,
+    /// Per lane, I7's episode under way (see [`stuck_slots`](Self::stuck_slots)).
+    breaches: Arc<Mutex<[Option<Episode>; 2]>>,
+}
+
+/// A call past its overdue time seen holding a slot others wait for (I7): since when, and
+/// whether it was reported (once per episode).
+#[derive(Clone, Copy, Debug)]
+struct Episode {
+    since: Duration,
+    /// The awaited call it follows (the youngest past its time when first seen).
+    call: u64,
+    reported: bool,
 }
 
 /// The calls a controller awaits, per class.
@@ -148,13 +157,20 @@ impl CallLoad {
     }
 
     /// I7 against the controller's last published queue: the breaches, if any.
+    ///
+    /// The core makes calls overdue oldest first, so the calls past their time it has not
+    /// made overdue are the youngest of them. An episode follows one such call: it lasts while
+    /// that call is still among them, and is a breach once it has lasted [`OVERDUE_SLACK`]
+    /// (the runner looks again then: [`recheck_at`](Self::recheck_at)). Steps may be far
+    /// apart; following a call, not only the condition, keeps two short breaches with no step
+    /// between them from counting as one long one.
     pub(crate) fn stuck_slots(&self, queue: &QueueStats) -> Vec<String> {
         let Some(overdue) = self.overdue else {
             return Vec::new();
         };
         let now = self.epoch.elapsed();
         let awaited = self.awaited.lock();
-        let mut seen = self.breaches.lock();
+        let mut episodes = self.breaches.lock();
         let mut breaches = Vec::new();
         for (lane, limit, max, classes) in self.lanes() {
             let stats = if lane == 0 {
@@ -162,29 +178,39 @@ impl CallLoad {
             } else {
                 queue.detach
             };
-            let past = classes
+            // The calls past their overdue time, oldest first.
+            let mut past: Vec<(Duration, u64)> = classes
                 .iter()
-                .flat_map(|c| awaited.calls[*c].values())
-                .filter(|t| now.saturating_sub(**t) >= overdue.after)
-                .count();
+                .flat_map(|c| awaited.calls[*c].iter())
+                .filter(|(_, t)| now.saturating_sub(**t) >= overdue.after)
+                .map(|(id, t)| (*t, *id))
+                .collect();
+            past.sort_unstable();
             // Calls wait for a slot (not for a token), another call may be overdue, and a call
             // past its time still holds a slot.
             let breach = limit.is_some()
                 && stats.queued > 0
                 && queue.tokens != Some(0)
                 && stats.overdue < max
-                && past > stats.overdue;
-            let (since, reported) = &mut seen[lane];
+                && past.len() > stats.overdue;
+            let episode = &mut episodes[lane];
             if !breach {
-                (*since, *reported) = (None, false);
+                *episode = None;
                 continue;
             }
-            let since = *since.get_or_insert(now);
-            let lasted = now.saturating_sub(since);
-            if *reported || lasted < OVERDUE_SLACK {
+            let unmarked = &past[stats.overdue..];
+            let followed = episode.filter(|e| unmarked.iter().any(|(_, id)| *id == e.call));
+            let e = followed.unwrap_or(Episode {
+                since: now,
+                call: unmarked.last().map_or(0, |(_, id)| *id),
+                reported: false,
+            });
+            let lasted = now.saturating_sub(e.since);
+            let reported = e.reported || lasted >= OVERDUE_SLACK;
+            *episode = Some(Episode { reported, ..e });
+            if e.reported || !reported {
                 continue;
             }
-            *reported = true;
             let what = if self.shared {
                 "attach and detach".to_string()
             } else {
@@ -193,7 +219,7 @@ impl CallLoad {
             breaches.push(format!(
                 "I7: {} {what} calls past their overdue time ({:?}) have held slots for {lasted:?} \
                  while {} wait (the oldest for {:?}); {} of {max} overdue calls hold none",
-                past - stats.overdue,
+                unmarked.len(),
                 overdue.after,
                 stats.queued,
                 stats.oldest_wait,
@@ -201,6 +227,18 @@ impl CallLoad {
             ));
         }
         breaches
+    }
+
+    /// When an I7 episode not reported yet becomes a breach if it lasts: the runner looks again
+    /// then, whatever else happens.
+    pub(crate) fn recheck_at(&self) -> Option<Duration> {
+        self.breaches
+            .lock()
+            .iter()
+            .flatten()
+            .filter(|e| !e.reported)
+            .map(|e| e.since + OVERDUE_SLACK)
+            .min()
     }
 
     fn class(op: CallOp) -> usize {

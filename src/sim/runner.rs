@@ -604,7 +604,11 @@ impl Sim {
             let dirty = !self.world.lock().dirty.is_empty();
             let tick = dirty.then(|| next_tick(now, last_tick));
             let step = steps.peek().map(|s| s.at);
-            let next = tick.into_iter().chain(step).min().filter(|at| *at <= end);
+            // And when a breach of I7 seen on the way would have lasted its slack.
+            let recheck = self.load.recheck_at();
+            let next = (tick.into_iter().chain(step).chain(recheck))
+                .min()
+                .filter(|at| *at <= end);
             let Some(next) = next else {
                 if self.wait(end, true).await {
                     break;
