@@ -400,10 +400,15 @@ impl<D: Domain> Lane<D> {
 
     /// A call of the lane was planned as `id` at `now`: tracked, if overdue calls may give
     /// their slot back.
+    #[inline]
     fn started(&mut self, id: OpId, node: &D::Node, now: Duration) {
         if self.overdue_calls.is_none() {
             return;
         }
+        self.track(id, node, now);
+    }
+
+    fn track(&mut self, id: OpId, node: &D::Node, now: Duration) {
         self.tracked.insert(
             id,
             Tracked {
@@ -416,11 +421,18 @@ impl<D: Domain> Lane<D> {
 
     /// The call `id` ended, `succeeded` or not: its slot is free, or, overdue, its place
     /// among the overdue calls.
+    #[inline]
     fn finished(&mut self, id: OpId, succeeded: bool) {
-        let Some(call) = (!self.tracked.is_empty())
-            .then(|| self.tracked.remove(&id))
-            .flatten()
-        else {
+        if self.tracked.is_empty() {
+            // No limit, or overdue calls off: every call held a slot. (A move's path.)
+            self.calls = self.calls.saturating_sub(1);
+            return;
+        }
+        self.finish_tracked(id, succeeded);
+    }
+
+    fn finish_tracked(&mut self, id: OpId, succeeded: bool) {
+        let Some(call) = self.tracked.remove(&id) else {
             self.calls = self.calls.saturating_sub(1);
             return;
         };
@@ -675,12 +687,14 @@ impl<D: Domain> Admission<D> {
 
     /// The call of `class` admitted last was planned as `id`, to `node`, at `now`: from now on
     /// it may be overdue.
+    #[inline]
     pub(crate) fn started(&mut self, class: Class, id: OpId, node: &D::Node, now: Duration) {
         self.lane(class).started(id, node, now);
     }
 
     /// The call `id` of `class` finished, `succeeded` or not: its slot (or its place among the
     /// overdue calls) is free.
+    #[inline]
     pub(crate) fn finished(&mut self, class: Class, id: OpId, succeeded: bool) {
         self.lane(class).finished(id, succeeded);
     }
@@ -693,9 +707,15 @@ impl<D: Domain> Admission<D> {
 
     /// Makes overdue every call of a limited class that has run its `OverdueCalls::after` by
     /// `now`, while the class has room for overdue calls: their slots are free.
+    #[inline]
     pub(crate) fn mark_overdue(&mut self, now: Duration) {
-        self.attach.mark_overdue(now);
-        self.detach.mark_overdue(now);
+        // Every pass asks: with no call tracked (no limit, or none running), one branch.
+        if !self.attach.running.is_empty() {
+            self.attach.mark_overdue(now);
+        }
+        if !self.detach.running.is_empty() {
+            self.detach.mark_overdue(now);
+        }
     }
 
     /// `node` is gone: it is no longer suspect (see [`OverdueCalls`]).
@@ -775,6 +795,10 @@ impl<D: Domain> Admission<D> {
     /// slot; `None` when nothing frees one in time (a finishing call, which marks its volume,
     /// makes a pass) or nothing waits.
     pub(crate) fn wake(&self) -> Option<Duration> {
+        if self.attach.queue.is_empty() && self.detach.queue.is_empty() {
+            // Nothing waits (a move's every deadline).
+            return None;
+        }
         let mut overdue = None;
         let ready = [Class::Attach, Class::Detach].into_iter().any(|class| {
             let lane = match (class, self.shared) {
@@ -813,10 +837,14 @@ impl<D: Domain> Admission<D> {
     pub(crate) fn trim(&mut self) {
         for lane in [&mut self.attach, &mut self.detach] {
             crate::gate::trim_map(&mut lane.since);
-            crate::gate::trim_map(&mut lane.tracked);
-            crate::gate::trim_map(&mut lane.suspects);
-            if lane.running.capacity() > 64 && lane.running.len() * 4 <= lane.running.capacity() {
-                lane.running.shrink_to(lane.running.len() * 2);
+            if lane.overdue_calls.is_some() {
+                crate::gate::trim_map(&mut lane.tracked);
+                crate::gate::trim_map(&mut lane.suspects);
+                if lane.running.capacity() > 64
+                    && lane.running.len() * 4 <= lane.running.capacity()
+                {
+                    lane.running.shrink_to(lane.running.len() * 2);
+                }
             }
             if lane.queue.capacity() > 64 && lane.queue.len() * 4 <= lane.queue.capacity() {
                 lane.queue.shrink_to(lane.queue.len() * 2);
