@@ -11,9 +11,11 @@ use attach_detach_etcd::{ClusterWriter, EtcdStatusStore, Fence, KeyLayout};
 
 type D = Ids<String, String, String, ()>;
 
-/// The etcd store, with the scheduler's, node agents' and fencing agent's writes.
+/// The etcd store, a second one on a connection of its own (another replica), and the
+/// scheduler's, node agents' and fencing agent's writes.
 struct Harness {
     store: EtcdStatusStore<D>,
+    second: EtcdStatusStore<D>,
     cluster: ClusterWriter<D>,
 }
 
@@ -21,6 +23,10 @@ struct Harness {
 impl StoreHarness<D> for Harness {
     fn store(&self) -> &dyn NodeStatusStore<D> {
         &self.store
+    }
+
+    fn second_store(&self) -> &dyn NodeStatusStore<D> {
+        &self.second
     }
 
     fn node(&self, n: usize) -> String {
@@ -76,6 +82,7 @@ async fn the_etcd_store_passes_the_conformance_kit() {
     let layout = KeyLayout::new("/conformance");
     let harness = Harness {
         store: EtcdStatusStore::new(client.clone(), layout.clone()),
+        second: EtcdStatusStore::new(etcd.client().await, layout.clone()),
         cluster: ClusterWriter::new(client, layout),
     };
     if let Err(failures) = conformance::check_store(&harness).await {
@@ -97,12 +104,18 @@ async fn the_fenced_etcd_store_of_a_leader_passes_the_conformance_kit() {
         .take_leader()
         .unwrap();
     let fence = Fence::new(leader.key(), leader.rev());
+    // The second client writes as the same leader, on a connection of its own and with a
+    // `Fence` handle of its own on the leader key.
+    let second_fence = Fence::new(leader.key(), leader.rev());
     let harness = Harness {
         store: EtcdStatusStore::new(client.clone(), layout.clone()).fenced(fence.clone()),
+        second: EtcdStatusStore::new(etcd.client().await, layout.clone())
+            .fenced(second_fence.clone()),
         cluster: ClusterWriter::new(client, layout),
     };
     if let Err(failures) = conformance::check_store(&harness).await {
         panic!("{failures}");
     }
     assert!(!fence.is_deposed());
+    assert!(!second_fence.is_deposed());
 }
