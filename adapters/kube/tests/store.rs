@@ -505,19 +505,25 @@ async fn an_expired_continue_token_restarts_the_listing_once() {
 
 // ---- the conformance kit, against the fake API server --------------------------------------
 
-/// The kit's harness: the store over a client of the fake, whose nodes the harness edits as
-/// kubelet (volumesInUse, the Ready condition) and an operator (the out-of-service taint)
-/// would.
+/// The kit's harness: the store over a client of the fake, a second store over a client of
+/// its own (another replica), and the fake's nodes, which the harness edits as kubelet
+/// (volumesInUse, the Ready condition) and an operator (the out-of-service taint) would.
 struct Harness {
     fake: Arc<FakeApi>,
     store: KubeStatusStore,
+    second: KubeStatusStore,
 }
 
 impl Harness {
     fn new() -> Self {
         let fake = FakeApi::new();
         let store = KubeStatusStore::new(fake.client());
-        Harness { fake, store }
+        let second = KubeStatusStore::new(fake.client());
+        Harness {
+            fake,
+            store,
+            second,
+        }
     }
 
     fn edit(&self, node: &str, edit: impl FnOnce(&mut Value)) -> Result<Supported, HarnessError> {
@@ -533,6 +539,10 @@ impl Harness {
 impl StoreHarness<Kube> for Harness {
     fn store(&self) -> &dyn NodeStatusStore<Kube> {
         &self.store
+    }
+
+    fn second_store(&self) -> &dyn NodeStatusStore<Kube> {
+        &self.second
     }
 
     fn node(&self, n: usize) -> String {
@@ -616,6 +626,9 @@ async fn without_test_ops_the_races_are_lost() {
             "stale_write_conflicts_and_changes_nothing",
             "conflict_names_the_current_revision",
             "concurrent_writers_one_wins",
+            "write_after_another_clients_write_conflicts",
+            "two_clients_racing_one_wins",
+            "write_at_a_revision_older_than_the_last_read_conflicts",
         ],
         "{failures}"
     );
