@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use attach_detach::core::{Access, VolumeSpec};
 use attach_detach::traits::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 use k8s_openapi::api::storage::v1::{
     VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
 };
@@ -25,6 +25,7 @@ use tracing::{debug, warn};
 
 use crate::domain::{CsiVolume, Kube, attachment_name, unique_name};
 use crate::drivers::CsiDrivers;
+use crate::nodes::{ManagedNodes, controller_managed};
 
 /// The errors of this backend: its nodes are node names.
 type Error = BackendError<String>;
@@ -142,7 +143,9 @@ impl Default for KubeBackendConfig {
 pub struct VolumeAttachmentBackend {
     attachments: Api<VolumeAttachment>,
     volumes: Api<PersistentVolume>,
+    nodes: Api<Node>,
     drivers: CsiDrivers,
+    managed: ManagedNodes,
     config: KubeBackendConfig,
 }
 
@@ -157,10 +160,21 @@ impl VolumeAttachmentBackend {
     pub fn with_config(client: Client, drivers: CsiDrivers, config: KubeBackendConfig) -> Self {
         VolumeAttachmentBackend {
             attachments: Api::all(client.clone()),
-            volumes: Api::all(client),
+            volumes: Api::all(client.clone()),
+            nodes: Api::all(client),
             drivers,
+            managed: ManagedNodes::new(),
             config,
         }
+    }
+
+    /// The same backend, asking `nodes` (the informers':
+    /// [`InformerState::managed_nodes`](crate::InformerState::managed_nodes)) which nodes this
+    /// controller manages, so that its listing reads no Node. Without it, the listing reads
+    /// the metadata of each node it finds an attachment on, every time.
+    pub fn with_managed_nodes(mut self, nodes: ManagedNodes) -> Self {
+        self.managed = nodes;
+        self
     }
 
     /// The registry the backend asks which drivers need attach: feed it from CSIDriver
@@ -295,6 +309,31 @@ impl VolumeAttachmentBackend {
             }
         }
         Watched::Broken { progressed }
+    }
+
+    /// Which of `nodes` this controller manages, by [`ManagedNodes`], or, for a node it does
+    /// not know, by a read of the node's metadata: a node kubelet manages (no
+    /// [`CONTROLLER_MANAGED_ANNOTATION`](crate::CONTROLLER_MANAGED_ANNOTATION)) is not, a
+    /// node that is gone is (an attachment left on a deleted node is still the core's to
+    /// keep track of).
+    async fn managed_of(&self, nodes: BTreeSet<&str>) -> Result<HashSet<String>, Error> {
+        let mut managed = HashSet::new();
+        for node in nodes {
+            let known = match self.managed.get(node) {
+                Some(known) => known,
+                None => self
+                    .read(
+                        || format!("list: read node {node}"),
+                        self.nodes.get_metadata_opt(node),
+                    )
+                    .await?
+                    .is_none_or(|object| controller_managed(&object.metadata)),
+            };
+            if known {
+                managed.insert(node.to_owned());
+            }
+        }
+        Ok(managed)
     }
 
     /// Runs a read within the configured timeout; a failure or a timeout is transient.
@@ -556,9 +595,10 @@ impl AttachBackend<Kube> for VolumeAttachmentBackend {
             .collect())
     }
 
-    /// One LIST of the VolumeAttachments of the managed drivers (see [`ManagedDrivers`]),
-    /// joined with one LIST of the PersistentVolumes for each volume's unique name, access
-    /// mode and payload.
+    /// One LIST of the VolumeAttachments of the managed drivers (see [`ManagedDrivers`]) on
+    /// the nodes this controller manages (see
+    /// [`with_managed_nodes`](VolumeAttachmentBackend::with_managed_nodes)), joined with one
+    /// LIST of the PersistentVolumes for each volume's unique name, access mode and payload.
     ///
     /// Objects whose attach is under way count, as the contract asks, and so do objects being
     /// deleted: until the external-attacher removed its finalizer the volume may still be
@@ -577,6 +617,22 @@ impl AttachBackend<Kube> for VolumeAttachmentBackend {
             .await?
             .into_iter()
             .filter(|va| self.manages(&va.spec.attacher))
+            .collect();
+        let nodes = attachments.iter().map(|va| va.spec.node_name.as_str());
+        let managed = self.managed_of(nodes.collect()).await?;
+        let attachments: Vec<VolumeAttachment> = attachments
+            .into_iter()
+            .filter(|va| {
+                let ours = managed.contains(&va.spec.node_name);
+                if !ours {
+                    debug!(
+                        attachment = va.metadata.name.as_deref().unwrap_or_default(),
+                        node = va.spec.node_name,
+                        "skipping a VolumeAttachment of a node kubelet manages"
+                    );
+                }
+                ours
+            })
             .collect();
         if attachments.is_empty() {
             return Ok(Vec::new());

@@ -23,6 +23,7 @@ use kube::{Api, Client, Resource};
 use tracing::{debug, info, warn};
 
 use crate::domain::{CsiVolume, Kube, facts_of, pod_key};
+use crate::nodes::{ManagedNodes, controller_managed};
 
 /// A change to the set of CSIDrivers, for the registry the backend reads `attachRequired` from.
 #[derive(Clone, Debug, PartialEq)]
@@ -117,11 +118,31 @@ struct Claim {
 #[derive(Clone, Debug)]
 struct PodEntry {
     namespace: String,
+    name: String,
     uid: String,
     node: String,
     claims: Vec<Claim>,
-    /// The volumes last sent with its `WorkloadScheduled`.
-    sent: Vec<String>,
+    /// The node and volumes of its last `WorkloadScheduled`, while the core knows the pod
+    /// (`None`: never sent, or removed since, as a pod on a node kubelet manages is).
+    sent: Option<(String, Vec<String>)>,
+}
+
+impl PodEntry {
+    fn sent_volumes(&self) -> &[String] {
+        self.sent.as_ref().map_or(&[], |(_, volumes)| volumes)
+    }
+}
+
+/// A node the Node watcher shows.
+#[derive(Clone, Debug)]
+struct NodeEntry {
+    /// Whether this controller manages it: its kubelet's annotation was seen since the node
+    /// was first seen (kept once seen, as upstream's node update only ever adds a node).
+    managed: bool,
+    /// Whether the annotation is on the node now.
+    annotated: bool,
+    /// The facts last sent (those of a node kubelet manages are never sent).
+    facts: NodeFacts<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -167,7 +188,10 @@ enum Source {
 /// volume) contributes nothing until it resolves; the pod is sent again whenever a PVC or PV
 /// change changes what it resolves to. A pod that stops being active, or is deleted, is
 /// [`Input::WorkloadRemoved`]. A pod is sent again only if its node or volumes changed (the
-/// kubelet updates pod status often), except in a relist, where every active pod is sent.
+/// kubelet updates pod status often), except in a relist, where every active pod is sent. A
+/// pod on a node kubelet manages (below) is not sent at all, and one sent before its node was
+/// seen is removed when it is; a pod whose node is not known is sent (the core lets it wait
+/// for its node).
 ///
 /// **PersistentVolumes** (kind [`Kind::Volume`], volume = unique name). A PV with `spec.csi`
 /// is [`Input::SetVolume`] with [`CsiVolume`] as payload, single-node unless its
@@ -183,6 +207,16 @@ enum Source {
 /// `Ready` condition at all (its kubelet never reported: every attached volume counts as
 /// mounted). Sent again only when the facts change, except in a relist. A deleted node is
 /// [`Input::NodeRemoved`].
+///
+/// Only nodes this controller manages are sent: those whose kubelet leaves attach and detach
+/// to the controller and says so with the
+/// [`CONTROLLER_MANAGED_ANNOTATION`](crate::CONTROLLER_MANAGED_ANNOTATION), checked on every
+/// add and update as upstream's `addNodeToDswp` does. A node without it is kubelet's
+/// (`--enable-controller-attach-detach=false`): it, its pods and (through
+/// [`managed_nodes`](InformerState::managed_nodes), which the backend reads) its
+/// VolumeAttachments are invisible to the core. A node that gets the annotation is sent, with
+/// its pods; one that loses it stays managed, as upstream keeps it, until it is deleted or
+/// the state is built anew (a controller restart), with a warning in the log.
 ///
 /// **PersistentVolumeClaims** feed no kind of their own: a change re-derives the pods that
 /// name the claim.
@@ -223,8 +257,11 @@ pub struct InformerState {
     /// PV name → claim keys bound to it.
     claims_by_pv: HashMap<String, BTreeSet<String>>,
     pvs: HashMap<String, PvEntry>,
-    /// Node → the facts last sent.
-    nodes: HashMap<String, NodeFacts<String>>,
+    nodes: HashMap<String, NodeEntry>,
+    /// Node → the keys of the active pods placed there.
+    pods_by_node: HashMap<String, BTreeSet<String>>,
+    /// Which nodes this controller manages, shared with the backend.
+    managed: ManagedNodes,
     drivers: HashSet<String>,
     /// Names seen by each watcher's relist in progress.
     relists: HashMap<Source, HashSet<String>>,
@@ -242,6 +279,17 @@ impl InformerState {
     /// The view the event recorder reads (see [`ObjectIndex`]).
     pub fn index(&self) -> ObjectIndex {
         self.index.clone()
+    }
+
+    /// Which nodes this controller manages, as the Node watcher showed them: hand it to the
+    /// backend ([`VolumeAttachmentBackend::with_managed_nodes`](crate::VolumeAttachmentBackend::with_managed_nodes)).
+    pub fn managed_nodes(&self) -> ManagedNodes {
+        self.managed.clone()
+    }
+
+    /// Whether `node` is known and kubelet's: its pods are not the core's business.
+    fn kubelets(&self, node: &str) -> bool {
+        self.nodes.get(node).is_some_and(|entry| !entry.managed)
     }
 
     /// Whether every watcher (pods, claims, volumes, nodes, drivers) has completed a listing:
@@ -266,15 +314,15 @@ impl InformerState {
             }
         }
         drop(index);
-        let mut nodes: Vec<_> = self.nodes.iter().collect();
+        let mut nodes: Vec<_> = self.nodes.iter().filter(|(_, n)| n.managed).collect();
         nodes.sort_by(|a, b| a.0.cmp(b.0));
-        for (node, facts) in nodes {
+        for (node, entry) in nodes {
             inputs.push(Input::NodeUpdated {
                 node: node.clone(),
-                facts: facts.clone(),
+                facts: entry.facts.clone(),
             });
         }
-        let mut pods: Vec<_> = self.pods.iter().collect();
+        let mut pods: Vec<_> = self.pods.iter().filter(|(_, p)| p.sent.is_some()).collect();
         pods.sort_by(|a, b| a.0.cmp(b.0));
         for (key, pod) in pods {
             inputs.push(Input::WorkloadScheduled {
@@ -362,69 +410,65 @@ impl InformerState {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let claims = claims_of(pod, &name);
-        let previous = self.pods.get(&key).cloned();
-        if let Some(old) = &previous {
-            for claim in &old.claims {
-                self.unlink_claim(&old.namespace, &claim.name, &key);
+        let sent = match self.pods.get(&key) {
+            Some(old) => {
+                let (old_namespace, old_claims) = (old.namespace.clone(), old.claims.clone());
+                let (old_node, sent) = (old.node.clone(), old.sent.clone());
+                for claim in &old_claims {
+                    self.unlink_claim(&old_namespace, &claim.name, &key);
+                }
+                unlink(&mut self.pods_by_node, &old_node, &key);
+                sent
             }
-        }
+            None => None,
+        };
         for claim in &claims {
             self.pods_by_claim
                 .entry(pod_key(&namespace, &claim.name))
                 .or_default()
                 .insert(key.clone());
         }
+        self.pods_by_node
+            .entry(node.clone())
+            .or_default()
+            .insert(key.clone());
         let entry = PodEntry {
-            namespace: namespace.clone(),
-            uid: uid.clone(),
+            namespace,
+            name,
+            uid,
             node: node.clone(),
             claims,
-            sent: previous
-                .as_ref()
-                .map(|p| p.sent.clone())
-                .unwrap_or_default(),
+            sent,
         };
         let volumes = self.resolve(&entry);
-        let unchanged = previous
+        let unchanged = entry
+            .sent
             .as_ref()
-            .is_some_and(|p| p.node == node && p.sent == volumes);
+            .is_some_and(|(sent_node, sent)| *sent_node == node && *sent == volumes);
         self.pods.insert(key.clone(), entry);
-        self.index.write().pods.insert(
-            key.clone(),
-            PodRef {
-                namespace,
-                name,
-                uid,
-            },
-        );
-        if relist || !unchanged {
-            self.send_pod(&key, volumes, previous.map(|p| (p.node, p.sent)), out);
+        if self.kubelets(&node) {
+            self.hide_pod(&key, out);
+        } else if relist || !unchanged {
+            self.send_pod(&key, volumes, out);
         }
     }
 
     fn unlink_claim(&mut self, namespace: &str, claim: &str, pod: &str) {
-        let claim_key = pod_key(namespace, claim);
-        if let Some(pods) = self.pods_by_claim.get_mut(&claim_key) {
-            pods.remove(pod);
-            if pods.is_empty() {
-                self.pods_by_claim.remove(&claim_key);
-            }
-        }
+        unlink(&mut self.pods_by_claim, &pod_key(namespace, claim), pod);
     }
 
     /// Sends `WorkloadScheduled` for an active pod and records what was sent.
-    fn send_pod(
-        &mut self,
-        key: &str,
-        volumes: Vec<String>,
-        previous: Option<(String, Vec<String>)>,
-        out: &mut Vec<Input<Kube>>,
-    ) {
+    fn send_pod(&mut self, key: &str, volumes: Vec<String>, out: &mut Vec<Input<Kube>>) {
         let Some(pod) = self.pods.get_mut(key) else {
             return;
         };
-        pod.sent = volumes.clone();
         let node = pod.node.clone();
+        let previous = pod.sent.replace((node.clone(), volumes.clone()));
+        let reference = PodRef {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+        };
         let mut index = self.index.write();
         if let Some((old_node, old)) = previous {
             for volume in old {
@@ -438,12 +482,32 @@ impl InformerState {
                 .or_default()
                 .insert(key.to_owned());
         }
+        index.pods.insert(key.to_owned(), reference);
         drop(index);
         out.push(Input::WorkloadScheduled {
             workload: key.to_owned(),
             node,
             volumes,
         });
+    }
+
+    /// Takes an active pod back from the core (`WorkloadRemoved`), keeping it in the state:
+    /// its node is kubelet's.
+    fn hide_pod(&mut self, key: &str, out: &mut Vec<Input<Kube>>) {
+        let Some(pod) = self.pods.get_mut(key) else {
+            return;
+        };
+        if let Some((node, sent)) = pod.sent.take() {
+            let mut index = self.index.write();
+            for volume in &sent {
+                unlink_user(&mut index, &node, volume, key);
+            }
+            index.pods.remove(key);
+            drop(index);
+            out.push(Input::WorkloadRemoved {
+                workload: key.to_owned(),
+            });
+        }
     }
 
     fn remove_pod(&mut self, key: &str, out: &mut Vec<Input<Kube>>) {
@@ -454,7 +518,7 @@ impl InformerState {
         }
     }
 
-    /// Drops a pod from the state; whether it was active.
+    /// Drops a pod from the state; whether the core knew it.
     fn forget_pod(&mut self, key: &str) -> bool {
         let Some(old) = self.pods.remove(key) else {
             return false;
@@ -462,12 +526,55 @@ impl InformerState {
         for claim in &old.claims {
             self.unlink_claim(&old.namespace, &claim.name, key);
         }
+        unlink(&mut self.pods_by_node, &old.node, key);
+        let Some((node, sent)) = old.sent else {
+            return false;
+        };
         let mut index = self.index.write();
-        for volume in &old.sent {
-            unlink_user(&mut index, &old.node, volume, key);
+        for volume in &sent {
+            unlink_user(&mut index, &node, volume, key);
         }
         index.pods.remove(key);
         true
+    }
+
+    /// Sends the active pods on `node` the core does not know (the node became this
+    /// controller's, or is no longer known as kubelet's), except, during a pod relist, those
+    /// the listing has not shown yet.
+    fn reveal_pods(&mut self, node: &str, out: &mut Vec<Input<Kube>>) {
+        for key in self.pods_on(node) {
+            if self.unlisted(&key) {
+                continue;
+            }
+            let Some(pod) = self.pods.get(&key) else {
+                continue;
+            };
+            if pod.sent.is_none() {
+                let volumes = self.resolve(pod);
+                self.send_pod(&key, volumes, out);
+            }
+        }
+    }
+
+    /// Takes every active pod on `node` back from the core: the node is kubelet's.
+    fn hide_pods(&mut self, node: &str, out: &mut Vec<Input<Kube>>) {
+        for key in self.pods_on(node) {
+            self.hide_pod(&key, out);
+        }
+    }
+
+    fn pods_on(&self, node: &str) -> Vec<String> {
+        self.pods_by_node
+            .get(node)
+            .map(|keys| keys.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether a pod relist is running and has not shown `key` yet.
+    fn unlisted(&self, key: &str) -> bool {
+        self.relists
+            .get(&Source::Pods)
+            .is_some_and(|seen| !seen.contains(key))
     }
 
     /// The unique names of the volumes a pod needs that resolve now.
@@ -507,20 +614,19 @@ impl InformerState {
             }
         }
         for key in pods {
-            let unlisted = self
-                .relists
-                .get(&Source::Pods)
-                .is_some_and(|seen| !seen.contains(&key));
-            if unlisted {
+            if self.unlisted(&key) {
                 continue;
             }
             let Some(pod) = self.pods.get(&key) else {
                 continue;
             };
+            if pod.sent.is_none() {
+                // Not the core's (its node is kubelet's).
+                continue;
+            }
             let volumes = self.resolve(pod);
-            if volumes != pod.sent {
-                let previous = Some((pod.node.clone(), pod.sent.clone()));
-                self.send_pod(&key, volumes, previous, out);
+            if volumes != pod.sent_volumes() {
+                self.send_pod(&key, volumes, out);
             }
         }
     }
@@ -753,22 +859,39 @@ impl InformerState {
             Event::InitApply(node) => self.apply_node(&node, true, &mut out),
             Event::Apply(node) => self.apply_node(&node, false, &mut out),
             Event::Delete(node) => {
-                if let Some(name) = node.metadata.name {
-                    self.nodes.remove(&name);
-                    self.index.write().nodes.remove(&name);
+                if let Some(name) = node.metadata.name
+                    && self.forget_node(&name, &mut out)
+                {
                     out.push(Input::NodeRemoved { node: name });
                 }
             }
             Event::InitDone => {
                 let known: Vec<String> = self.nodes.keys().cloned().collect();
+                let mut revealed = Vec::new();
                 for name in self.relist_end(Source::Nodes, known.into_iter()) {
-                    self.nodes.remove(&name);
-                    self.index.write().nodes.remove(&name);
+                    // The core removes a managed one at RelistDone.
+                    self.forget_node(&name, &mut revealed);
                 }
                 out.push(Input::RelistDone { kind: Kind::Node });
+                out.extend(revealed);
             }
         }
         out
+    }
+
+    /// Drops a node (deleted, or missing from a relist); whether the core knew it. The pods
+    /// of a node kubelet managed are sent from then on, as any pod whose node is not known
+    /// (the core lets them wait for it).
+    fn forget_node(&mut self, name: &str, out: &mut Vec<Input<Kube>>) -> bool {
+        let Some(entry) = self.nodes.remove(name) else {
+            return false;
+        };
+        self.managed.remove(name);
+        self.index.write().nodes.remove(name);
+        if !entry.managed {
+            self.reveal_pods(name, out);
+        }
+        entry.managed
     }
 
     fn apply_node(&mut self, node: &Node, relist: bool, out: &mut Vec<Input<Kube>>) {
@@ -781,12 +904,47 @@ impl InformerState {
         if let Some(uid) = &node.metadata.uid {
             self.index.write().nodes.insert(name.clone(), uid.clone());
         }
+        let annotated = controller_managed(&node.metadata);
         let facts = node_facts(node);
-        if !relist && self.nodes.get(&name) == Some(&facts) {
+        let previous = self.nodes.get(&name);
+        let was_managed = previous.is_some_and(|entry| entry.managed);
+        if was_managed && !annotated && previous.is_some_and(|entry| entry.annotated) {
+            warn!(
+                node = name,
+                "the node lost its controller-managed-attach-detach annotation: its kubelet \
+                 attaches by itself from now on, but this controller keeps managing it (as \
+                 upstream does) until the node is deleted or the controller restarts"
+            );
+        }
+        let entry = NodeEntry {
+            managed: was_managed || annotated,
+            annotated,
+            facts,
+        };
+        if !entry.managed {
+            let known = previous.is_some();
+            self.nodes.insert(name.clone(), entry);
+            self.managed.set(&name, false);
+            if !known {
+                // Pods sent before the node was seen are kubelet's.
+                self.hide_pods(&name, out);
+            }
             return;
         }
-        self.nodes.insert(name.clone(), facts.clone());
-        out.push(Input::NodeUpdated { node: name, facts });
+        let unchanged = was_managed && previous.is_some_and(|old| old.facts == entry.facts);
+        let revealed = previous.is_some() && !was_managed;
+        let facts = entry.facts.clone();
+        self.nodes.insert(name.clone(), entry);
+        self.managed.set(&name, true);
+        if relist || !unchanged {
+            out.push(Input::NodeUpdated {
+                node: name.clone(),
+                facts,
+            });
+        }
+        if revealed {
+            self.reveal_pods(&name, out);
+        }
     }
 
     // ---- drivers ----
@@ -823,6 +981,16 @@ impl InformerState {
                     })
                     .collect()
             }
+        }
+    }
+}
+
+/// Takes `member` out of the set at `key`, dropping the set once empty.
+fn unlink(sets: &mut HashMap<String, BTreeSet<String>>, key: &str, member: &str) {
+    if let Some(set) = sets.get_mut(key) {
+        set.remove(member);
+        if set.is_empty() {
+            sets.remove(key);
         }
     }
 }
@@ -1000,6 +1168,12 @@ impl Informers {
     /// The view the event recorder reads.
     pub fn index(&self) -> ObjectIndex {
         self.state.index()
+    }
+
+    /// Which nodes this controller manages, as the Node watcher shows them: hand it to the
+    /// backend ([`VolumeAttachmentBackend::with_managed_nodes`](crate::VolumeAttachmentBackend::with_managed_nodes)).
+    pub fn managed_nodes(&self) -> ManagedNodes {
+        self.state.managed_nodes()
     }
 
     /// The inputs of the next watch event (none for a CSIDriver event, whose changes went to

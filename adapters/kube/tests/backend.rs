@@ -14,8 +14,8 @@ use attach_detach::conformance::{self, BackendHarness, HarnessError};
 use attach_detach::core::{Access, VolumeSpec};
 use attach_detach::traits::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 use attach_detach_kube::{
-    CsiDrivers, CsiVolume, Kube, KubeBackendConfig, ManagedDrivers, VolumeAttachmentBackend,
-    attachment_name, unique_name,
+    CsiDrivers, CsiVolume, Kube, KubeBackendConfig, ManagedDrivers, ManagedNodes,
+    VolumeAttachmentBackend, attachment_name, unique_name,
 };
 use common::fake_va::{Attacher, FakeVa};
 use common::status_body as status_json;
@@ -844,6 +844,8 @@ async fn list_joins_the_attachments_with_their_volumes() {
     drivers.set("nfs.csi.k8s.io", false);
     let (b, server) = backend_with(drivers, KubeBackendConfig::default());
     let other_node = "node-b";
+    // The informers' registry knows both nodes as the controller's: no Node is read.
+    let b = b.with_managed_nodes(managed(&[(NODE, true), (other_node, true)]));
     let answer = run(
         b,
         server,
@@ -932,6 +934,117 @@ async fn list_reports_only_the_managed_drivers() {
     )
     .await;
     assert_eq!(answer, Ok(vec![]));
+}
+
+/// A registry of nodes, as the informers keep it: whether the controller manages each.
+fn managed(nodes: &[(&str, bool)]) -> ManagedNodes {
+    let registry = ManagedNodes::new();
+    for (node, managed) in nodes {
+        registry.set(node, *managed);
+    }
+    registry
+}
+
+#[tokio::test(start_paused = true)]
+async fn list_asks_the_informers_registry_which_nodes_are_managed() {
+    let (b, server) = backend();
+    let b = b.with_managed_nodes(managed(&[(NODE, true), ("node-kubelet", false)]));
+    let answer = run(
+        b,
+        server,
+        |s: Server| async move {
+            s.expect(Method::GET, &format!("{VAS}?&limit=500"), None)
+                .await
+                .send_response(page(
+                    "VolumeAttachmentList",
+                    vec![attached(va(1, NODE, 1)), attached(va(2, "node-kubelet", 2))],
+                    None,
+                ));
+            // No Node read: the registry knows both.
+            s.expect(Method::GET, &format!("{PVS}?&limit=500"), None)
+                .await
+                .send_response(page(
+                    "PersistentVolumeList",
+                    vec![
+                        pv(1, DRIVER, &["ReadWriteOnce"]),
+                        pv(2, DRIVER, &["ReadWriteOnce"]),
+                    ],
+                    None,
+                ));
+        },
+        async |b: &VolumeAttachmentBackend| b.list().await,
+    )
+    .await;
+    let nodes: Vec<String> = answer.unwrap().into_iter().map(|a| a.node).collect();
+    assert_eq!(nodes, [NODE]);
+}
+
+/// A node's metadata as the API server answers a metadata-only GET; `controller_managed`:
+/// whether its kubelet left attach and detach to the controller (the annotation).
+fn node_metadata(name: &str, controller_managed: bool) -> Value {
+    let mut metadata = json!({"name": name, "uid": format!("uid-{name}")});
+    if controller_managed {
+        metadata["annotations"] =
+            json!({"volumes.kubernetes.io/controller-managed-attach-detach": "true"});
+    }
+    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": metadata})
+}
+
+#[tokio::test(start_paused = true)]
+async fn list_skips_the_attachments_of_nodes_kubelet_manages() {
+    // No registry of nodes was handed over: each node is read once (its metadata only).
+    let (b, server) = backend();
+    let answer = run(
+        b,
+        server,
+        |s: Server| async move {
+            s.expect(Method::GET, &format!("{VAS}?&limit=500"), None)
+                .await
+                .send_response(page(
+                    "VolumeAttachmentList",
+                    vec![
+                        attached(va(1, NODE, 1)),
+                        attached(va(2, "node-kubelet", 2)), // kubelet attached it itself
+                        attached(va(3, "node-gone", 3)),    // its node object was deleted
+                        attached(va(4, NODE, 4)),
+                    ],
+                    None,
+                ));
+            s.expect(Method::GET, &format!("/api/v1/nodes/{NODE}"), None)
+                .await
+                .send_response(reply(200, node_metadata(NODE, true)));
+            s.expect(Method::GET, "/api/v1/nodes/node-gone", None)
+                .await
+                .send_response(failure(404, "NotFound"));
+            s.expect(Method::GET, "/api/v1/nodes/node-kubelet", None)
+                .await
+                .send_response(reply(200, node_metadata("node-kubelet", false)));
+            s.expect(Method::GET, &format!("{PVS}?&limit=500"), None)
+                .await
+                .send_response(page(
+                    "PersistentVolumeList",
+                    (1..=4).map(|n| pv(n, DRIVER, &["ReadWriteOnce"])).collect(),
+                    None,
+                ));
+        },
+        async |b: &VolumeAttachmentBackend| b.list().await,
+    )
+    .await;
+    let nodes: Vec<(String, String)> = answer
+        .expect("a listing")
+        .into_iter()
+        .map(|a| (a.volume, a.node))
+        .collect();
+    assert_eq!(
+        nodes,
+        [
+            (volume(1).0, NODE.to_owned()),
+            // A deleted node's attachment is still adopted: the core keeps it pinned there
+            // until the node is fenced or comes back.
+            (volume(3).0, "node-gone".to_owned()),
+            (volume(4).0, NODE.to_owned()),
+        ]
+    );
 }
 
 /// The conformance kit's view of the fake API server.

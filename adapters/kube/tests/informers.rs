@@ -120,9 +120,16 @@ fn spec(pv: &str, access: Access) -> VolumeSpec<CsiVolume> {
     }
 }
 
+/// The annotation kubelet puts on its node when the attach/detach controller is to manage it
+/// (`--enable-controller-attach-detach`, the default).
+const CONTROLLER_MANAGED: &str = "volumes.kubernetes.io/controller-managed-attach-detach";
+
+/// A node whose kubelet leaves attach and detach to the controller (the annotation set).
 fn node(name: &str, ready: Option<&str>, in_use: &[&str], taints: &[&str]) -> Node {
+    let mut metadata = meta(None, name);
+    metadata.annotations = Some([(CONTROLLER_MANAGED.to_owned(), "true".to_owned())].into());
     Node {
-        metadata: meta(None, name),
+        metadata,
         spec: Some(NodeSpec {
             taints: Some(
                 taints
@@ -148,6 +155,13 @@ fn node(name: &str, ready: Option<&str>, in_use: &[&str], taints: &[&str]) -> No
             ..NodeStatus::default()
         }),
     }
+}
+
+/// The same node as its kubelet leaves it when it attaches and detaches by itself
+/// (`--enable-controller-attach-detach=false`): no annotation.
+fn kubelet_managed(mut node: Node) -> Node {
+    node.metadata.annotations = None;
+    node
 }
 
 fn scheduled(pod: &str, node: &str, volumes: &[String]) -> Input<Kube> {
@@ -762,4 +776,161 @@ fn the_index_names_pvs_pods_and_nodes_for_events() {
     s.pods(Event::Delete(pod("p", Some("n1"), &["c1"])));
     assert!(index.pods_using(&volume("pv-1"), "n1").is_empty());
     assert!(index.pod("ns/p").is_none());
+}
+
+// ---- nodes kubelet manages (upstream's `addNodeToDswp`: only annotated nodes) ----
+
+#[test]
+fn a_node_kubelet_manages_is_invisible_and_so_are_its_pods() {
+    let mut s = with_volume();
+    assert!(
+        s.nodes(Event::Apply(kubelet_managed(node(
+            "n1",
+            Some("True"),
+            &[],
+            &[]
+        ))))
+        .is_empty(),
+        "no NodeUpdated for a node whose kubelet attaches by itself"
+    );
+    assert!(
+        s.pods(Event::Apply(pod("p", Some("n1"), &["c1"])))
+            .is_empty(),
+        "its pods are kubelet's too"
+    );
+    // A claim change does not reveal it either.
+    s.volumes(Event::Apply(rwo("pv-2")));
+    assert!(s.claims(Event::Apply(pvc("c1", Some("pv-2")))).is_empty());
+    assert!(
+        s.pods(Event::Delete(pod("p", Some("n1"), &["c1"])))
+            .is_empty()
+    );
+    // Neither is in the world a controller starts from.
+    s.pods(Event::Apply(pod("q", Some("n1"), &["c1"])));
+    assert!(
+        s.snapshot().iter().all(|input| !matches!(
+            input,
+            Input::NodeUpdated { .. } | Input::WorkloadScheduled { .. }
+        )),
+        "{:?}",
+        s.snapshot()
+    );
+}
+
+#[test]
+fn a_node_that_gets_the_annotation_is_managed_from_then_on_with_its_pods() {
+    let mut s = with_volume();
+    s.nodes(Event::Apply(kubelet_managed(node(
+        "n1",
+        Some("True"),
+        &[],
+        &[],
+    ))));
+    s.pods(Event::Apply(pod("p", Some("n1"), &["c1"])));
+    // kubelet restarted with controller-managed attach/detach: the annotation appears.
+    let inputs = s.nodes(Event::Apply(node("n1", Some("True"), &[], &[])));
+    assert_eq!(
+        inputs,
+        vec![
+            Input::NodeUpdated {
+                node: "n1".into(),
+                facts: NodeFacts {
+                    healthy: true,
+                    fenced: false,
+                    in_use: Some(vec![]),
+                    attach_limit: None,
+                }
+            },
+            scheduled("p", "n1", &[volume("pv-1")]),
+        ]
+    );
+}
+
+#[test]
+fn a_pod_sent_before_its_node_was_seen_is_taken_back_when_the_node_is_kubelets() {
+    let mut s = with_volume();
+    // The pod watcher was faster: the node is not known yet, so the pod is sent (the core
+    // lets it wait for its node and attaches nothing meanwhile).
+    assert_eq!(
+        s.pods(Event::Apply(pod("p", Some("n1"), &["c1"]))),
+        vec![scheduled("p", "n1", &[volume("pv-1")])]
+    );
+    assert_eq!(
+        s.nodes(Event::Apply(kubelet_managed(node(
+            "n1",
+            Some("True"),
+            &[],
+            &[]
+        )))),
+        vec![removed("p")]
+    );
+    assert!(s.index().pods_using(&volume("pv-1"), "n1").is_empty());
+}
+
+#[test]
+fn a_managed_node_that_loses_the_annotation_stays_managed_as_upstream_keeps_it() {
+    let mut s = with_volume();
+    s.nodes(Event::Apply(node("n1", Some("True"), &[], &[])));
+    s.pods(Event::Apply(pod("p", Some("n1"), &["c1"])));
+    // Upstream's node update only ever adds a node to its desired state; dropping it here
+    // would detach what its pods use.
+    assert_eq!(
+        s.nodes(Event::Apply(kubelet_managed(node(
+            "n1",
+            Some("False"),
+            &[],
+            &[]
+        )))),
+        vec![Input::NodeUpdated {
+            node: "n1".into(),
+            facts: NodeFacts {
+                healthy: false,
+                fenced: false,
+                in_use: Some(vec![]),
+                attach_limit: None,
+            }
+        }]
+    );
+    assert!(
+        s.pods(Event::Apply(pod("p", Some("n1"), &["c1"])))
+            .is_empty()
+    );
+    assert_eq!(
+        s.pods(Event::Delete(pod("p", Some("n1"), &["c1"]))),
+        vec![removed("p")]
+    );
+}
+
+#[test]
+fn a_relist_does_not_send_nodes_kubelet_manages() {
+    let mut s = InformerState::new();
+    s.nodes(Event::Init);
+    assert!(
+        s.nodes(Event::InitApply(kubelet_managed(node(
+            "n1",
+            Some("True"),
+            &[],
+            &[]
+        ))))
+        .is_empty()
+    );
+    assert_eq!(
+        s.nodes(Event::InitApply(node("n2", Some("True"), &[], &[])))
+            .len(),
+        1
+    );
+    assert_eq!(
+        s.nodes(Event::InitDone),
+        vec![Input::RelistDone { kind: Kind::Node }]
+    );
+    // Deleted, a node kubelet managed is not announced as removed: the core never had it.
+    assert!(
+        s.nodes(Event::Delete(kubelet_managed(node(
+            "n1",
+            Some("True"),
+            &[],
+            &[]
+        ))))
+        .is_empty()
+    );
 }
