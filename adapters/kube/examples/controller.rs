@@ -29,15 +29,13 @@ type BoxError = Box<dyn Error + Send + Sync>;
 
 /// Starts one term: informers synced, controller spawned, informers and events running.
 async fn start_term(client: Client) -> Result<Term, BoxError> {
-    let parts = wiring::parts(client.clone())?;
-    let mut informers = Informers::new(client.clone(), parts.on_driver);
-    // The backend's recovery listing skips the attachments of nodes kubelet manages.
-    let backend = parts.backend.with_managed_nodes(informers.managed_nodes());
+    let mut informers = Informers::new(client.clone());
+    let parts = wiring::parts(client.clone(), &informers)?;
     // Upstream's WaitForCacheSync: the controller starts from the whole cluster.
     let world = informers.initial_sync().await;
     let (recorder, publisher) =
         KubeEventRecorder::spawn(client, REPORTING_CONTROLLER.into(), informers.index(), 1024);
-    let controller = Controller::new(Config::default(), Arc::new(backend), parts.store, world)?
+    let controller = Controller::new(Config::default(), parts.backend, parts.store, world)?
         .with_recorder(Arc::new(recorder));
     let (handle, task) = controller.spawn();
     let feeder = tokio::spawn(informers.run(handle.clone()));
@@ -92,13 +90,13 @@ async fn main() -> Result<(), BoxError> {
     Ok(())
 }
 
-/// The status store, the backend and the CSIDriver registry (`KubeStatusStore`,
-/// `VolumeAttachmentBackend`, `CsiDrivers`).
+/// The status store and the backend (`KubeStatusStore`, `VolumeAttachmentBackend`), the
+/// backend reading the informers' registries of drivers and nodes.
 mod wiring {
     use std::sync::Arc;
 
-    use attach_detach::traits::NodeStatusStore;
-    use attach_detach_kube::{DriverChange, Kube, VolumeAttachmentBackend};
+    use attach_detach::traits::{AttachBackend, NodeStatusStore};
+    use attach_detach_kube::{Informers, Kube};
     use kube::Client;
 
     use super::BoxError;
@@ -106,24 +104,20 @@ mod wiring {
     /// What a term needs besides the informers.
     pub struct Parts {
         pub store: Arc<dyn NodeStatusStore<Kube>>,
-        pub backend: VolumeAttachmentBackend,
-        pub on_driver: Box<dyn FnMut(DriverChange) + Send>,
+        pub backend: Arc<dyn AttachBackend<Kube>>,
     }
 
-    /// The store and the backend of a term, and the feed of CSIDriver objects into the
-    /// backend's registry of which drivers need an attach.
-    pub fn parts(client: Client) -> Result<Parts, BoxError> {
-        use attach_detach_kube::{CsiDrivers, KubeStatusStore};
-        let drivers = CsiDrivers::default();
+    /// The store and the backend of a term. The backend asks the informers which drivers
+    /// need an attach (CSIDrivers) and which nodes are the controller's, so that its
+    /// recovery listing skips the attachments of nodes kubelet manages.
+    pub fn parts(client: Client, informers: &Informers) -> Result<Parts, BoxError> {
+        use attach_detach_kube::{KubeStatusStore, VolumeAttachmentBackend};
         let store = KubeStatusStore::new(client.clone());
-        let backend = VolumeAttachmentBackend::new(client, drivers.clone());
+        let backend = VolumeAttachmentBackend::new(client, informers.csi_drivers())
+            .with_managed_nodes(informers.managed_nodes());
         Ok(Parts {
             store: Arc::new(store),
-            backend,
-            on_driver: Box::new(move |change| match change {
-                DriverChange::Applied(driver) => drivers.apply(&driver),
-                DriverChange::Removed(name) => drivers.remove(&name),
-            }),
+            backend: Arc::new(backend),
         })
     }
 }

@@ -111,8 +111,10 @@ impl Default for KubeBackendConfig {
 ///   PersistentVolumes once each.
 ///
 /// Volumes of a driver that needs no attach ([`CsiDrivers::attach_required`] is false) are
-/// attached by nothing: attach and detach succeed without an API call, and verify counts them
-/// as attached.
+/// attached by nothing: attach succeeds without an API call, and verify counts them as
+/// attached (the informers do not hand such volumes to the core; a call for one comes from a
+/// CSIDriver that changed under it). A detach deletes the object all the same, as upstream's
+/// does: the driver may have needed attach when the volume was attached.
 ///
 /// A failed call keeps kube's error as its [`source`](std::error::Error::source). A request
 /// the API server refused (4xx: bad request, forbidden, invalid, too many requests) did
@@ -510,15 +512,10 @@ impl AttachBackend<Kube> for VolumeAttachmentBackend {
         node: &String,
         payload: &CsiVolume,
     ) -> Result<(), Error> {
-        if !self.drivers.attach_required(&payload.driver) {
-            debug!(
-                volume,
-                node,
-                driver = payload.driver,
-                "driver needs no detach"
-            );
-            return Ok(());
-        }
+        // No shortcut for a driver that needs no attach, as upstream's detacher takes none: it
+        // may have needed attach when the volume was attached (its CSIDriver changed since),
+        // and a VolumeAttachment left behind would keep the volume published. Without one,
+        // the delete answers 404 at once.
         let deadline = Instant::now() + self.config.timeout;
         let name = attachment_name(&payload.handle, &payload.driver, node);
         let what = format!("detach of {volume} from {node} (VolumeAttachment {name})");

@@ -1,5 +1,6 @@
 //! Kubernetes watches turned into controller inputs: Pods, PersistentVolumeClaims,
-//! PersistentVolumes and Nodes become [`Input<Kube>`]s, CSIDrivers go to a callback.
+//! PersistentVolumes, Nodes and CSIDrivers become [`Input<Kube>`]s, and the registries the
+//! backend reads ([`CsiDrivers`], [`ManagedNodes`]) are kept up to date.
 //!
 //! The mapping is [`InformerState`]: pure and synchronous, fed one `watcher::Event` at a time,
 //! so every rule is unit-tested without an API server. [`Informers`] drives kube-runtime's five
@@ -22,17 +23,9 @@ use kube::runtime::{WatchStreamExt, watcher as watch};
 use kube::{Api, Client, Resource};
 use tracing::{debug, info, warn};
 
-use crate::domain::{CsiVolume, Kube, facts_of, pod_key};
+use crate::domain::{CsiVolume, Kube, facts_of, pod_key, split_unique_name};
+use crate::drivers::CsiDrivers;
 use crate::nodes::{ManagedNodes, controller_managed};
-
-/// A change to the set of CSIDrivers, for the registry the backend reads `attachRequired` from.
-#[derive(Clone, Debug, PartialEq)]
-pub enum DriverChange {
-    /// A CSIDriver exists (or changed).
-    Applied(Box<CSIDriver>),
-    /// The CSIDriver of this name is gone (deleted, or missing from a relist).
-    Removed(String),
-}
 
 /// A pod as events name it: enough for an `ObjectReference` that `kubectl describe` matches.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -221,7 +214,13 @@ enum Source {
 /// **PersistentVolumeClaims** feed no kind of their own: a change re-derives the pods that
 /// name the claim.
 ///
-/// **CSIDrivers** become [`DriverChange`]s, for the backend's registry.
+/// **CSIDrivers** feed the [`CsiDrivers`] registry ([`csi_drivers`](InformerState::csi_drivers),
+/// which the backend reads). Volumes of a driver that needs no attach (`attachRequired:
+/// false`) are not tracked, as upstream does not track them: no [`Input::SetVolume`], and
+/// no pod needs them. When a driver's CSIDriver starts or stops saying so (created, changed,
+/// deleted), its volumes are removed ([`Input::VolumeRemoved`]: the core detaches what is
+/// still attached once its pods stopped using it) or set again, and the pods bound to them are
+/// sent again.
 ///
 /// # Relists
 ///
@@ -233,7 +232,7 @@ enum Source {
 /// PVCs have no core relist, yet a PVC deleted while the watch was down must still reach the
 /// pods that named it: at the PVC watcher's `InitDone`, every claim the listing did not show
 /// is dropped and its pods are re-derived (without its volume). Likewise CSIDrivers missing
-/// from a listing are [`DriverChange::Removed`].
+/// from a listing are removed from the registry (their drivers need attach again).
 ///
 /// While pods are being relisted, a PVC or PV change re-derives only pods the listing has
 /// shown already: sending one it has not shown yet would mark it seen in the core, and a pod
@@ -262,7 +261,10 @@ pub struct InformerState {
     pods_by_node: HashMap<String, BTreeSet<String>>,
     /// Which nodes this controller manages, shared with the backend.
     managed: ManagedNodes,
+    /// The CSIDrivers the watcher shows, by name.
     drivers: HashSet<String>,
+    /// Which drivers need attach, shared with the backend.
+    csi_drivers: CsiDrivers,
     /// Names seen by each watcher's relist in progress.
     relists: HashMap<Source, HashSet<String>>,
     /// Watchers that completed a listing at least once.
@@ -339,8 +341,18 @@ impl InformerState {
         self.snapshot().into_iter().collect()
     }
 
+    /// The spec of PV `pv`'s volume, if the core tracks it.
     fn spec_of(&self, pv: &str) -> Option<VolumeSpec<CsiVolume>> {
-        self.pvs.get(pv)?.csi.as_ref().map(|(_, spec)| spec.clone())
+        let (_, spec) = self.pvs.get(pv)?.csi.as_ref()?;
+        self.tracked(&spec.payload.driver).then(|| spec.clone())
+    }
+
+    /// Whether the core tracks the volumes of `driver`: those that need attach. Upstream
+    /// never tracks the others (`FindAttachablePluginBySpec` finds no attacher for them), so
+    /// they are not listed in `Node.status.volumesAttached`, kubelet does not wait for them,
+    /// and no Multi-Attach warning names them.
+    fn tracked(&self, driver: &str) -> bool {
+        self.csi_drivers.attach_required(driver)
     }
 
     fn relist_start(&mut self, source: Source) {
@@ -602,7 +614,8 @@ impl InformerState {
         {
             return None;
         }
-        pv.csi.as_ref().map(|(unique, _)| unique.clone())
+        let (unique, spec) = pv.csi.as_ref()?;
+        self.tracked(&spec.payload.driver).then(|| unique.clone())
     }
 
     /// Sends again the pods named by these claims whose volumes changed.
@@ -794,10 +807,12 @@ impl InformerState {
                 .entry(unique.clone())
                 .or_default()
                 .insert(name.clone());
-            out.push(Input::SetVolume {
-                volume: unique.clone(),
-                spec: spec.clone(),
-            });
+            if self.tracked(&spec.payload.driver) {
+                out.push(Input::SetVolume {
+                    volume: unique.clone(),
+                    spec: spec.clone(),
+                });
+            }
         }
         self.pvs.insert(name.clone(), entry);
         let claims: Vec<String> = self
@@ -814,7 +829,7 @@ impl InformerState {
         let Some(old) = self.pvs.remove(name) else {
             return;
         };
-        if let Some((unique, _)) = &old.csi {
+        if let Some((unique, spec)) = &old.csi {
             let remaining = {
                 let mut index = self.index.write();
                 let remaining = index.pvs.get_mut(unique).and_then(|pvs| {
@@ -826,7 +841,7 @@ impl InformerState {
                 }
                 remaining
             };
-            if announce {
+            if announce && self.tracked(&spec.payload.driver) {
                 match remaining.and_then(|pv| self.spec_of(&pv)) {
                     Some(spec) => out.push(Input::SetVolume {
                         volume: unique.clone(),
@@ -949,39 +964,87 @@ impl InformerState {
 
     // ---- drivers ----
 
-    /// One event of the CSIDriver watcher: changes for the driver registry, no inputs.
-    pub fn drivers(&mut self, event: Event<CSIDriver>) -> Vec<DriverChange> {
+    /// The registry of which drivers need attach, as the CSIDriver watcher shows it: hand it
+    /// to the backend ([`VolumeAttachmentBackend::new`](crate::VolumeAttachmentBackend::new)).
+    pub fn csi_drivers(&self) -> CsiDrivers {
+        self.csi_drivers.clone()
+    }
+
+    /// One event of the CSIDriver watcher: the registry is updated, and when a driver starts
+    /// or stops needing attach, its volumes are set or removed and their pods sent again.
+    pub fn drivers(&mut self, event: Event<CSIDriver>) -> Vec<Input<Kube>> {
+        let mut out = Vec::new();
         match event {
-            Event::Init => {
-                self.relist_start(Source::Drivers);
-                Vec::new()
-            }
+            Event::Init => self.relist_start(Source::Drivers),
             Event::InitApply(driver) | Event::Apply(driver) => {
-                let Some(name) = driver.metadata.name.clone() else {
-                    return Vec::new();
-                };
-                self.seen(Source::Drivers, &name);
-                self.drivers.insert(name);
-                vec![DriverChange::Applied(Box::new(driver))]
-            }
-            Event::Delete(driver) => match driver.metadata.name {
-                Some(name) => {
-                    self.drivers.remove(&name);
-                    vec![DriverChange::Removed(name)]
+                if let Some(name) = driver.metadata.name.clone() {
+                    self.seen(Source::Drivers, &name);
+                    self.drivers.insert(name.clone());
+                    self.change_driver(&name, |registry| registry.apply(&driver), &mut out);
                 }
-                None => Vec::new(),
-            },
+            }
+            Event::Delete(driver) => {
+                if let Some(name) = driver.metadata.name {
+                    self.drivers.remove(&name);
+                    self.change_driver(&name, |registry| registry.remove(&name), &mut out);
+                }
+            }
             Event::InitDone => {
                 let known: Vec<String> = self.drivers.iter().cloned().collect();
-                let gone = self.relist_end(Source::Drivers, known.into_iter());
-                gone.into_iter()
-                    .map(|name| {
-                        self.drivers.remove(&name);
-                        DriverChange::Removed(name)
-                    })
-                    .collect()
+                for name in self.relist_end(Source::Drivers, known.into_iter()) {
+                    self.drivers.remove(&name);
+                    self.change_driver(&name, |registry| registry.remove(&name), &mut out);
+                }
             }
         }
+        out
+    }
+
+    /// Applies `change` to the registry; if `driver` starts or stops needing attach, its
+    /// volumes are set (or removed) and the pods bound to them are sent again.
+    fn change_driver(
+        &mut self,
+        driver: &str,
+        change: impl FnOnce(&CsiDrivers),
+        out: &mut Vec<Input<Kube>>,
+    ) {
+        let before = self.tracked(driver);
+        change(&self.csi_drivers);
+        if self.tracked(driver) == before {
+            return;
+        }
+        let volumes: Vec<(String, String)> = {
+            let index = self.index.read();
+            let mut volumes: Vec<(String, String)> = index
+                .pvs
+                .iter()
+                .filter(|(unique, _)| split_unique_name(unique).is_some_and(|(d, _)| d == driver))
+                .filter_map(|(unique, pvs)| Some((unique.clone(), pvs.first()?.clone())))
+                .collect();
+            volumes.sort();
+            volumes
+        };
+        let mut claims = BTreeSet::new();
+        for (unique, pv) in volumes {
+            match self.spec_of(&pv) {
+                Some(spec) => out.push(Input::SetVolume {
+                    volume: unique,
+                    spec,
+                }),
+                None => out.push(Input::VolumeRemoved { volume: unique }),
+            }
+        }
+        for (name, entry) in &self.pvs {
+            if entry
+                .csi
+                .as_ref()
+                .is_some_and(|(_, spec)| spec.payload.driver == driver)
+                && let Some(bound) = self.claims_by_pv.get(name)
+            {
+                claims.extend(bound.iter().cloned());
+            }
+        }
+        self.rederive(claims, out);
     }
 }
 
@@ -1122,7 +1185,11 @@ where
 /// ```no_run
 /// # async fn demo(client: kube::Client, handle: attach_detach::controller::ControllerHandle<attach_detach_kube::Kube>) {
 /// use attach_detach_kube::Informers;
-/// let mut informers = Informers::new(client, |change| println!("{change:?}"));
+/// let mut informers = Informers::new(client.clone());
+/// // Hand the backend the registries the informers keep.
+/// let backend = attach_detach_kube::VolumeAttachmentBackend::new(client.clone(), informers.csi_drivers())
+///     .with_managed_nodes(informers.managed_nodes());
+/// # let _ = backend;
 /// let world = informers.initial_sync().await; // every watcher has listed once
 /// # let _ = world;
 /// // … build and spawn a controller from `world`, then:
@@ -1132,7 +1199,6 @@ where
 pub struct Informers {
     state: InformerState,
     updates: Updates,
-    on_driver: Box<dyn FnMut(DriverChange) + Send>,
 }
 
 impl std::fmt::Debug for Informers {
@@ -1144,9 +1210,8 @@ impl std::fmt::Debug for Informers {
 }
 
 impl Informers {
-    /// The five watchers on `client`'s cluster; nothing is listed until polled. `on_driver`
-    /// receives every CSIDriver change (wire it to the backend's driver registry).
-    pub fn new(client: Client, on_driver: impl FnMut(DriverChange) + Send + 'static) -> Self {
+    /// The five watchers on `client`'s cluster; nothing is listed until polled.
+    pub fn new(client: Client) -> Self {
         let updates = futures::stream::select_all([
             stream(Api::<Pod>::all(client.clone()), Update::Pod),
             stream(
@@ -1161,7 +1226,6 @@ impl Informers {
         Informers {
             state: InformerState::new(),
             updates,
-            on_driver: Box::new(on_driver),
         }
     }
 
@@ -1176,8 +1240,14 @@ impl Informers {
         self.state.managed_nodes()
     }
 
-    /// The inputs of the next watch event (none for a CSIDriver event, whose changes went to
-    /// the callback); `None` when the streams ended (they do not, in practice).
+    /// Which drivers need attach, as the CSIDriver watcher shows them: hand it to the
+    /// backend ([`VolumeAttachmentBackend::new`](crate::VolumeAttachmentBackend::new)).
+    pub fn csi_drivers(&self) -> CsiDrivers {
+        self.state.csi_drivers()
+    }
+
+    /// The inputs of the next watch event; `None` when the streams ended (they do not, in
+    /// practice).
     async fn next(&mut self) -> Option<Vec<Input<Kube>>> {
         loop {
             match self.updates.next().await? {
@@ -1185,13 +1255,7 @@ impl Informers {
                 Ok(Update::Claim(e)) => return Some(self.state.claims(e)),
                 Ok(Update::Volume(e)) => return Some(self.state.volumes(e)),
                 Ok(Update::Node(e)) => return Some(self.state.nodes(e)),
-                Ok(Update::Driver(e)) => {
-                    for change in self.state.drivers(e) {
-                        (self.on_driver)(change);
-                    }
-                    // No inputs, but the caller may be waiting for the drivers' first listing.
-                    return Some(Vec::new());
-                }
+                Ok(Update::Driver(e)) => return Some(self.state.drivers(e)),
                 Err(error) => warn!(%error, "watch failed; kube-runtime retries with backoff"),
             }
         }

@@ -17,7 +17,7 @@ pub use domain::{
 };
 pub use drivers::CsiDrivers;
 pub use events::{KubeEvent, KubeEventRecorder, REPORTING_CONTROLLER, kube_events, publish};
-pub use informers::{DriverChange, InformerState, Informers, ObjectIndex, PodRef, node_facts};
+pub use informers::{InformerState, Informers, ObjectIndex, PodRef, node_facts};
 pub use leader::{LeaderConfig, LeaderError, Term, lead};
 pub use nodes::{CONTROLLER_MANAGED_ANNOTATION, ManagedNodes, controller_managed};
 pub use store::{KubeStatusStore, StatusWriteStats};

@@ -574,7 +574,7 @@ async fn detach_error_and_timeout_are_uncertain() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_driver_that_needs_no_attach_makes_no_request() {
+async fn a_driver_that_needs_no_attach_makes_no_attach_or_verify_request() {
     let drivers = CsiDrivers::new();
     drivers.set(DRIVER, false);
     let (b, server) = backend_with(drivers, KubeBackendConfig::default());
@@ -584,7 +584,6 @@ async fn a_driver_that_needs_no_attach_makes_no_request() {
         |_: Server| async {},
         async |b: &VolumeAttachmentBackend| {
             assert_eq!(attach(b, 1).await, Ok(AttachInfo { device: None }));
-            assert_eq!(detach(b, 1).await, Ok(()));
             let (v, p) = volume(1);
             // Counted as attached: it needs nothing.
             assert_eq!(
@@ -596,6 +595,28 @@ async fn a_driver_that_needs_no_attach_makes_no_request() {
         },
     )
     .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn detach_deletes_the_object_even_of_a_driver_switched_to_no_attach() {
+    // The driver needed attach when its volume was attached; its CSIDriver now says it does
+    // not. Upstream's detacher deletes the VolumeAttachment all the same: left behind, it
+    // would keep the external-attacher's publication (and the core's record) for ever.
+    let drivers = CsiDrivers::new();
+    drivers.set(DRIVER, false);
+    let (b, server) = backend_with(drivers, KubeBackendConfig::default());
+    let answer = run(
+        b,
+        server,
+        |s: Server| async move {
+            s.expect(Method::DELETE, &item(1), Some(json!({})))
+                .await
+                .send_response(failure(404, "NotFound"));
+        },
+        async |b: &VolumeAttachmentBackend| detach(b, 1).await,
+    )
+    .await;
+    assert_eq!(answer, Ok(()));
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,7 +1,7 @@
 //! Every rule of [`InformerState`], with k8s-openapi objects built by hand: no API server.
 
 use attach_detach::core::{Access, Input, Kind, NodeFacts, VolumeSpec};
-use attach_detach_kube::{CsiVolume, DriverChange, InformerState, Kube, unique_name};
+use attach_detach_kube::{CsiVolume, InformerState, Kube, unique_name};
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, ContainerState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStatus, EphemeralVolumeSource, Node, NodeCondition, NodeSpec, NodeStatus,
@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{
     PersistentVolumeClaimStatus, PersistentVolumeClaimVolumeSource, PersistentVolumeSpec, Pod,
     PodSpec, PodStatus, Taint, Volume,
 };
-use k8s_openapi::api::storage::v1::CSIDriver;
+use k8s_openapi::api::storage::v1::{CSIDriver, CSIDriverSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::runtime::watcher::Event;
 
@@ -687,29 +687,29 @@ fn during_a_pod_relist_only_listed_pods_are_sent_again() {
 #[test]
 fn drivers_go_to_the_registry_and_unlisted_ones_are_removed() {
     let mut s = InformerState::new();
+    let registry = s.csi_drivers();
     let driver = |name: &str| CSIDriver {
         metadata: meta(None, name),
-        spec: Default::default(),
+        spec: CSIDriverSpec {
+            attach_required: Some(false),
+            ..CSIDriverSpec::default()
+        },
     };
-    assert_eq!(
-        s.drivers(Event::Apply(driver("a"))),
-        vec![DriverChange::Applied(Box::new(driver("a")))]
-    );
+    // No volume of theirs is known: nothing for the core.
+    assert!(s.drivers(Event::Apply(driver("a"))).is_empty());
+    assert!(!registry.attach_required("a"));
     s.drivers(Event::Apply(driver("b")));
-    assert_eq!(
-        s.drivers(Event::Delete(driver("b"))),
-        vec![DriverChange::Removed("b".into())]
-    );
+    assert!(s.drivers(Event::Delete(driver("b"))).is_empty());
+    assert!(registry.attach_required("b"), "deleted: attach again");
     s.drivers(Event::Apply(driver("c")));
     assert!(s.drivers(Event::Init).is_empty());
-    assert_eq!(
-        s.drivers(Event::InitApply(driver("c"))),
-        vec![DriverChange::Applied(Box::new(driver("c")))]
+    assert!(s.drivers(Event::InitApply(driver("c"))).is_empty());
+    assert!(s.drivers(Event::InitDone).is_empty());
+    assert!(
+        registry.attach_required("a"),
+        "missing from the relist: removed"
     );
-    assert_eq!(
-        s.drivers(Event::InitDone),
-        vec![DriverChange::Removed("a".into())]
-    );
+    assert!(!registry.attach_required("c"));
 }
 
 #[test]
@@ -932,5 +932,89 @@ fn a_relist_does_not_send_nodes_kubelet_manages() {
             &[]
         ))))
         .is_empty()
+    );
+}
+
+// ---- drivers that need no attach (upstream never tracks them; kubelet never waits) ----
+
+/// The CSIDriver object of `name`, saying whether its volumes need attach.
+fn csi_driver(name: &str, attach_required: Option<bool>) -> CSIDriver {
+    CSIDriver {
+        metadata: meta(None, name),
+        spec: CSIDriverSpec {
+            attach_required,
+            ..CSIDriverSpec::default()
+        },
+    }
+}
+
+#[test]
+fn volumes_of_a_driver_that_needs_no_attach_are_not_tracked() {
+    let mut s = InformerState::new();
+    s.drivers(Event::Apply(csi_driver(DRIVER, Some(false))));
+    assert!(
+        s.volumes(Event::Apply(rwo("pv-1"))).is_empty(),
+        "no SetVolume: nothing attaches it, kubelet does not wait for it"
+    );
+    s.claims(Event::Apply(pvc("c1", Some("pv-1"))));
+    assert_eq!(
+        s.pods(Event::Apply(pod("p", Some("n1"), &["c1"]))),
+        vec![scheduled("p", "n1", &[])],
+        "so no Multi-Attach warning and no volumesAttached entry either"
+    );
+    assert!(
+        s.snapshot()
+            .iter()
+            .all(|i| !matches!(i, Input::SetVolume { .. }))
+    );
+    assert!(s.volumes(Event::Delete(rwo("pv-1"))).is_empty());
+}
+
+#[test]
+fn a_driver_switched_to_no_attach_stops_tracking_its_volumes_and_back() {
+    let mut s = with_volume();
+    assert!(
+        s.drivers(Event::Apply(csi_driver(DRIVER, None))).is_empty(),
+        "absent attachRequired is true, as before"
+    );
+    s.pods(Event::Apply(pod("p", Some("n1"), &["c1"])));
+    // Removed: the core detaches it where still attached, once its pods stopped using it
+    // (kubelet keeps it mounted while they run); the pod no longer needs it.
+    assert_eq!(
+        s.drivers(Event::Apply(csi_driver(DRIVER, Some(false)))),
+        vec![
+            Input::VolumeRemoved {
+                volume: volume("pv-1")
+            },
+            scheduled("p", "n1", &[]),
+        ]
+    );
+    // The pod no longer needs it, and it is no longer a volume of the core's.
+    assert_eq!(
+        s.pods(Event::Apply(pod("q", Some("n2"), &["c1"]))),
+        vec![scheduled("q", "n2", &[])]
+    );
+    assert!(
+        s.snapshot()
+            .iter()
+            .all(|i| !matches!(i, Input::SetVolume { .. })),
+        "{:?}",
+        s.snapshot()
+    );
+    // Back to attach (here: the CSIDriver object deleted): tracked again.
+    assert_eq!(
+        s.drivers(Event::Delete(csi_driver(DRIVER, Some(false)))),
+        vec![
+            Input::SetVolume {
+                volume: volume("pv-1"),
+                spec: spec("pv-1", Access::SingleNode)
+            },
+            scheduled("p", "n1", &[volume("pv-1")]),
+            scheduled("q", "n2", &[volume("pv-1")]),
+        ]
+    );
+    assert_eq!(
+        s.pods(Event::Apply(pod("r", Some("n3"), &["c1"]))),
+        vec![scheduled("r", "n3", &[volume("pv-1")])]
     );
 }
