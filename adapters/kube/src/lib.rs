@@ -10,6 +10,7 @@ mod informers;
 mod leader;
 mod nodes;
 mod store;
+mod translate;
 
 pub use backend::{KubeBackendConfig, ManagedDrivers, VolumeAttachmentBackend};
 pub use domain::{
@@ -21,3 +22,7 @@ pub use informers::{InformerState, Informers, ObjectIndex, PodRef, node_facts};
 pub use leader::{LeaderConfig, LeaderError, Term, lead};
 pub use nodes::{CONTROLLER_MANAGED_ANNOTATION, ManagedNodes, controller_managed};
 pub use store::{KubeStatusStore, StatusWriteStats};
+pub use translate::{
+    CsiMigration, CsiSpec, InTreePlugin, MIGRATED_PLUGINS_ANNOTATION, MigratedNode,
+    NodeMigrationError, TranslationError, translate_inline_volume, translate_persistent_volume,
+};
