@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use attach_detach::core::{Access, VolumeSpec};
 use attach_detach::traits::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeSpec};
 use k8s_openapi::api::storage::v1::{
     VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
 };
@@ -23,7 +23,7 @@ use serde::de::DeserializeOwned;
 use tokio::time::{Instant, timeout_at};
 use tracing::{debug, warn};
 
-use crate::domain::{CsiVolume, Kube, attachment_name, unique_name};
+use crate::domain::{AttachSource, CsiVolume, Kube, attachment_name, unique_name};
 use crate::drivers::CsiDrivers;
 use crate::nodes::{ManagedNodes, controller_managed};
 
@@ -378,9 +378,15 @@ fn desired(name: &str, volume: &CsiVolume, node: &str) -> VolumeAttachment {
         spec: VolumeAttachmentSpec {
             attacher: volume.driver.clone(),
             node_name: node.to_owned(),
-            source: VolumeAttachmentSource {
-                persistent_volume_name: Some(volume.pv.clone()),
-                ..VolumeAttachmentSource::default()
+            source: match &volume.source {
+                AttachSource::PersistentVolume(pv) => VolumeAttachmentSource {
+                    persistent_volume_name: Some(pv.clone()),
+                    inline_volume_spec: None,
+                },
+                AttachSource::Inline(spec) => VolumeAttachmentSource {
+                    persistent_volume_name: None,
+                    inline_volume_spec: Some(PersistentVolumeSpec::clone(spec)),
+                },
             },
         },
         status: None,
@@ -684,11 +690,7 @@ fn attachment_of(
         node: node.clone(),
         spec: VolumeSpec {
             access: access(volume),
-            payload: CsiVolume {
-                pv: pv.to_owned(),
-                driver: csi.driver.clone(),
-                handle: csi.volume_handle.clone(),
-            },
+            payload: CsiVolume::persistent(pv, &csi.driver, &csi.volume_handle),
             attach_required: true,
         },
     })

@@ -768,11 +768,7 @@ impl InformerState {
         }
         let spec = pv.spec.as_ref();
         let csi = spec.and_then(|s| s.csi.as_ref()).map(|csi| {
-            let payload = CsiVolume {
-                pv: name.clone(),
-                driver: csi.driver.clone(),
-                handle: csi.volume_handle.clone(),
-            };
+            let payload = CsiVolume::persistent(&name, &csi.driver, &csi.volume_handle);
             let access = access_of(spec.and_then(|s| s.access_modes.as_deref()));
             (
                 payload.unique_name(),

@@ -14,7 +14,8 @@ mod translate;
 
 pub use backend::{KubeBackendConfig, ManagedDrivers, VolumeAttachmentBackend};
 pub use domain::{
-    CsiVolume, Kube, OUT_OF_SERVICE_TAINT, attachment_name, pod_key, split_unique_name, unique_name,
+    AttachSource, CsiVolume, Kube, OUT_OF_SERVICE_TAINT, attachment_name, pod_key,
+    split_unique_name, unique_name,
 };
 pub use drivers::CsiDrivers;
 pub use events::{KubeEvent, KubeEventRecorder, REPORTING_CONTROLLER, kube_events, publish};

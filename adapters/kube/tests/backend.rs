@@ -107,11 +107,7 @@ where
 }
 
 fn volume(n: u32) -> (String, CsiVolume) {
-    let payload = CsiVolume {
-        pv: format!("pv-{n}"),
-        driver: DRIVER.to_owned(),
-        handle: format!("vol-{n}"),
-    };
+    let payload = CsiVolume::persistent(format!("pv-{n}"), DRIVER, format!("vol-{n}"));
     (payload.unique_name(), payload)
 }
 
@@ -832,11 +828,7 @@ async fn verify_answers_from_one_paged_list() {
         },
         async |b: &VolumeAttachmentBackend| {
             let mut asked: Vec<(String, CsiVolume)> = (1..=5).map(volume).collect();
-            let nfs = CsiVolume {
-                pv: "pv-6".into(),
-                driver: "nfs.csi.k8s.io".into(),
-                handle: "share".into(),
-            };
+            let nfs = CsiVolume::persistent("pv-6", "nfs.csi.k8s.io", "share");
             asked.push((nfs.unique_name(), nfs));
             b.verify(&NODE.to_owned(), &asked).await
         },

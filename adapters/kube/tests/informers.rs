@@ -1,7 +1,7 @@
 //! Every rule of [`InformerState`], with k8s-openapi objects built by hand: no API server.
 
 use attach_detach::core::{Access, Input, Kind, NodeFacts, VolumeSpec};
-use attach_detach_kube::{CsiVolume, InformerState, Kube, unique_name};
+use attach_detach_kube::{AttachSource, CsiVolume, InformerState, Kube, unique_name};
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, ContainerState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStatus, EphemeralVolumeSource, Node, NodeCondition, NodeSpec, NodeStatus,
@@ -111,11 +111,7 @@ fn volume(pv: &str) -> String {
 fn spec(pv: &str, access: Access) -> VolumeSpec<CsiVolume> {
     VolumeSpec {
         access,
-        payload: CsiVolume {
-            pv: pv.into(),
-            driver: DRIVER.into(),
-            handle: format!("h-{pv}"),
-        },
+        payload: CsiVolume::persistent(pv, DRIVER, format!("h-{pv}")),
         attach_required: true,
     }
 }
@@ -477,7 +473,7 @@ fn two_pvs_of_one_handle_are_one_volume_removed_with_the_last() {
     s.volumes(Event::Apply(rwo("pv-1")));
     s.volumes(Event::Apply(twin.clone()));
     let mut payload = spec("pv-1", Access::SingleNode);
-    payload.payload.pv = "pv-1-twin".into();
+    payload.payload.source = AttachSource::PersistentVolume("pv-1-twin".into());
     assert_eq!(
         s.volumes(Event::Delete(rwo("pv-1"))),
         vec![Input::SetVolume {
