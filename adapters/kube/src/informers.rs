@@ -14,7 +14,7 @@ use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 
 use attach_detach::controller::{ControllerError, ControllerHandle, World};
-use attach_detach::core::{Access, Input, Kind, NodeFacts, VolumeSpec};
+use attach_detach::core::{Input, Kind, NodeFacts, VolumeSpec};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::CSIDriver;
@@ -23,9 +23,13 @@ use kube::runtime::{WatchStreamExt, watcher as watch};
 use kube::{Api, Client, Resource};
 use tracing::{debug, info, warn};
 
-use crate::domain::{CsiVolume, Kube, facts_of, pod_key, split_unique_name};
+use crate::domain::{AttachSource, CsiVolume, Kube, facts_of, pod_key, split_unique_name};
 use crate::drivers::CsiDrivers;
 use crate::nodes::{ManagedNodes, controller_managed};
+use crate::translate::{
+    CsiMigration, CsiSpec, InTreePlugin, MigratedNode, translate_inline_volume,
+    translate_persistent_volume,
+};
 
 /// A pod as events name it: enough for an `ObjectReference` that `kubectl describe` matches.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -53,6 +57,8 @@ pub struct ObjectIndex {
 struct IndexInner {
     /// Unique volume name → the PVs that have it (normally one).
     pvs: HashMap<String, BTreeSet<String>>,
+    /// Unique volume name of an inline volume → the name upstream's translation gives it.
+    inline: HashMap<String, String>,
     /// (node, unique volume) → pods placed there that need it.
     users: HashMap<(String, String), BTreeSet<String>>,
     /// Pod key → its reference.
@@ -71,9 +77,14 @@ impl ObjectIndex {
     }
 
     /// The PersistentVolume a unique volume name stands for (the first by name if several PVs
-    /// share a driver and handle), as upstream's event messages name volumes.
+    /// share a driver and handle), as upstream's event messages name volumes; for an inline
+    /// in-tree volume, the name upstream's translation gives it (`ebs.csi.aws.com-vol-1`...).
     pub fn pv_name(&self, volume: &str) -> Option<String> {
-        self.read().pvs.get(volume)?.first().cloned()
+        let inner = self.read();
+        match inner.pvs.get(volume).and_then(|pvs| pvs.first()) {
+            Some(pv) => Some(pv.clone()),
+            None => inner.inline.get(volume).cloned(),
+        }
     }
 
     /// The pods placed on `node` that need `volume` there, by key.
@@ -107,6 +118,25 @@ struct Claim {
     ephemeral: bool,
 }
 
+/// A volume as the core would know it: its unique name and spec, and the in-tree plugin it
+/// was translated from (whose migration a node may not have).
+#[derive(Clone, Debug, PartialEq)]
+struct Translated {
+    unique: String,
+    spec: VolumeSpec<CsiVolume>,
+    plugin: Option<InTreePlugin>,
+}
+
+/// What a pod's volume may need attached.
+#[derive(Clone, Debug)]
+enum PodVolume {
+    /// A claim, resolved through its PV.
+    Claim(Claim),
+    /// An in-tree volume written inline in the pod, translated (and the name upstream's
+    /// translation gives it).
+    Inline(Box<(Translated, String)>),
+}
+
 /// An active pod: scheduled and not terminal.
 #[derive(Clone, Debug)]
 struct PodEntry {
@@ -114,16 +144,33 @@ struct PodEntry {
     name: String,
     uid: String,
     node: String,
-    claims: Vec<Claim>,
+    volumes: Vec<PodVolume>,
     /// The node and volumes of its last `WorkloadScheduled`, while the core knows the pod
     /// (`None`: never sent, or removed since, as a pod on a node kubelet manages is).
     sent: Option<(String, Vec<String>)>,
+    /// Of the volumes sent, the inline ones (which exist for the core while a pod needs them).
+    inline_sent: BTreeSet<String>,
 }
 
 impl PodEntry {
     fn sent_volumes(&self) -> &[String] {
         self.sent.as_ref().map_or(&[], |(_, volumes)| volumes)
     }
+
+    fn claims(&self) -> impl Iterator<Item = &Claim> {
+        self.volumes.iter().filter_map(|volume| match volume {
+            PodVolume::Claim(claim) => Some(claim),
+            PodVolume::Inline(_) => None,
+        })
+    }
+}
+
+/// An inline volume some pods the core knows need.
+#[derive(Clone, Debug)]
+struct InlineEntry {
+    spec: VolumeSpec<CsiVolume>,
+    /// The pods, by key.
+    users: BTreeSet<String>,
 }
 
 /// A node the Node watcher shows.
@@ -149,8 +196,9 @@ struct ClaimEntry {
 
 #[derive(Clone, Debug, PartialEq)]
 struct PvEntry {
-    /// The unique name and spec of a CSI PV; `None` for another plugin's.
-    csi: Option<(String, VolumeSpec<CsiVolume>)>,
+    /// The volume of a CSI PV, or of an in-tree one as CSI migration translates it; `None`
+    /// for another plugin's.
+    csi: Option<Translated>,
     /// `spec.claimRef.uid`.
     claim_uid: Option<String>,
 }
@@ -174,11 +222,21 @@ enum Source {
 /// nor `Failed`, and it is not a pod being deleted whose containers all stopped (upstream's
 /// `IsPodTerminated`). An active pod is [`Input::WorkloadScheduled`] on its node with the
 /// volumes that resolve now, in its volume order, without repeats:
-/// `persistentVolumeClaim.claimName` (or a generic ephemeral volume's claim `{pod}-{volume}`,
-/// only if the pod controls it) → a PVC of the pod's namespace whose `status.phase` is `Bound`
-/// → its `spec.volumeName` → a PV with `spec.csi` (whose `claimRef.uid`, if set, is the PVC's)
-/// → [`unique_name`](crate::unique_name). Anything else (a missing or unbound claim, a non-CSI PV, an inline
-/// volume) contributes nothing until it resolves; the pod is sent again whenever a PVC or PV
+/// - `persistentVolumeClaim.claimName` (or a generic ephemeral volume's claim
+///   `{pod}-{volume}`, only if the pod controls it) → a PVC of the pod's namespace whose
+///   `status.phase` is `Bound` → its `spec.volumeName` → a PV (whose `claimRef.uid`, if set,
+///   is the PVC's) with `spec.csi`, or of an in-tree plugin CSI migration serves, translated
+///   ([`translate_persistent_volume`](crate::translate_persistent_volume)) →
+///   [`unique_name`](crate::unique_name);
+/// - an in-tree volume written inline in the pod (`awsElasticBlockStore`...), translated
+///   ([`translate_inline_volume`](crate::translate_inline_volume)) → its unique name.
+///
+/// A volume counts only if its driver needs attach (below) and, if it is an in-tree plugin's,
+/// if the pod's node hands the plugin's volumes to the CSI driver ([`CsiMigration`]: on every
+/// node for a plugin whose migration is complete, else where the node's CSINode says so, as
+/// upstream's `isCSIMigrationSupportedOnNode`). Anything else (a missing or unbound claim, a
+/// PV of another plugin, one that does not translate, a CSI ephemeral volume) contributes
+/// nothing until it resolves; the pod is sent again whenever a PVC, PV, CSIDriver or CSINode
 /// change changes what it resolves to. A pod that stops being active, or is deleted, is
 /// [`Input::WorkloadRemoved`]. A pod is sent again only if its node or volumes changed (the
 /// kubelet updates pod status often), except in a relist, where every active pod is sent. A
@@ -186,13 +244,21 @@ enum Source {
 /// seen is removed when it is; a pod whose node is not known is sent (the core lets it wait
 /// for its node).
 ///
-/// **PersistentVolumes** (kind [`Kind::Volume`], volume = unique name). A PV with `spec.csi`
-/// is [`Input::SetVolume`] with [`CsiVolume`] as payload, single-node unless its
-/// `accessModes` include `ReadWriteMany` or `ReadOnlyMany` (upstream's `isMultiAttachAllowed`;
-/// upstream also allows several nodes for a PV without access modes, which validation makes
-/// impossible: this takes the safe side). A deleted PV is [`Input::VolumeRemoved`]; should
-/// several PVs share a driver and handle, the volume is removed with the last one (and set
-/// again from a remaining one). Other plugins' PVs are not this controller's.
+/// **PersistentVolumes** (kind [`Kind::Volume`], volume = unique name). A PV with `spec.csi`,
+/// or of an in-tree plugin CSI migration serves, is [`Input::SetVolume`] with [`CsiVolume`] as
+/// payload (its source the PV's name, as upstream's attacher sets it), single-node unless its
+/// (translated) `accessModes` include `ReadWriteMany` or `ReadOnlyMany` (upstream's
+/// `isMultiAttachAllowed`; upstream also allows several nodes for a PV without access modes,
+/// which validation makes impossible: this takes the safe side). A deleted PV is
+/// [`Input::VolumeRemoved`]; should several PVs share a driver and handle, the volume is
+/// removed with the last one (and set again from a remaining one). Other plugins' PVs are not
+/// this controller's.
+///
+/// **Inline volumes** (kind [`Kind::Volume`] too): an inline in-tree volume is
+/// [`Input::SetVolume`] (its source its translated spec, as upstream's attacher puts it in a
+/// VolumeAttachment's `inlineVolumeSpec`) just before the first pod the core knows needs it,
+/// and [`Input::VolumeRemoved`] once no such pod does (after the pod's input); a PV relist
+/// sets the ones pods need again, so the core's relist keeps them.
 ///
 /// **Nodes** (kind [`Kind::Node`]). [`Input::NodeUpdated`] with [`NodeFacts`]: `healthy` is a
 /// `Ready` condition whose status is `"True"`, `fenced` is the presence of the
@@ -265,6 +331,12 @@ pub struct InformerState {
     drivers: HashSet<String>,
     /// Which drivers need attach, shared with the backend.
     csi_drivers: CsiDrivers,
+    /// Inline volumes the core knows, by unique name.
+    inline: HashMap<String, InlineEntry>,
+    /// Which in-tree plugins are migrated where.
+    migration: CsiMigration,
+    /// What each node's CSINode says of migration.
+    csi_nodes: HashMap<String, MigratedNode>,
     /// Names seen by each watcher's relist in progress.
     relists: HashMap<Source, HashSet<String>>,
     /// Watchers that completed a listing at least once.
@@ -273,9 +345,19 @@ pub struct InformerState {
 }
 
 impl InformerState {
-    /// An empty state: nothing known, no watcher synced.
+    /// An empty state: nothing known, no watcher synced, CSI migration as upstream's
+    /// default ([`CsiMigration::default`]).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty state whose CSI migration is `migration` (as kube-controller-manager's
+    /// feature gates would set it).
+    pub fn with_csi_migration(migration: CsiMigration) -> Self {
+        InformerState {
+            migration,
+            ..Self::default()
+        }
     }
 
     /// The view the event recorder reads (see [`ObjectIndex`]).
@@ -316,6 +398,7 @@ impl InformerState {
             }
         }
         drop(index);
+        inputs.extend(self.inline_only());
         let mut nodes: Vec<_> = self.nodes.iter().filter(|(_, n)| n.managed).collect();
         nodes.sort_by(|a, b| a.0.cmp(b.0));
         for (node, entry) in nodes {
@@ -343,8 +426,50 @@ impl InformerState {
 
     /// The spec of PV `pv`'s volume, if the core tracks it.
     fn spec_of(&self, pv: &str) -> Option<VolumeSpec<CsiVolume>> {
-        let (_, spec) = self.pvs.get(pv)?.csi.as_ref()?;
+        let spec = &self.pvs.get(pv)?.csi.as_ref()?.spec;
         self.tracked(&spec.payload.driver).then(|| spec.clone())
+    }
+
+    /// The spec a tracked PV gives the volume `unique`, if one does.
+    fn pv_spec(&self, unique: &str) -> Option<VolumeSpec<CsiVolume>> {
+        let pv = self.index.read().pvs.get(unique)?.first()?.clone();
+        self.spec_of(&pv)
+    }
+
+    /// `SetVolume` of each inline volume pods need that no PV gives a spec, by name.
+    fn inline_only(&self) -> Vec<Input<Kube>> {
+        let mut volumes: Vec<(&String, &InlineEntry)> = self
+            .inline
+            .iter()
+            .filter(|(unique, _)| self.pv_spec(unique).is_none())
+            .collect();
+        volumes.sort_by(|a, b| a.0.cmp(b.0));
+        volumes
+            .into_iter()
+            .map(|(unique, entry)| Input::SetVolume {
+                volume: unique.clone(),
+                spec: entry.spec.clone(),
+            })
+            .collect()
+    }
+
+    /// Whether the volume `translated` is the core's on `node`: its driver needs attach, and
+    /// if it is an in-tree plugin's, the node's kubelet hands it to the CSI driver (else the
+    /// in-tree plugin serves it there, which this controller does not drive).
+    fn usable_on(&self, node: &str, translated: &Translated) -> bool {
+        if !self.tracked(&translated.spec.payload.driver) {
+            return false;
+        }
+        let Some(plugin) = translated.plugin else {
+            return true;
+        };
+        match self.migration.on_node(plugin, self.csi_nodes.get(node)) {
+            Ok(migrated) => migrated,
+            Err(error) => {
+                debug!(node, volume = translated.unique, %error, "the volume waits on this node");
+                false
+            }
+        }
     }
 
     /// Whether the core tracks the volumes of `driver`: those that need attach. Upstream
@@ -397,13 +522,16 @@ impl InformerState {
             }
             Event::InitDone => {
                 let known: Vec<String> = self.pods.keys().cloned().collect();
+                // The core removes the unlisted pods at RelistDone; the state forgets them,
+                // and the inline volumes only they needed go once they are gone.
+                let mut unneeded = Vec::new();
                 for key in self.relist_end(Source::Pods, known.into_iter()) {
-                    // The core removes it at RelistDone; the state forgets it.
-                    self.forget_pod(&key);
+                    self.forget_pod(&key, &mut unneeded);
                 }
                 out.push(Input::RelistDone {
                     kind: Kind::Workload,
                 });
+                out.extend(unneeded);
             }
         }
         out
@@ -421,22 +549,33 @@ impl InformerState {
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let claims = claims_of(pod, &name);
-        let sent = match self.pods.get(&key) {
+        let volumes = volumes_of(pod, &name, &namespace);
+        let (sent, inline_sent) = match self.pods.get(&key) {
             Some(old) => {
-                let (old_namespace, old_claims) = (old.namespace.clone(), old.claims.clone());
+                let old_namespace = old.namespace.clone();
+                let old_claims: Vec<Claim> = old.claims().cloned().collect();
                 let (old_node, sent) = (old.node.clone(), old.sent.clone());
+                let inline_sent = old.inline_sent.clone();
                 for claim in &old_claims {
                     self.unlink_claim(&old_namespace, &claim.name, &key);
                 }
                 unlink(&mut self.pods_by_node, &old_node, &key);
-                sent
+                (sent, inline_sent)
             }
-            None => None,
+            None => (None, BTreeSet::new()),
         };
-        for claim in &claims {
+        let entry = PodEntry {
+            namespace,
+            name,
+            uid,
+            node: node.clone(),
+            volumes,
+            sent,
+            inline_sent,
+        };
+        for claim in entry.claims() {
             self.pods_by_claim
-                .entry(pod_key(&namespace, &claim.name))
+                .entry(pod_key(&entry.namespace, &claim.name))
                 .or_default()
                 .insert(key.clone());
         }
@@ -444,14 +583,6 @@ impl InformerState {
             .entry(node.clone())
             .or_default()
             .insert(key.clone());
-        let entry = PodEntry {
-            namespace,
-            name,
-            uid,
-            node: node.clone(),
-            claims,
-            sent,
-        };
         let volumes = self.resolve(&entry);
         let unchanged = entry
             .sent
@@ -469,7 +600,9 @@ impl InformerState {
         unlink(&mut self.pods_by_claim, &pod_key(namespace, claim), pod);
     }
 
-    /// Sends `WorkloadScheduled` for an active pod and records what was sent.
+    /// Sends `WorkloadScheduled` for an active pod and records what was sent. An inline
+    /// volume it needs first is set before (`SetVolume`), one no pod needs any more is
+    /// removed after (`VolumeRemoved`).
     fn send_pod(&mut self, key: &str, volumes: Vec<String>, out: &mut Vec<Input<Kube>>) {
         let Some(pod) = self.pods.get_mut(key) else {
             return;
@@ -481,6 +614,18 @@ impl InformerState {
             name: pod.name.clone(),
             uid: pod.uid.clone(),
         };
+        let inline: Vec<(Translated, String)> = pod
+            .volumes
+            .iter()
+            .filter_map(|volume| match volume {
+                PodVolume::Inline(inline) if volumes.contains(&inline.0.unique) => {
+                    Some((**inline).clone())
+                }
+                _ => None,
+            })
+            .collect();
+        let now: BTreeSet<String> = inline.iter().map(|(t, _)| t.unique.clone()).collect();
+        let before = std::mem::replace(&mut pod.inline_sent, now.clone());
         let mut index = self.index.write();
         if let Some((old_node, old)) = previous {
             for volume in old {
@@ -496,11 +641,68 @@ impl InformerState {
         }
         index.pods.insert(key.to_owned(), reference);
         drop(index);
+        for (translated, name) in inline {
+            if !before.contains(&translated.unique) {
+                self.add_inline_user(translated, name, key, out);
+            }
+        }
         out.push(Input::WorkloadScheduled {
             workload: key.to_owned(),
             node,
             volumes,
         });
+        for unique in before.difference(&now) {
+            self.remove_inline_user(unique, key, out);
+        }
+    }
+
+    /// Records that the pod `key` needs the inline volume `translated`; the first pod to
+    /// need it sets it, unless a PV gives it a spec already.
+    fn add_inline_user(
+        &mut self,
+        translated: Translated,
+        name: String,
+        key: &str,
+        out: &mut Vec<Input<Kube>>,
+    ) {
+        let Translated { unique, spec, .. } = translated;
+        let entry = self
+            .inline
+            .entry(unique.clone())
+            .or_insert_with(|| InlineEntry {
+                spec: spec.clone(),
+                users: BTreeSet::new(),
+            });
+        let first = entry.users.is_empty();
+        entry.users.insert(key.to_owned());
+        if first {
+            self.index.write().inline.insert(unique.clone(), name);
+            if self.pv_spec(&unique).is_none() {
+                out.push(Input::SetVolume {
+                    volume: unique,
+                    spec,
+                });
+            }
+        }
+    }
+
+    /// Records that the pod `key` no longer needs the inline volume `unique`; once no pod
+    /// does, it is removed, unless a PV still gives it a spec.
+    fn remove_inline_user(&mut self, unique: &str, key: &str, out: &mut Vec<Input<Kube>>) {
+        let Some(entry) = self.inline.get_mut(unique) else {
+            return;
+        };
+        entry.users.remove(key);
+        if !entry.users.is_empty() {
+            return;
+        }
+        self.inline.remove(unique);
+        self.index.write().inline.remove(unique);
+        if self.pv_spec(unique).is_none() {
+            out.push(Input::VolumeRemoved {
+                volume: unique.to_owned(),
+            });
+        }
     }
 
     /// Takes an active pod back from the core (`WorkloadRemoved`), keeping it in the state:
@@ -509,6 +711,7 @@ impl InformerState {
         let Some(pod) = self.pods.get_mut(key) else {
             return;
         };
+        let inline = std::mem::take(&mut pod.inline_sent);
         if let Some((node, sent)) = pod.sent.take() {
             let mut index = self.index.write();
             for volume in &sent {
@@ -520,25 +723,34 @@ impl InformerState {
                 workload: key.to_owned(),
             });
         }
+        for unique in &inline {
+            self.remove_inline_user(unique, key, out);
+        }
     }
 
     fn remove_pod(&mut self, key: &str, out: &mut Vec<Input<Kube>>) {
-        if self.forget_pod(key) {
+        let mut unneeded = Vec::new();
+        if self.forget_pod(key, &mut unneeded) {
             out.push(Input::WorkloadRemoved {
                 workload: key.to_owned(),
             });
         }
+        out.extend(unneeded);
     }
 
-    /// Drops a pod from the state; whether the core knew it.
-    fn forget_pod(&mut self, key: &str) -> bool {
+    /// Drops a pod from the state; whether the core knew it. The inline volumes it alone
+    /// needed are removed into `unneeded`.
+    fn forget_pod(&mut self, key: &str, unneeded: &mut Vec<Input<Kube>>) -> bool {
         let Some(old) = self.pods.remove(key) else {
             return false;
         };
-        for claim in &old.claims {
+        for claim in old.claims() {
             self.unlink_claim(&old.namespace, &claim.name, key);
         }
         unlink(&mut self.pods_by_node, &old.node, key);
+        for unique in &old.inline_sent {
+            self.remove_inline_user(unique, key, unneeded);
+        }
         let Some((node, sent)) = old.sent else {
             return false;
         };
@@ -589,20 +801,25 @@ impl InformerState {
             .is_some_and(|seen| !seen.contains(key))
     }
 
-    /// The unique names of the volumes a pod needs that resolve now.
+    /// The unique names of the volumes a pod needs that resolve now, on its node.
     fn resolve(&self, pod: &PodEntry) -> Vec<String> {
         let mut volumes: Vec<String> = Vec::new();
-        for claim in &pod.claims {
-            if let Some(volume) = self.resolve_claim(&pod.namespace, &pod.uid, claim)
-                && !volumes.contains(&volume)
+        for volume in &pod.volumes {
+            let translated = match volume {
+                PodVolume::Claim(claim) => self.resolve_claim(&pod.namespace, &pod.uid, claim),
+                PodVolume::Inline(inline) => Some(&inline.0),
+            };
+            if let Some(translated) = translated
+                && self.usable_on(&pod.node, translated)
+                && !volumes.contains(&translated.unique)
             {
-                volumes.push(volume);
+                volumes.push(translated.unique.clone());
             }
         }
         volumes
     }
 
-    fn resolve_claim(&self, namespace: &str, pod_uid: &str, claim: &Claim) -> Option<String> {
+    fn resolve_claim(&self, namespace: &str, pod_uid: &str, claim: &Claim) -> Option<&Translated> {
         let pvc = self.claims.get(&pod_key(namespace, &claim.name))?;
         if claim.ephemeral && pvc.owner.as_deref() != Some(pod_uid) {
             return None;
@@ -614,8 +831,7 @@ impl InformerState {
         {
             return None;
         }
-        let (unique, spec) = pv.csi.as_ref()?;
-        self.tracked(&spec.payload.driver).then(|| unique.clone())
+        pv.csi.as_ref()
     }
 
     /// Sends again the pods named by these claims whose volumes changed.
@@ -626,6 +842,11 @@ impl InformerState {
                 pods.extend(users.iter().cloned());
             }
         }
+        self.rederive_pods(pods, out);
+    }
+
+    /// Sends again these pods, if the core knows them and their volumes changed.
+    fn rederive_pods(&mut self, pods: BTreeSet<String>, out: &mut Vec<Input<Kube>>) {
         for key in pods {
             if self.unlisted(&key) {
                 continue;
@@ -753,6 +974,8 @@ impl InformerState {
                     // The core removes the volume at RelistDone unless another PV set it.
                     self.remove_pv(&name, false, &mut out);
                 }
+                // An inline volume has no PV to be listed: set, it counts as seen.
+                out.extend(self.inline_only());
                 out.push(Input::RelistDone { kind: Kind::Volume });
             }
         }
@@ -767,18 +990,15 @@ impl InformerState {
             self.seen(Source::Volumes, &name);
         }
         let spec = pv.spec.as_ref();
-        let csi = spec.and_then(|s| s.csi.as_ref()).map(|csi| {
-            let payload = CsiVolume::persistent(&name, &csi.driver, &csi.volume_handle);
-            let access = access_of(spec.and_then(|s| s.access_modes.as_deref()));
-            (
-                payload.unique_name(),
-                VolumeSpec {
-                    access,
-                    payload,
-                    attach_required: true,
-                },
-            )
-        });
+        let csi = match translate_persistent_volume(pv) {
+            Ok(csi) => csi,
+            Err(error) => {
+                warn!(pv = name, %error, "CSI migration cannot translate the PersistentVolume: \
+                      its pods do not get it attached");
+                None
+            }
+        };
+        let csi = csi.map(|csi| translated(&csi, AttachSource::PersistentVolume(name.clone())));
         let entry = PvEntry {
             csi,
             claim_uid: spec
@@ -792,11 +1012,11 @@ impl InformerState {
         }
         // A PV whose unique name changed (deleted and created again in a gap) leaves the old.
         if let Some(old) = &previous
-            && old.csi.as_ref().map(|c| &c.0) != entry.csi.as_ref().map(|c| &c.0)
+            && old.csi.as_ref().map(|c| &c.unique) != entry.csi.as_ref().map(|c| &c.unique)
         {
             self.remove_pv(&name, true, out);
         }
-        if let Some((unique, spec)) = &entry.csi {
+        if let Some(Translated { unique, spec, .. }) = &entry.csi {
             self.index
                 .write()
                 .pvs
@@ -825,7 +1045,7 @@ impl InformerState {
         let Some(old) = self.pvs.remove(name) else {
             return;
         };
-        if let Some((unique, spec)) = &old.csi {
+        if let Some(Translated { unique, spec, .. }) = &old.csi {
             let remaining = {
                 let mut index = self.index.write();
                 let remaining = index.pvs.get_mut(unique).and_then(|pvs| {
@@ -838,7 +1058,11 @@ impl InformerState {
                 remaining
             };
             if announce && self.tracked(&spec.payload.driver) {
-                match remaining.and_then(|pv| self.spec_of(&pv)) {
+                // Another PV of the volume, or pods needing it inline, keep it.
+                let kept = remaining
+                    .and_then(|pv| self.spec_of(&pv))
+                    .or_else(|| self.inline.get(unique).map(|entry| entry.spec.clone()));
+                match kept {
                     Some(spec) => out.push(Input::SetVolume {
                         volume: unique.clone(),
                         spec,
@@ -1034,13 +1258,26 @@ impl InformerState {
             if entry
                 .csi
                 .as_ref()
-                .is_some_and(|(_, spec)| spec.payload.driver == driver)
+                .is_some_and(|c| c.spec.payload.driver == driver)
                 && let Some(bound) = self.claims_by_pv.get(name)
             {
                 claims.extend(bound.iter().cloned());
             }
         }
         self.rederive(claims, out);
+        // And the pods with an inline volume of the driver.
+        let inline: BTreeSet<String> = self
+            .pods
+            .iter()
+            .filter(|(_, pod)| {
+                pod.volumes.iter().any(|volume| {
+                    matches!(volume, PodVolume::Inline(inline)
+                        if inline.0.spec.payload.driver == driver)
+                })
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        self.rederive_pods(inline, out);
     }
 }
 
@@ -1096,36 +1333,61 @@ fn is_terminated(pod: &Pod) -> bool {
             .all(|c| c.state.as_ref().is_none_or(|s| s.running.is_none()))
 }
 
-fn claims_of(pod: &Pod, pod_name: &str) -> Vec<Claim> {
+/// What the pod's volumes may need attached, in the pod's order: its claims (a generic
+/// ephemeral volume's is `{pod}-{volume}`), and its inline in-tree volumes as CSI migration
+/// translates them (one that does not translate is skipped, as upstream skips it).
+fn volumes_of(pod: &Pod, pod_name: &str, namespace: &str) -> Vec<PodVolume> {
     let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
     volumes
         .into_iter()
         .flatten()
         .filter_map(|v| {
             if let Some(pvc) = &v.persistent_volume_claim {
-                Some(Claim {
+                return Some(PodVolume::Claim(Claim {
                     name: pvc.claim_name.clone(),
                     ephemeral: false,
-                })
-            } else {
-                v.ephemeral.as_ref().map(|_| Claim {
+                }));
+            }
+            if v.ephemeral.is_some() {
+                return Some(PodVolume::Claim(Claim {
                     name: format!("{pod_name}-{}", v.name),
                     ephemeral: true,
-                })
+                }));
+            }
+            match translate_inline_volume(v, namespace) {
+                Ok(Some(csi)) => {
+                    let name = csi.name().to_owned();
+                    let source = AttachSource::Inline(Box::new(csi.spec()));
+                    Some(PodVolume::Inline(Box::new((
+                        translated(&csi, source),
+                        name,
+                    ))))
+                }
+                Ok(None) => None,
+                Err(error) => {
+                    warn!(pod = pod_key(namespace, pod_name), volume = v.name, %error,
+                        "skipping an inline volume CSI migration cannot translate");
+                    None
+                }
             }
         })
         .collect()
 }
 
-fn access_of(modes: Option<&[String]>) -> Access {
-    let multi = modes
-        .unwrap_or_default()
-        .iter()
-        .any(|m| m == "ReadWriteMany" || m == "ReadOnlyMany");
-    if multi {
-        Access::MultiNode
-    } else {
-        Access::SingleNode
+/// A translated volume with the attachment source `source`, as the core takes it.
+fn translated(csi: &CsiSpec, source: AttachSource) -> Translated {
+    Translated {
+        unique: csi.unique_name(),
+        spec: VolumeSpec {
+            access: csi.access(),
+            payload: CsiVolume {
+                source,
+                driver: csi.driver().to_owned(),
+                handle: csi.handle().to_owned(),
+            },
+            attach_required: true,
+        },
+        plugin: csi.plugin(),
     }
 }
 

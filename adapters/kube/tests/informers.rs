@@ -1014,3 +1014,241 @@ fn a_driver_switched_to_no_attach_stops_tracking_its_volumes_and_back() {
         vec![scheduled("r", "n3", &[volume("pv-1")])]
     );
 }
+
+// ---- in-tree volumes, served by their CSI drivers through CSI migration ----
+
+/// The unique name kubelet gives a migrated EBS volume.
+const EBS_VOLUME: &str = "kubernetes.io/csi/ebs.csi.aws.com^vol-1";
+
+/// An in-tree EBS PersistentVolume `pv-ebs` (volume `vol-1`), RWO, claimed by `ns/c-ebs`.
+fn ebs_pv() -> PersistentVolume {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "pv-ebs", "uid": "uid-pv-ebs"},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "awsElasticBlockStore": {"volumeID": "aws://us-west-2a/vol-1", "fsType": "ext4"},
+            "claimRef": {"namespace": "ns", "name": "c-ebs", "uid": "uid-c-ebs"},
+        },
+    }))
+    .unwrap()
+}
+
+/// A running pod on `node` with the one inline `volume`.
+fn pod_with(name: &str, node: &str, volume: serde_json::Value) -> Pod {
+    let mut pod = pod(name, Some(node), &[]);
+    pod.spec.as_mut().unwrap().volumes = Some(vec![serde_json::from_value(volume).unwrap()]);
+    pod
+}
+
+fn inline_ebs() -> serde_json::Value {
+    serde_json::json!({"name": "data", "awsElasticBlockStore": {"volumeID": "vol-1"}})
+}
+
+/// What the inline EBS volume `vol-1` is set as: its translated spec is the attachment's
+/// `inlineVolumeSpec`.
+fn inline_ebs_spec() -> VolumeSpec<CsiVolume> {
+    let spec = serde_json::from_value(serde_json::json!({
+        "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-1", "volumeAttributes": {"partition": "0"}},
+        "accessModes": ["ReadWriteOnce"],
+        "volumeMode": "Filesystem",
+    }))
+    .unwrap();
+    VolumeSpec {
+        access: Access::SingleNode,
+        payload: CsiVolume {
+            source: AttachSource::Inline(Box::new(spec)),
+            driver: "ebs.csi.aws.com".into(),
+            handle: "vol-1".into(),
+        },
+        attach_required: true,
+    }
+}
+
+#[test]
+fn an_in_tree_pv_is_set_under_its_csi_name_and_its_pods_need_it() {
+    let mut s = InformerState::new();
+    assert_eq!(
+        s.volumes(Event::Apply(ebs_pv())),
+        vec![Input::SetVolume {
+            volume: EBS_VOLUME.into(),
+            spec: VolumeSpec {
+                access: Access::SingleNode,
+                payload: CsiVolume::persistent("pv-ebs", "ebs.csi.aws.com", "vol-1"),
+                attach_required: true,
+            },
+        }]
+    );
+    s.claims(Event::Apply(pvc("c-ebs", Some("pv-ebs"))));
+    assert_eq!(
+        s.pods(Event::Apply(pod("p", Some("n1"), &["c-ebs"]))),
+        vec![scheduled("p", "n1", &[EBS_VOLUME.into()])]
+    );
+    assert_eq!(
+        s.index().pv_name(EBS_VOLUME).as_deref(),
+        Some("pv-ebs"),
+        "events name it by its PV"
+    );
+}
+
+#[test]
+fn a_gce_pd_declared_read_write_many_is_single_node_as_its_driver_attaches_it() {
+    let mut s = InformerState::new();
+    let pd: PersistentVolume = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "pv-pd"},
+        "spec": {"accessModes": ["ReadWriteMany"], "gcePersistentDisk": {"pdName": "disk-1"}},
+    }))
+    .unwrap();
+    let inputs = s.volumes(Event::Apply(pd));
+    let [Input::SetVolume { volume, spec }] = inputs.as_slice() else {
+        panic!("{inputs:?}");
+    };
+    assert_eq!(
+        volume,
+        "kubernetes.io/csi/pd.csi.storage.gke.io^projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-1"
+    );
+    assert_eq!(spec.access, Access::SingleNode);
+}
+
+#[test]
+fn an_in_tree_pv_that_does_not_translate_is_nobodys() {
+    let mut s = InformerState::new();
+    let mut bad = ebs_pv();
+    bad.spec
+        .as_mut()
+        .unwrap()
+        .aws_elastic_block_store
+        .as_mut()
+        .unwrap()
+        .volume_id = "aws://us-west-2a/not-a-volume".into();
+    assert!(s.volumes(Event::Apply(bad)).is_empty());
+    s.claims(Event::Apply(pvc("c-ebs", Some("pv-ebs"))));
+    assert_eq!(
+        s.pods(Event::Apply(pod("p", Some("n1"), &["c-ebs"]))),
+        vec![scheduled("p", "n1", &[])]
+    );
+}
+
+#[test]
+fn an_inline_in_tree_volume_is_set_while_a_pod_needs_it() {
+    let mut s = InformerState::new();
+    assert_eq!(
+        s.pods(Event::Apply(pod_with("p", "n1", inline_ebs()))),
+        vec![
+            Input::SetVolume {
+                volume: EBS_VOLUME.into(),
+                spec: inline_ebs_spec()
+            },
+            scheduled("p", "n1", &[EBS_VOLUME.into()]),
+        ]
+    );
+    // A second pod with the same disk: already set.
+    assert_eq!(
+        s.pods(Event::Apply(pod_with("q", "n2", inline_ebs()))),
+        vec![scheduled("q", "n2", &[EBS_VOLUME.into()])]
+    );
+    assert_eq!(
+        s.index().pv_name(EBS_VOLUME).as_deref(),
+        Some("ebs.csi.aws.com-vol-1"),
+        "events name it as upstream's translation names it"
+    );
+    assert_eq!(
+        s.pods(Event::Delete(pod_with("p", "n1", inline_ebs()))),
+        vec![removed("p")]
+    );
+    // The last pod gone, the volume goes: the core detaches it where still attached.
+    assert_eq!(
+        s.pods(Event::Delete(pod_with("q", "n2", inline_ebs()))),
+        vec![
+            removed("q"),
+            Input::VolumeRemoved {
+                volume: EBS_VOLUME.into()
+            }
+        ]
+    );
+}
+
+#[test]
+fn inline_volumes_are_in_the_world_and_survive_a_pv_relist() {
+    let mut s = InformerState::new();
+    s.pods(Event::Apply(pod_with("p", "n1", inline_ebs())));
+    assert_eq!(
+        s.snapshot(),
+        vec![
+            Input::SetVolume {
+                volume: EBS_VOLUME.into(),
+                spec: inline_ebs_spec()
+            },
+            scheduled("p", "n1", &[EBS_VOLUME.into()]),
+        ]
+    );
+    // The PV watcher relists: the core removes the volumes it does not see set, and an
+    // inline volume has no PV. It is set again before the relist ends.
+    s.volumes(Event::Init);
+    assert_eq!(
+        s.volumes(Event::InitDone),
+        vec![
+            Input::SetVolume {
+                volume: EBS_VOLUME.into(),
+                spec: inline_ebs_spec()
+            },
+            Input::RelistDone { kind: Kind::Volume },
+        ]
+    );
+    // A pod relist that no longer shows the pod: the volume goes after the relist.
+    s.pods(Event::Init);
+    assert_eq!(
+        s.pods(Event::InitDone),
+        vec![
+            Input::RelistDone {
+                kind: Kind::Workload
+            },
+            Input::VolumeRemoved {
+                volume: EBS_VOLUME.into()
+            },
+        ]
+    );
+}
+
+#[test]
+fn an_inline_volume_of_a_driver_that_needs_no_attach_is_not_tracked() {
+    let mut s = InformerState::new();
+    s.drivers(Event::Apply(csi_driver("file.csi.azure.com", Some(false))));
+    let share = serde_json::json!({"name": "share", "azureFile": {"secretName": "s", "shareName": "files"}});
+    assert_eq!(
+        s.pods(Event::Apply(pod_with("p", "n1", share))),
+        vec![scheduled("p", "n1", &[])]
+    );
+    // The EBS driver switched to no attach: its inline volume goes, with its pod's need.
+    s.pods(Event::Apply(pod_with("q", "n2", inline_ebs())));
+    assert_eq!(
+        s.drivers(Event::Apply(csi_driver("ebs.csi.aws.com", Some(false)))),
+        vec![
+            scheduled("q", "n2", &[]),
+            Input::VolumeRemoved {
+                volume: EBS_VOLUME.into()
+            },
+        ]
+    );
+}
+
+#[test]
+fn a_portworx_volume_needs_to_know_the_node_migrated_it() {
+    // Portworx's migration is not complete by default: only where the node's CSINode says
+    // its kubelet migrated it. With no CSINode known, the pod does not get it.
+    let mut s = InformerState::new();
+    let px: PersistentVolume = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "pv-px"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "portworxVolume": {"volumeID": "px-1"}},
+    }))
+    .unwrap();
+    assert_eq!(
+        s.volumes(Event::Apply(px)).len(),
+        1,
+        "set: a node may migrate it"
+    );
+    s.claims(Event::Apply(pvc("c-px", Some("pv-px"))));
+    assert_eq!(
+        s.pods(Event::Apply(pod("p", Some("n1"), &["c-px"]))),
+        vec![scheduled("p", "n1", &[])]
+    );
+}
