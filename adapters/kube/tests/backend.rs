@@ -14,7 +14,7 @@ use attach_detach::conformance::{self, BackendHarness, HarnessError};
 use attach_detach::core::{Access, VolumeSpec};
 use attach_detach::traits::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 use attach_detach_kube::{
-    CsiDrivers, CsiVolume, Kube, KubeBackendConfig, ManagedDrivers, ManagedNodes,
+    AttachSource, CsiDrivers, CsiVolume, Kube, KubeBackendConfig, ManagedDrivers, ManagedNodes,
     VolumeAttachmentBackend, attachment_name, unique_name,
 };
 use common::fake_va::{Attacher, FakeVa};
@@ -886,7 +886,7 @@ async fn list_joins_the_attachments_with_their_volumes() {
                     attached(va(5, NODE, 6)),           // its PV is not CSI
                     renamed,                            // its PV has another handle now
                     nfs,                                // a driver that needs no attach
-                    inline,                             // an inline volume
+                    inline,                             // an inline volume, misnamed
                 ], None));
             let mut not_csi = pv(5, DRIVER, &["ReadWriteOnce"]);
             not_csi["spec"] = json!({"accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/mnt"}});
@@ -947,6 +947,136 @@ async fn list_reports_only_the_managed_drivers() {
     )
     .await;
     assert_eq!(answer, Ok(vec![]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn attach_of_an_inline_volume_puts_its_translated_spec_in_the_object() {
+    let spec: k8s_openapi::api::core::v1::PersistentVolumeSpec = serde_json::from_value(json!({
+        "csi": {"driver": DRIVER, "volumeHandle": "vol-1", "volumeAttributes": {"partition": "0"}},
+        "accessModes": ["ReadWriteOnce"],
+        "volumeMode": "Filesystem",
+    }))
+    .unwrap();
+    let payload = CsiVolume {
+        source: AttachSource::Inline(Box::new(spec)),
+        driver: DRIVER.into(),
+        handle: "vol-1".into(),
+    };
+    let (b, server) = backend();
+    let answer = run(
+        b,
+        server,
+        |s: Server| async move {
+            // As upstream's attacher creates it: no PV name, the spec inline.
+            let mut body = created(1);
+            body["spec"]["source"] = json!({"inlineVolumeSpec": {
+                "csi": {"driver": DRIVER, "volumeHandle": "vol-1", "volumeAttributes": {"partition": "0"}},
+                "accessModes": ["ReadWriteOnce"],
+                "volumeMode": "Filesystem",
+            }});
+            s.expect(Method::POST, &create(), Some(body))
+                .await
+                .send_response(reply(201, attached(va(1, NODE, 1))));
+        },
+        async move |b: &VolumeAttachmentBackend| {
+            b.attach(&payload.unique_name(), &NODE.to_owned(), &payload)
+                .await
+        },
+    )
+    .await;
+    assert_eq!(answer, Ok(AttachInfo { device: None }));
+}
+
+#[tokio::test(start_paused = true)]
+async fn list_adopts_the_attachments_of_migrated_and_inline_volumes() {
+    let (b, server) = backend();
+    let b = b.with_managed_nodes(managed(&[(NODE, true)]));
+    let inline_spec = json!({
+        "csi": {"driver": DRIVER, "volumeHandle": "vol-9", "volumeAttributes": {"partition": "0"}},
+        "accessModes": ["ReadWriteOnce"],
+        "volumeMode": "Filesystem",
+    });
+    let answer = run(
+        b,
+        server,
+        move |s: Server| async move {
+            // An in-tree EBS PV, attached through its CSI driver: named from the translated
+            // handle (vol-1, not aws://us-west-2a/vol-1).
+            let migrated = json!({
+                "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+                "metadata": {"name": name(1, NODE)},
+                "spec": {"attacher": DRIVER, "nodeName": NODE, "source": {"persistentVolumeName": "pv-ebs"}},
+                "status": {"attached": true},
+            });
+            // An inline volume's: its spec is in the object.
+            let inline = json!({
+                "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+                "metadata": {"name": name(9, NODE), "deletionTimestamp": "2026-01-01T00:00:00Z",
+                             "finalizers": ["external-attacher/ebs-csi-aws-com"]},
+                "spec": {"attacher": DRIVER, "nodeName": NODE, "source": {"inlineVolumeSpec": inline_spec}},
+            });
+            // One whose name is not the one its spec gives, and one without a CSI source.
+            let mut renamed = inline.clone();
+            renamed["metadata"]["name"] = json!(name(8, NODE));
+            let mut not_csi = inline.clone();
+            not_csi["metadata"]["name"] = json!(name(7, NODE));
+            not_csi["spec"]["source"] = json!({"inlineVolumeSpec": {"hostPath": {"path": "/"}}});
+            s.expect(Method::GET, &format!("{VAS}?&limit=500"), None)
+                .await
+                .send_response(page(
+                    "VolumeAttachmentList",
+                    vec![migrated, inline, renamed, not_csi],
+                    None,
+                ));
+            s.expect(Method::GET, &format!("{PVS}?&limit=500"), None)
+                .await
+                .send_response(page(
+                    "PersistentVolumeList",
+                    vec![json!({
+                        "apiVersion": "v1", "kind": "PersistentVolume",
+                        "metadata": {"name": "pv-ebs"},
+                        "spec": {"accessModes": ["ReadWriteOnce"],
+                                 "awsElasticBlockStore": {"volumeID": "aws://us-west-2a/vol-1"}},
+                    })],
+                    None,
+                ));
+        },
+        async |b: &VolumeAttachmentBackend| b.list().await,
+    )
+    .await;
+    let inline_spec = serde_json::from_value(json!({
+        "csi": {"driver": DRIVER, "volumeHandle": "vol-9", "volumeAttributes": {"partition": "0"}},
+        "accessModes": ["ReadWriteOnce"],
+        "volumeMode": "Filesystem",
+    }))
+    .unwrap();
+    assert_eq!(
+        answer,
+        Ok(vec![
+            BackendAttachment {
+                volume: unique_name(DRIVER, "vol-1"),
+                node: NODE.to_owned(),
+                spec: VolumeSpec {
+                    access: Access::SingleNode,
+                    payload: CsiVolume::persistent("pv-ebs", DRIVER, "vol-1"),
+                    attach_required: true,
+                },
+            },
+            BackendAttachment {
+                volume: unique_name(DRIVER, "vol-9"),
+                node: NODE.to_owned(),
+                spec: VolumeSpec {
+                    access: Access::SingleNode,
+                    payload: CsiVolume {
+                        source: AttachSource::Inline(Box::new(inline_spec)),
+                        driver: DRIVER.to_owned(),
+                        handle: "vol-9".to_owned(),
+                    },
+                    attach_required: true,
+                },
+            },
+        ])
+    );
 }
 
 /// A registry of nodes, as the informers keep it: whether the controller manages each.
