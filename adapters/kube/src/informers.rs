@@ -1,9 +1,9 @@
 //! Kubernetes watches turned into controller inputs: Pods, PersistentVolumeClaims,
-//! PersistentVolumes, Nodes and CSIDrivers become [`Input<Kube>`]s, and the registries the
+//! PersistentVolumes, Nodes, CSIDrivers and CSINodes become [`Input<Kube>`]s, and the registries the
 //! backend reads ([`CsiDrivers`], [`ManagedNodes`]) are kept up to date.
 //!
 //! The mapping is [`InformerState`]: pure and synchronous, fed one `watcher::Event` at a time,
-//! so every rule is unit-tested without an API server. [`Informers`] drives kube-runtime's five
+//! so every rule is unit-tested without an API server. [`Informers`] drives kube-runtime's six
 //! watchers through it: [`Informers::initial_sync`] waits until every watcher has listed once
 //! (upstream's `WaitForCacheSync`) and hands back the [`World`] a controller starts from, then
 //! [`Informers::run`] forwards every later change to a running controller.
@@ -17,7 +17,7 @@ use attach_detach::controller::{ControllerError, ControllerHandle, World};
 use attach_detach::core::{Input, Kind, NodeFacts, VolumeSpec};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::CSIDriver;
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, watcher as watch};
 use kube::{Api, Client, Resource};
@@ -203,7 +203,7 @@ struct PvEntry {
     claim_uid: Option<String>,
 }
 
-/// Which of the five watchers a relist belongs to.
+/// Which of the six watchers a relist belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Source {
     Pods,
@@ -211,6 +211,7 @@ enum Source {
     Volumes,
     Nodes,
     Drivers,
+    CsiNodes,
 }
 
 /// The mapping from Kubernetes objects to [`Input<Kube>`]s, one watcher event at a time.
@@ -279,6 +280,11 @@ enum Source {
 ///
 /// **PersistentVolumeClaims** feed no kind of their own: a change re-derives the pods that
 /// name the claim.
+///
+/// **CSINodes** feed no kind of their own: a node's CSINode says which in-tree plugins its
+/// kubelet migrated (the `storage.alpha.kubernetes.io/migrated-plugins` annotation) and which
+/// CSI drivers are installed there ([`MigratedNode`]); a change re-derives the pods on the
+/// node. A CSINode missing from a listing is forgotten likewise.
 ///
 /// **CSIDrivers** feed the [`CsiDrivers`] registry ([`csi_drivers`](InformerState::csi_drivers),
 /// which the backend reads). Volumes of a driver that needs no attach (`attachRequired:
@@ -376,10 +382,10 @@ impl InformerState {
         self.nodes.get(node).is_some_and(|entry| !entry.managed)
     }
 
-    /// Whether every watcher (pods, claims, volumes, nodes, drivers) has completed a listing:
-    /// from then on the state shows the whole cluster.
+    /// Whether every watcher (pods, claims, volumes, nodes, drivers, CSI nodes) has completed
+    /// a listing: from then on the state shows the whole cluster.
     pub fn synced(&self) -> bool {
-        self.synced.len() == 5
+        self.synced.len() == 6
     }
 
     /// The inputs that build the state as it stands, for a controller's start-up [`World`]:
@@ -1182,6 +1188,46 @@ impl InformerState {
         }
     }
 
+    // ---- CSI nodes ----
+
+    /// One event of the CSINode watcher: what a node's CSINode says of CSI migration
+    /// ([`MigratedNode`]) decides whether its pods' volumes of an in-tree plugin whose
+    /// migration is not complete are the core's; when it changes, they are sent again.
+    pub fn csi_nodes(&mut self, event: Event<CSINode>) -> Vec<Input<Kube>> {
+        let mut out = Vec::new();
+        match event {
+            Event::Init => self.relist_start(Source::CsiNodes),
+            Event::InitApply(csi_node) | Event::Apply(csi_node) => {
+                if let Some(name) = csi_node.metadata.name.clone() {
+                    self.seen(Source::CsiNodes, &name);
+                    let migrated = MigratedNode::of(&csi_node);
+                    if self.csi_nodes.get(&name) != Some(&migrated) {
+                        self.csi_nodes.insert(name.clone(), migrated);
+                        self.rederive_pods(self.pods_on(&name).into_iter().collect(), &mut out);
+                    }
+                }
+            }
+            Event::Delete(csi_node) => {
+                if let Some(name) = csi_node.metadata.name {
+                    self.forget_csi_node(&name, &mut out);
+                }
+            }
+            Event::InitDone => {
+                let known: Vec<String> = self.csi_nodes.keys().cloned().collect();
+                for name in self.relist_end(Source::CsiNodes, known.into_iter()) {
+                    self.forget_csi_node(&name, &mut out);
+                }
+            }
+        }
+        out
+    }
+
+    fn forget_csi_node(&mut self, name: &str, out: &mut Vec<Input<Kube>>) {
+        if self.csi_nodes.remove(name).is_some() {
+            self.rederive_pods(self.pods_on(name).into_iter().collect(), out);
+        }
+    }
+
     // ---- drivers ----
 
     /// The registry of which drivers need attach, as the CSIDriver watcher shows it: hand it
@@ -1410,7 +1456,7 @@ pub fn node_facts(node: &Node) -> NodeFacts<String> {
     )
 }
 
-/// One event of any of the five watchers. Variants differ in size; one lives at a time, so
+/// One event of any of the six watchers. Variants differ in size; one lives at a time, so
 /// boxing would buy nothing.
 #[allow(clippy::large_enum_variant)]
 enum Update {
@@ -1419,6 +1465,7 @@ enum Update {
     Volume(Event<PersistentVolume>),
     Node(Event<Node>),
     Driver(Event<CSIDriver>),
+    CsiNode(Event<CSINode>),
 }
 
 type Updates = Pin<Box<dyn Stream<Item = Result<Update, watcher::Error>> + Send>>;
@@ -1433,7 +1480,7 @@ where
         .boxed()
 }
 
-/// kube-runtime's watchers on Pods, PVCs, PVs, Nodes and CSIDrivers (all namespaces), merged
+/// kube-runtime's watchers on Pods, PVCs, PVs, Nodes, CSIDrivers and CSINodes (all namespaces), merged
 /// and mapped through an [`InformerState`].
 ///
 /// Each watcher has kube-runtime's default configuration and default backoff: a failed list or
@@ -1468,8 +1515,15 @@ impl std::fmt::Debug for Informers {
 }
 
 impl Informers {
-    /// The five watchers on `client`'s cluster; nothing is listed until polled.
+    /// The six watchers on `client`'s cluster, with upstream's default CSI migration
+    /// ([`CsiMigration::default`]); nothing is listed until polled.
     pub fn new(client: Client) -> Self {
+        Self::with_csi_migration(client, CsiMigration::default())
+    }
+
+    /// The same, with CSI migration as `migration` says (say, every plugin's complete, when
+    /// kube-controller-manager runs with `InTreePluginPortworxUnregister`).
+    pub fn with_csi_migration(client: Client, migration: CsiMigration) -> Self {
         let updates = futures::stream::select_all([
             stream(Api::<Pod>::all(client.clone()), Update::Pod),
             stream(
@@ -1478,11 +1532,12 @@ impl Informers {
             ),
             stream(Api::<PersistentVolume>::all(client.clone()), Update::Volume),
             stream(Api::<Node>::all(client.clone()), Update::Node),
-            stream(Api::<CSIDriver>::all(client), Update::Driver),
+            stream(Api::<CSIDriver>::all(client.clone()), Update::Driver),
+            stream(Api::<CSINode>::all(client), Update::CsiNode),
         ])
         .boxed();
         Informers {
-            state: InformerState::new(),
+            state: InformerState::with_csi_migration(migration),
             updates,
         }
     }
@@ -1514,6 +1569,7 @@ impl Informers {
                 Ok(Update::Volume(e)) => return Some(self.state.volumes(e)),
                 Ok(Update::Node(e)) => return Some(self.state.nodes(e)),
                 Ok(Update::Driver(e)) => return Some(self.state.drivers(e)),
+                Ok(Update::CsiNode(e)) => return Some(self.state.csi_nodes(e)),
                 Err(error) => warn!(%error, "watch failed; kube-runtime retries with backoff"),
             }
         }

@@ -1,7 +1,9 @@
 //! Every rule of [`InformerState`], with k8s-openapi objects built by hand: no API server.
 
 use attach_detach::core::{Access, Input, Kind, NodeFacts, VolumeSpec};
-use attach_detach_kube::{AttachSource, CsiVolume, InformerState, Kube, unique_name};
+use attach_detach_kube::{
+    AttachSource, CsiMigration, CsiVolume, InTreePlugin, InformerState, Kube, unique_name,
+};
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, ContainerState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStatus, EphemeralVolumeSource, Node, NodeCondition, NodeSpec, NodeStatus,
@@ -9,7 +11,7 @@ use k8s_openapi::api::core::v1::{
     PersistentVolumeClaimStatus, PersistentVolumeClaimVolumeSource, PersistentVolumeSpec, Pod,
     PodSpec, PodStatus, Taint, Volume,
 };
-use k8s_openapi::api::storage::v1::{CSIDriver, CSIDriverSpec};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSIDriverSpec, CSINode};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::runtime::watcher::Event;
 
@@ -727,6 +729,9 @@ fn synced_once_every_watcher_listed_and_the_snapshot_builds_the_world() {
     s.volumes(Event::Init);
     s.volumes(Event::InitApply(rwo("pv-1")));
     s.volumes(Event::InitDone);
+    assert!(!s.synced(), "CSINodes not listed yet");
+    s.csi_nodes(Event::Init);
+    s.csi_nodes(Event::InitDone);
     assert!(s.synced());
     assert_eq!(
         s.snapshot(),
@@ -1250,5 +1255,131 @@ fn a_portworx_volume_needs_to_know_the_node_migrated_it() {
     assert_eq!(
         s.pods(Event::Apply(pod("p", Some("n1"), &["c-px"]))),
         vec![scheduled("p", "n1", &[])]
+    );
+}
+
+/// The CSINode of `node`: the plugins its kubelet migrated, the drivers installed.
+fn csi_node(node: &str, migrated: Option<&str>, drivers: &[&str]) -> CSINode {
+    let mut object = serde_json::json!({
+        "metadata": {"name": node},
+        "spec": {"drivers": drivers.iter().map(|d| serde_json::json!({"name": d, "nodeID": node})).collect::<Vec<_>>()},
+    });
+    if let Some(migrated) = migrated {
+        object["metadata"]["annotations"] =
+            serde_json::json!({"storage.alpha.kubernetes.io/migrated-plugins": migrated});
+    }
+    serde_json::from_value(object).unwrap()
+}
+
+const PX_VOLUME: &str = "kubernetes.io/csi/pxd.portworx.com^px-1";
+
+/// A state with the in-tree Portworx PV `pv-px` bound to `c-px`, used by pod `p` on `n1`.
+fn with_portworx() -> InformerState {
+    let mut s = InformerState::new();
+    let px: PersistentVolume = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "pv-px"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "portworxVolume": {"volumeID": "px-1"}},
+    }))
+    .unwrap();
+    s.volumes(Event::Apply(px));
+    s.claims(Event::Apply(pvc("c-px", Some("pv-px"))));
+    s.pods(Event::Apply(pod("p", Some("n1"), &["c-px"])));
+    s
+}
+
+#[test]
+fn a_node_whose_csinode_says_it_migrated_portworx_gets_its_volumes() {
+    // upstream's isCSIMigrationSupportedOnNode: the plugin in the CSINode's
+    // migrated-plugins annotation, and its driver installed there.
+    let mut s = with_portworx();
+    let migrated = "kubernetes.io/aws-ebs,kubernetes.io/portworx-volume";
+    assert_eq!(
+        s.csi_nodes(Event::Apply(csi_node(
+            "n1",
+            Some(migrated),
+            &["pxd.portworx.com"]
+        ))),
+        vec![scheduled("p", "n1", &[PX_VOLUME.into()])]
+    );
+    // Another node's CSINode changes nothing here.
+    assert!(
+        s.csi_nodes(Event::Apply(csi_node("n2", Some(migrated), &[])))
+            .is_empty()
+    );
+    // Listed as migrated, but the driver is gone: the volume waits there.
+    assert_eq!(
+        s.csi_nodes(Event::Apply(csi_node("n1", Some(migrated), &[]))),
+        vec![scheduled("p", "n1", &[])]
+    );
+    assert_eq!(
+        s.csi_nodes(Event::Apply(csi_node(
+            "n1",
+            Some(migrated),
+            &["pxd.portworx.com"]
+        ))),
+        vec![scheduled("p", "n1", &[PX_VOLUME.into()])]
+    );
+    // Not migrated there (the in-tree plugin serves it): not this controller's.
+    assert_eq!(
+        s.csi_nodes(Event::Apply(csi_node(
+            "n1",
+            Some("kubernetes.io/aws-ebs"),
+            &["pxd.portworx.com"]
+        ))),
+        vec![scheduled("p", "n1", &[])]
+    );
+    s.csi_nodes(Event::Apply(csi_node(
+        "n1",
+        Some(migrated),
+        &["pxd.portworx.com"],
+    )));
+    assert_eq!(
+        s.csi_nodes(Event::Delete(csi_node(
+            "n1",
+            Some(migrated),
+            &["pxd.portworx.com"]
+        ))),
+        vec![scheduled("p", "n1", &[])]
+    );
+}
+
+#[test]
+fn a_csinode_missing_from_a_relist_is_forgotten() {
+    let mut s = with_portworx();
+    let migrated = Some("kubernetes.io/portworx-volume");
+    s.csi_nodes(Event::Apply(csi_node(
+        "n1",
+        migrated,
+        &["pxd.portworx.com"],
+    )));
+    assert!(
+        s.csi_nodes(Event::Init).is_empty(),
+        "no core relist of its own"
+    );
+    assert!(s.csi_nodes(Event::InitDone) == vec![scheduled("p", "n1", &[])]);
+    // Listed again: the pod is sent with it.
+    assert_eq!(
+        s.csi_nodes(Event::Apply(csi_node(
+            "n1",
+            migrated,
+            &["pxd.portworx.com"]
+        ))),
+        vec![scheduled("p", "n1", &[PX_VOLUME.into()])]
+    );
+}
+
+#[test]
+fn with_every_migration_complete_no_csinode_is_needed() {
+    let mut s = InformerState::with_csi_migration(CsiMigration::complete(InTreePlugin::ALL));
+    let px: PersistentVolume = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "pv-px"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "portworxVolume": {"volumeID": "px-1"}},
+    }))
+    .unwrap();
+    s.volumes(Event::Apply(px));
+    s.claims(Event::Apply(pvc("c-px", Some("pv-px"))));
+    assert_eq!(
+        s.pods(Event::Apply(pod("p", Some("n1"), &["c-px"]))),
+        vec![scheduled("p", "n1", &[PX_VOLUME.into()])]
     );
 }
