@@ -555,7 +555,12 @@ impl InformerState {
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let volumes = volumes_of(pod, &name, &namespace);
+        // A pod's volumes cannot change: the same pod's (same uid) are not translated again
+        // at each of its many status updates (nor warned about again).
+        let volumes = match self.pods.get(&key) {
+            Some(old) if old.uid == uid => old.volumes.clone(),
+            _ => volumes_of(pod, &name, &namespace),
+        };
         let (sent, inline_sent) = match self.pods.get(&key) {
             Some(old) => {
                 let old_namespace = old.namespace.clone();

@@ -1383,3 +1383,34 @@ fn with_every_migration_complete_no_csinode_is_needed() {
         vec![scheduled("p", "n1", &[PX_VOLUME.into()])]
     );
 }
+
+#[test]
+fn a_pod_recreated_under_its_name_in_a_watch_gap_brings_its_own_inline_volumes() {
+    let mut s = InformerState::new();
+    s.pods(Event::Apply(pod_with("p", "n1", inline_ebs())));
+    // Deleted and created again (another uid, another disk) while the watch was down.
+    let mut again = pod_with(
+        "p",
+        "n1",
+        serde_json::json!({"name": "data", "awsElasticBlockStore": {"volumeID": "vol-2"}}),
+    );
+    again.metadata.uid = Some("uid-p-2".into());
+    let inputs = s.pods(Event::Apply(again));
+    assert_eq!(inputs.len(), 3, "{inputs:?}");
+    assert!(
+        matches!(&inputs[0], Input::SetVolume { volume, .. } if volume == "kubernetes.io/csi/ebs.csi.aws.com^vol-2")
+    );
+    assert_eq!(
+        inputs[1..],
+        [
+            scheduled(
+                "p",
+                "n1",
+                &["kubernetes.io/csi/ebs.csi.aws.com^vol-2".into()]
+            ),
+            Input::VolumeRemoved {
+                volume: EBS_VOLUME.into()
+            },
+        ]
+    );
+}
