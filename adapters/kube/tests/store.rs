@@ -37,7 +37,10 @@ fn node(name: &str, spec: Value, status: Value) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "resourceVersion": "4711", "uid": "8f2c"},
+        "metadata": {
+            "name": name, "resourceVersion": "4711", "uid": "8f2c",
+            "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
+        },
         "spec": spec,
         "status": status,
     })
@@ -468,6 +471,24 @@ async fn list_reads_every_page() {
         assert_eq!(status.in_use, Some(vec![]));
         assert_eq!(status.revision, Revision::from("null"));
     }
+    finish(store, script).await;
+}
+
+#[tokio::test]
+async fn list_skips_nodes_whose_kubelet_attaches_by_itself() {
+    // kubelet annotates its node when it leaves attach and detach to the controller
+    // (`--enable-controller-attach-detach`, the default); without it, the node's attachments
+    // and status are kubelet's own, and recovery must not adopt them.
+    let mut listing = page(&["n1", "n2", "n3"], None);
+    listing["items"][1]["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("annotations");
+    let (client, script) = scripted(vec![Exchange::get(LIST).answer(200, listing)]);
+    let store = KubeStatusStore::new(client);
+    let listed = store.list().await.unwrap();
+    let names: Vec<&str> = listed.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["n1", "n3"]);
     finish(store, script).await;
 }
 
