@@ -32,10 +32,10 @@ use std::time::Duration;
 
 use attach_detach::Ids;
 use attach_detach::core::VolumeSpec;
+use attach_detach_etcd::client::DeleteOptions;
 use attach_detach_etcd::{
     CloudConfig, CloudState, ClusterWriter, KeyLayout, SimulatedAgents, SimulatedCloud,
 };
-use etcd_client::DeleteOptions;
 
 type D = Ids<String, String, String, ()>;
 
@@ -98,7 +98,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             std::process::exit(2);
         }
     };
-    let client = etcd_client::Client::connect(&args.endpoints, None).await?;
+    let client = attach_detach_etcd::client::Client::connect(&args.endpoints, None)?;
     let layout = KeyLayout::new(args.prefix.clone());
     client
         .kv_client()

@@ -3,8 +3,8 @@
 
 use std::marker::PhantomData;
 
+use crate::client::{Client, PutOptions};
 use attach_detach::core::VolumeSpec;
-use etcd_client::{Client, PutOptions};
 
 use crate::codec::{EtcdDomain, encode_volume, encode_volumes, encode_workload};
 use crate::error::EtcdError;
@@ -21,7 +21,7 @@ use crate::layout::{KeyKind, KeyLayout};
 /// use attach_detach_etcd::{ClusterWriter, KeyLayout};
 /// type D = Ids<String, String, String, ()>;
 ///
-/// let client = etcd_client::Client::connect(["127.0.0.1:2379"], None).await?;
+/// let client = attach_detach_etcd::client::Client::connect(["127.0.0.1:2379"], None)?;
 /// let cluster = ClusterWriter::<D>::new(client, KeyLayout::default());
 /// cluster.add_node(&"node-a".into()).await?;          // the scheduler
 /// cluster.set_in_use(&"node-a".into(), &[]).await?;   // its agent: nothing mounted

@@ -12,9 +12,12 @@
 //! - [`Replica`], a controller replica: it campaigns ([`Candidate`]), and while it leads runs
 //!   a controller whose writes carry its [`Fence`];
 //! - [`SimulatedCloud`] and [`SimulatedAgents`], stand-ins for a cloud and for node agents
-//!   whose state lives in etcd, for examples and tests.
+//!   whose state lives in etcd, for examples and tests;
+//! - [`client`], the etcd client all of them take, on gRPC code generated from etcd's protos
+//!   and committed: building this crate needs no `protoc`.
 #![deny(missing_docs)]
 
+pub mod client;
 mod cloud;
 mod cluster;
 mod codec;
