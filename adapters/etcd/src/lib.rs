@@ -31,7 +31,7 @@ mod store;
 mod watch;
 
 pub use cloud::{CloudAttachment, CloudConfig, CloudState, SimulatedAgents, SimulatedCloud};
-pub use cluster::ClusterWriter;
+pub use cluster::{ClusterWriter, Placement, Placements};
 pub use codec::{EtcdDomain, KeyId};
 pub use error::{DecodeError, Deposed, EtcdError};
 pub use fence::Fence;
