@@ -137,7 +137,7 @@ mod tonic_code {
                 | Code::AlreadyExists => Effect::None,
                 _ => Effect::Maybe,
             },
-            ClientError::InvalidEndpoint { .. } => Effect::None,
+            ClientError::InvalidEndpoint { .. } | ClientError::NoRuntime => Effect::None,
             _ => Effect::Maybe,
         }
     }

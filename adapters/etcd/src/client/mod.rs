@@ -79,6 +79,9 @@ pub enum Error {
     /// etcd's answer lacked what it must carry.
     #[error("unexpected answer from etcd: {0}")]
     Internal(String),
+    /// [`Client::connect`] was called outside a tokio runtime, which its connections run on.
+    #[error("an etcd client must be created inside a tokio runtime")]
+    NoRuntime,
 }
 
 /// How a [`Client`] connects. By default: no deadline on a call, no HTTP/2 keep-alive, and a
@@ -148,12 +151,15 @@ type Service = InterceptedService<Channel, RequireLeader>;
 impl Client {
     /// A client of the members at `endpoints` (`host:port`, or a `http://` URI), calls
     /// balanced across them. Connections are made when first needed and made again after
-    /// they break (an etcd restart), so this fails only on an endpoint that does not parse;
-    /// a member that cannot be reached fails the calls sent to it.
+    /// they break (an etcd restart), so this fails only on an endpoint that does not parse,
+    /// or outside a tokio runtime (the connections' task runs on it); a member that cannot be
+    /// reached fails the calls sent to it.
     pub fn connect<E: AsRef<str>>(
         endpoints: impl IntoIterator<Item = E>,
         options: Option<ConnectOptions>,
     ) -> Result<Client, Error> {
+        // The balanced channel spawns its task at once: outside a runtime that would panic.
+        tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let options = options.unwrap_or_default();
         let endpoints = endpoints
             .into_iter()
@@ -264,9 +270,22 @@ mod tests {
         let options = ConnectOptions::new();
         let endpoint = endpoint_of("127.0.0.1:2379", &options).unwrap();
         assert_eq!(endpoint.uri().to_string(), "http://127.0.0.1:2379/");
+    }
+
+    #[tokio::test]
+    async fn a_bad_endpoint_is_an_error() {
         assert!(matches!(
             Client::connect(["http://bad host"], None),
             Err(Error::InvalidEndpoint { .. })
+        ));
+        assert!(Client::connect(["127.0.0.1:2379"], None).is_ok());
+    }
+
+    #[test]
+    fn a_client_made_outside_a_runtime_is_an_error_not_a_panic() {
+        assert!(matches!(
+            Client::connect(["127.0.0.1:2379"], None),
+            Err(Error::NoRuntime)
         ));
     }
 }
