@@ -468,3 +468,57 @@ fn a_release_the_backend_contradicts_is_the_operators_error() {
         "the false release is named"
     );
 }
+
+/// A volume named `unmount` on a node named `from`, as in the stuck-detach incident: declared,
+/// attached, stuck and released by the operator (`release unmount from from`) like any other,
+/// with the same run as the incident's own names give.
+#[test]
+fn a_volume_named_like_a_keyword_is_released() {
+    let name = "stuck-detach-released-on-fenced-node";
+    fn rename(word: &str) -> &str {
+        match word {
+            "disk" => "unmount",
+            "n1" => "from",
+            other => other,
+        }
+    }
+    let text: String = scenario_text(name)
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .map(|line| {
+            line.split_whitespace()
+                .map(rename)
+                .collect::<Vec<_>>()
+                .join(" ")
+                + "\n"
+        })
+        .collect();
+    assert!(
+        text.contains("\nat 30s release unmount from from\n"),
+        "{text}"
+    );
+    let renamed = run(&parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}")));
+    let original = run_named(name, None);
+    assert!(renamed.passed(), "{:#?}", renamed.violations);
+    assert_eq!(
+        (
+            renamed.converged,
+            renamed.attach_calls,
+            renamed.detach_calls
+        ),
+        (
+            original.converged,
+            original.attach_calls,
+            original.detach_calls
+        )
+    );
+    assert_eq!(renamed.trace.len(), original.trace.len());
+    assert!(
+        renamed
+            .trace
+            .iter()
+            .any(|line| line.contains("event VolumeReleased")),
+        "{}",
+        renamed.trace.join("\n")
+    );
+}
