@@ -29,10 +29,23 @@ pub struct SeedFailure {
 /// assert!(sweep(&scenario, 3).is_empty());
 /// ```
 pub fn sweep(scenario: &Scenario, count: u64) -> Vec<SeedFailure> {
-    (1..=count)
-        .filter_map(|seed| {
-            let report = run(&with_seed(scenario, seed));
-            (!report.passed()).then_some(SeedFailure { seed, report })
-        })
-        .collect()
+    sweep_with_progress(scenario, count, |_, _| {})
+}
+
+/// [`sweep`], calling `progress` after each seed's run with the seed and the failures so far,
+/// so that a long sweep can say how far it is.
+pub fn sweep_with_progress(
+    scenario: &Scenario,
+    count: u64,
+    mut progress: impl FnMut(u64, &[SeedFailure]),
+) -> Vec<SeedFailure> {
+    let mut failures = Vec::new();
+    for seed in 1..=count {
+        let report = run(&with_seed(scenario, seed));
+        if !report.passed() {
+            failures.push(SeedFailure { seed, report });
+        }
+        progress(seed, &failures);
+    }
+    failures
 }

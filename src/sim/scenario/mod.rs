@@ -152,6 +152,7 @@ mod types;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use error::Escaped;
 pub use error::{ParseError, ParseErrorKind, ScenarioError};
 pub use parser::{parse, parse_bytes};
 pub use printer::format_duration;
