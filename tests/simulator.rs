@@ -522,3 +522,71 @@ fn a_volume_named_like_a_keyword_is_released() {
         renamed.trace.join("\n")
     );
 }
+
+/// `pods` pods on one node, each with a volume of its own, placed at once, with one attach slot
+/// (`set max-attaches 1`): the attaches go one at a time, each a status write and an agent
+/// pass on the busy node. Issue 66 found the simulator quadratic here.
+fn busy_node(pods: usize) -> String {
+    use std::fmt::Write as _;
+    let mut text = String::from("set max-attaches 1\nnode a\n");
+    for i in 0..pods {
+        writeln!(text, "volume v{i} single-node").unwrap();
+    }
+    for i in 0..pods {
+        writeln!(text, "at 0s pod p{i} on a uses v{i}").unwrap();
+    }
+    // 200 ms an attach, one at a time.
+    writeln!(text, "run {}s", pods / 5 + 60).unwrap();
+    text
+}
+
+/// One pod with `volumes` volumes on one node with one attach slot.
+fn wide_pod(volumes: usize) -> String {
+    use std::fmt::Write as _;
+    let mut text = String::from("set max-attaches 1\nnode a\n");
+    for i in 0..volumes {
+        writeln!(text, "volume v{i} single-node").unwrap();
+    }
+    let names: Vec<String> = (0..volumes).map(|i| format!("v{i}")).collect();
+    writeln!(text, "at 0s pod p on a uses {}", names.join(",")).unwrap();
+    writeln!(text, "run {}s", volumes / 5 + 60).unwrap();
+    text
+}
+
+fn agent_work(text: &str) -> u64 {
+    let report = run(&parse(text).unwrap());
+    assert!(report.passed(), "{:#?}", report.violations);
+    report.agent_work
+}
+
+/// The node agents' work follows what changes, not what the node holds: four times the pods
+/// (or the volumes of one pod) on one busy node is about four times the work, where a pass
+/// over every pod and volume at each change made it sixteen times (issue 66: 5,000 pods took
+/// 80 s). Counted, not timed.
+#[test]
+fn an_agent_works_on_what_changed() {
+    for (what, text) in [
+        ("pods", busy_node as fn(usize) -> String),
+        ("volumes", wide_pod),
+    ] {
+        let (small, large) = (agent_work(&text(100)), agent_work(&text(400)));
+        assert!(
+            large <= 5 * small && large <= 400 * 8,
+            "100 {what}: {small} units of agent work, 400 {what}: {large}"
+        );
+    }
+}
+
+/// Issue 66's figure, to rerun by hand in release (`cargo test --release --features sim --test
+/// simulator -- --ignored five_thousand`): 5,000 pods on one node with one attach slot.
+#[test]
+#[ignore = "minutes in a debug build; run in release"]
+fn five_thousand_pods_on_one_busy_node() {
+    let started = std::time::Instant::now();
+    let work = agent_work(&busy_node(5000));
+    println!(
+        "5,000 pods on one node: {:.2} s, {work} units of agent work",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(work <= 5000 * 8, "{work}");
+}

@@ -12,7 +12,7 @@ use super::library::LIBRARY;
 use super::scenario::{self, Escaped, Scenario};
 use super::seeds::{SeedFailure, sweep_with_progress, with_seed};
 use super::timeline::render_svg;
-use super::{config_of, run, summary_header, summary_line, violation_line};
+use super::{Recording, config_of, run_recording, summary_header, summary_line, violation_line};
 
 /// The usage text `--help` prints.
 pub const USAGE: &str = "\
@@ -333,8 +333,13 @@ fn run_once(
     let mut failed = 0;
     let mut details = Vec::new();
     let mut reports = Vec::new();
+    // The trace and the picture grow with every status write's list: kept only when asked for.
+    let recording = Recording {
+        trace: options.trace,
+        timeline: options.timeline.is_some(),
+    };
     for (name, s) in parsed {
-        let report = run(s);
+        let report = run_recording(s, recording);
         writeln!(out, "{}", summary_line(name, &report))?;
         if options.trace {
             details.push(format!("--- trace of {name}"));
@@ -374,7 +379,7 @@ fn sweep_seeds(
     let mut failing_scenarios = 0;
     for (index, (name, s)) in parsed.iter().enumerate() {
         let mut last = Instant::now();
-        let failures = sweep_with_progress(s, count, |seed, failures: &[SeedFailure]| {
+        let progress = |seed, failures: &[SeedFailure]| {
             if last.elapsed() >= progress_every {
                 last = Instant::now();
                 let _ = writeln!(
@@ -386,7 +391,9 @@ fn sweep_seeds(
                     failures.len()
                 );
             }
-        });
+        };
+        // Only the violations of a failing seed are printed.
+        let failures = sweep_with_progress(s, count, Recording::NONE, progress);
         if failures.is_empty() {
             writeln!(out, "{name:<44} pass under seeds 1..={count}")?;
             continue;

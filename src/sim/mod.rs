@@ -60,6 +60,8 @@
 //! line. [`id_kinds`] drives one history through cores with ids of five kinds and compares
 //! what they plan, line by line.
 
+#[cfg(any(test, fuzzing))]
+mod agent_check;
 mod backend;
 pub mod cli;
 pub mod id_kinds;
@@ -73,7 +75,10 @@ mod store;
 pub mod timeline;
 mod world;
 
-pub use runner::{Report, SETTLE, config_of, run, summary_header, summary_line, violation_line};
+pub use runner::{
+    Recording, Report, SETTLE, config_of, run, run_recording, summary_header, summary_line,
+    violation_line,
+};
 pub use world::Violation;
 
 /// The identifiers the simulator uses: names for nodes, volumes and pods, no payload.

@@ -17,7 +17,7 @@ use super::panics::{self, Tasks};
 use super::scenario::{Action, CallOp, Expectation, MAX_DURATION, PodState, Scenario, UpstreamBug};
 use super::store::SimStore;
 use super::timeline::{Happening, NodeChange, PodPhase, Record};
-use super::world::{Phase, Power, SimNode, SimPod, Violation, World, fmt_time, join};
+use super::world::{Phase, Power, SimNode, Violation, World, fmt_time, join};
 use crate::actual::NodeFacts;
 use crate::config::{Config, MachineFencing, UpstreamBugs};
 use crate::controller::{
@@ -52,9 +52,14 @@ pub struct Report {
     pub detach_calls: u64,
     /// Status write attempts across all nodes.
     pub status_writes: u64,
-    /// Every step, one line each.
+    /// What the node agents' passes looked at, in volumes and pods considered and counts
+    /// moved: a measure of the simulator's own work, which follows what changed in the world
+    /// (a mount, a pod placed or deleted, a status write), not how much the world holds.
+    pub agent_work: u64,
+    /// Every step, one line each (empty unless [`Recording::trace`] asked for it).
     pub trace: Vec<String>,
-    /// What happened, structured, in the order seen: what [`render_svg`] draws.
+    /// What happened, structured, in the order seen: what [`render_svg`] draws (empty unless
+    /// [`Recording::timeline`] asked for it).
     ///
     /// [`render_svg`]: super::timeline::render_svg
     pub timeline: Vec<Record>,
@@ -65,6 +70,31 @@ impl Report {
     pub fn passed(&self) -> bool {
         self.violations.is_empty()
     }
+}
+
+/// What a run keeps of what happened, beyond its summary and violations: its trace, its
+/// timeline, both or neither. Both grow with everything that happens, a status write listing
+/// the node's volumes in each (a node gaining its 5,000th volume one by one writes 12.5
+/// million names), so a run whose trace or picture nobody reads keeps neither.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recording {
+    /// Keep [`Report::trace`].
+    pub trace: bool,
+    /// Keep [`Report::timeline`].
+    pub timeline: bool,
+}
+
+impl Recording {
+    /// The trace and the timeline: what [`run`] keeps.
+    pub const ALL: Recording = Recording {
+        trace: true,
+        timeline: true,
+    };
+    /// Neither: the summary and the violations only.
+    pub const NONE: Recording = Recording {
+        trace: false,
+        timeline: false,
+    };
 }
 
 /// Turns the scenario's settings into the core's configuration.
@@ -109,7 +139,22 @@ pub fn config_of(scenario: &Scenario) -> Config {
 /// A panic anywhere in the run fails it with the panic's message: in the controller's task, in
 /// the simulated backend or store, in the simulator's own tasks, or in the runner itself.
 pub fn run(scenario: &Scenario) -> Report {
-    run_with(scenario, Sabotage::None)
+    run_with(scenario, Sabotage::None, Recording::ALL)
+}
+
+/// [`run`], keeping of the trace and the timeline only what `recording` asks for: the rest of
+/// the report is the same.
+///
+/// ```
+/// use attach_detach::sim::{run, run_recording, Recording, scenario::parse};
+/// let scenario = parse("node n1\nvolume v single-node\nat 0s pod p on n1 uses v\nrun 10s\n").unwrap();
+/// let full = run(&scenario);
+/// let bare = run_recording(&scenario, Recording::NONE);
+/// assert!(bare.trace.is_empty() && bare.timeline.is_empty());
+/// assert_eq!((bare.converged, bare.attach_calls), (full.converged, full.attach_calls));
+/// ```
+pub fn run_recording(scenario: &Scenario, recording: Recording) -> Report {
+    run_with(scenario, Sabotage::None, recording)
 }
 
 /// Where [`run_with`] makes the simulator's own parts panic, for the runner's tests: a panic
@@ -129,7 +174,7 @@ pub(crate) enum Sabotage {
 }
 
 /// [`run`], with the simulator's own parts made to panic where `sabotage` says.
-pub(crate) fn run_with(scenario: &Scenario, sabotage: Sabotage) -> Report {
+pub(crate) fn run_with(scenario: &Scenario, sabotage: Sabotage, recording: Recording) -> Report {
     if let Err(error) = scenario.validate() {
         return failed_report(format!("not simulated: {error}"));
     }
@@ -143,7 +188,7 @@ pub(crate) fn run_with(scenario: &Scenario, sabotage: Sabotage) -> Report {
     };
     // The epoch must be read on the paused clock, inside the runtime.
     let run = catch_unwind(AssertUnwindSafe(|| {
-        runtime.block_on(async { Sim::new(scenario, sabotage).run(scenario).await })
+        runtime.block_on(async { Sim::new(scenario, sabotage, recording).run(scenario).await })
     }));
     run.unwrap_or_else(|payload| {
         failed_report(format!(
@@ -166,6 +211,7 @@ fn failed_report(message: String) -> Report {
         attach_calls: 0,
         detach_calls: 0,
         status_writes: 0,
+        agent_work: 0,
         trace: Vec::new(),
         timeline: Vec::new(),
     }
@@ -318,7 +364,7 @@ struct Sim {
 }
 
 impl Sim {
-    fn new(scenario: &Scenario, sabotage: Sabotage) -> Self {
+    fn new(scenario: &Scenario, sabotage: Sabotage, recording: Recording) -> Self {
         let epoch = Instant::now();
         let mut world = World {
             force_detach_on_timeout: scenario.settings.force_detach_on_timeout,
@@ -326,6 +372,8 @@ impl Sim {
             machine_fencing: scenario.settings.machine_fencing,
             // Any fixed non-zero state works for xorshift; a seed of 0 means no jitter.
             rng: scenario.settings.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            tracing: recording.trace,
+            timelining: recording.timeline,
             ..World::default()
         };
         let wake = Arc::clone(&world.wake);
@@ -664,6 +712,7 @@ impl Sim {
             attach_calls: w.total_calls(CallOp::Attach),
             detach_calls: w.total_calls(CallOp::Detach),
             status_writes: writes,
+            agent_work: w.agent_work,
             trace: std::mem::take(&mut w.trace),
             timeline: std::mem::take(&mut w.timeline),
         }
@@ -671,14 +720,37 @@ impl Sim {
 
     /// Refreshes the stores' lists the agents and expectations read, for the nodes written to
     /// since the last refresh.
+    ///
+    /// A node's agent looks at the volumes that came onto its list or went off it; those only
+    /// are copied.
     fn refresh_listed(&self) {
         let mut w = self.world.lock();
         for node in std::mem::take(&mut w.stale_listed) {
-            let listed: BTreeSet<String> = self.store.with_status(&node, |status| {
-                status
-                    .map(|s| s.attached.iter().map(|r| r.volume.clone()).collect())
-                    .unwrap_or_default()
+            let mut listed = w.listed.remove(&node).unwrap_or_default();
+            let changes: Vec<String> = self.store.with_status(&node, |status| {
+                let now: BTreeSet<&String> = status
+                    .into_iter()
+                    .flat_map(|s| s.attached.iter().map(|r| &r.volume))
+                    .collect();
+                let gone: Vec<String> = listed
+                    .iter()
+                    .filter(|v| !now.contains(v))
+                    .cloned()
+                    .collect();
+                let came: Vec<String> = now
+                    .into_iter()
+                    .filter(|v| !listed.contains(*v))
+                    .cloned()
+                    .collect();
+                for v in &gone {
+                    listed.remove(v);
+                }
+                listed.extend(came.iter().cloned());
+                gone.into_iter().chain(came).collect()
             });
+            for v in &changes {
+                w.touch(&node, v);
+            }
             w.listed.insert(node, listed);
         }
     }
@@ -690,7 +762,12 @@ impl Sim {
             let pass = {
                 let mut w = self.world.lock();
                 w.now = self.now();
-                w.agent(&node)
+                // The crate's tests and the fuzzers check every pass against the reference.
+                #[cfg(any(test, fuzzing))]
+                let pass = w.agent_checked(&node);
+                #[cfg(not(any(test, fuzzing)))]
+                let pass = w.agent(&node);
+                pass
             };
             for pod in pass.gone {
                 self.tell(Input::WorkloadRemoved { workload: pod });
@@ -723,13 +800,10 @@ impl Sim {
             Action::Crash(node) => self.power(node, Power::Crashed, NodeChange::Crash),
             Action::Recover(node) => self.power(node, Power::Up, NodeChange::Recover),
             Action::Fence(node) => {
+                // The pods placed there that are not gone, in name order.
                 let pods: Vec<String> = {
                     let w = self.world.lock();
-                    w.pods
-                        .iter()
-                        .filter(|(_, p)| p.node == *node && p.phase != Phase::Gone)
-                        .map(|(name, _)| name.clone())
-                        .collect()
+                    w.pods_on.get(node).into_iter().flatten().cloned().collect()
                 };
                 for pod in pods {
                     self.force_delete(&pod);
@@ -826,6 +900,7 @@ impl Sim {
             let facts = facts_of(n);
             let object = n.object;
             w.changed();
+            w.touch_all(node);
             w.mark(node);
             w.record(Happening::Node {
                 node: node.to_string(),
@@ -899,6 +974,7 @@ impl Sim {
             let facts = facts_of(n);
             let in_use: Vec<String> = n.in_use.iter().cloned().collect();
             w.changed();
+            w.touch_all(node);
             w.record(Happening::Node {
                 node: node.to_string(),
                 change: NodeChange::Create,
@@ -927,6 +1003,7 @@ impl Sim {
         }
         n.reporting = on;
         n.resync = on;
+        w.touch_all(node);
         w.mark(node);
         w.record(Happening::Node {
             node: node.to_string(),
@@ -953,6 +1030,7 @@ impl Sim {
         if !changed {
             return;
         }
+        w.touch(node, volume);
         w.mark(node);
         w.record(Happening::Node {
             node: node.to_string(),
@@ -1097,15 +1175,7 @@ impl Sim {
 fn land(w: &mut World, delivery: Delivery) -> Option<Input<SimIds>> {
     match delivery {
         Delivery::Schedule { pod, node, volumes } => {
-            w.place(&pod, &node);
-            w.pods.insert(
-                pod.clone(),
-                SimPod {
-                    node: node.clone(),
-                    volumes: volumes.clone(),
-                    phase: Phase::Pending,
-                },
-            );
+            w.schedule(&pod, &node, volumes.clone());
             w.record(Happening::Pod {
                 pod: pod.clone(),
                 node: node.clone(),
@@ -1119,14 +1189,7 @@ fn land(w: &mut World, delivery: Delivery) -> Option<Input<SimIds>> {
             })
         }
         Delivery::Delete { pod } => {
-            let node = match w.pods.get_mut(&pod) {
-                Some(p) if p.phase != Phase::Gone => {
-                    p.phase = Phase::Terminating;
-                    p.node.clone()
-                }
-                _ => return None,
-            };
-            w.mark(&node);
+            let node = w.terminate(&pod)?;
             w.record(Happening::Pod {
                 pod,
                 node,
@@ -1135,14 +1198,7 @@ fn land(w: &mut World, delivery: Delivery) -> Option<Input<SimIds>> {
             None
         }
         Delivery::ForceDelete { pod } => {
-            let node = match w.pods.get_mut(&pod) {
-                Some(p) if p.phase != Phase::Gone => {
-                    p.phase = Phase::Gone;
-                    p.node.clone()
-                }
-                _ => return None,
-            };
-            w.unplace(&pod, &node);
+            let node = w.force_delete(&pod)?;
             w.record(Happening::Pod {
                 pod: pod.clone(),
                 node,
@@ -1208,7 +1264,7 @@ mod tests {
     #[test]
     fn a_panic_anywhere_fails_the_run_with_its_message() {
         let scenario = parse(SCENARIO).unwrap();
-        assert!(run_with(&scenario, Sabotage::None).passed());
+        assert!(run_with(&scenario, Sabotage::None, Recording::ALL).passed());
         let cases = [
             (
                 Sabotage::Recorder,
@@ -1228,7 +1284,7 @@ mod tests {
             ),
         ];
         for (sabotage, message) in cases {
-            let report = run_with(&scenario, sabotage);
+            let report = run_with(&scenario, sabotage, Recording::ALL);
             assert!(!report.passed(), "{sabotage:?}");
             let panic = report
                 .violations
@@ -1247,7 +1303,7 @@ mod tests {
         let text = "node a\nvolume v single-node\nvolume w single-node\n\
             at 0s pod p on a uses v\nat 6s restart controller\nat 6500ms pod q on a uses w\n\
             run 10s\n";
-        let report = run_with(&parse(text).unwrap(), Sabotage::Recorder);
+        let report = run_with(&parse(text).unwrap(), Sabotage::Recorder, Recording::ALL);
         let panics: Vec<Duration> = report
             .violations
             .iter()
