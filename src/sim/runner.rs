@@ -1,6 +1,7 @@
 //! Runs a scenario: the real controller and core on tokio's paused clock, against the simulated
 //! world, with invariants checked as things happen and expectations at their times.
 
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -310,13 +311,19 @@ impl Recorder {
         if let Event::VolumeReleased { volume, node } = event {
             w.note_release(volume, node);
         }
-        w.log(format!("event {}: {event}", event.reason()));
-        w.record(Happening::Event {
-            node: event_node(event).cloned(),
-            reason: event.reason().to_string(),
-            message: event.to_string(),
-            warning: event.is_warning(),
-        });
+        // An event can name many pods (all those waiting for one node's attach slot): its
+        // message is written only for a trace or a timeline that is kept.
+        if w.tracing {
+            w.log(format!("event {}: {event}", event.reason()));
+        }
+        if w.timelining {
+            w.record(Happening::Event {
+                node: event_node(event).cloned(),
+                reason: event.reason().to_string(),
+                message: event.to_string(),
+                warning: event.is_warning(),
+            });
+        }
     }
 }
 
@@ -721,35 +728,27 @@ impl Sim {
     /// Refreshes the stores' lists the agents and expectations read, for the nodes written to
     /// since the last refresh.
     ///
-    /// A node's agent looks at the volumes that came onto its list or went off it; those only
-    /// are copied.
+    /// The store's list is read in place and walked beside the old one, both in volume order:
+    /// only the volumes that came onto the list or went off it are copied, and a node's agent
+    /// looks at those.
     fn refresh_listed(&self) {
         let mut w = self.world.lock();
         for node in std::mem::take(&mut w.stale_listed) {
             let mut listed = w.listed.remove(&node).unwrap_or_default();
-            let changes: Vec<String> = self.store.with_status(&node, |status| {
-                let now: BTreeSet<&String> = status
-                    .into_iter()
-                    .flat_map(|s| s.attached.iter().map(|r| &r.volume))
-                    .collect();
-                let gone: Vec<String> = listed
-                    .iter()
-                    .filter(|v| !now.contains(v))
-                    .cloned()
-                    .collect();
-                let came: Vec<String> = now
-                    .into_iter()
-                    .filter(|v| !listed.contains(*v))
-                    .cloned()
-                    .collect();
-                for v in &gone {
-                    listed.remove(v);
-                }
-                listed.extend(came.iter().cloned());
-                gone.into_iter().chain(came).collect()
-            });
-            for v in &changes {
+            let (came, gone) = self
+                .store
+                .with_listed(&node, |now| list_changes(&listed, now))
+                .unwrap_or_else(|| {
+                    self.store
+                        .with_listed(&node, |now| set_changes(&listed, now))
+                });
+            for v in &gone {
+                listed.remove(v);
                 w.touch(&node, v);
+            }
+            for v in came {
+                w.touch(&node, &v);
+                listed.insert(v);
             }
             w.listed.insert(node, listed);
         }
@@ -1171,6 +1170,59 @@ impl Sim {
     }
 }
 
+/// The volumes on `now` and not on `before` (came), and on `before` and not on `now` (gone),
+/// found walking the two side by side in volume order, each name compared once, only the
+/// changes copied. `None` if `now` is out of order (no store of this crate writes such a list):
+/// [`set_changes`] compares it as a set.
+fn list_changes(
+    before: &BTreeSet<String>,
+    now: &mut dyn Iterator<Item = &String>,
+) -> Option<(Vec<String>, Vec<String>)> {
+    let (mut came, mut gone) = (Vec::new(), Vec::new());
+    let mut old = before.iter().peekable();
+    let mut last: Option<&String> = None;
+    for v in now {
+        if last.is_some_and(|last| last >= v) {
+            return None;
+        }
+        last = Some(v);
+        loop {
+            match old.peek().map(|o| o.as_str().cmp(v)) {
+                Some(Ordering::Less) => gone.extend(old.next().cloned()),
+                Some(Ordering::Equal) => {
+                    old.next();
+                    break;
+                }
+                Some(Ordering::Greater) | None => {
+                    came.push(v.clone());
+                    break;
+                }
+            }
+        }
+    }
+    gone.extend(old.cloned());
+    Some((came, gone))
+}
+
+/// [`list_changes`] for a list in any order.
+fn set_changes(
+    before: &BTreeSet<String>,
+    now: &mut dyn Iterator<Item = &String>,
+) -> (Vec<String>, Vec<String>) {
+    let now: BTreeSet<&String> = now.collect();
+    let came = now
+        .iter()
+        .filter(|v| !before.contains(**v))
+        .map(|v| (*v).clone())
+        .collect();
+    let gone = before
+        .iter()
+        .filter(|v| !now.contains(v))
+        .cloned()
+        .collect();
+    (came, gone)
+}
+
 /// A delivery lands in the world; returns what the controller must be told.
 fn land(w: &mut World, delivery: Delivery) -> Option<Input<SimIds>> {
     match delivery {
@@ -1344,6 +1396,34 @@ mod tests {
         // The same run (its trace differs only in the step's line, which prints `times 0`).
         assert_eq!(zero.attach_calls, 2);
         assert_eq!(zero.converged, once.converged);
+    }
+
+    /// A list's changes are found walking it beside the old one, in order or not.
+    #[test]
+    fn list_changes_are_what_came_and_what_went() {
+        let set = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<BTreeSet<_>>();
+        let changes = |before: &[&str], now: &[&str]| {
+            let now: Vec<String> = now.iter().map(|n| n.to_string()).collect();
+            let as_set = set_changes(&set(before), &mut now.iter());
+            let walked = list_changes(&set(before), &mut now.iter());
+            if now.is_sorted() && now.windows(2).all(|w| w[0] != w[1]) {
+                assert_eq!(walked.as_ref(), Some(&as_set), "{now:?}");
+            } else {
+                assert_eq!(walked, None, "{now:?}");
+            }
+            as_set
+        };
+        let strings = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert_eq!(changes(&[], &[]), (vec![], vec![]));
+        assert_eq!(
+            changes(&["v1", "v3", "v5"], &["v0", "v1", "v4", "v5", "v6"]),
+            (strings(&["v0", "v4", "v6"]), strings(&["v3"]))
+        );
+        assert_eq!(
+            changes(&["a", "b"], &["c", "a", "c"]),
+            (strings(&["c"]), strings(&["b"]))
+        );
+        assert_eq!(changes(&["a", "b"], &[]), (vec![], strings(&["a", "b"])));
     }
 
     #[test]
