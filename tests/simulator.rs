@@ -4,7 +4,7 @@
 
 use attach_detach::sim::library::LIBRARY;
 use attach_detach::sim::scenario::{Settings, UpstreamBug, parse};
-use attach_detach::sim::{Report, run};
+use attach_detach::sim::{Recording, Report, run, run_recording};
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
@@ -553,8 +553,10 @@ fn wide_pod(volumes: usize) -> String {
     text
 }
 
+/// The agents' work in a run of `text`, which must pass; no trace or timeline is kept (they
+/// grow with every status write's list).
 fn agent_work(text: &str) -> u64 {
-    let report = run(&parse(text).unwrap());
+    let report = run_recording(&parse(text).unwrap(), Recording::NONE);
     assert!(report.passed(), "{:#?}", report.violations);
     report.agent_work
 }
@@ -589,4 +591,23 @@ fn five_thousand_pods_on_one_busy_node() {
         started.elapsed().as_secs_f64()
     );
     assert!(work <= 5000 * 8, "{work}");
+}
+
+/// A run that keeps neither its trace nor its timeline is the same run: the same violations,
+/// calls, writes, convergence and agent work.
+#[test]
+fn a_run_without_trace_or_timeline_is_the_same_run() {
+    for (name, text) in LIBRARY {
+        let scenario = parse(text).unwrap();
+        let mut full = run(&scenario);
+        let bare = run_recording(&scenario, Recording::NONE);
+        assert!(bare.trace.is_empty() && bare.timeline.is_empty(), "{name}");
+        assert!(
+            !full.trace.is_empty() && !full.timeline.is_empty(),
+            "{name}"
+        );
+        full.trace.clear();
+        full.timeline.clear();
+        assert_eq!(bare, full, "{name}");
+    }
 }

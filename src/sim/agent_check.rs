@@ -1,8 +1,10 @@
 //! The node agents' pass checked against a reference: the pass as it was first written, over
 //! every pod and volume of the node at each pass, which the pass that looks only at what
 //! changed must match exactly (what it mounts, reports, starts and lets go, and every trace
-//! line, record and violation). Run in the crate's tests and under the fuzzers (`cfg(fuzzing)`),
-//! which then compare the two at every pass of every world they make.
+//! line, record and violation). Run at every pass in the crate's tests, and under the fuzzers
+//! (`cfg(fuzzing)`) when `SIM_CHECK_AGENTS` is set in the environment:
+//! `SIM_CHECK_AGENTS=1 cargo fuzz run --sanitizer none world`. The check makes a fuzzed run
+//! about twice as long, which the fuzzers' usual search for the core's faults should not pay.
 
 use std::collections::BTreeSet;
 
@@ -10,15 +12,30 @@ use super::timeline::{Happening, PodPhase};
 use super::world::{AgentPass, Phase, Power, SimNode, World};
 use crate::volume::Access;
 
+/// Whether the fuzzers are asked to check every agent pass (`SIM_CHECK_AGENTS` is set).
+#[cfg(fuzzing)]
+pub(crate) fn wanted() -> bool {
+    static WANTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WANTED.get_or_init(|| std::env::var_os("SIM_CHECK_AGENTS").is_some())
+}
+
 impl World {
     /// [`World::agent`], checked against [`agent_reference`](World::agent_reference) on a copy
     /// of what the reference reads: a difference panics, which fails the run with both sides.
     pub(crate) fn agent_checked(&mut self, node: &str) -> AgentPass {
+        // A crashed or cut-off agent (or an unknown node) does nothing either way.
+        if !self
+            .nodes
+            .get(node)
+            .is_some_and(|n| n.power == Power::Up && n.reporting)
+        {
+            return self.agent(node);
+        }
+        // The reference reads this node, its pods and their volumes, and of the other nodes
+        // only their power and mounts (to flag a claim mounted twice): only those are copied,
+        // since the fuzzers run this at every pass.
         let mut scratch = World {
             now: self.now,
-            nodes: self.nodes.clone(),
-            volumes: self.volumes.clone(),
-            attached: self.attached.clone(),
             claim_only: self.claim_only.clone(),
             force_detach_on_timeout: self.force_detach_on_timeout,
             invisible_claims: self.invisible_claims.clone(),
@@ -27,11 +44,30 @@ impl World {
             timelining: self.timelining,
             ..World::default()
         };
+        for (name, n) in &self.nodes {
+            let mut copy = SimNode::new();
+            copy.power = n.power;
+            copy.mounted = n.mounted.clone();
+            if name == node {
+                copy.in_use = n.in_use.clone();
+                copy.object = n.object;
+                copy.reporting = n.reporting;
+                copy.hung = n.hung.clone();
+                copy.resync = n.resync;
+            }
+            scratch.nodes.insert(name.clone(), copy);
+        }
         if let Some(here) = self.pods_on.get(node) {
             scratch.pods_on.insert(node.to_string(), here.clone());
-            for pod in here {
-                if let Some(p) = self.pods.get(pod) {
-                    scratch.pods.insert(pod.clone(), p.clone());
+            for p in here.iter().filter_map(|pod| self.pods.get_key_value(pod)) {
+                scratch.pods.insert(p.0.clone(), p.1.clone());
+                for v in &p.1.volumes {
+                    if let Some(on) = self.attached.get(v) {
+                        scratch.attached.insert(v.clone(), on.clone());
+                    }
+                    if let Some(access) = self.volumes.get(v) {
+                        scratch.volumes.insert(v.clone(), *access);
+                    }
                 }
             }
         }
@@ -42,61 +78,82 @@ impl World {
             (self.trace.len(), self.timeline.len(), self.violations.len());
         let expected = scratch.agent_reference(node);
         let pass = self.agent(node);
-        let differences = [
-            (
-                "report",
-                format!("{:?}", pass.report),
-                format!("{:?}", expected.report),
-            ),
-            (
-                "gone",
-                format!("{:?}", pass.gone),
-                format!("{:?}", expected.gone),
-            ),
-            (
-                "trace",
-                format!("{:?}", &self.trace[trace..]),
-                format!("{:?}", scratch.trace),
-            ),
-            (
-                "timeline",
-                format!("{:?}", &self.timeline[timeline..]),
-                format!("{:?}", scratch.timeline),
-            ),
-            (
-                "violations",
-                format!("{:?}", &self.violations[violations..]),
-                format!("{:?}", scratch.violations),
-            ),
-            (
-                "last change",
-                format!("{:?}", self.last_change),
-                format!("{:?}", scratch.last_change),
-            ),
-            (
-                "node",
-                format!("{:?}", self.nodes.get(node).map(state)),
-                format!("{:?}", scratch.nodes.get(node).map(state)),
-            ),
-            (
-                "pods",
-                format!("{:?}", phases(self, &scratch)),
-                format!("{:?}", phases(&scratch, &scratch)),
-            ),
-            (
-                "pods placed",
-                format!("{:?}", self.pods_on.get(node)),
-                format!("{:?}", scratch.pods_on.get(node)),
-            ),
-        ];
-        for (what, got, want) in differences {
-            assert!(
-                got == want,
-                "the agent's pass over {node} at {:?} differs from the reference in its {what}: \
-                 {got} where the reference has {want}",
-                self.now
-            );
-        }
+        // Compared first, described only if they differ: the check runs at every pass of
+        // every fuzzed world.
+        let mut differences = Vec::new();
+        let mut compare =
+            |what: &str, same: bool, got: &dyn Fn() -> String, want: &dyn Fn() -> String| {
+                if !same {
+                    differences.push(format!(
+                        "in its {what}: {} where the reference has {}",
+                        got(),
+                        want()
+                    ));
+                }
+            };
+        compare(
+            "report",
+            pass.report == expected.report,
+            &|| format!("{:?}", pass.report),
+            &|| format!("{:?}", expected.report),
+        );
+        compare(
+            "gone",
+            pass.gone == expected.gone,
+            &|| format!("{:?}", pass.gone),
+            &|| format!("{:?}", expected.gone),
+        );
+        compare(
+            "trace",
+            self.trace[trace..] == scratch.trace,
+            &|| format!("{:?}", &self.trace[trace..]),
+            &|| format!("{:?}", scratch.trace),
+        );
+        compare(
+            "timeline",
+            self.timeline[timeline..] == scratch.timeline,
+            &|| format!("{:?}", &self.timeline[timeline..]),
+            &|| format!("{:?}", scratch.timeline),
+        );
+        compare(
+            "violations",
+            self.violations[violations..] == scratch.violations,
+            &|| format!("{:?}", &self.violations[violations..]),
+            &|| format!("{:?}", scratch.violations),
+        );
+        compare(
+            "last change",
+            self.last_change == scratch.last_change,
+            &|| format!("{:?}", self.last_change),
+            &|| format!("{:?}", scratch.last_change),
+        );
+        let node_now = self.nodes.get(node).map(state);
+        let node_expected = scratch.nodes.get(node).map(state);
+        compare(
+            "node",
+            node_now == node_expected,
+            &|| format!("{node_now:?}"),
+            &|| format!("{node_expected:?}"),
+        );
+        let (pods_now, pods_expected) = (phases(self, &scratch), phases(&scratch, &scratch));
+        compare(
+            "pods",
+            pods_now == pods_expected,
+            &|| format!("{pods_now:?}"),
+            &|| format!("{pods_expected:?}"),
+        );
+        compare(
+            "pods placed",
+            self.pods_on.get(node) == scratch.pods_on.get(node),
+            &|| format!("{:?}", self.pods_on.get(node)),
+            &|| format!("{:?}", scratch.pods_on.get(node)),
+        );
+        assert!(
+            differences.is_empty(),
+            "the agent's pass over {node} at {:?} differs from the reference {}",
+            self.now,
+            differences.join("; ")
+        );
         pass
     }
 

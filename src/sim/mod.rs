@@ -42,9 +42,12 @@
 //! simulator's own tasks or the runner) is a violation too, carrying the panic's message.
 //!
 //! Node agents pass every 100 ms of virtual time, as kubelet's volume manager does, but only
-//! over nodes where something changed since their last pass; with nothing changing the clock
-//! jumps to the next step. A run costs what happens in it, not how long it lasts, apart from
-//! the controller's own timers (its periodic sync while anything is attached).
+//! over nodes where something changed since their last pass, and a pass looks only at the
+//! volumes and pods that changed; with nothing changing the clock jumps to the next step. A run
+//! costs what happens in it, not how long it lasts nor how much a node holds, apart from the
+//! controller's own work (its periodic sync while anything is attached, and its status writes,
+//! each the node's whole list). A run keeps its trace and timeline only if asked
+//! ([`Recording`]): both list every status write's volumes.
 //!
 //! ```
 //! use attach_detach::sim::{run, scenario::parse};

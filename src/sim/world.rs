@@ -157,8 +157,8 @@ pub(crate) struct World {
     pub(crate) nodes: BTreeMap<String, SimNode>,
     pub(crate) volumes: BTreeMap<String, Access>,
     pub(crate) pods: BTreeMap<String, SimPod>,
-    /// Node -> the pods placed there that are not gone: what its agent looks at, so that a pass
-    /// costs that node's pods, not every pod.
+    /// Node -> the pods placed there that are not gone, in name order: what the node's agent
+    /// looks at when it looks at everything, and what a fence deletes.
     pub(crate) pods_on: BTreeMap<String, BTreeSet<String>>,
     /// Nodes whose agent must look again: something it reads changed since its last pass (its
     /// pods, its power, its attachments, its status in the store). An agent pass over anything
@@ -697,9 +697,9 @@ impl World {
     /// there; a pod learns that its last volume was mounted, or that its node no longer holds
     /// any of its volumes, from counts kept as mounts come and go. What it did not look at
     /// would not have changed, so a pass does what a pass over everything on the node would
-    /// do (`World::agent_checked` compares the two in tests and under the fuzzers), and a pass
-    /// with nothing changed does nothing, which is what lets the runner pass over nodes that
-    /// are not [`dirty`](World::dirty).
+    /// do (`World::agent_checked` compares the two in the crate's tests, and under the fuzzers
+    /// when `SIM_CHECK_AGENTS` is set), and a pass with nothing changed does nothing, which is
+    /// what lets the runner pass over nodes that are not [`dirty`](World::dirty).
     pub(crate) fn agent(&mut self, node: &str) -> AgentPass {
         let mut pass = AgentPass::default();
         let World {
