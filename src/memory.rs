@@ -470,6 +470,10 @@ impl<D: Domain> StoreState<D> {
 /// Revisions come from one counter for the whole store, so they never repeat, not even for a
 /// node that is removed and added again.
 ///
+/// Clones are handles on one store, and a handle keeps nothing of its own: each clone is a
+/// client of the same state, as a second connection to a remote store is (the conformance
+/// kit's second client is a clone), and every compare-and-set is made under the store's lock.
+///
 /// ```
 /// use attach_detach::Ids;
 /// use attach_detach::memory::MemoryStore;
@@ -621,6 +625,28 @@ impl<D: Domain> MemoryStore<D> {
             .nodes
             .get_mut(node)
             .map(|stored| &*stored.full()))
+    }
+
+    /// Calls `f` with the volumes `node`'s status lists, in volume order (none for an unknown
+    /// node), read where they are: unlike [`with_status`](Self::with_status), a list written
+    /// since the status was last read is not copied into it, so a caller that reads the list
+    /// after every write copies nothing.
+    ///
+    /// `f` runs with the store locked: it must not call the store.
+    pub fn with_listed<R>(
+        &self,
+        node: &D::Node,
+        f: impl FnOnce(&mut dyn Iterator<Item = &D::Volume>) -> R,
+    ) -> R {
+        let s = self.inner.lock();
+        match s.nodes.get(node) {
+            Some(StoredStatus {
+                written: Some(list),
+                ..
+            }) => f(&mut list.volumes().iter()),
+            Some(stored) => f(&mut stored.status.attached.iter().map(|r| &r.volume)),
+            None => f(&mut std::iter::empty()),
+        }
     }
 
     /// How many writes of `node` were attempted, failed and conflicting ones included.

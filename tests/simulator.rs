@@ -4,7 +4,7 @@
 
 use attach_detach::sim::library::LIBRARY;
 use attach_detach::sim::scenario::{Settings, UpstreamBug, parse};
-use attach_detach::sim::{Report, run};
+use attach_detach::sim::{Recording, Report, run, run_recording};
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
@@ -560,4 +560,147 @@ fn a_release_the_backend_contradicts_is_dropped_once_it_answers() {
             .any(|l| l.contains("event VolumeReleased")),
         "and the attachment never forgotten"
     );
+}
+
+/// A volume named `unmount` on a node named `from`, as in the stuck-detach incident: declared,
+/// attached, stuck and released by the operator (`release unmount from from`) like any other,
+/// with the same run as the incident's own names give.
+#[test]
+fn a_volume_named_like_a_keyword_is_released() {
+    let name = "stuck-detach-released-on-fenced-node";
+    fn rename(word: &str) -> &str {
+        match word {
+            "disk" => "unmount",
+            "n1" => "from",
+            other => other,
+        }
+    }
+    let text: String = scenario_text(name)
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .map(|line| {
+            line.split_whitespace()
+                .map(rename)
+                .collect::<Vec<_>>()
+                .join(" ")
+                + "\n"
+        })
+        .collect();
+    assert!(
+        text.contains("\nat 30s release unmount from from\n"),
+        "{text}"
+    );
+    let renamed = run(&parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}")));
+    let original = run_named(name, None);
+    assert!(renamed.passed(), "{:#?}", renamed.violations);
+    assert_eq!(
+        (
+            renamed.converged,
+            renamed.attach_calls,
+            renamed.detach_calls
+        ),
+        (
+            original.converged,
+            original.attach_calls,
+            original.detach_calls
+        )
+    );
+    assert_eq!(renamed.trace.len(), original.trace.len());
+    assert!(
+        renamed
+            .trace
+            .iter()
+            .any(|line| line.contains("event VolumeReleased")),
+        "{}",
+        renamed.trace.join("\n")
+    );
+}
+
+/// `pods` pods on one node, each with a volume of its own, placed at once, with one attach slot
+/// (`set max-attaches 1`): the attaches go one at a time, each a status write and an agent
+/// pass on the busy node. Issue 66 found the simulator quadratic here.
+fn busy_node(pods: usize) -> String {
+    use std::fmt::Write as _;
+    let mut text = String::from("set max-attaches 1\nnode a\n");
+    for i in 0..pods {
+        writeln!(text, "volume v{i} single-node").unwrap();
+    }
+    for i in 0..pods {
+        writeln!(text, "at 0s pod p{i} on a uses v{i}").unwrap();
+    }
+    // 200 ms an attach, one at a time.
+    writeln!(text, "run {}s", pods / 5 + 60).unwrap();
+    text
+}
+
+/// One pod with `volumes` volumes on one node with one attach slot.
+fn wide_pod(volumes: usize) -> String {
+    use std::fmt::Write as _;
+    let mut text = String::from("set max-attaches 1\nnode a\n");
+    for i in 0..volumes {
+        writeln!(text, "volume v{i} single-node").unwrap();
+    }
+    let names: Vec<String> = (0..volumes).map(|i| format!("v{i}")).collect();
+    writeln!(text, "at 0s pod p on a uses {}", names.join(",")).unwrap();
+    writeln!(text, "run {}s", volumes / 5 + 60).unwrap();
+    text
+}
+
+/// The agents' work in a run of `text`, which must pass; no trace or timeline is kept (they
+/// grow with every status write's list).
+fn agent_work(text: &str) -> u64 {
+    let report = run_recording(&parse(text).unwrap(), Recording::NONE);
+    assert!(report.passed(), "{:#?}", report.violations);
+    report.agent_work
+}
+
+/// The node agents' work follows what changes, not what the node holds: four times the pods
+/// (or the volumes of one pod) on one busy node is about four times the work, where a pass
+/// over every pod and volume at each change made it sixteen times (issue 66: 5,000 pods took
+/// 80 s). Counted, not timed.
+#[test]
+fn an_agent_works_on_what_changed() {
+    for (what, text) in [
+        ("pods", busy_node as fn(usize) -> String),
+        ("volumes", wide_pod),
+    ] {
+        let (small, large) = (agent_work(&text(100)), agent_work(&text(400)));
+        assert!(
+            large <= 5 * small && large <= 400 * 8,
+            "100 {what}: {small} units of agent work, 400 {what}: {large}"
+        );
+    }
+}
+
+/// Issue 66's figure, to rerun by hand in release (`cargo test --release --features sim --test
+/// simulator -- --ignored five_thousand`): 5,000 pods on one node with one attach slot.
+#[test]
+#[ignore = "minutes in a debug build; run in release"]
+fn five_thousand_pods_on_one_busy_node() {
+    let started = std::time::Instant::now();
+    let work = agent_work(&busy_node(5000));
+    println!(
+        "5,000 pods on one node: {:.2} s, {work} units of agent work",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(work <= 5000 * 8, "{work}");
+}
+
+/// A run that keeps neither its trace nor its timeline is the same run: the same violations,
+/// calls, writes, convergence and agent work.
+#[test]
+fn a_run_without_trace_or_timeline_is_the_same_run() {
+    for (name, text) in LIBRARY {
+        let scenario = parse(text).unwrap();
+        let mut full = run(&scenario);
+        let bare = run_recording(&scenario, Recording::NONE);
+        assert!(bare.trace.is_empty() && bare.timeline.is_empty(), "{name}");
+        assert!(
+            !full.trace.is_empty() && !full.timeline.is_empty(),
+            "{name}"
+        );
+        full.trace.clear();
+        full.timeline.clear();
+        assert_eq!(bare, full, "{name}");
+    }
 }

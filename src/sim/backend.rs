@@ -281,8 +281,9 @@ impl SimBackend {
     /// Whether the store lists `volume` in `node`'s status now, read in place: a node's list
     /// can be long, and this runs for every detach.
     fn listed(&self, volume: &str, node: &String) -> bool {
-        self.store.with_status(node, |status| {
-            status.is_some_and(|s| s.attached.iter().any(|r| r.volume == volume))
+        self.store.with_listed(node, |listed| {
+            let mut listed = listed.map(String::as_str);
+            listed.any(|v| v == volume)
         })
     }
 

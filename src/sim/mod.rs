@@ -41,9 +41,12 @@
 //! simulator's own tasks or the runner) is a violation too, carrying the panic's message.
 //!
 //! Node agents pass every 100 ms of virtual time, as kubelet's volume manager does, but only
-//! over nodes where something changed since their last pass; with nothing changing the clock
-//! jumps to the next step. A run costs what happens in it, not how long it lasts, apart from
-//! the controller's own timers (its periodic sync while anything is attached).
+//! over nodes where something changed since their last pass, and a pass looks only at the
+//! volumes and pods that changed; with nothing changing the clock jumps to the next step. A run
+//! costs what happens in it, not how long it lasts nor how much a node holds, apart from the
+//! controller's own work (its periodic sync while anything is attached, and its status writes,
+//! each the node's whole list). A run keeps its trace and timeline only if asked
+//! ([`Recording`]): both list every status write's volumes.
 //!
 //! ```
 //! use attach_detach::sim::{run, scenario::parse};
@@ -59,6 +62,8 @@
 //! line. [`id_kinds`] drives one history through cores with ids of five kinds and compares
 //! what they plan, line by line.
 
+#[cfg(any(test, fuzzing))]
+mod agent_check;
 mod backend;
 pub mod cli;
 pub mod id_kinds;
@@ -72,7 +77,10 @@ mod store;
 pub mod timeline;
 mod world;
 
-pub use runner::{Report, SETTLE, config_of, run, summary_header, summary_line, violation_line};
+pub use runner::{
+    Recording, Report, SETTLE, config_of, run, run_recording, summary_header, summary_line,
+    violation_line,
+};
 pub use world::Violation;
 
 /// The identifiers the simulator uses: names for nodes, volumes and pods, no payload.
