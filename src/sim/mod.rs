@@ -12,9 +12,8 @@
 //! - **I1** a single-node volume is never attached to two nodes at once, nor, if claim-only
 //!   (no backend call), mounted on two nodes at once (unless a controller started while the
 //!   first node's object was gone and no pod placed there used the volume: nothing it could
-//!   read recorded that claim, the gap the README names; or an operator released the first
-//!   attachment from its fenced node while the backend still held it: a release is the
-//!   operator's word, and the core has nothing else to go by);
+//!   read recorded that claim, the gap the README names); and an operator's release never
+//!   makes the controller forget an attachment the backend still holds;
 //! - **I2** no detach of a volume mounted on a node that is neither fenced nor allowed by
 //!   configuration (force-detach-on-timeout on and the node down);
 //! - **I3** at the end, every live node's reported list equals its real attachments, every pod

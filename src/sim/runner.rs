@@ -275,7 +275,10 @@ fn event_node(event: &Event<SimIds>) -> Option<&String> {
         | Event::WorkloadWaiting { node, .. }
         | Event::NodeFull { node, .. }
         | Event::DetachStuck { node, .. }
-        | Event::VolumeReleased { node, .. } => Some(node),
+        | Event::VolumeReleased { node, .. }
+        | Event::ReleaseRefused { node, .. }
+        | Event::ClaimGranted { node, .. }
+        | Event::ClaimReleased { node, .. } => Some(node),
         Event::NodePoweredOff { node } | Event::MachineCheckFailed { node, .. } => Some(node),
         Event::CallTimedOut { node, .. } => node.as_ref(),
         Event::ClaimInDoubt { .. } => None,
@@ -352,6 +355,8 @@ struct Sim {
     /// The lagging view an upstream-style status updater diffs against; only with `c6` on.
     cache: Option<Arc<dyn crate::store::NodeStatusStore<SimIds>>>,
     backend: SimBackend,
+    /// The calls the running controller awaits (I6, I7).
+    load: CallLoad,
     config: Config,
     status_latency: Duration,
     multi_attach: Arc<Mutex<BTreeSet<String>>>,
@@ -412,8 +417,9 @@ impl Sim {
             detach_latency: scenario.settings.detach_latency,
             tasks: tasks.clone(),
             sabotaged: sabotage == Sabotage::BackendEffect,
-            load: CallLoad::new(&config_of(scenario)),
+            load: CallLoad::new(&config_of(scenario), epoch),
         };
+        let load = backend.load.clone();
         let (forward, forward_rx) = mpsc::unbounded_channel();
         Sim {
             epoch,
@@ -434,6 +440,7 @@ impl Sim {
             cache_lag: scenario.settings.cache_lag,
             generation: 0,
             sabotage,
+            load,
         }
     }
 
@@ -493,11 +500,13 @@ impl Sim {
             node_full: Arc::clone(&self.node_full),
             sabotaged: self.sabotage == Sabotage::Recorder,
         });
+        // Each controller counts the calls it awaits afresh: a restarted one's lost calls are
+        // no longer its own.
+        let backend = self.backend.for_new_controller();
+        self.load = backend.load.clone();
         let controller = match Controller::new(
             self.config.clone(),
-            // Each controller counts the calls it awaits afresh: a restarted one's lost calls
-            // are no longer its own.
-            Arc::new(self.backend.for_new_controller()),
+            Arc::new(backend),
             store,
             self.snapshot(),
         ) {
@@ -650,7 +659,11 @@ impl Sim {
             let dirty = !self.world.lock().dirty.is_empty();
             let tick = dirty.then(|| next_tick(now, last_tick));
             let step = steps.peek().map(|s| s.at);
-            let next = tick.into_iter().chain(step).min().filter(|at| *at <= end);
+            // And when a breach of I7 seen on the way would have lasted its slack.
+            let recheck = self.load.recheck_at();
+            let next = (tick.into_iter().chain(step).chain(recheck))
+                .min()
+                .filter(|at| *at <= end);
             let Some(next) = next else {
                 if self.wait(end, true).await {
                     break;
@@ -661,6 +674,9 @@ impl Sim {
                 continue;
             }
             self.refresh_listed();
+            // I7 as the step finds the world, before the step changes it (a restart starts a
+            // new count).
+            self.check_slots();
             while let Some(step) = steps.next_if(|s| s.at <= next) {
                 self.world.lock().now = next;
                 self.apply(step.line, &step.action).await;
@@ -671,11 +687,17 @@ impl Sim {
                 // A step may have let a write land (a restart awaits the old controller), so
                 // the lists agents read are refreshed again right before they look.
                 self.refresh_listed();
+                // A step may have ended a mount (a fence, a power-off): its excuse goes
+                // before an agent could mount the volume again.
+                self.world.lock().forget_ended_invisible_claims();
                 self.agents();
                 last_tick = Some(next);
             }
+            self.world.lock().forget_ended_invisible_claims();
+            self.check_slots();
         }
         self.refresh_listed();
+        self.check_slots();
         let multi = self.multi_attach.lock().clone();
         let full = self.node_full.lock().clone();
         let nodes: Vec<String> = self.world.lock().nodes.keys().cloned().collect();
@@ -722,6 +744,24 @@ impl Sim {
             agent_work: w.agent_work,
             trace: std::mem::take(&mut w.trace),
             timeline: std::mem::take(&mut w.timeline),
+        }
+    }
+
+    /// I7 on this step: no call past its overdue time holds a slot that calls wait for.
+    fn check_slots(&self) {
+        if self.load.is_unlimited() {
+            return;
+        }
+        let handle = self.slot.lock().clone();
+        let Some(handle) = handle else { return };
+        let breaches = self.load.stuck_slots(&handle.metrics().backend_queue);
+        if breaches.is_empty() {
+            return;
+        }
+        let mut w = self.world.lock();
+        w.now = self.now();
+        for breach in breaches {
+            w.violation(breach);
         }
     }
 
@@ -1062,6 +1102,9 @@ impl Sim {
         }
         if !cut {
             w.healed.notify_waiters();
+            // The backend answers for the node again: what was detached by hand there is
+            // known to it.
+            w.detached_by_hand.retain(|(_, n)| n != node);
         }
         w.record(Happening::Node {
             node: node.to_string(),

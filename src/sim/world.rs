@@ -205,20 +205,26 @@ pub(crate) struct World {
     pub(crate) restarted: bool,
     /// Volumes nodes reach without an attach (`claim-only`): mounted once listed.
     pub(crate) claim_only: BTreeSet<String>,
+    /// (volume, node): attachments an operator detached by hand while the backend could not
+    /// reach the node. The controller can learn of it only from the backend (a verify, a
+    /// detach call), so until the partition heals the volume is still attached there as far
+    /// as it can know, and I3 lets a pod wait for it as for a volume the node holds.
+    pub(crate) detached_by_hand: BTreeSet<(String, String)>,
     /// Volume -> the nodes a controller named in a `ClaimInDoubt` event: after a restart,
     /// several nodes reported it in use and no status listed it, so none was granted it.
     pub(crate) claims_in_doubt: BTreeMap<String, BTreeSet<String>>,
-    /// (node, volume): claims the running controller could not know of when it started. The
+    /// (node, volume): mounted claims some controller could not know of when it started. The
     /// node's object was gone (so its status, the claim's only record, too), and no pod placed
     /// there used the volume, yet the machine had it mounted: the gap the README names under
     /// "What is still not covered". A claim granted elsewhere meanwhile is excused from I1.
+    ///
+    /// The excuse rests on that start, not on the controller running now: it is kept across
+    /// restarts for as long as the mount it is about lasts (a pod placed on the node later, say,
+    /// mounts nothing on a node without an object, and is no evidence the next controller may
+    /// weigh against another node's recorded grant; see `Reconciler`'s claim recovery), and
+    /// dropped once the node no longer has the volume mounted, so that a later mount there is
+    /// held to I1 again.
     pub(crate) invisible_claims: BTreeSet<(String, String)>,
-    /// (volume, node): attachments an operator released from a fenced node while the backend
-    /// still held them (`release` with no `operator-detach` first). The release's contract is
-    /// the operator's word that the volume is no longer attached, and the core has nothing
-    /// else to go by (it exists for when the backend cannot reach the node): I1 excuses a
-    /// second attachment until the backend lets go of this one.
-    pub(crate) released_while_attached: BTreeSet<(String, String)>,
     /// What the node agents' passes looked at: each volume and pod considered, each count a
     /// mount or a release moved (see [`Report::agent_work`](super::Report::agent_work)).
     pub(crate) agent_work: u64,
@@ -564,12 +570,7 @@ impl World {
             .get(volume)
             .into_iter()
             .flatten()
-            .filter(|n| {
-                *n != node
-                    && !self
-                        .released_while_attached
-                        .contains(&(volume.to_string(), (*n).clone()))
-            })
+            .filter(|n| *n != node)
             .cloned()
             .collect();
         if single && !others.is_empty() {
@@ -592,8 +593,13 @@ impl World {
     }
 
     /// An operator detached `volume` from `node` behind the controller's back: no invariant
-    /// is the controller's to keep here.
+    /// is the controller's to keep here. While the backend cannot reach the node, nothing can
+    /// tell the controller (see [`detached_by_hand`](World::detached_by_hand)).
     pub(crate) fn operator_detach(&mut self, volume: &str, node: &str) {
+        if self.partitioned.contains(node) && self.is_attached(volume, node) {
+            self.detached_by_hand
+                .insert((volume.to_string(), node.to_string()));
+        }
         self.unmounted(node, volume);
         let removed = self
             .attached
@@ -652,23 +658,19 @@ impl World {
             self.changed();
             self.touch(node, volume);
         }
-        self.released_while_attached
-            .remove(&(volume.to_string(), node.to_string()));
         self.mark(node);
     }
 
-    /// A controller accepted an operator's release of `volume` from `node`. If the backend
-    /// still holds the attachment, the operator's word was wrong: noted, and excused from I1
-    /// (see [`released_while_attached`](World::released_while_attached)). An attach still
-    /// under way there is not excused: the core must refuse that release, since the attach may
-    /// land after the volume went elsewhere.
+    /// A controller forgot the attachment of `volume` to `node` on an operator's release. It
+    /// may do so only once a verify started after the release found the volume gone: if the
+    /// backend still holds it (or is still attaching it), the core forgot an attachment the
+    /// backend has, which leaks it and lets the volume go to a second node.
     pub(crate) fn note_release(&mut self, volume: &str, node: &str) {
-        if self.is_attached(volume, node) {
-            self.log(format!(
-                "operator: released {volume} from {node} while the backend still holds it"
+        if self.may_be_attached(volume, node) {
+            self.violation(format!(
+                "I1: the controller forgot {volume} on {node} on a release while the backend \
+                 still holds it"
             ));
-            self.released_while_attached
-                .insert((volume.to_string(), node.to_string()));
         }
     }
 
@@ -919,8 +921,10 @@ impl World {
     }
 
     /// Notes, as a controller starts, the claims it cannot know of (see
-    /// [`invisible_claims`](World::invisible_claims)).
+    /// [`invisible_claims`](World::invisible_claims)), beside those noted at earlier starts
+    /// whose mounts last.
     pub(crate) fn note_invisible_claims(&mut self) {
+        self.forget_ended_invisible_claims();
         let mut invisible = BTreeSet::new();
         for (name, n) in self.nodes.iter().filter(|(_, n)| !n.object) {
             let used: BTreeSet<&str> = self
@@ -939,7 +943,18 @@ impl World {
                 }
             }
         }
-        self.invisible_claims = invisible;
+        self.invisible_claims.extend(invisible);
+    }
+
+    /// Drops the invisible claims whose mount has ended (an unmount, a fence, a power-off):
+    /// called between agent passes, so that no remount can follow an unmount unseen.
+    pub(crate) fn forget_ended_invisible_claims(&mut self) {
+        if self.invisible_claims.is_empty() {
+            return;
+        }
+        let nodes = &self.nodes;
+        self.invisible_claims
+            .retain(|(node, v)| nodes.get(node).is_some_and(|n| n.mounted.contains(v)));
     }
 
     /// I3 at the end of a run: reports match reality on live nodes, every pod on a live node
@@ -1019,6 +1034,13 @@ impl World {
                 .collect();
             holders.extend(claims.get(volume).into_iter().flatten());
             holders.extend(granted.get(volume).into_iter().flatten());
+            // Detached by hand where the backend cannot reach: the controller cannot know.
+            holders.extend(
+                self.detached_by_hand
+                    .iter()
+                    .filter(|(v, n)| v == volume && self.partitioned.contains(n))
+                    .map(|(_, n)| n.as_str()),
+            );
             self.volumes.get(volume) != Some(&Access::MultiNode)
                 && holders
                     .into_iter()
@@ -1055,9 +1077,17 @@ impl World {
             let real = real.get(name.as_str()).unwrap_or(&nothing);
             let listed = self.listed.get(name).unwrap_or(&nothing);
             let unlisted_in_doubt = |v: &&String| !listed.contains(*v) && in_doubt(v, name);
+            // A claim the node mounted while a controller could not see it stays unlisted
+            // while another node holds the grant: the gap, not a report out of date.
+            let unlisted_invisible = |v: &&String| {
+                !listed.contains(*v)
+                    && self
+                        .invisible_claims
+                        .contains(&(name.clone(), (*v).clone()))
+            };
             if !real
                 .iter()
-                .filter(|v| !unlisted_in_doubt(v))
+                .filter(|v| !unlisted_in_doubt(v) && !unlisted_invisible(v))
                 .eq(listed.iter())
             {
                 problems.push(format!(

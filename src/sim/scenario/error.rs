@@ -95,7 +95,7 @@ pub enum ParseErrorKind {
         "unknown setting `{}` (expected reconcile-period, sync-period, max-wait-for-unmount, \
          force-detach-on-timeout, machine-fencing, cache-lag, status-cache-lag, attach-latency, detach-latency, \
          status-latency, seed, verify-batch, volumes-per-pass, max-attaches, max-detaches, \
-         backend-rate or upstream-bug)",
+         overdue-after, max-overdue, backend-rate or upstream-bug)",
         Escaped(.0)
     )]
     UnknownSetting(String),

@@ -35,6 +35,9 @@
 //! set backend-rate <every> <burst>
 //!                          and a token bucket on both: one token every <every>, at most
 //!                          <burst> tokens (see `Config::backend_load`)
+//! set overdue-after <d>    a call still running after d is overdue and gives its slot
+//! set max-overdue <n>      back, at most n such calls per class (default 1s and 16;
+//!                          see `OverdueCalls`)
 //! set upstream-bug <c1..c6|l1|l2> on|off
 //!                          re-enable the reproduction of an upstream bug (l1: our
 //!                          own late-attach leak of issue 9; l2: one shared queue and
@@ -157,6 +160,6 @@ pub use error::{ParseError, ParseErrorKind, ScenarioError};
 pub use parser::{parse, parse_bytes};
 pub use printer::format_duration;
 pub use types::{
-    Action, AttachLimit, CallOp, Cmp, Expectation, MAX_DURATION, PodState, Scenario, Settings,
-    Step, UpstreamBug,
+    Action, AttachLimit, CallOp, Cmp, Expectation, MAX_DURATION, PodState, SIM_OVERDUE, Scenario,
+    Settings, Step, UpstreamBug,
 };

@@ -6,7 +6,9 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use super::keyword::Keyword;
-use super::types::{Action, AttachLimit, Expectation, MAX_DURATION, Scenario, Step, UpstreamBug};
+use super::types::{
+    Action, AttachLimit, Expectation, MAX_DURATION, SIM_OVERDUE, Scenario, Step, UpstreamBug,
+};
 use super::{ParseError, ParseErrorKind};
 use crate::volume::Access;
 
@@ -374,6 +376,24 @@ impl Parser {
             }
             "max-detaches" => {
                 settings.backend_load.max_detaches = Some(tokens.limit()? as usize);
+                key.to_string()
+            }
+            "overdue-after" => {
+                let after = tokens.duration("a duration like 1s")?;
+                if after.is_zero() {
+                    return Err(ParseErrorKind::Unexpected {
+                        expected: "a duration longer than zero".to_string(),
+                        found: "0s".to_string(),
+                    });
+                }
+                let overdue = settings.backend_load.overdue.get_or_insert(SIM_OVERDUE);
+                overdue.after = after;
+                key.to_string()
+            }
+            "max-overdue" => {
+                let max = tokens.limit()? as usize;
+                let overdue = settings.backend_load.overdue.get_or_insert(SIM_OVERDUE);
+                overdue.max = max;
                 key.to_string()
             }
             "backend-rate" => {

@@ -84,6 +84,8 @@ fn every_setting_parses() {
             set max-attaches 20
             set max-detaches 5
             set backend-rate 100ms 30
+            set overdue-after 3s
+            set max-overdue 2
             set verify-batch 7
             set volumes-per-pass 3
             set upstream-bug c1 on
@@ -109,6 +111,10 @@ fn every_setting_parses() {
                 every: ms(100),
                 burst: 30,
             }),
+            overdue: Some(crate::config::OverdueCalls {
+                after: ms(3000),
+                max: 2,
+            }),
         },
         verify_batch: Some(7),
         volumes_per_pass: Some(3),
@@ -123,6 +129,8 @@ fn every_setting_parses() {
         "set backend-rate 0s 5",
         "set backend-rate 1s 0",
         "set max-attaches 4294967296",
+        "set overdue-after 0s",
+        "set max-overdue 0",
     ] {
         assert!(parse(refused).is_err(), "{refused}");
     }
