@@ -273,56 +273,5 @@ pub struct ReadmeDoctests;
 pub use domain::{Domain, Id, Ids};
 pub use name::Name;
 
-pub mod core {
-    //! The state machine and its vocabulary: the pure [`Reconciler`], what goes into it and
-    //! what comes out.
-    //!
-    //! Every user needs part of it: the [`Input`]s that tell the core (or a running
-    //! [`Controller`](crate::controller::Controller)) what the orchestrator sees, with the
-    //! [`VolumeSpec`] and [`NodeFacts`] they carry, and the [`Event`]s worth showing a human.
-    //! The rest matters when you drive the core yourself: the [`Operation`]s it plans for you
-    //! to run, and read-only views of its desired state ([`DesiredState`]), actual state
-    //! ([`ActualState`]) and node statuses ([`StatusBook`]).
-
-    // The core, and its errors.
-    pub use crate::desired::DesiredError;
-    pub use crate::reconciler::{Reconciler, ReconcilerError, ReleaseRefusal, StuckDetach};
-
-    // In: the changes the orchestrator saw.
-    pub use crate::actual::NodeFacts;
-    pub use crate::input::{Input, Kind, Rejection};
-    pub use crate::volume::{Access, VolumeSpec};
-
-    // Out: the calls to make, and what to tell a human.
-    pub use crate::event::{Event, Holder};
-    pub use crate::gate::OpKind;
-    pub use crate::operation::{ForceReason, OpId, Operation};
-
-    // Read-only views of the core's state.
-    pub use crate::actual::{ActualState, AttachState, Attachment};
-    pub use crate::desired::{DesiredState, Missing, PendingWorkload};
-    pub use crate::status::StatusBook;
-
-    // Backend load, queued under `Config::backend_load`.
-    pub use crate::admission::{ClassStats, QueueStats};
-}
-
-pub mod traits {
-    //! What you implement to plug the crate into your storage and your orchestrator, and what
-    //! their methods take and return: [`AttachBackend`] (cloud disks, CSI, a SAN) and
-    //! [`NodeStatusStore`] (the API server, etcd, ...).
-    //!
-    //! You need it to write an adapter, and to drive the core yourself: the core's
-    //! [`Operation`](crate::core::Operation)s carry [`ReportedVolumes`] and [`Revision`]s, and
-    //! its `*_finished` methods take these results. The in-memory doubles in
-    //! [`memory`](crate::memory) implement both traits.
-
-    pub use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
-    pub use crate::error::ErrorSource;
-    pub use crate::machine::MachineState;
-    pub use crate::reported_volumes::ReportedVolumes;
-    pub use crate::store::{
-        NodeStatus, NodeStatusStore, ReportedVolume, Revision, StatusFacts, StoreError,
-        WriteReceipt,
-    };
-}
+pub mod core;
+pub mod traits;

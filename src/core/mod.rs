@@ -1,0 +1,31 @@
+//! The state machine and its vocabulary: the pure [`Reconciler`], what goes into it and
+//! what comes out.
+//!
+//! Every user needs part of it: the [`Input`]s that tell the core (or a running
+//! [`Controller`](crate::controller::Controller)) what the orchestrator sees, with the
+//! [`VolumeSpec`] and [`NodeFacts`] they carry, and the [`Event`]s worth showing a human.
+//! The rest matters when you drive the core yourself: the [`Operation`]s it plans for you
+//! to run, and read-only views of its desired state ([`DesiredState`]), actual state
+//! ([`ActualState`]) and node statuses ([`StatusBook`]).
+
+// The core, and its errors.
+pub use crate::desired::DesiredError;
+pub use crate::reconciler::{Reconciler, ReconcilerError, ReleaseRefusal, StuckDetach};
+
+// In: the changes the orchestrator saw.
+pub use crate::actual::NodeFacts;
+pub use crate::input::{Input, Kind, Rejection};
+pub use crate::volume::{Access, VolumeSpec};
+
+// Out: the calls to make, and what to tell a human.
+pub use crate::event::{Event, Holder};
+pub use crate::gate::OpKind;
+pub use crate::operation::{ForceReason, OpId, Operation};
+
+// Read-only views of the core's state.
+pub use crate::actual::{ActualState, AttachState, Attachment};
+pub use crate::desired::{DesiredState, Missing, PendingWorkload};
+pub use crate::status::StatusBook;
+
+// Backend load, queued under `Config::backend_load`.
+pub use crate::admission::{ClassStats, QueueStats};

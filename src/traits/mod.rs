@@ -1,0 +1,17 @@
+//! What you implement to plug the crate into your storage and your orchestrator, and what
+//! their methods take and return: [`AttachBackend`] (cloud disks, CSI, a SAN) and
+//! [`NodeStatusStore`] (the API server, etcd, ...).
+//!
+//! You need it to write an adapter, and to drive the core yourself: the core's
+//! [`Operation`](crate::core::Operation)s carry [`ReportedVolumes`] and [`Revision`]s, and
+//! its `*_finished` methods take these results. The in-memory doubles in
+//! [`memory`](crate::memory) implement both traits.
+
+pub use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
+pub use crate::error::ErrorSource;
+pub use crate::machine::MachineState;
+pub use crate::reported_volumes::ReportedVolumes;
+pub use crate::store::{
+    NodeStatus, NodeStatusStore, ReportedVolume, Revision, StatusFacts, StoreError,
+    WriteReceipt,
+};
