@@ -5,18 +5,18 @@ use std::time::Duration;
 use rustc_hash::FxHashSet;
 use smallvec::SmallVec;
 
-use crate::dense_table::{DenseTable, Keyed, WARM_BATCH};
-use crate::device_paths::NodeDevicePaths;
+use crate::core::tables::dense_table::{DenseTable, Keyed, WARM_BATCH};
+use crate::core::tables::device_paths::NodeDevicePaths;
 use crate::domain::Domain;
-use crate::id_search;
-use crate::id_warm;
-use crate::line_warm::warm_lines;
-use crate::marks::Marks;
-use crate::refill::Refill;
+use crate::core::tables::id_search;
+use crate::core::tables::id_warm;
+use crate::core::tables::line_warm::warm_lines;
+use crate::core::tables::marks::Marks;
+use crate::core::tables::refill::Refill;
 use crate::reported_volumes::{ListSpares, ReportedVolumes};
-use crate::spares::Spares;
+use crate::core::tables::spares::Spares;
 use crate::store::ReportedVolume;
-use crate::verify_ring::VerifyRing;
+use crate::core::tables::verify_ring::VerifyRing;
 
 /// What the controller believes about one (volume, node) pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -1871,7 +1871,7 @@ mod tests {
 
     #[test]
     fn a_report_of_what_the_node_holds_is_merged_without_ordering_a_volume() {
-        use crate::counted::{Counted, orderings};
+        use crate::core::tables::counted::{Counted, orderings};
         type C = Ids<&'static str, Counted, &'static str>;
         let mut a: ActualState<C> = ActualState::default();
         for v in [1, 3, 5, 7] {

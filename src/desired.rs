@@ -11,10 +11,10 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use thiserror::Error;
 
 use crate::config::Config;
-use crate::dense_table::{self, DenseTable, Keyed};
+use crate::core::tables::dense_table::{self, DenseTable, Keyed};
 use crate::domain::Domain;
 use crate::gate::trim_map;
-use crate::slot_table::{Slot, SlotTable};
+use crate::core::tables::slot_table::{Slot, SlotTable};
 use crate::volume::VolumeSpec;
 
 /// Misuse of the desired state, reported instead of being silently absorbed.

@@ -23,14 +23,14 @@ use rustc_hash::FxBuildHasher;
 
 use crate::domain::Domain;
 use crate::gate::{OpKind, trim_hash_map, trim_map, would_trim};
-use crate::op_id_map::{self, OpIdMap};
+use crate::core::tables::op_id_map::{self, OpIdMap};
 use crate::operation::{InFlight, OpId};
 
 /// Every running operation, and the number of attaches and detaches running per volume.
 #[derive(Debug)]
 pub(crate) struct InFlightTable<D: Domain> {
     /// Laid out in id order: a pass's operations end in about the order it planned them.
-    ops: OpIdMap<InFlight<D>>,
+    ops: OpIdMap<OpId, InFlight<D>>,
     /// Only volumes with at least one running, or whose look waits for one that ended (see
     /// [`take`](InFlightTable::take)): an entry is dropped when neither holds. `hashbrown`'s
     /// own map: an operation's end finds the entry once, and drops it through what it found.

@@ -19,13 +19,13 @@ use crate::config::{Config, UpstreamBugs};
 use crate::decision::{
     Attach, AttachFacts, Detach, DetachFacts, Step, decide_attach, decide_detach,
 };
-use crate::dense_table::WARM_BATCH;
+use crate::core::tables::dense_table::WARM_BATCH;
 use crate::desired::{DesiredError, DesiredState, WantedOn};
 use crate::domain::{Domain, Id};
 use crate::event::{Event, Holder};
 use crate::fresh_read::{Fresh, WrittenFacts, judge_detach};
 use crate::gate::{OpKind, OperationGate, trim_map, trim_set};
-use crate::id_warm;
+use crate::core::tables::id_warm;
 use crate::in_flight::InFlightTable;
 use crate::input::{Input, Kind, Rejection, Relists};
 use crate::machine::MachineWatch;
@@ -2333,11 +2333,11 @@ impl<D: Domain> Reconciler<D> {
 
     /// Reconciles each of `volumes`, and empties the list. A long list (a restart's first pass,
     /// a resync, a dead node's volumes) is taken in batches whose desired and actual records
-    /// are first looked up together ([`DenseTable::warm`](crate::dense_table::DenseTable::warm)):
+    /// are first looked up together ([`DenseTable::warm`](crate::core::tables::dense_table::DenseTable::warm)):
     /// at a million volumes the first pass after a restart spent most of its time waiting on
     /// those lookups' cache misses one at a time. A short list (a move's) is not worth the
     /// second lookup. A batch's ids are dropped once it is done, their names' blocks read with
-    /// the lookups ([`id_warm`](crate::id_warm)): dropped at the end of the pass, each was a
+    /// the lookups ([`id_warm`](crate::core::tables::id_warm)): dropped at the end of the pass, each was a
     /// cache miss of its own again.
     fn reconcile_volumes(
         &mut self,
@@ -2405,8 +2405,8 @@ impl<D: Domain> Reconciler<D> {
         lists.clear();
         // What took the lists' place during the look never had room.
         let NodeLists { wanted, attached } = std::mem::replace(&mut self.node_lists, lists);
-        crate::marks::drop_list(wanted);
-        crate::marks::drop_list(attached);
+        crate::core::tables::marks::drop_list(wanted);
+        crate::core::tables::marks::drop_list(attached);
     }
 
     fn reconcile_volume_with(

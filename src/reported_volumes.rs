@@ -4,11 +4,11 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::device_paths::PackedPaths;
+use crate::core::tables::device_paths::PackedPaths;
 use crate::domain::Domain;
-use crate::id_search;
-use crate::refill::Refill;
-use crate::spares::Spares;
+use crate::core::tables::id_search;
+use crate::core::tables::refill::Refill;
+use crate::core::tables::spares::Spares;
 use crate::store::ReportedVolume;
 
 /// The volumes a node is told it has, sorted by volume, with their device paths: the list a

@@ -13,8 +13,8 @@ use rustc_hash::FxHashMap;
 
 use crate::domain::Domain;
 use crate::gate::trim_map;
-use crate::id_sort;
-use crate::marks::Marks;
+use crate::core::tables::id_sort;
+use crate::core::tables::marks::Marks;
 
 /// The earliest of `times`, if any. A plain loop: the core asks for its next deadline after
 /// every pass and answer, and the same fold over a flattened iterator was about 130

@@ -5,11 +5,11 @@
 //! own write, or a fresh read at recovery; anything else leaves the stored list unknown, and an
 //! unknown list is always written.
 
-use crate::dense_table::{DenseTable, Keyed};
+use crate::core::tables::dense_table::{DenseTable, Keyed};
 use crate::domain::Domain;
-use crate::id_search;
-use crate::line_warm::warm_lines;
-use crate::marks::Marks;
+use crate::core::tables::id_search;
+use crate::core::tables::line_warm::warm_lines;
+use crate::core::tables::marks::Marks;
 use crate::reported_volumes::ReportedVolumes;
 use crate::store::{ReportedVolume, Revision};
 
@@ -694,7 +694,7 @@ mod tests {
 
     #[test]
     fn a_listing_the_core_owns_is_moved_into_the_book_not_copied() {
-        use crate::counted::{Cloned, clones};
+        use crate::core::tables::counted::{Cloned, clones};
         type C = Ids<&'static str, Cloned, &'static str>;
         let list = |ids: &[u32]| -> Vec<ReportedVolume<C>> {
             ids.iter()

@@ -60,7 +60,7 @@ use crate::config::{Config, ConfigError};
 use crate::domain::Domain;
 use crate::event::Event;
 use crate::input::{Input, Rejection};
-use crate::op_id_map::{self, OpIdMap};
+use crate::core::tables::op_id_map::{self, OpIdMap};
 use crate::operation::{OpId, Operation};
 use crate::reconciler::{Reconciler, ReconcilerError};
 use crate::store::NodeStatusStore;
@@ -415,7 +415,7 @@ struct Driver<D: Domain> {
     /// Each running operation, with when it started. Only looked up, never iterated, so its
     /// order cannot leak into behaviour. Laid out in id order ([`OpIdMap`]): the keys are the
     /// core's own numbers, and a pass's operations end in about the order they were planned.
-    running: OpIdMap<(OperationSummary<D>, Instant)>,
+    running: OpIdMap<OpId, (OperationSummary<D>, Instant)>,
     /// The start instants in `running`, oldest first.
     starts: StartTimes,
     /// The oldest start last published to the metrics.

@@ -8,6 +8,8 @@
 //! to run, and read-only views of its desired state ([`DesiredState`]), actual state
 //! ([`ActualState`]) and node statuses ([`StatusBook`]).
 
+pub(crate) mod tables;
+
 // The core, and its errors.
 pub use crate::desired::DesiredError;
 pub use crate::reconciler::{Reconciler, ReconcilerError, ReleaseRefusal, StuckDetach};

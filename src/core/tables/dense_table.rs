@@ -1,5 +1,5 @@
 //! A hash table for the core's largest tables (one entry per volume; the placed workloads are in
-//! a [`SlotTable`](crate::slot_table::SlotTable), whose entries keep their place) and for its
+//! a [`SlotTable`](crate::core::tables::slot_table::SlotTable), whose entries keep their place) and for its
 //! large records (one per node): the entries live in one dense array, each carrying its own
 //! key, and the hash table ([`PositionIndex`]) holds only a 4-byte position, in chunks whose
 //! tags and positions share a cache line.
@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use rustc_hash::FxBuildHasher;
 
-use crate::position_index::PositionIndex;
+use crate::core::tables::position_index::PositionIndex;
 
 /// Keys a batch looks up together ([`DenseTable::warm`]) before its work reads them: enough
 /// for several keys' cache misses to overlap, few enough that what they bring in is still in

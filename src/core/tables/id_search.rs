@@ -11,7 +11,7 @@
 //!
 //! Every other id is searched by order as before: a `String`'s equality reads its text as its
 //! order does, and an integer's order compare costs what its equality does. As in
-//! [`id_sort`](crate::id_sort), `Name` is picked out by its type, since `Id` is a blanket impl.
+//! [`id_sort`](crate::core::tables::id_sort), `Name` is picked out by its type, since `Id` is a blanket impl.
 
 use std::any::TypeId;
 

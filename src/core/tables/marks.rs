@@ -6,7 +6,7 @@
 //! appended here and sorted once when taken, in the order a `BTreeSet` gave, so plans stay
 //! deterministic.
 
-use crate::id_sort;
+use crate::core::tables::id_sort;
 
 /// Items marked since the last [`take`](Self::take), possibly more than once.
 ///
@@ -188,7 +188,7 @@ mod tests {
         assert_eq!(marks.distinct, 0);
     }
 
-    use crate::counted::{Counted, orderings as compares};
+    use crate::core::tables::counted::{Counted, orderings as compares};
 
     #[test]
     fn what_a_sort_left_in_order_is_taken_without_another_sort() {

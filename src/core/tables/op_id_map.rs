@@ -1,4 +1,5 @@
-//! Tables keyed by [`OpId`], hashed so that neighbouring ids sit in neighbouring buckets.
+//! Tables keyed by operation ids (`OpId`, or any key that hashes as one `u64` numbered in the
+//! order the core plans), hashed so that neighbouring ids sit in neighbouring buckets.
 //!
 //! The core numbers its operations in the order it plans them, and a pass's operations run
 //! together and mostly end in that order. With Fx (a multiply) each end looked its operation
@@ -12,10 +13,9 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use crate::operation::OpId;
-
-/// A map from operation ids, laid out in id order (see the module's doc).
-pub(crate) type OpIdMap<V> = HashMap<OpId, V, BuildHasherDefault<OpIdHasher>>;
+/// A map from operation ids (`K` hashes as one `u64`), laid out in id order (see the module's
+/// doc).
+pub(crate) type OpIdMap<K, V> = HashMap<K, V, BuildHasherDefault<OpIdHasher>>;
 
 /// The hasher of [`OpIdMap`]: the id itself, its top seven bits replaced by a mix of the rest.
 #[derive(Default)]
@@ -37,7 +37,7 @@ impl Hasher for OpIdHasher {
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        // `OpId` hashes as one `u64`; anything else still gets a usable hash.
+        // An operation id hashes as one `u64`; anything else still gets a usable hash.
         for &b in bytes {
             self.write_u64(self.0.rotate_left(8) ^ u64::from(b));
         }
@@ -45,7 +45,7 @@ impl Hasher for OpIdHasher {
 }
 
 /// An empty [`OpIdMap`].
-pub(crate) fn new<V>() -> OpIdMap<V> {
+pub(crate) fn new<K, V>() -> OpIdMap<K, V> {
     HashMap::default()
 }
 
@@ -55,7 +55,7 @@ mod tests {
     use std::hash::BuildHasher;
 
     fn hash(id: u64) -> u64 {
-        BuildHasherDefault::<OpIdHasher>::default().hash_one(OpId(id))
+        BuildHasherDefault::<OpIdHasher>::default().hash_one(id)
     }
 
     #[test]
@@ -72,25 +72,25 @@ mod tests {
 
     #[test]
     fn a_map_keeps_every_id_through_growth_and_removal() {
-        let mut map: OpIdMap<u64> = new();
+        let mut map: OpIdMap<u64, u64> = new();
         let mut model = std::collections::BTreeMap::new();
         // Sequential ids, with stragglers far behind and ids a table's width apart.
         for id in 0..50_000u64 {
-            map.insert(OpId(id), id);
+            map.insert(id, id);
             model.insert(id, id);
             if id % 3 != 0 && id >= 10 {
-                assert_eq!(map.remove(&OpId(id - 10)), model.remove(&(id - 10)));
+                assert_eq!(map.remove(&(id - 10)), model.remove(&(id - 10)));
             }
         }
         for k in 0..40u64 {
             let id = (k << 16) | 7;
-            map.insert(OpId(id), k);
+            map.insert(id, k);
             model.insert(id, k);
         }
         assert_eq!(map.len(), model.len());
         for (id, v) in &model {
-            assert_eq!(map.get(&OpId(*id)), Some(v));
+            assert_eq!(map.get(id), Some(v));
         }
-        assert_eq!(map.get(&OpId(u64::MAX)), None);
+        assert_eq!(map.get(&u64::MAX), None);
     }
 }

@@ -61,7 +61,7 @@ impl<'a, V: Clone + Ord + 'static> Refill<'a, V> {
     {
         // Only lists of `Name`s are edited: for other ids the test is a constant, and the
         // loop below stays as tight as before.
-        if crate::id_search::equal_by_identity::<V>() && self.editing {
+        if crate::core::tables::id_search::equal_by_identity::<V>() && self.editing {
             for id in ids {
                 match self.list.get(self.len) {
                     Some(old) if old == id => self.len += 1,
@@ -95,10 +95,10 @@ impl<'a, V: Clone + Ord + 'static> Refill<'a, V> {
     /// dropped with an atomic update that waits for its miss before the next starts. An
     /// edited list's ids are mostly kept, and are not read.
     ///
-    /// [`id_warm`]: crate::id_warm
+    /// [`id_warm`]: crate::core::tables::id_warm
     pub(crate) fn warm_rest(&self) {
         if !self.editing {
-            crate::id_warm::warm(self.list[self.len..].iter());
+            crate::core::tables::id_warm::warm(self.list[self.len..].iter());
         }
     }
 

@@ -8,13 +8,13 @@
 //! together; the counts then change in the cache. `String` ids are read the same way, for the
 //! allocator's header beside the text that a drop reads.
 //!
-//! As in [`id_sort`](crate::id_sort), the two text types are picked out by their type, since
+//! As in [`id_sort`](crate::core::tables::id_sort), the two text types are picked out by their type, since
 //! `Id` is a blanket impl; other ids have nothing behind them to read.
 
 use std::any::TypeId;
 use std::hint::black_box;
 
-use crate::id_sort::head_of;
+use crate::core::tables::id_sort::head_of;
 use crate::name::Name;
 
 /// Reads the block behind each of `ids` that is a `Name` or a `String` (its head, as a sort

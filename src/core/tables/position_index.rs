@@ -1,8 +1,8 @@
 //! [`PositionIndex`]: the hash index of the core's large tables, whose tags and values share a
 //! cache line.
 //!
-//! The dense tables ([`DenseTable`](crate::dense_table::DenseTable),
-//! [`SlotTable`](crate::slot_table::SlotTable)) keep their entries in an array and hash only a
+//! The dense tables ([`DenseTable`](crate::core::tables::dense_table::DenseTable),
+//! [`SlotTable`](crate::core::tables::slot_table::SlotTable)) keep their entries in an array and hash only a
 //! 4-byte position per entry. In `hashbrown`'s layout a slot's tag and its value sit in two
 //! arrays, megabytes apart in a large table, so a cold lookup waits for three misses one after
 //! the other: the tag group, the slot (whose address is known only once a tag matched), then
@@ -352,7 +352,7 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
-    use crate::dense_table::tests::Lcg;
+    use crate::core::tables::dense_table::tests::Lcg;
 
     #[test]
     fn a_chunk_is_one_cache_line() {

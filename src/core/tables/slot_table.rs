@@ -22,8 +22,8 @@
 
 use std::fmt;
 
-use crate::dense_table::{Keyed, TRIM_ABOVE, grow, hash_of, slot};
-use crate::position_index::PositionIndex;
+use crate::core::tables::dense_table::{Keyed, TRIM_ABOVE, grow, hash_of, slot};
+use crate::core::tables::position_index::PositionIndex;
 
 /// A slot's number: where an entry of a [`SlotTable`] sits while it is in the table.
 pub(crate) type Slot = u32;
@@ -235,7 +235,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::dense_table::tests::{Entry, Lcg};
+    use crate::core::tables::dense_table::tests::{Entry, Lcg};
 
     /// Every operation checked against `std`'s map after each step, through growth, draining
     /// and closing holes; a slot number handed out keeps pointing at its entry until the entry
