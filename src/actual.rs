@@ -7,16 +7,16 @@ use smallvec::SmallVec;
 
 use crate::core::tables::dense_table::{DenseTable, Keyed, WARM_BATCH};
 use crate::core::tables::device_paths::NodeDevicePaths;
-use crate::domain::Domain;
 use crate::core::tables::id_search;
 use crate::core::tables::id_warm;
 use crate::core::tables::line_warm::warm_lines;
 use crate::core::tables::marks::Marks;
 use crate::core::tables::refill::Refill;
-use crate::reported_volumes::{ListSpares, ReportedVolumes};
 use crate::core::tables::spares::Spares;
-use crate::store::ReportedVolume;
 use crate::core::tables::verify_ring::VerifyRing;
+use crate::domain::Domain;
+use crate::reported_volumes::{ListSpares, ReportedVolumes};
+use crate::store::ReportedVolume;
 
 /// What the controller believes about one (volume, node) pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -811,7 +811,7 @@ impl<D: Domain> Admission<D> {
             if self.has_slot(class) {
                 return true;
             }
-            overdue = crate::schedule::earliest([overdue, lane.next_overdue()]);
+            overdue = crate::gate::earliest([overdue, lane.next_overdue()]);
             false
         });
         if !ready {
@@ -836,12 +836,11 @@ impl<D: Domain> Admission<D> {
     /// Gives back what a past burst left allocated.
     pub(crate) fn trim(&mut self) {
         for lane in [&mut self.attach, &mut self.detach] {
-            crate::gate::trim_map(&mut lane.since);
+            crate::core::tables::trim::trim_map(&mut lane.since);
             if lane.overdue_calls.is_some() {
-                crate::gate::trim_map(&mut lane.tracked);
-                crate::gate::trim_map(&mut lane.suspects);
-                if lane.running.capacity() > 64
-                    && lane.running.len() * 4 <= lane.running.capacity()
+                crate::core::tables::trim::trim_map(&mut lane.tracked);
+                crate::core::tables::trim::trim_map(&mut lane.suspects);
+                if lane.running.capacity() > 64 && lane.running.len() * 4 <= lane.running.capacity()
                 {
                     lane.running.shrink_to(lane.running.len() * 2);
                 }
@@ -850,7 +849,7 @@ impl<D: Domain> Admission<D> {
                 lane.queue.shrink_to(lane.queue.len() * 2);
             }
         }
-        crate::gate::trim_map(&mut self.reserved);
+        crate::core::tables::trim::trim_map(&mut self.reserved);
     }
 }
 

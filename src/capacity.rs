@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 
+use crate::core::tables::trim::trim_map;
 use crate::domain::Domain;
-use crate::gate::trim_map;
 
 /// The volumes waiting for room on one node, each with the workloads its events named (sorted).
 type Waits<D> = BTreeMap<<D as Domain>::Volume, Vec<<D as Domain>::Workload>>;

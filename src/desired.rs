@@ -12,9 +12,9 @@ use thiserror::Error;
 
 use crate::config::Config;
 use crate::core::tables::dense_table::{self, DenseTable, Keyed};
-use crate::domain::Domain;
-use crate::gate::trim_map;
 use crate::core::tables::slot_table::{Slot, SlotTable};
+use crate::core::tables::trim::trim_map;
+use crate::domain::Domain;
 use crate::volume::VolumeSpec;
 
 /// Misuse of the desired state, reported instead of being silently absorbed.

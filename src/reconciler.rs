@@ -16,23 +16,24 @@ use crate::admission::{Admission, Class};
 use crate::backend::{AttachInfo, BackendAttachment, BackendError};
 use crate::capacity::NodeCapacity;
 use crate::config::{Config, UpstreamBugs};
+use crate::core::tables::dense_table::WARM_BATCH;
+use crate::core::tables::id_warm;
+use crate::core::tables::trim::{trim_map, trim_set};
 use crate::decision::{
     Attach, AttachFacts, Detach, DetachFacts, Step, decide_attach, decide_detach,
 };
-use crate::core::tables::dense_table::WARM_BATCH;
 use crate::desired::{DesiredError, DesiredState, WantedOn};
 use crate::domain::{Domain, Id};
 use crate::event::{Event, Holder};
 use crate::fresh_read::{Fresh, WrittenFacts, judge_detach};
-use crate::gate::{OpKind, OperationGate, trim_map, trim_set};
-use crate::core::tables::id_warm;
+use crate::gate::{OpKind, OperationGate, earliest};
 use crate::in_flight::InFlightTable;
 use crate::input::{Input, Kind, Rejection, Relists};
 use crate::machine::MachineWatch;
 use crate::operation::{ForceReason, InFlight, OpId, Operation};
 use crate::recovery::{Load, Recovery, SettledVolumes, Statuses, StoreListed};
 use crate::reported_volumes::{ListSpares, ReportedVolumes};
-use crate::schedule::{Schedule, earliest};
+use crate::schedule::Schedule;
 use crate::status::StatusBook;
 use crate::store::{NodeStatus, ReportedVolume, Revision, StoreError, WriteReceipt};
 use crate::volume::{Access, VolumeSpec};

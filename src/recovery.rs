@@ -11,7 +11,7 @@ use rustc_hash::FxHashSet;
 
 use crate::backend::BackendAttachment;
 use crate::domain::Domain;
-use crate::schedule::earliest;
+use crate::gate::earliest;
 use crate::store::NodeStatus;
 
 /// Every node's status, as the store lists it.

@@ -5,10 +5,10 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::core::tables::device_paths::PackedPaths;
-use crate::domain::Domain;
 use crate::core::tables::id_search;
 use crate::core::tables::refill::Refill;
 use crate::core::tables::spares::Spares;
+use crate::domain::Domain;
 use crate::store::ReportedVolume;
 
 /// The volumes a node is told it has, sorted by volume, with their device paths: the list a

@@ -11,21 +11,11 @@ use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 
-use crate::domain::Domain;
-use crate::gate::trim_map;
 use crate::core::tables::id_sort;
 use crate::core::tables::marks::Marks;
-
-/// The earliest of `times`, if any. A plain loop: the core asks for its next deadline after
-/// every pass and answer, and the same fold over a flattened iterator was about 130
-/// instructions a call, 8 % of a workload move.
-pub(crate) fn earliest<const N: usize>(times: [Option<Duration>; N]) -> Option<Duration> {
-    times.iter().fold(None, |first, t| match (first, *t) {
-        (Some(f), Some(t)) => Some(f.min(t)),
-        (f, None) => f,
-        (None, t) => t,
-    })
-}
+use crate::core::tables::trim::trim_map;
+use crate::domain::Domain;
+use crate::gate::earliest;
 
 /// The periodic work a pass found due.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

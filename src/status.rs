@@ -6,10 +6,10 @@
 //! unknown list is always written.
 
 use crate::core::tables::dense_table::{DenseTable, Keyed};
-use crate::domain::Domain;
 use crate::core::tables::id_search;
 use crate::core::tables::line_warm::warm_lines;
 use crate::core::tables::marks::Marks;
+use crate::domain::Domain;
 use crate::reported_volumes::ReportedVolumes;
 use crate::store::{ReportedVolume, Revision};
 

@@ -57,10 +57,10 @@ use runner::{OpResult, Parts};
 
 use crate::backend::AttachBackend;
 use crate::config::{Config, ConfigError};
+use crate::core::tables::op_id_map::{self, OpIdMap};
 use crate::domain::Domain;
 use crate::event::Event;
 use crate::input::{Input, Rejection};
-use crate::core::tables::op_id_map::{self, OpIdMap};
 use crate::operation::{OpId, Operation};
 use crate::reconciler::{Reconciler, ReconcilerError};
 use crate::store::NodeStatusStore;

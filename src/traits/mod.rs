@@ -12,6 +12,5 @@ pub use crate::error::ErrorSource;
 pub use crate::machine::MachineState;
 pub use crate::reported_volumes::ReportedVolumes;
 pub use crate::store::{
-    NodeStatus, NodeStatusStore, ReportedVolume, Revision, StatusFacts, StoreError,
-    WriteReceipt,
+    NodeStatus, NodeStatusStore, ReportedVolume, Revision, StatusFacts, StoreError, WriteReceipt,
 };

@@ -16,6 +16,7 @@ pub(crate) mod position_index;
 pub(crate) mod refill;
 pub(crate) mod slot_table;
 pub(crate) mod spares;
+pub(crate) mod trim;
 pub(crate) mod verify_ring;
 
 #[cfg(test)]
