@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 
+use crate::config::MachineFencing;
 use crate::domain::Domain;
 use crate::operation::OpId;
 
@@ -33,41 +34,6 @@ pub enum MachineState {
     Running,
     /// The backend cannot tell, or does not support the question.
     Unknown,
-}
-
-/// Fencing without a human ([`Config::machine_fencing`](crate::config::Config::machine_fencing)):
-/// how the core asks the backend whether an unhealthy node's machine is off, and how fresh the
-/// answers must be.
-///
-/// A node that is not healthy, not fenced by the orchestrator, and has volumes whose detach
-/// waits (they are still reported mounted, or the node was never heard from) gets one
-/// [`Operation::CheckMachine`](crate::core::Operation::CheckMachine) every `interval` while
-/// they wait. Two consecutive `Off` answers, the second asked at least `interval` after the
-/// first came back, make it count as fenced (force reason
-/// [`PoweredOff`](crate::core::ForceReason::PoweredOff)) for as long as the last such answer
-/// is at most `max_age` old; the checks go on while detaches wait, to keep it fresh.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MachineFencing {
-    /// The time between the answer of one check and the next check of the same node, and so
-    /// the least time between the two `Off` answers that fence a node: a single answer, which
-    /// a provider's glitch or a machine rebooting may give, never fences.
-    pub interval: Duration,
-    /// How old (counted from when the check was asked) the last `Off` answer may be when a
-    /// detach is planned on it. Must be at least `interval`, so the paced checks can keep a
-    /// confirmation fresh; a run of `Off` answers with a gap longer than this starts over.
-    pub max_age: Duration,
-}
-
-impl Default for MachineFencing {
-    /// Five seconds between checks, answers good for thirty: a powered-off node's volumes
-    /// move within about five seconds of the first check, and a check whose answer took long
-    /// (the driver's own deadline is `call_timeouts.machine_state`) leaves room to re-check.
-    fn default() -> Self {
-        MachineFencing {
-            interval: Duration::from_secs(5),
-            max_age: Duration::from_secs(30),
-        }
-    }
 }
 
 /// What the core knows of one node's machine checks.

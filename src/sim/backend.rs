@@ -16,8 +16,9 @@ use super::panics::{Tasks, guarded};
 use super::scenario::CallOp;
 use super::timeline::{BarState, Happening};
 use super::world::{Power, World};
-use crate::admission::{OverdueCalls, QueueStats};
+use crate::admission::QueueStats;
 use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
+use crate::config::OverdueCalls;
 use crate::machine::MachineState;
 
 /// How long the simulated provider takes to say what state a machine is in.
