@@ -7,7 +7,6 @@ use async_trait::async_trait;
 
 use crate::domain::Domain;
 use crate::error::{ErrorSource, as_source, same_source, write_detail};
-use crate::machine::MachineState;
 use crate::volume::VolumeSpec;
 
 /// What a successful attach hands back for the node: how to find the volume there.
@@ -226,6 +225,24 @@ impl<N: PartialEq> PartialEq for BackendError<N> {
 }
 
 impl<N: Eq> Eq for BackendError<N> {}
+
+/// What the backend says about the machine behind a node, for
+/// [`AttachBackend::machine_state`](crate::traits::AttachBackend::machine_state).
+///
+/// Say [`Off`](MachineState::Off) only when the provider guarantees the machine cannot write
+/// to any volume: a stopped, terminated or deleted instance, a powered-off server. Never for a
+/// machine the provider merely cannot reach, nor one that is stopping: such a machine may still
+/// be writing, and two answers of `Off` detach its volumes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum MachineState {
+    /// Powered off, terminated or gone at the provider: it cannot write.
+    Off,
+    /// Running (or starting, stopping, rebooting: anything that may write).
+    Running,
+    /// The backend cannot tell, or does not support the question.
+    Unknown,
+}
 
 /// The storage system that really attaches volumes to nodes.
 ///

@@ -2,7 +2,7 @@
 //! (a cloud's instance state) lets the core count an unhealthy node as fenced, so that its
 //! volumes move in seconds instead of waiting for someone to set the `out-of-service` taint.
 //!
-//! The rule is "twice, fresh": two consecutive [`MachineState::Off`] answers, the second asked
+//! The rule is "twice, fresh": two consecutive [`MachineState::Off`](crate::traits::MachineState::Off) answers, the second asked
 //! at least [`MachineFencing::interval`] after the first came back, and the confirming one no
 //! older than [`MachineFencing::max_age`] when a detach is planned on it. Anything else (a
 //! `Running` or `Unknown` answer, an error, the node healthy or tainted again, the node object
@@ -17,24 +17,6 @@ use rustc_hash::FxHashMap;
 use crate::config::MachineFencing;
 use crate::domain::Domain;
 use crate::operation::OpId;
-
-/// What the backend says about the machine behind a node, for
-/// [`AttachBackend::machine_state`](crate::traits::AttachBackend::machine_state).
-///
-/// Say [`Off`](MachineState::Off) only when the provider guarantees the machine cannot write
-/// to any volume: a stopped, terminated or deleted instance, a powered-off server. Never for a
-/// machine the provider merely cannot reach, nor one that is stopping: such a machine may still
-/// be writing, and two answers of `Off` detach its volumes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum MachineState {
-    /// Powered off, terminated or gone at the provider: it cannot write.
-    Off,
-    /// Running (or starting, stopping, rebooting: anything that may write).
-    Running,
-    /// The backend cannot tell, or does not support the question.
-    Unknown,
-}
 
 /// What the core knows of one node's machine checks.
 #[derive(Clone, Debug, Default)]

@@ -2,8 +2,8 @@
 //! counts it fenced after two fresh `Off` answers, and never otherwise.
 
 use super::*;
+use crate::backend::MachineState;
 use crate::config::MachineFencing;
-use crate::machine::MachineState;
 
 fn fencing() -> Config {
     Config {

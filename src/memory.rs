@@ -840,7 +840,7 @@ mod tests {
 
     use super::*;
     use crate::domain::Ids;
-    use crate::store::ReportedVolume;
+    use crate::reported_volumes::ReportedVolume;
     use crate::volume::Access;
 
     type D = Ids<String, String, String, u32>;

@@ -32,10 +32,11 @@ use crate::input::{Input, Kind, Rejection, Relists};
 use crate::machine::MachineWatch;
 use crate::operation::{ForceReason, InFlight, OpId, Operation};
 use crate::recovery::{Load, Recovery, SettledVolumes, Statuses, StoreListed};
+use crate::reported_volumes::ReportedVolume;
 use crate::reported_volumes::{ListSpares, ReportedVolumes};
 use crate::schedule::Schedule;
 use crate::status::StatusBook;
-use crate::store::{NodeStatus, ReportedVolume, Revision, StoreError, WriteReceipt};
+use crate::store::{NodeStatus, Revision, StoreError, WriteReceipt};
 use crate::volume::{Access, VolumeSpec};
 
 /// Misuse of the reconciler's API. State is unchanged when one is returned.

@@ -9,11 +9,12 @@ use tracing::{debug, warn};
 use super::{Reconciler, ReconcilerError};
 use crate::actual::ActualNode;
 use crate::backend::BackendError;
+use crate::backend::MachineState;
 use crate::config::MachineFencing;
 use crate::domain::Domain;
 use crate::event::Event;
 use crate::gate::OpKind;
-use crate::machine::{Answered, MachineState, MachineWatch};
+use crate::machine::{Answered, MachineWatch};
 use crate::operation::{InFlight, OpId, Operation};
 
 /// A detach of `volume` from `node` is being decided: if machine fencing is on and the node

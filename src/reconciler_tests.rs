@@ -39,7 +39,7 @@ struct H {
     /// The store: each node's facts as its agent last reported them, list and revision.
     store: BTreeMap<&'static str, Stored>,
     /// What the backend says of each node's machine (`Running` when not set).
-    machines: BTreeMap<&'static str, crate::machine::MachineState>,
+    machines: BTreeMap<&'static str, crate::backend::MachineState>,
 }
 
 fn render(op: &Operation<T>) -> String {
@@ -329,7 +329,7 @@ impl H {
                     .machines
                     .get(node)
                     .copied()
-                    .unwrap_or(crate::machine::MachineState::Running);
+                    .unwrap_or(crate::backend::MachineState::Running);
                 self.r.machine_checked(now, id, Ok(state)).unwrap()
             }
         }

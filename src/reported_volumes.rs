@@ -9,7 +9,18 @@ use crate::core::tables::id_search;
 use crate::core::tables::refill::Refill;
 use crate::core::tables::spares::Spares;
 use crate::domain::Domain;
-use crate::store::ReportedVolume;
+
+/// One volume a node is told it has, with the device path the node should find it at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReportedVolume<D: Domain> {
+    /// The attached volume.
+    pub volume: D::Volume,
+    /// Where it shows up on the node, as the backend reported on attach.
+    ///
+    /// Shared, not owned: every status write repeats the node's whole list, and copying each
+    /// path again per write was most of the driver's allocation.
+    pub device: Option<Arc<str>>,
+}
 
 /// The volumes a node is told it has, sorted by volume, with their device paths: the list a
 /// status write makes the store hold ([`Operation::WriteStatus`](crate::core::Operation)).

@@ -10,8 +10,9 @@ use crate::core::tables::id_search;
 use crate::core::tables::line_warm::warm_lines;
 use crate::core::tables::marks::Marks;
 use crate::domain::Domain;
+use crate::reported_volumes::ReportedVolume;
 use crate::reported_volumes::ReportedVolumes;
-use crate::store::{ReportedVolume, Revision};
+use crate::store::Revision;
 
 #[derive(Debug)]
 struct NodeRecord<D: Domain> {

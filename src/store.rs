@@ -11,7 +11,7 @@ use async_trait::async_trait;
 
 use crate::domain::Domain;
 use crate::error::{ErrorSource, as_source, same_source, write_detail};
-use crate::reported_volumes::ReportedVolumes;
+use crate::reported_volumes::{ReportedVolume, ReportedVolumes};
 
 /// A version of one node's status, for compare-and-set writes: an opaque token the store hands
 /// out with a read and takes back with a write.
@@ -177,18 +177,6 @@ impl From<Arc<str>> for Revision {
     fn from(text: Arc<str>) -> Self {
         Revision(Repr::Text(text))
     }
-}
-
-/// One volume a node is told it has, with the device path the node should find it at.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ReportedVolume<D: Domain> {
-    /// The attached volume.
-    pub volume: D::Volume,
-    /// Where it shows up on the node, as the backend reported on attach.
-    ///
-    /// Shared, not owned: every status write repeats the node's whole list, and copying each
-    /// path again per write was most of the driver's allocation.
-    pub device: Option<Arc<str>>,
 }
 
 /// A node's published attached volumes, with the revision to write against.

@@ -2,8 +2,8 @@
 //! others, with its deadline, its panic contained, its metrics and events.
 
 use super::*;
+use crate::backend::MachineState;
 use crate::config::MachineFencing;
-use crate::machine::MachineState;
 
 fn fencing() -> Config {
     Config {

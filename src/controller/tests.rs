@@ -22,8 +22,9 @@ use crate::event::Event;
 use crate::gate::OpKind;
 use crate::input::{Kind, Rejection};
 use crate::operation::ForceReason;
+use crate::reported_volumes::ReportedVolume;
 use crate::reported_volumes::ReportedVolumes;
-use crate::store::{MockNodeStatusStore, NodeStatus, ReportedVolume, Revision, StoreError};
+use crate::store::{MockNodeStatusStore, NodeStatus, Revision, StoreError};
 use crate::volume::VolumeSpec;
 
 type D = Ids<&'static str, &'static str, &'static str, u32>;
@@ -1431,7 +1432,7 @@ impl AttachBackend<D> for HangingBackend {
     async fn machine_state(
         &self,
         node: &&'static str,
-    ) -> Result<crate::machine::MachineState, BackendError<&'static str>> {
+    ) -> Result<crate::backend::MachineState, BackendError<&'static str>> {
         if self.hangs.hangs(CallKind::MachineState) {
             std::future::pending::<()>().await;
         }

@@ -17,9 +17,9 @@ use super::scenario::CallOp;
 use super::timeline::{BarState, Happening};
 use super::world::{Power, World};
 use crate::admission::QueueStats;
+use crate::backend::MachineState;
 use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 use crate::config::OverdueCalls;
-use crate::machine::MachineState;
 
 /// How long the simulated provider takes to say what state a machine is in.
 const MACHINE_STATE_LATENCY: Duration = Duration::from_millis(50);

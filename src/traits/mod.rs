@@ -7,10 +7,10 @@
 //! its `*_finished` methods take these results. The in-memory doubles in
 //! [`memory`](crate::memory) implement both traits.
 
+pub use crate::backend::MachineState;
 pub use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 pub use crate::error::ErrorSource;
-pub use crate::machine::MachineState;
-pub use crate::reported_volumes::ReportedVolumes;
+pub use crate::reported_volumes::{ReportedVolume, ReportedVolumes};
 pub use crate::store::{
-    NodeStatus, NodeStatusStore, ReportedVolume, Revision, StatusFacts, StoreError, WriteReceipt,
+    NodeStatus, NodeStatusStore, Revision, StatusFacts, StoreError, WriteReceipt,
 };
