@@ -15,8 +15,8 @@ use crate::core::tables::refill::Refill;
 use crate::core::tables::spares::Spares;
 use crate::core::tables::verify_ring::VerifyRing;
 use crate::domain::Domain;
-use crate::reported_volumes::ReportedVolume;
-use crate::reported_volumes::{ListSpares, ReportedVolumes};
+use crate::core::calls::reported_volumes::ReportedVolume;
+use crate::core::calls::reported_volumes::{ListSpares, ReportedVolumes};
 
 /// What the controller believes about one (volume, node) pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -15,7 +15,7 @@
 
 use crate::domain::Domain;
 use crate::operation::ForceReason;
-use crate::store::{NodeStatus, Revision, StatusFacts};
+use crate::core::calls::store::{NodeStatus, Revision, StatusFacts};
 
 /// The facts a detach is judged by, borrowed from a fresh read or from a write that read them
 /// ([`StatusFacts`]).

@@ -217,14 +217,12 @@
 
 mod actual;
 mod admission;
-mod backend;
 mod capacity;
 pub mod config;
 pub mod controller;
 mod decision;
 mod desired;
 mod domain;
-mod error;
 mod event;
 mod fault;
 mod fresh_read;
@@ -237,10 +235,8 @@ mod name;
 mod operation;
 mod reconciler;
 mod recovery;
-mod reported_volumes;
 mod schedule;
 mod status;
-mod store;
 mod upstream_bugs;
 mod volume;
 

@@ -2,7 +2,7 @@
 //! counts it fenced after two fresh `Off` answers, and never otherwise.
 
 use super::*;
-use crate::backend::MachineState;
+use crate::core::calls::backend::MachineState;
 use crate::config::MachineFencing;
 
 fn fencing() -> Config {

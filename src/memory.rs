@@ -13,11 +13,11 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use tokio::time::Instant;
 
-use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
+use crate::core::calls::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 use crate::domain::Domain;
 use crate::fault::Faults;
-use crate::reported_volumes::ReportedVolumes;
-use crate::store::{NodeStatus, NodeStatusStore, Revision, StoreError, WriteReceipt};
+use crate::core::calls::reported_volumes::ReportedVolumes;
+use crate::core::calls::store::{NodeStatus, NodeStatusStore, Revision, StoreError, WriteReceipt};
 use crate::volume::VolumeSpec;
 
 /// Which [`AttachBackend`] method a fault or a call counter is about.
@@ -840,7 +840,7 @@ mod tests {
 
     use super::*;
     use crate::domain::Ids;
-    use crate::reported_volumes::ReportedVolume;
+    use crate::core::calls::reported_volumes::ReportedVolume;
     use crate::volume::Access;
 
     type D = Ids<String, String, String, u32>;

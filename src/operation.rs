@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crate::domain::Domain;
 use crate::gate::OpKind;
-use crate::reported_volumes::ReportedVolumes;
-use crate::store::Revision;
+use crate::core::calls::reported_volumes::ReportedVolumes;
+use crate::core::calls::store::Revision;
 use crate::volume::Access;
 
 /// Names one planned operation; its result is fed back under the same id.

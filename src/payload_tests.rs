@@ -128,7 +128,7 @@ impl Run {
                 self.r.statuses_listed(now, id, Ok(Vec::new())).unwrap();
             }
             Operation::CheckMachine { id, .. } => {
-                let running = crate::backend::MachineState::Running;
+                let running = crate::core::calls::backend::MachineState::Running;
                 self.r.machine_checked(now, id, Ok(running)).unwrap();
             }
         }

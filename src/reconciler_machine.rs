@@ -8,8 +8,8 @@ use tracing::{debug, warn};
 
 use super::{Reconciler, ReconcilerError};
 use crate::actual::ActualNode;
-use crate::backend::BackendError;
-use crate::backend::MachineState;
+use crate::core::calls::backend::BackendError;
+use crate::core::calls::backend::MachineState;
 use crate::config::MachineFencing;
 use crate::domain::Domain;
 use crate::event::Event;

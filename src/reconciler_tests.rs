@@ -9,7 +9,7 @@ use super::*;
 use crate::config::UpstreamBugs;
 use crate::desired::Missing;
 use crate::domain::Ids;
-use crate::store::StatusFacts;
+use crate::core::calls::store::StatusFacts;
 
 type T = Ids<&'static str, &'static str, &'static str>;
 
@@ -39,7 +39,7 @@ struct H {
     /// The store: each node's facts as its agent last reported them, list and revision.
     store: BTreeMap<&'static str, Stored>,
     /// What the backend says of each node's machine (`Running` when not set).
-    machines: BTreeMap<&'static str, crate::backend::MachineState>,
+    machines: BTreeMap<&'static str, crate::core::calls::backend::MachineState>,
 }
 
 fn render(op: &Operation<T>) -> String {
@@ -329,7 +329,7 @@ impl H {
                     .machines
                     .get(node)
                     .copied()
-                    .unwrap_or(crate::backend::MachineState::Running);
+                    .unwrap_or(crate::core::calls::backend::MachineState::Running);
                 self.r.machine_checked(now, id, Ok(state)).unwrap()
             }
         }

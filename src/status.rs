@@ -10,9 +10,9 @@ use crate::core::tables::id_search;
 use crate::core::tables::line_warm::warm_lines;
 use crate::core::tables::marks::Marks;
 use crate::domain::Domain;
-use crate::reported_volumes::ReportedVolume;
-use crate::reported_volumes::ReportedVolumes;
-use crate::store::Revision;
+use crate::core::calls::reported_volumes::ReportedVolume;
+use crate::core::calls::reported_volumes::ReportedVolumes;
+use crate::core::calls::store::Revision;
 
 #[derive(Debug)]
 struct NodeRecord<D: Domain> {

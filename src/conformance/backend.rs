@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 
 use super::report::{Check, Outcome};
 use super::{ConformanceFailure, HarnessError, Steps, fresh};
-use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
+use crate::core::calls::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 use crate::domain::Domain;
 use crate::volume::{Access, VolumeSpec};
 

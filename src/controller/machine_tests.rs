@@ -2,7 +2,7 @@
 //! others, with its deadline, its panic contained, its metrics and events.
 
 use super::*;
-use crate::backend::MachineState;
+use crate::core::calls::backend::MachineState;
 use crate::config::MachineFencing;
 
 fn fencing() -> Config {

@@ -55,7 +55,7 @@ use metrics::StateSizes;
 use outcomes::OutcomeSender;
 use runner::{OpResult, Parts};
 
-use crate::backend::AttachBackend;
+use crate::core::calls::backend::AttachBackend;
 use crate::config::{Config, ConfigError};
 use crate::core::tables::op_id_map::{self, OpIdMap};
 use crate::domain::Domain;
@@ -63,7 +63,7 @@ use crate::event::Event;
 use crate::input::{Input, Rejection};
 use crate::operation::{OpId, Operation};
 use crate::reconciler::{Reconciler, ReconcilerError};
-use crate::store::NodeStatusStore;
+use crate::core::calls::store::NodeStatusStore;
 
 /// Inputs that may wait for the controller's loop before senders are made to wait.
 const INPUT_QUEUE: usize = 1024;

@@ -14,7 +14,7 @@ use tokio::time::{Instant, sleep};
 
 use super::*;
 use crate::actual::NodeFacts;
-use crate::backend::{AttachInfo, BackendAttachment, BackendError, MockAttachBackend};
+use crate::core::calls::backend::{AttachInfo, BackendAttachment, BackendError, MockAttachBackend};
 use crate::config::{BackoffConfig, CallKind, CallTimeouts};
 use crate::desired::{DesiredError, Missing};
 use crate::domain::Ids;
@@ -22,9 +22,9 @@ use crate::event::Event;
 use crate::gate::OpKind;
 use crate::input::{Kind, Rejection};
 use crate::operation::ForceReason;
-use crate::reported_volumes::ReportedVolume;
-use crate::reported_volumes::ReportedVolumes;
-use crate::store::{MockNodeStatusStore, NodeStatus, Revision, StoreError};
+use crate::core::calls::reported_volumes::ReportedVolume;
+use crate::core::calls::reported_volumes::ReportedVolumes;
+use crate::core::calls::store::{MockNodeStatusStore, NodeStatus, Revision, StoreError};
 use crate::volume::VolumeSpec;
 
 type D = Ids<&'static str, &'static str, &'static str, u32>;
@@ -1432,7 +1432,7 @@ impl AttachBackend<D> for HangingBackend {
     async fn machine_state(
         &self,
         node: &&'static str,
-    ) -> Result<crate::backend::MachineState, BackendError<&'static str>> {
+    ) -> Result<crate::core::calls::backend::MachineState, BackendError<&'static str>> {
         if self.hangs.hangs(CallKind::MachineState) {
             std::future::pending::<()>().await;
         }

@@ -8,6 +8,7 @@
 //! to run, and read-only views of its desired state ([`DesiredState`]), actual state
 //! ([`ActualState`]) and node statuses ([`StatusBook`]).
 
+pub(crate) mod calls;
 pub(crate) mod tables;
 
 // The core, and its errors.

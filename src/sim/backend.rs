@@ -17,8 +17,8 @@ use super::scenario::CallOp;
 use super::timeline::{BarState, Happening};
 use super::world::{Power, World};
 use crate::admission::QueueStats;
-use crate::backend::MachineState;
-use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
+use crate::core::calls::backend::MachineState;
+use crate::core::calls::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 use crate::config::OverdueCalls;
 
 /// How long the simulated provider takes to say what state a machine is in.

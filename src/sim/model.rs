@@ -10,17 +10,17 @@ use arbitrary::Arbitrary;
 
 use crate::Ids;
 use crate::actual::{ActualState, AttachState, NodeFacts};
-use crate::backend::MachineState;
-use crate::backend::{AttachInfo, BackendAttachment, BackendError};
+use crate::core::calls::backend::MachineState;
+use crate::core::calls::backend::{AttachInfo, BackendAttachment, BackendError};
 use crate::config::Config;
 use crate::desired::{DesiredState, Missing};
 use crate::gate::OpKind;
 use crate::input::Input;
 use crate::operation::{OpId, Operation};
 use crate::reconciler::Reconciler;
-use crate::reported_volumes::ReportedVolume;
-use crate::reported_volumes::ReportedVolumes;
-use crate::store::{NodeStatus, Revision, StoreError};
+use crate::core::calls::reported_volumes::ReportedVolume;
+use crate::core::calls::reported_volumes::ReportedVolumes;
+use crate::core::calls::store::{NodeStatus, Revision, StoreError};
 use crate::volume::VolumeSpec;
 
 type T = Ids<u8, u8, u8, ()>;

@@ -353,7 +353,7 @@ struct Sim {
     world: Arc<Mutex<World>>,
     store: MemoryStore<SimIds>,
     /// The lagging view an upstream-style status updater diffs against; only with `c6` on.
-    cache: Option<Arc<dyn crate::store::NodeStatusStore<SimIds>>>,
+    cache: Option<Arc<dyn crate::core::calls::store::NodeStatusStore<SimIds>>>,
     backend: SimBackend,
     /// The calls the running controller awaits (I6, I7).
     load: CallLoad,
@@ -406,7 +406,7 @@ impl Sim {
         // history (and copies no status per write).
         let cache = config.upstream_bugs.c6_diff_against_stale_read.then(|| {
             Arc::new(store.cached(scenario.settings.status_cache_lag))
-                as Arc<dyn crate::store::NodeStatusStore<SimIds>>
+                as Arc<dyn crate::core::calls::store::NodeStatusStore<SimIds>>
         });
         let tasks = Tasks::default();
         let backend = SimBackend {
@@ -891,7 +891,7 @@ impl Sim {
             Action::FailStatus { node, times } => self.store.fail_next_write(
                 node.clone(),
                 *times,
-                crate::store::StoreError::transient("injected by the scenario"),
+                crate::core::calls::store::StoreError::transient("injected by the scenario"),
             ),
             Action::RestartController => {
                 // A crash, not a shutdown: calls in flight are lost to it.

@@ -7,10 +7,10 @@
 //! its `*_finished` methods take these results. The in-memory doubles in
 //! [`memory`](crate::memory) implement both traits.
 
-pub use crate::backend::MachineState;
-pub use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
-pub use crate::error::ErrorSource;
-pub use crate::reported_volumes::{ReportedVolume, ReportedVolumes};
-pub use crate::store::{
+pub use crate::core::calls::backend::MachineState;
+pub use crate::core::calls::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
+pub use crate::core::calls::error::ErrorSource;
+pub use crate::core::calls::reported_volumes::{ReportedVolume, ReportedVolumes};
+pub use crate::core::calls::store::{
     NodeStatus, NodeStatusStore, Revision, StatusFacts, StoreError, WriteReceipt,
 };

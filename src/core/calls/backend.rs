@@ -6,7 +6,7 @@ use std::fmt;
 use async_trait::async_trait;
 
 use crate::domain::Domain;
-use crate::error::{ErrorSource, as_source, same_source, write_detail};
+use crate::core::calls::error::{ErrorSource, as_source, same_source, write_detail};
 use crate::volume::VolumeSpec;
 
 /// What a successful attach hands back for the node: how to find the volume there.
@@ -143,7 +143,7 @@ impl<N> BackendError<N> {
         mut self,
         source: impl Into<Box<dyn Error + Send + Sync + 'static>>,
     ) -> Self {
-        *self.source_mut() = Some(crate::error::share(source));
+        *self.source_mut() = Some(crate::core::calls::error::share(source));
         self
     }
 

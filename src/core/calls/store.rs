@@ -10,8 +10,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::domain::Domain;
-use crate::error::{ErrorSource, as_source, same_source, write_detail};
-use crate::reported_volumes::{ReportedVolume, ReportedVolumes};
+use crate::core::calls::error::{ErrorSource, as_source, same_source, write_detail};
+use crate::core::calls::reported_volumes::{ReportedVolume, ReportedVolumes};
 
 /// A version of one node's status, for compare-and-set writes: an opaque token the store hands
 /// out with a read and takes back with a write.
@@ -368,7 +368,7 @@ impl StoreError {
         mut self,
         source: impl Into<Box<dyn Error + Send + Sync + 'static>>,
     ) -> Self {
-        let shared = Some(crate::error::share(source));
+        let shared = Some(crate::core::calls::error::share(source));
         match &mut self {
             StoreError::Conflict { source, .. }
             | StoreError::NotFound { source }
