@@ -5,6 +5,8 @@ use std::time::Duration;
 use rustc_hash::FxHashSet;
 use smallvec::SmallVec;
 
+use crate::core::calls::reported_volumes::ReportedVolume;
+use crate::core::calls::reported_volumes::{ListSpares, ReportedVolumes};
 use crate::core::tables::dense_table::{DenseTable, Keyed, WARM_BATCH};
 use crate::core::tables::device_paths::NodeDevicePaths;
 use crate::core::tables::id_search;
@@ -15,8 +17,6 @@ use crate::core::tables::refill::Refill;
 use crate::core::tables::spares::Spares;
 use crate::core::tables::verify_ring::VerifyRing;
 use crate::domain::Domain;
-use crate::core::calls::reported_volumes::ReportedVolume;
-use crate::core::calls::reported_volumes::{ListSpares, ReportedVolumes};
 
 /// What the controller believes about one (volume, node) pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -11,11 +11,11 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use thiserror::Error;
 
 use crate::config::Config;
+use crate::core::calls::volume::VolumeSpec;
 use crate::core::tables::dense_table::{self, DenseTable, Keyed};
 use crate::core::tables::slot_table::{Slot, SlotTable};
 use crate::core::tables::trim::trim_map;
 use crate::domain::Domain;
-use crate::volume::VolumeSpec;
 
 /// Misuse of the desired state, reported instead of being silently absorbed.
 ///
@@ -1281,10 +1281,10 @@ mod tests {
         let mut d = dsw();
         d.set_volume("v3", VolumeSpec::multi_node(()));
         let (at, (spec, _)) = d.spec_and_wanted(&"v3").unwrap();
-        assert_eq!(spec.access, crate::volume::Access::MultiNode);
+        assert_eq!(spec.access, crate::core::calls::volume::Access::MultiNode);
         assert_eq!(
             d.spec_at(at, &"v3").map(|s| s.access),
-            Some(crate::volume::Access::MultiNode)
+            Some(crate::core::calls::volume::Access::MultiNode)
         );
         // v1 goes: the last entry (v3) moves into its place.
         d.unregister_volume(&"v1");
@@ -1294,11 +1294,11 @@ mod tests {
         assert_ne!(moved, at, "the entry moved");
         assert_eq!(
             d.spec_at(at, &"v3").map(|s| s.access),
-            Some(crate::volume::Access::MultiNode)
+            Some(crate::core::calls::volume::Access::MultiNode)
         );
         assert_eq!(
             d.spec_at(moved, &"v3").map(|s| s.access),
-            Some(crate::volume::Access::MultiNode)
+            Some(crate::core::calls::volume::Access::MultiNode)
         );
         assert!(
             d.spec_at(at, &"v9").is_none(),

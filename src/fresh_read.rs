@@ -13,9 +13,9 @@
 //! read no earlier than the removal, they see the same mounts, and they stand for the read in
 //! the pass right after the write's acknowledgement ([`WrittenFacts`]), and no later.
 
+use crate::core::calls::store::{NodeStatus, Revision, StatusFacts};
 use crate::domain::Domain;
 use crate::operation::ForceReason;
-use crate::core::calls::store::{NodeStatus, Revision, StatusFacts};
 
 /// The facts a detach is judged by, borrowed from a fresh read or from a write that read them
 /// ([`StatusFacts`]).

@@ -188,8 +188,8 @@ impl<D: Domain> InFlightTable<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::calls::volume::Access;
     use crate::domain::Ids;
-    use crate::volume::Access;
 
     type D = Ids<&'static str, &'static str, &'static str, ()>;
 

@@ -8,9 +8,9 @@
 use rustc_hash::FxHashSet;
 
 use crate::actual::NodeFacts;
+use crate::core::calls::volume::VolumeSpec;
 use crate::domain::Domain;
 use crate::reconciler::ReconcilerError;
-use crate::volume::VolumeSpec;
 
 /// The kinds of object an orchestrator lists and watches, each relisted on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -238,7 +238,6 @@ mod recovery;
 mod schedule;
 mod status;
 mod upstream_bugs;
-mod volume;
 
 #[cfg(feature = "sim")]
 pub mod sim;

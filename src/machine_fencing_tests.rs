@@ -2,8 +2,8 @@
 //! counts it fenced after two fresh `Off` answers, and never otherwise.
 
 use super::*;
-use crate::core::calls::backend::MachineState;
 use crate::config::MachineFencing;
+use crate::core::calls::backend::MachineState;
 
 fn fencing() -> Config {
     Config {

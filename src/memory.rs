@@ -13,12 +13,12 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use tokio::time::Instant;
 
-use crate::core::calls::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
+use crate::core::calls::reported_volumes::ReportedVolumes;
+use crate::core::calls::volume::VolumeSpec;
 use crate::domain::Domain;
 use crate::fault::Faults;
-use crate::core::calls::reported_volumes::ReportedVolumes;
-use crate::core::calls::store::{NodeStatus, NodeStatusStore, Revision, StoreError, WriteReceipt};
-use crate::volume::VolumeSpec;
+use crate::traits::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
+use crate::traits::{NodeStatus, NodeStatusStore, Revision, StoreError, WriteReceipt};
 
 /// Which [`AttachBackend`] method a fault or a call counter is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -839,9 +839,9 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::domain::Ids;
     use crate::core::calls::reported_volumes::ReportedVolume;
-    use crate::volume::Access;
+    use crate::core::calls::volume::Access;
+    use crate::domain::Ids;
 
     type D = Ids<String, String, String, u32>;
 

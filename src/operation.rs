@@ -3,11 +3,11 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::domain::Domain;
-use crate::gate::OpKind;
 use crate::core::calls::reported_volumes::ReportedVolumes;
 use crate::core::calls::store::Revision;
-use crate::volume::Access;
+use crate::core::calls::volume::Access;
+use crate::domain::Domain;
+use crate::gate::OpKind;
 
 /// Names one planned operation; its result is fed back under the same id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -13,9 +13,13 @@ use tracing::{debug, info, warn};
 
 use crate::actual::{ActualState, AttachState, Attachment, NodeFacts};
 use crate::admission::{Admission, Class};
-use crate::core::calls::backend::{AttachInfo, BackendAttachment, BackendError};
 use crate::capacity::NodeCapacity;
 use crate::config::{Config, UpstreamBugs};
+use crate::core::calls::backend::{AttachInfo, BackendAttachment, BackendError};
+use crate::core::calls::reported_volumes::ReportedVolume;
+use crate::core::calls::reported_volumes::{ListSpares, ReportedVolumes};
+use crate::core::calls::store::{NodeStatus, Revision, StoreError, WriteReceipt};
+use crate::core::calls::volume::{Access, VolumeSpec};
 use crate::core::tables::dense_table::WARM_BATCH;
 use crate::core::tables::id_warm;
 use crate::core::tables::trim::{trim_map, trim_set};
@@ -32,12 +36,8 @@ use crate::input::{Input, Kind, Rejection, Relists};
 use crate::machine::MachineWatch;
 use crate::operation::{ForceReason, InFlight, OpId, Operation};
 use crate::recovery::{Load, Recovery, SettledVolumes, Statuses, StoreListed};
-use crate::core::calls::reported_volumes::ReportedVolume;
-use crate::core::calls::reported_volumes::{ListSpares, ReportedVolumes};
 use crate::schedule::Schedule;
 use crate::status::StatusBook;
-use crate::core::calls::store::{NodeStatus, Revision, StoreError, WriteReceipt};
-use crate::volume::{Access, VolumeSpec};
 
 /// Misuse of the reconciler's API. State is unchanged when one is returned.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]

@@ -8,9 +8,9 @@ use tracing::{debug, warn};
 
 use super::{Reconciler, ReconcilerError};
 use crate::actual::ActualNode;
+use crate::config::MachineFencing;
 use crate::core::calls::backend::BackendError;
 use crate::core::calls::backend::MachineState;
-use crate::config::MachineFencing;
 use crate::domain::Domain;
 use crate::event::Event;
 use crate::gate::OpKind;

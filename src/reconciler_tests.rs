@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use super::*;
 use crate::config::UpstreamBugs;
+use crate::core::calls::store::StatusFacts;
 use crate::desired::Missing;
 use crate::domain::Ids;
-use crate::core::calls::store::StatusFacts;
 
 type T = Ids<&'static str, &'static str, &'static str>;
 

@@ -10,9 +10,9 @@ use std::time::Duration;
 use rustc_hash::FxHashSet;
 
 use crate::core::calls::backend::BackendAttachment;
+use crate::core::calls::store::NodeStatus;
 use crate::domain::Domain;
 use crate::gate::earliest;
-use crate::core::calls::store::NodeStatus;
 
 /// Every node's status, as the store lists it.
 pub(crate) type Statuses<D> = Vec<(<D as Domain>::Node, NodeStatus<D>)>;

@@ -5,14 +5,14 @@
 //! own write, or a fresh read at recovery; anything else leaves the stored list unknown, and an
 //! unknown list is always written.
 
+use crate::core::calls::reported_volumes::ReportedVolume;
+use crate::core::calls::reported_volumes::ReportedVolumes;
+use crate::core::calls::store::Revision;
 use crate::core::tables::dense_table::{DenseTable, Keyed};
 use crate::core::tables::id_search;
 use crate::core::tables::line_warm::warm_lines;
 use crate::core::tables::marks::Marks;
 use crate::domain::Domain;
-use crate::core::calls::reported_volumes::ReportedVolume;
-use crate::core::calls::reported_volumes::ReportedVolumes;
-use crate::core::calls::store::Revision;
 
 #[derive(Debug)]
 struct NodeRecord<D: Domain> {

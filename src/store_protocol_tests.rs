@@ -486,7 +486,11 @@ impl P {
             // This backend does not support the question, as a backend by default.
             Operation::CheckMachine { id, .. } => self
                 .r
-                .machine_checked(now, id, Ok(crate::core::calls::backend::MachineState::Unknown))
+                .machine_checked(
+                    now,
+                    id,
+                    Ok(crate::core::calls::backend::MachineState::Unknown),
+                )
                 .unwrap(),
             Operation::WriteStatus {
                 node,

@@ -12,9 +12,9 @@ use parking_lot::Mutex;
 
 use super::report::{Check, Outcome};
 use super::{ConformanceFailure, HarnessError, Steps, Supported, fresh};
-use crate::domain::Domain;
 use crate::core::calls::reported_volumes::{ReportedVolume, ReportedVolumes};
-use crate::core::calls::store::{NodeStatus, NodeStatusStore, Revision, StoreError, WriteReceipt};
+use crate::domain::Domain;
+use crate::traits::{NodeStatus, NodeStatusStore, Revision, StoreError, WriteReceipt};
 
 /// What the store suite needs besides the store: nodes to write to, and the node agent's and
 /// fencing agent's side of a node's status, which only the harness can play.

@@ -2,8 +2,8 @@
 //! others, with its deadline, its panic contained, its metrics and events.
 
 use super::*;
-use crate::core::calls::backend::MachineState;
 use crate::config::MachineFencing;
+use crate::core::calls::backend::MachineState;
 
 fn fencing() -> Config {
     Config {

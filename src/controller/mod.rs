@@ -55,7 +55,6 @@ use metrics::StateSizes;
 use outcomes::OutcomeSender;
 use runner::{OpResult, Parts};
 
-use crate::core::calls::backend::AttachBackend;
 use crate::config::{Config, ConfigError};
 use crate::core::tables::op_id_map::{self, OpIdMap};
 use crate::domain::Domain;
@@ -63,7 +62,8 @@ use crate::event::Event;
 use crate::input::{Input, Rejection};
 use crate::operation::{OpId, Operation};
 use crate::reconciler::{Reconciler, ReconcilerError};
-use crate::core::calls::store::NodeStatusStore;
+use crate::traits::AttachBackend;
+use crate::traits::NodeStatusStore;
 
 /// Inputs that may wait for the controller's loop before senders are made to wait.
 const INPUT_QUEUE: usize = 1024;

@@ -14,18 +14,20 @@ use tokio::time::{Instant, sleep};
 
 use super::*;
 use crate::actual::NodeFacts;
-use crate::core::calls::backend::{AttachInfo, BackendAttachment, BackendError, MockAttachBackend};
 use crate::config::{BackoffConfig, CallKind, CallTimeouts};
+use crate::core::calls::reported_volumes::ReportedVolume;
+use crate::core::calls::reported_volumes::ReportedVolumes;
+use crate::core::calls::volume::VolumeSpec;
 use crate::desired::{DesiredError, Missing};
 use crate::domain::Ids;
 use crate::event::Event;
 use crate::gate::OpKind;
 use crate::input::{Kind, Rejection};
 use crate::operation::ForceReason;
-use crate::core::calls::reported_volumes::ReportedVolume;
-use crate::core::calls::reported_volumes::ReportedVolumes;
-use crate::core::calls::store::{MockNodeStatusStore, NodeStatus, Revision, StoreError};
-use crate::volume::VolumeSpec;
+use crate::traits::backend::MockAttachBackend;
+use crate::traits::store::MockNodeStatusStore;
+use crate::traits::{AttachInfo, BackendAttachment, BackendError};
+use crate::traits::{NodeStatus, Revision, StoreError};
 
 type D = Ids<&'static str, &'static str, &'static str, u32>;
 

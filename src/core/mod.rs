@@ -17,8 +17,8 @@ pub use crate::reconciler::{Reconciler, ReconcilerError, ReleaseRefusal, StuckDe
 
 // In: the changes the orchestrator saw.
 pub use crate::actual::NodeFacts;
+pub use crate::core::calls::volume::{Access, VolumeSpec};
 pub use crate::input::{Input, Kind, Rejection};
-pub use crate::volume::{Access, VolumeSpec};
 
 // Out: the calls to make, and what to tell a human.
 pub use crate::event::{Event, Holder};

@@ -17,14 +17,14 @@ use super::scenario::CallOp;
 use super::timeline::{BarState, Happening};
 use super::world::{Power, World};
 use crate::admission::QueueStats;
-use crate::core::calls::backend::MachineState;
-use crate::core::calls::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 use crate::config::OverdueCalls;
+use crate::core::calls::backend::MachineState;
+use crate::traits::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 
 /// How long the simulated provider takes to say what state a machine is in.
 const MACHINE_STATE_LATENCY: Duration = Duration::from_millis(50);
+use crate::core::calls::volume::{Access, VolumeSpec};
 use crate::memory::MemoryStore;
-use crate::volume::{Access, VolumeSpec};
 
 #[derive(Clone)]
 pub(crate) struct SimBackend {

@@ -10,18 +10,18 @@ use arbitrary::Arbitrary;
 
 use crate::Ids;
 use crate::actual::{ActualState, AttachState, NodeFacts};
+use crate::config::Config;
 use crate::core::calls::backend::MachineState;
 use crate::core::calls::backend::{AttachInfo, BackendAttachment, BackendError};
-use crate::config::Config;
+use crate::core::calls::reported_volumes::ReportedVolume;
+use crate::core::calls::reported_volumes::ReportedVolumes;
+use crate::core::calls::store::{NodeStatus, Revision, StoreError};
+use crate::core::calls::volume::VolumeSpec;
 use crate::desired::{DesiredState, Missing};
 use crate::gate::OpKind;
 use crate::input::Input;
 use crate::operation::{OpId, Operation};
 use crate::reconciler::Reconciler;
-use crate::core::calls::reported_volumes::ReportedVolume;
-use crate::core::calls::reported_volumes::ReportedVolumes;
-use crate::core::calls::store::{NodeStatus, Revision, StoreError};
-use crate::volume::VolumeSpec;
 
 type T = Ids<u8, u8, u8, ()>;
 

@@ -24,10 +24,10 @@ use crate::config::{Config, MachineFencing, UpstreamBugs};
 use crate::controller::{
     Controller, ControllerHandle, EventRecorder, ShutdownReport, World as Start,
 };
+use crate::core::calls::volume::VolumeSpec;
 use crate::event::Event;
 use crate::input::Input;
 use crate::memory::MemoryStore;
-use crate::volume::VolumeSpec;
 
 /// How often node agents look at their node, as kubelet's volume manager does. Agents pass on
 /// this grid (0, 100 ms, 200 ms, ...), but only over nodes where something changed: a pass over
@@ -353,7 +353,7 @@ struct Sim {
     world: Arc<Mutex<World>>,
     store: MemoryStore<SimIds>,
     /// The lagging view an upstream-style status updater diffs against; only with `c6` on.
-    cache: Option<Arc<dyn crate::core::calls::store::NodeStatusStore<SimIds>>>,
+    cache: Option<Arc<dyn crate::traits::NodeStatusStore<SimIds>>>,
     backend: SimBackend,
     /// The calls the running controller awaits (I6, I7).
     load: CallLoad,
@@ -406,7 +406,7 @@ impl Sim {
         // history (and copies no status per write).
         let cache = config.upstream_bugs.c6_diff_against_stale_read.then(|| {
             Arc::new(store.cached(scenario.settings.status_cache_lag))
-                as Arc<dyn crate::core::calls::store::NodeStatusStore<SimIds>>
+                as Arc<dyn crate::traits::NodeStatusStore<SimIds>>
         });
         let tasks = Tasks::default();
         let backend = SimBackend {

@@ -14,7 +14,7 @@ use super::panics::guarded;
 use super::timeline::Happening;
 use super::world::World;
 use crate::core::calls::reported_volumes::ReportedVolumes;
-use crate::core::calls::store::{NodeStatus, NodeStatusStore, Revision, StoreError, WriteReceipt};
+use crate::traits::{NodeStatus, NodeStatusStore, Revision, StoreError, WriteReceipt};
 
 pub(crate) struct SimStore {
     pub(crate) inner: Arc<dyn NodeStatusStore<SimIds>>,

@@ -7,10 +7,13 @@
 //! its `*_finished` methods take these results. The in-memory doubles in
 //! [`memory`](crate::memory) implement both traits.
 
-pub use crate::core::calls::backend::MachineState;
-pub use crate::core::calls::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
+pub(crate) mod backend;
+pub(crate) mod store;
+
+pub use backend::AttachBackend;
+pub use store::NodeStatusStore;
+
+pub use crate::core::calls::backend::{AttachInfo, BackendAttachment, BackendError, MachineState};
 pub use crate::core::calls::error::ErrorSource;
 pub use crate::core::calls::reported_volumes::{ReportedVolume, ReportedVolumes};
-pub use crate::core::calls::store::{
-    NodeStatus, NodeStatusStore, Revision, StatusFacts, StoreError, WriteReceipt,
-};
+pub use crate::core::calls::store::{NodeStatus, Revision, StatusFacts, StoreError, WriteReceipt};
