@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::actual::AttachState;
+use crate::core::state::actual::AttachState;
 use crate::operation::ForceReason;
 
 /// Why a detach cannot go ahead by any means the controller has, for a human.

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::config::CallKind;
-use crate::desired::{Missing, Names};
+use crate::core::state::desired::{Missing, Names};
 use crate::domain::Domain;
 use crate::operation::ForceReason;
 use crate::reconciler::ReleaseRefusal;

@@ -7,8 +7,8 @@
 
 use rustc_hash::FxHashSet;
 
-use crate::actual::NodeFacts;
 use crate::core::calls::volume::VolumeSpec;
+use crate::core::state::actual::NodeFacts;
 use crate::domain::Domain;
 use crate::reconciler::ReconcilerError;
 

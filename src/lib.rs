@@ -215,13 +215,11 @@
 //! [`World`]: controller::World
 #![deny(missing_docs)]
 
-mod actual;
 mod admission;
 mod capacity;
 pub mod config;
 pub mod controller;
 mod decision;
-mod desired;
 mod domain;
 mod event;
 mod fault;
@@ -236,7 +234,6 @@ mod operation;
 mod reconciler;
 mod recovery;
 mod schedule;
-mod status;
 mod upstream_bugs;
 
 #[cfg(feature = "sim")]

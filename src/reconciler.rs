@@ -11,7 +11,6 @@ use smallvec::SmallVec;
 use thiserror::Error;
 use tracing::{debug, info, warn};
 
-use crate::actual::{ActualState, AttachState, Attachment, NodeFacts};
 use crate::admission::{Admission, Class};
 use crate::capacity::NodeCapacity;
 use crate::config::{Config, UpstreamBugs};
@@ -20,13 +19,15 @@ use crate::core::calls::reported_volumes::ReportedVolume;
 use crate::core::calls::reported_volumes::{ListSpares, ReportedVolumes};
 use crate::core::calls::store::{NodeStatus, Revision, StoreError, WriteReceipt};
 use crate::core::calls::volume::{Access, VolumeSpec};
+use crate::core::state::actual::{ActualState, AttachState, Attachment, NodeFacts};
+use crate::core::state::desired::{DesiredError, DesiredState, WantedOn};
+use crate::core::state::status::StatusBook;
 use crate::core::tables::dense_table::WARM_BATCH;
 use crate::core::tables::id_warm;
 use crate::core::tables::trim::{trim_map, trim_set};
 use crate::decision::{
     Attach, AttachFacts, Detach, DetachFacts, Step, decide_attach, decide_detach,
 };
-use crate::desired::{DesiredError, DesiredState, WantedOn};
 use crate::domain::{Domain, Id};
 use crate::event::{Event, Holder};
 use crate::fresh_read::{Fresh, WrittenFacts, judge_detach};
@@ -37,7 +38,6 @@ use crate::machine::MachineWatch;
 use crate::operation::{ForceReason, InFlight, OpId, Operation};
 use crate::recovery::{Load, Recovery, SettledVolumes, Statuses, StoreListed};
 use crate::schedule::Schedule;
-use crate::status::StatusBook;
 
 /// Misuse of the reconciler's API. State is unchanged when one is returned.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
@@ -449,7 +449,7 @@ struct SpecFacts {
     access: Access,
     attach_required: bool,
     /// Where the volume's entry sits in the desired state: the payload of a call planned is
-    /// read from there ([`DesiredState::spec_at`](crate::desired::DesiredState::spec_at)).
+    /// read from there ([`DesiredState::spec_at`](crate::core::state::desired::DesiredState::spec_at)).
     at: usize,
 }
 

@@ -7,10 +7,10 @@ use std::time::Duration;
 use tracing::{debug, warn};
 
 use super::{Reconciler, ReconcilerError};
-use crate::actual::ActualNode;
 use crate::config::MachineFencing;
 use crate::core::calls::backend::BackendError;
 use crate::core::calls::backend::MachineState;
+use crate::core::state::actual::ActualNode;
 use crate::domain::Domain;
 use crate::event::Event;
 use crate::gate::OpKind;

@@ -13,12 +13,12 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
 
 use super::*;
-use crate::actual::NodeFacts;
 use crate::config::{BackoffConfig, CallKind, CallTimeouts};
 use crate::core::calls::reported_volumes::ReportedVolume;
 use crate::core::calls::reported_volumes::ReportedVolumes;
 use crate::core::calls::volume::VolumeSpec;
-use crate::desired::{DesiredError, Missing};
+use crate::core::state::actual::NodeFacts;
+use crate::core::state::desired::{DesiredError, Missing};
 use crate::domain::Ids;
 use crate::event::Event;
 use crate::gate::OpKind;

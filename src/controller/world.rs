@@ -1,7 +1,7 @@
 //! The orchestrator's view at controller start: the desired state to rebuild.
 
-use crate::actual::NodeFacts;
 use crate::core::calls::volume::VolumeSpec;
+use crate::core::state::actual::NodeFacts;
 use crate::domain::Domain;
 use crate::input::Input;
 use crate::reconciler::{Reconciler, ReconcilerError};

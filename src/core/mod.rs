@@ -9,15 +9,16 @@
 //! ([`ActualState`]) and node statuses ([`StatusBook`]).
 
 pub(crate) mod calls;
+pub(crate) mod state;
 pub(crate) mod tables;
 
 // The core, and its errors.
-pub use crate::desired::DesiredError;
+pub use crate::core::state::desired::DesiredError;
 pub use crate::reconciler::{Reconciler, ReconcilerError, ReleaseRefusal, StuckDetach};
 
 // In: the changes the orchestrator saw.
-pub use crate::actual::NodeFacts;
 pub use crate::core::calls::volume::{Access, VolumeSpec};
+pub use crate::core::state::actual::NodeFacts;
 pub use crate::input::{Input, Kind, Rejection};
 
 // Out: the calls to make, and what to tell a human.
@@ -26,9 +27,9 @@ pub use crate::gate::OpKind;
 pub use crate::operation::{ForceReason, OpId, Operation};
 
 // Read-only views of the core's state.
-pub use crate::actual::{ActualState, AttachState, Attachment};
-pub use crate::desired::{DesiredState, Missing, PendingWorkload};
-pub use crate::status::StatusBook;
+pub use crate::core::state::actual::{ActualState, AttachState, Attachment};
+pub use crate::core::state::desired::{DesiredState, Missing, PendingWorkload};
+pub use crate::core::state::status::StatusBook;
 
 // Backend load, queued under `Config::backend_load`.
 pub use crate::admission::{ClassStats, QueueStats};

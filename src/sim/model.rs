@@ -9,7 +9,6 @@ use std::time::Duration;
 use arbitrary::Arbitrary;
 
 use crate::Ids;
-use crate::actual::{ActualState, AttachState, NodeFacts};
 use crate::config::Config;
 use crate::core::calls::backend::MachineState;
 use crate::core::calls::backend::{AttachInfo, BackendAttachment, BackendError};
@@ -17,7 +16,8 @@ use crate::core::calls::reported_volumes::ReportedVolume;
 use crate::core::calls::reported_volumes::ReportedVolumes;
 use crate::core::calls::store::{NodeStatus, Revision, StoreError};
 use crate::core::calls::volume::VolumeSpec;
-use crate::desired::{DesiredState, Missing};
+use crate::core::state::actual::{ActualState, AttachState, NodeFacts};
+use crate::core::state::desired::{DesiredState, Missing};
 use crate::gate::OpKind;
 use crate::input::Input;
 use crate::operation::{OpId, Operation};

@@ -19,12 +19,12 @@ use super::scenario::{Action, CallOp, Expectation, MAX_DURATION, PodState, Scena
 use super::store::SimStore;
 use super::timeline::{Happening, NodeChange, PodPhase, Record};
 use super::world::{Phase, Power, SimNode, Violation, World, fmt_time, join};
-use crate::actual::NodeFacts;
 use crate::config::{Config, MachineFencing, UpstreamBugs};
 use crate::controller::{
     Controller, ControllerHandle, EventRecorder, ShutdownReport, World as Start,
 };
 use crate::core::calls::volume::VolumeSpec;
+use crate::core::state::actual::NodeFacts;
 use crate::event::Event;
 use crate::input::Input;
 use crate::memory::MemoryStore;
