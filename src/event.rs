@@ -6,8 +6,8 @@ use std::time::Duration;
 use crate::config::CallKind;
 use crate::core::state::desired::{Missing, Names};
 use crate::domain::Domain;
+use crate::input::ReleaseRefusal;
 use crate::operation::ForceReason;
-use crate::reconciler::ReleaseRefusal;
 
 /// A node holding a single-node volume that another node waits for.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -10,6 +10,7 @@ use smallvec::SmallVec;
 use crate::core::tables::trim::trimmed;
 
 use crate::config::BackoffConfig;
+use crate::operation::OpKind;
 
 /// The earliest of `times`, if any. A plain loop: the core asks for its next deadline after
 /// every pass and answer, and the same fold over a flattened iterator was about 130
@@ -20,45 +21,6 @@ pub(crate) fn earliest<const N: usize>(times: [Option<Duration>; N]) -> Option<D
         (f, None) => f,
         (None, t) => t,
     })
-}
-
-/// The kinds of operation the core plans. Backoff is kept per kind, so that a failing attach does
-/// not hold back a detach of the same volume (upstream 75209).
-///
-/// Exhaustive, like [`Operation`](crate::core::Operation): one kind per operation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum OpKind {
-    /// Attach a volume to a node.
-    Attach,
-    /// Detach a volume from a node.
-    Detach,
-    /// Ask the backend which attachments of a node still exist.
-    Verify,
-    /// Write a node's reported attached volumes.
-    WriteStatus,
-    /// Read a node's status fresh.
-    ReadStatus,
-    /// List every node's status (restart recovery).
-    ListStatuses,
-    /// List every attachment the backend knows (restart recovery, and the periodic resync
-    /// that finds attachments the core does not know of).
-    List,
-    /// Ask the backend whether a node's machine is powered off (`Config::machine_fencing`).
-    CheckMachine,
-}
-
-impl OpKind {
-    /// Every kind, in declaration order.
-    pub const ALL: [OpKind; 8] = [
-        OpKind::Attach,
-        OpKind::Detach,
-        OpKind::Verify,
-        OpKind::WriteStatus,
-        OpKind::ReadStatus,
-        OpKind::ListStatuses,
-        OpKind::List,
-        OpKind::CheckMachine,
-    ];
 }
 
 #[derive(Clone, Copy, Debug)]

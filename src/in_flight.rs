@@ -24,7 +24,7 @@ use rustc_hash::FxBuildHasher;
 use crate::core::tables::op_id_map::{self, OpIdMap};
 use crate::core::tables::trim::{trim_hash_map, trim_map, would_trim};
 use crate::domain::Domain;
-use crate::gate::OpKind;
+use crate::operation::OpKind;
 use crate::operation::{InFlight, OpId};
 
 /// Every running operation, and the number of attaches and detaches running per volume.

@@ -6,11 +6,119 @@
 //! [`World`](crate::controller::World).
 
 use rustc_hash::FxHashSet;
+use thiserror::Error;
 
 use crate::core::calls::volume::VolumeSpec;
 use crate::core::state::actual::NodeFacts;
+use crate::core::state::desired::DesiredError;
 use crate::domain::Domain;
-use crate::reconciler::ReconcilerError;
+use crate::operation::{OpId, OpKind};
+
+/// Misuse of the reconciler's API. State is unchanged when one is returned.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReconcilerError<D: Domain> {
+    /// A desired-state rule was broken.
+    #[error(transparent)]
+    Desired(#[from] DesiredError<D>),
+    /// The id names no running operation (already finished, or planned by another instance).
+    #[error("{id} is not a running operation")]
+    UnknownOperation {
+        /// The id given.
+        id: OpId,
+    },
+    /// The volume cannot become single-node while it is attached to several nodes.
+    #[error(
+        "volume {volume:?} cannot become single-node while it is attached, maybe attached, or being attached or detached on {nodes:?}; move its workloads to one node and let its operations finish first"
+    )]
+    AccessConflict {
+        /// The volume.
+        volume: D::Volume,
+        /// The nodes it is attached to.
+        nodes: Vec<D::Node>,
+    },
+    /// A volume's [`attach_required`](VolumeSpec::attach_required) cannot change while it is
+    /// attached or claimed anywhere, or an operation on it runs: a claim released as if it
+    /// were an attachment would leave the backend's attachment behind, and an attachment
+    /// released as a claim would never be detached.
+    #[error(
+        "volume {volume:?} cannot change whether it needs an attach while it is attached or claimed on {nodes:?}; let its workloads leave and its attachments end first"
+    )]
+    AttachModeConflict {
+        /// The volume.
+        volume: D::Volume,
+        /// The nodes it is attached to or claimed by, or has an operation running on.
+        nodes: Vec<D::Node>,
+    },
+    /// An operator's [`ReleaseVolume`](Input::ReleaseVolume) was refused; nothing changed.
+    #[error("the release of volume {volume:?} from node {node:?} was refused: {reason}")]
+    ReleaseRefused {
+        /// The volume.
+        volume: D::Volume,
+        /// The node.
+        node: D::Node,
+        /// Why.
+        reason: ReleaseRefusal<D>,
+    },
+    /// A [`RelistDone`](Input::RelistDone) came without a
+    /// [`RelistStarted`](Input::RelistStarted) of the same kind since the last one: nothing
+    /// was seen, so nothing is removed.
+    #[error("a relist of {kind:?} ended that had not started; nothing was removed")]
+    NoRelist {
+        /// The kind named.
+        kind: Kind,
+    },
+    /// The result does not match the operation's kind.
+    #[error("{id} is a {actual:?} operation, but a {given:?} result was given")]
+    WrongResult {
+        /// The id given.
+        id: OpId,
+        /// The operation's kind.
+        actual: OpKind,
+        /// The kind of result given.
+        given: OpKind,
+    },
+}
+
+/// Why an operator's [`ReleaseVolume`](Input::ReleaseVolume) was refused.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReleaseRefusal<D: Domain> {
+    /// The node is not fenced: it may still be running and writing to the volume. Fence it
+    /// (out-of-service) once its machine is off, then release.
+    #[error(
+        "the node is not fenced, so it may still write to the volume; fence it (out-of-service) once its machine is off, then release"
+    )]
+    NotFenced,
+    /// The controller knows of no attachment of the volume to the node.
+    #[error("the controller knows of no attachment of the volume to the node")]
+    NotAttached,
+    /// Workloads on the node still use the volume: they would have it attached again.
+    #[error("workloads {workloads:?} on the node still use the volume; remove them first")]
+    StillWanted {
+        /// The workloads.
+        workloads: Vec<D::Workload>,
+    },
+    /// An attach of the volume to the node ended without an answer (or was made by a
+    /// controller before a restart) and may still land: forgetting the attachment now could
+    /// let it land after the volume went elsewhere. A detach, or a verify that finds it gone,
+    /// settles it.
+    #[error(
+        "an attach of the volume to the node may still land; a detach or a verify that finds it gone settles it"
+    )]
+    AttachMayLand,
+    /// An attach or detach of the volume is running; its deadline ends it. Release again then.
+    #[error("an attach or detach of the volume is running; release again once it has ended")]
+    OperationRunning,
+    /// A verify of the node, started after the release was accepted, found the volume still
+    /// attached there (an attach may have landed after the operator looked): the release is
+    /// dropped, and the volume's detach goes ahead as any. Only in an
+    /// [`Event::ReleaseRefused`](crate::core::Event::ReleaseRefused), never as an error: the release was accepted first.
+    #[error(
+        "a verify after the release found the volume still attached to the node; it is detached as any volume instead"
+    )]
+    BackendStillAttached,
+}
 
 /// The kinds of object an orchestrator lists and watches, each relisted on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -7,7 +7,6 @@ use crate::core::calls::reported_volumes::ReportedVolumes;
 use crate::core::calls::store::Revision;
 use crate::core::calls::volume::Access;
 use crate::domain::Domain;
-use crate::gate::OpKind;
 
 /// Names one planned operation; its result is fed back under the same id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -17,6 +16,45 @@ impl fmt::Display for OpId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "op#{}", self.0)
     }
+}
+
+/// The kinds of operation the core plans. Backoff is kept per kind, so that a failing attach does
+/// not hold back a detach of the same volume (upstream 75209).
+///
+/// Exhaustive, like [`Operation`]: one kind per operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OpKind {
+    /// Attach a volume to a node.
+    Attach,
+    /// Detach a volume from a node.
+    Detach,
+    /// Ask the backend which attachments of a node still exist.
+    Verify,
+    /// Write a node's reported attached volumes.
+    WriteStatus,
+    /// Read a node's status fresh.
+    ReadStatus,
+    /// List every node's status (restart recovery).
+    ListStatuses,
+    /// List every attachment the backend knows (restart recovery, and the periodic resync
+    /// that finds attachments the core does not know of).
+    List,
+    /// Ask the backend whether a node's machine is powered off (`Config::machine_fencing`).
+    CheckMachine,
+}
+
+impl OpKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [OpKind; 8] = [
+        OpKind::Attach,
+        OpKind::Detach,
+        OpKind::Verify,
+        OpKind::WriteStatus,
+        OpKind::ReadStatus,
+        OpKind::ListStatuses,
+        OpKind::List,
+        OpKind::CheckMachine,
+    ];
 }
 
 /// Why a detach goes ahead although the node still reports the volume mounted.

@@ -13,8 +13,8 @@ use crate::core::calls::backend::MachineState;
 use crate::core::state::actual::ActualNode;
 use crate::domain::Domain;
 use crate::event::Event;
-use crate::gate::OpKind;
 use crate::machine::{Answered, MachineWatch};
+use crate::operation::OpKind;
 use crate::operation::{InFlight, OpId, Operation};
 
 /// A detach of `volume` from `node` is being decided: if machine fencing is on and the node

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::*;
 use crate::config::UpstreamBugs;
 use crate::core::calls::store::StatusFacts;
-use crate::core::state::desired::Missing;
+use crate::core::state::desired::{DesiredError, Missing};
 use crate::domain::Ids;
 
 type T = Ids<&'static str, &'static str, &'static str>;

@@ -13,8 +13,8 @@ use super::shutdown::ShutdownReport;
 use crate::core::calls::volume::VolumeSpec;
 use crate::core::state::actual::NodeFacts;
 use crate::domain::Domain;
+use crate::input::ReconcilerError;
 use crate::input::{Input, Rejection};
-use crate::reconciler::ReconcilerError;
 
 /// Why a [`ControllerHandle`] call did not go through.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]

@@ -59,9 +59,10 @@ use crate::config::{Config, ConfigError};
 use crate::core::tables::op_id_map::{self, OpIdMap};
 use crate::domain::Domain;
 use crate::event::Event;
+use crate::input::ReconcilerError;
 use crate::input::{Input, Rejection};
 use crate::operation::{OpId, Operation};
-use crate::reconciler::{Reconciler, ReconcilerError};
+use crate::reconciler::Reconciler;
 use crate::traits::AttachBackend;
 use crate::traits::NodeStatusStore;
 

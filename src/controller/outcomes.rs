@@ -7,8 +7,8 @@ use tokio::sync::broadcast;
 
 use super::metrics::Outcome;
 use crate::domain::Domain;
-use crate::gate::OpKind;
 use crate::operation::OpId;
+use crate::operation::OpKind;
 
 /// Finished operations a subscriber may fall behind by before it starts missing the oldest.
 ///

@@ -12,9 +12,10 @@ use super::outcomes::FailureKind;
 use crate::config::CallKind;
 use crate::core::calls::backend::MachineState;
 use crate::domain::Domain;
-use crate::gate::OpKind;
+use crate::input::ReconcilerError;
+use crate::operation::OpKind;
 use crate::operation::{OpId, Operation};
-use crate::reconciler::{Reconciler, ReconcilerError};
+use crate::reconciler::Reconciler;
 use crate::traits::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 use crate::traits::{NodeStatus, NodeStatusStore, StoreError, WriteReceipt};
 

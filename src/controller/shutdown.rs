@@ -2,7 +2,7 @@
 
 use super::metrics::Outcome;
 use crate::domain::Domain;
-use crate::gate::OpKind;
+use crate::operation::OpKind;
 use crate::operation::{OpId, Operation};
 
 /// One operation, as a shutdown report lists it.

@@ -4,7 +4,8 @@ use crate::core::calls::volume::VolumeSpec;
 use crate::core::state::actual::NodeFacts;
 use crate::domain::Domain;
 use crate::input::Input;
-use crate::reconciler::{Reconciler, ReconcilerError};
+use crate::input::ReconcilerError;
+use crate::reconciler::Reconciler;
 
 /// Volumes, nodes and workload placements as the orchestrator knows them when a controller
 /// starts (Kubernetes: the informers' initial lists).

@@ -14,7 +14,8 @@ pub(crate) mod tables;
 
 // The core, and its errors.
 pub use crate::core::state::desired::DesiredError;
-pub use crate::reconciler::{Reconciler, ReconcilerError, ReleaseRefusal, StuckDetach};
+pub use crate::input::{ReconcilerError, ReleaseRefusal};
+pub use crate::reconciler::{Reconciler, StuckDetach};
 
 // In: the changes the orchestrator saw.
 pub use crate::core::calls::volume::{Access, VolumeSpec};
@@ -23,7 +24,7 @@ pub use crate::input::{Input, Kind, Rejection};
 
 // Out: the calls to make, and what to tell a human.
 pub use crate::event::{Event, Holder};
-pub use crate::gate::OpKind;
+pub use crate::operation::OpKind;
 pub use crate::operation::{ForceReason, OpId, Operation};
 
 // Read-only views of the core's state.

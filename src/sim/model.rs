@@ -18,8 +18,8 @@ use crate::core::calls::store::{NodeStatus, Revision, StoreError};
 use crate::core::calls::volume::VolumeSpec;
 use crate::core::state::actual::{ActualState, AttachState, NodeFacts};
 use crate::core::state::desired::{DesiredState, Missing};
-use crate::gate::OpKind;
 use crate::input::Input;
+use crate::operation::OpKind;
 use crate::operation::{OpId, Operation};
 use crate::reconciler::Reconciler;
 
