@@ -46,8 +46,8 @@ use std::time::Duration;
 use rustc_hash::FxHashMap;
 
 use crate::config::{BackendLoad, OverdueCalls, RateLimit};
+use crate::core::operation::OpId;
 use crate::domain::Domain;
-use crate::operation::OpId;
 
 /// The two classes of backend call that are limited.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

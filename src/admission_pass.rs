@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::Reconciler;
 use crate::admission::QueueStats;
+use crate::core::operation::Operation;
 use crate::domain::Domain;
-use crate::operation::Operation;
 
 impl<D: Domain> Reconciler<D> {
     /// The backend load at `now`: attach and detach calls under way, detaches holding a slot

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
+use crate::core::operation::ForceReason;
 use crate::core::state::actual::AttachState;
-use crate::operation::ForceReason;
 
 /// Why a detach cannot go ahead by any means the controller has, for a human.
 pub(crate) const DELETED_NODE: &str = "the node object was deleted while the volume is attached; \

@@ -14,8 +14,8 @@
 //! the pass right after the write's acknowledgement ([`WrittenFacts`]), and no later.
 
 use crate::core::calls::store::{NodeStatus, Revision, StatusFacts};
+use crate::core::operation::ForceReason;
 use crate::domain::Domain;
-use crate::operation::ForceReason;
 
 /// The facts a detach is judged by, borrowed from a fresh read or from a write that read them
 /// ([`StatusFacts`]).
@@ -54,7 +54,7 @@ pub(crate) struct WrittenFacts<D: Domain> {
     /// The revision the write created: the facts serve only while the core knows the store at
     /// it, that is while the list the write carried is the node's list.
     pub(crate) revision: Revision,
-    /// The node object written to, as [`InFlight::WriteStatus`](crate::operation::InFlight).
+    /// The node object written to, as [`InFlight::WriteStatus`](crate::core::operation::InFlight).
     pub(crate) object: u64,
     /// When the write was acknowledged: the facts serve until the pass due a reconcile
     /// period later, with the slack a read's clearance has, and no later however late that

@@ -10,7 +10,7 @@ use smallvec::SmallVec;
 use crate::core::tables::trim::trimmed;
 
 use crate::config::BackoffConfig;
-use crate::operation::OpKind;
+use crate::core::operation::OpKind;
 
 /// The earliest of `times`, if any. A plain loop: the core asks for its next deadline after
 /// every pass and answer, and the same fold over a flattened iterator was about 130

@@ -21,11 +21,11 @@
 use hashbrown::hash_map::EntryRef;
 use rustc_hash::FxBuildHasher;
 
+use crate::core::operation::OpKind;
+use crate::core::operation::{InFlight, OpId};
 use crate::core::tables::op_id_map::{self, OpIdMap};
 use crate::core::tables::trim::{trim_hash_map, trim_map, would_trim};
 use crate::domain::Domain;
-use crate::operation::OpKind;
-use crate::operation::{InFlight, OpId};
 
 /// Every running operation, and the number of attaches and detaches running per volume.
 #[derive(Debug)]

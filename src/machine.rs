@@ -15,8 +15,8 @@ use std::time::Duration;
 use rustc_hash::FxHashMap;
 
 use crate::config::MachineFencing;
+use crate::core::operation::OpId;
 use crate::domain::Domain;
-use crate::operation::OpId;
 
 /// What the core knows of one node's machine checks.
 #[derive(Clone, Debug, Default)]

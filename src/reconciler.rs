@@ -18,6 +18,9 @@ use crate::core::calls::reported_volumes::ReportedVolume;
 use crate::core::calls::reported_volumes::{ListSpares, ReportedVolumes};
 use crate::core::calls::store::{NodeStatus, Revision, StoreError, WriteReceipt};
 use crate::core::calls::volume::{Access, VolumeSpec};
+use crate::core::event::{Event, Holder};
+use crate::core::input::{Input, Kind, ReconcilerError, Rejection, ReleaseRefusal, Relists};
+use crate::core::operation::{ForceReason, InFlight, OpId, OpKind, Operation};
 use crate::core::state::actual::{ActualState, AttachState, Attachment, NodeFacts};
 use crate::core::state::desired::{DesiredState, WantedOn};
 use crate::core::state::status::StatusBook;
@@ -28,13 +31,10 @@ use crate::decision::{
     Attach, AttachFacts, Detach, DetachFacts, Step, decide_attach, decide_detach,
 };
 use crate::domain::{Domain, Id};
-use crate::event::{Event, Holder};
 use crate::fresh_read::{Fresh, WrittenFacts, judge_detach};
 use crate::gate::{OperationGate, earliest};
 use crate::in_flight::InFlightTable;
-use crate::input::{Input, Kind, ReconcilerError, Rejection, ReleaseRefusal, Relists};
 use crate::machine::MachineWatch;
-use crate::operation::{ForceReason, InFlight, OpId, OpKind, Operation};
 use crate::recovery::{Load, Recovery, SettledVolumes, Statuses, StoreListed};
 use crate::schedule::Schedule;
 

@@ -10,12 +10,12 @@ use super::{Reconciler, ReconcilerError};
 use crate::config::MachineFencing;
 use crate::core::calls::backend::BackendError;
 use crate::core::calls::backend::MachineState;
+use crate::core::event::Event;
+use crate::core::operation::OpKind;
+use crate::core::operation::{InFlight, OpId, Operation};
 use crate::core::state::actual::ActualNode;
 use crate::domain::Domain;
-use crate::event::Event;
 use crate::machine::{Answered, MachineWatch};
-use crate::operation::OpKind;
-use crate::operation::{InFlight, OpId, Operation};
 
 /// A detach of `volume` from `node` is being decided: if machine fencing is on and the node
 /// is present, unhealthy and not fenced, and the detach is held by a mount (or a node never

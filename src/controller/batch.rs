@@ -18,8 +18,8 @@ use tracing::error;
 
 use super::Joined;
 use super::runner::{self, Parts};
+use crate::core::operation::{OpId, Operation};
 use crate::domain::Domain;
-use crate::operation::{OpId, Operation};
 
 /// At most this many operations share a task. A pass that plans thousands (recovery, a node
 /// drained at once) is spread over several, so that the runtime's workers share it.

@@ -11,10 +11,10 @@ use super::metrics::{Metrics, MetricsSnapshot};
 use super::outcomes::{self, OperationFinished};
 use super::shutdown::ShutdownReport;
 use crate::core::calls::volume::VolumeSpec;
+use crate::core::input::ReconcilerError;
+use crate::core::input::{Input, Rejection};
 use crate::core::state::actual::NodeFacts;
 use crate::domain::Domain;
-use crate::input::ReconcilerError;
-use crate::input::{Input, Rejection};
 
 /// Why a [`ControllerHandle`] call did not go through.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]

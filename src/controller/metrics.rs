@@ -8,8 +8,8 @@ use tokio::time::Instant;
 
 use crate::admission::QueueStats;
 use crate::config::CallKind;
-use crate::operation::ForceReason;
-use crate::operation::OpKind;
+use crate::core::operation::ForceReason;
+use crate::core::operation::OpKind;
 
 /// How an operation ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -56,12 +56,12 @@ use outcomes::OutcomeSender;
 use runner::{OpResult, Parts};
 
 use crate::config::{Config, ConfigError};
+use crate::core::event::Event;
+use crate::core::input::ReconcilerError;
+use crate::core::input::{Input, Rejection};
+use crate::core::operation::{OpId, Operation};
 use crate::core::tables::op_id_map::{self, OpIdMap};
 use crate::domain::Domain;
-use crate::event::Event;
-use crate::input::ReconcilerError;
-use crate::input::{Input, Rejection};
-use crate::operation::{OpId, Operation};
 use crate::reconciler::Reconciler;
 use crate::traits::AttachBackend;
 use crate::traits::NodeStatusStore;

@@ -14,8 +14,8 @@ use prometheus_client::registry::Registry;
 
 use super::metrics::{Metrics, MetricsSnapshot, Outcome, op_label};
 use crate::config::CallKind;
-use crate::operation::ForceReason;
-use crate::operation::OpKind;
+use crate::core::operation::ForceReason;
+use crate::core::operation::OpKind;
 
 /// The label value upstream uses when it cannot name a volume's plugin.
 const PLUGIN_NOT_AVAILABLE: &str = "N/A";

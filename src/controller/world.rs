@@ -1,10 +1,10 @@
 //! The orchestrator's view at controller start: the desired state to rebuild.
 
 use crate::core::calls::volume::VolumeSpec;
+use crate::core::input::Input;
+use crate::core::input::ReconcilerError;
 use crate::core::state::actual::NodeFacts;
 use crate::domain::Domain;
-use crate::input::Input;
-use crate::input::ReconcilerError;
 use crate::reconciler::Reconciler;
 
 /// Volumes, nodes and workload placements as the orchestrator knows them when a controller

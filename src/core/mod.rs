@@ -9,23 +9,26 @@
 //! ([`ActualState`]) and node statuses ([`StatusBook`]).
 
 pub(crate) mod calls;
+pub(crate) mod event;
+pub(crate) mod input;
+pub(crate) mod operation;
 pub(crate) mod state;
 pub(crate) mod tables;
 
 // The core, and its errors.
+pub use crate::core::input::{ReconcilerError, ReleaseRefusal};
 pub use crate::core::state::desired::DesiredError;
-pub use crate::input::{ReconcilerError, ReleaseRefusal};
 pub use crate::reconciler::{Reconciler, StuckDetach};
 
 // In: the changes the orchestrator saw.
 pub use crate::core::calls::volume::{Access, VolumeSpec};
+pub use crate::core::input::{Input, Kind, Rejection};
 pub use crate::core::state::actual::NodeFacts;
-pub use crate::input::{Input, Kind, Rejection};
 
 // Out: the calls to make, and what to tell a human.
-pub use crate::event::{Event, Holder};
-pub use crate::operation::OpKind;
-pub use crate::operation::{ForceReason, OpId, Operation};
+pub use crate::core::event::{Event, Holder};
+pub use crate::core::operation::OpKind;
+pub use crate::core::operation::{ForceReason, OpId, Operation};
 
 // Read-only views of the core's state.
 pub use crate::core::state::actual::{ActualState, AttachState, Attachment};

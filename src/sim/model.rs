@@ -16,11 +16,11 @@ use crate::core::calls::reported_volumes::ReportedVolume;
 use crate::core::calls::reported_volumes::ReportedVolumes;
 use crate::core::calls::store::{NodeStatus, Revision, StoreError};
 use crate::core::calls::volume::VolumeSpec;
+use crate::core::input::Input;
+use crate::core::operation::OpKind;
+use crate::core::operation::{OpId, Operation};
 use crate::core::state::actual::{ActualState, AttachState, NodeFacts};
 use crate::core::state::desired::{DesiredState, Missing};
-use crate::input::Input;
-use crate::operation::OpKind;
-use crate::operation::{OpId, Operation};
 use crate::reconciler::Reconciler;
 
 type T = Ids<u8, u8, u8, ()>;

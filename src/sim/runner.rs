@@ -24,9 +24,9 @@ use crate::controller::{
     Controller, ControllerHandle, EventRecorder, ShutdownReport, World as Start,
 };
 use crate::core::calls::volume::VolumeSpec;
+use crate::core::event::Event;
+use crate::core::input::Input;
 use crate::core::state::actual::NodeFacts;
-use crate::event::Event;
-use crate::input::Input;
 use crate::memory::MemoryStore;
 
 /// How often node agents look at their node, as kubelet's volume manager does. Agents pass on

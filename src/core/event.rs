@@ -4,10 +4,10 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::config::CallKind;
+use crate::core::input::ReleaseRefusal;
+use crate::core::operation::ForceReason;
 use crate::core::state::desired::{Missing, Names};
 use crate::domain::Domain;
-use crate::input::ReleaseRefusal;
-use crate::operation::ForceReason;
 
 /// A node holding a single-node volume that another node waits for.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -9,10 +9,10 @@ use rustc_hash::FxHashSet;
 use thiserror::Error;
 
 use crate::core::calls::volume::VolumeSpec;
+use crate::core::operation::{OpId, OpKind};
 use crate::core::state::actual::NodeFacts;
 use crate::core::state::desired::DesiredError;
 use crate::domain::Domain;
-use crate::operation::{OpId, OpKind};
 
 /// Misuse of the reconciler's API. State is unchanged when one is returned.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
