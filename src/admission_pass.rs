@@ -1,12 +1,12 @@
-//! The reconciler's side of backend load admission ([`crate::admission`]): the queue heads
+//! The reconciler's side of backend load admission ([`crate::core::rules::admission`]): the queue heads
 //! offered first in each pass, the slots of detaches that no longer need them given back, and
 //! the public view of the queues.
 
 use std::time::Duration;
 
 use super::Reconciler;
-use crate::admission::QueueStats;
 use crate::core::operation::Operation;
+use crate::core::rules::admission::QueueStats;
 use crate::domain::Domain;
 
 impl<D: Domain> Reconciler<D> {

@@ -215,17 +215,11 @@
 //! [`World`]: controller::World
 #![deny(missing_docs)]
 
-mod admission;
-mod capacity;
 pub mod config;
 pub mod controller;
-mod decision;
 mod domain;
 mod fault;
-mod fresh_read;
-mod gate;
 mod in_flight;
-mod machine;
 pub mod memory;
 mod name;
 mod reconciler;

@@ -10,8 +10,6 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 use tracing::{debug, info, warn};
 
-use crate::admission::{Admission, Class};
-use crate::capacity::NodeCapacity;
 use crate::config::{Config, UpstreamBugs};
 use crate::core::calls::backend::{AttachInfo, BackendAttachment, BackendError};
 use crate::core::calls::reported_volumes::ReportedVolume;
@@ -21,20 +19,22 @@ use crate::core::calls::volume::{Access, VolumeSpec};
 use crate::core::event::{Event, Holder};
 use crate::core::input::{Input, Kind, ReconcilerError, Rejection, ReleaseRefusal, Relists};
 use crate::core::operation::{ForceReason, InFlight, OpId, OpKind, Operation};
+use crate::core::rules::admission::{Admission, Class};
+use crate::core::rules::capacity::NodeCapacity;
+use crate::core::rules::decision::{
+    Attach, AttachFacts, Detach, DetachFacts, Step, decide_attach, decide_detach,
+};
+use crate::core::rules::fresh_read::{Fresh, WrittenFacts, judge_detach};
+use crate::core::rules::gate::{OperationGate, earliest};
+use crate::core::rules::machine::MachineWatch;
 use crate::core::state::actual::{ActualState, AttachState, Attachment, NodeFacts};
 use crate::core::state::desired::{DesiredState, WantedOn};
 use crate::core::state::status::StatusBook;
 use crate::core::tables::dense_table::WARM_BATCH;
 use crate::core::tables::id_warm;
 use crate::core::tables::trim::{trim_map, trim_set};
-use crate::decision::{
-    Attach, AttachFacts, Detach, DetachFacts, Step, decide_attach, decide_detach,
-};
 use crate::domain::{Domain, Id};
-use crate::fresh_read::{Fresh, WrittenFacts, judge_detach};
-use crate::gate::{OperationGate, earliest};
 use crate::in_flight::InFlightTable;
-use crate::machine::MachineWatch;
 use crate::recovery::{Load, Recovery, SettledVolumes, Statuses, StoreListed};
 use crate::schedule::Schedule;
 

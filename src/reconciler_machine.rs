@@ -13,9 +13,9 @@ use crate::core::calls::backend::MachineState;
 use crate::core::event::Event;
 use crate::core::operation::OpKind;
 use crate::core::operation::{InFlight, OpId, Operation};
+use crate::core::rules::machine::{Answered, MachineWatch};
 use crate::core::state::actual::ActualNode;
 use crate::domain::Domain;
-use crate::machine::{Answered, MachineWatch};
 
 /// A detach of `volume` from `node` is being decided: if machine fencing is on and the node
 /// is present, unhealthy and not fenced, and the detach is held by a mount (or a node never

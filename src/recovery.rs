@@ -11,8 +11,8 @@ use rustc_hash::FxHashSet;
 
 use crate::core::calls::backend::BackendAttachment;
 use crate::core::calls::store::NodeStatus;
+use crate::core::rules::gate::earliest;
 use crate::domain::Domain;
-use crate::gate::earliest;
 
 /// Every node's status, as the store lists it.
 pub(crate) type Statuses<D> = Vec<(<D as Domain>::Node, NodeStatus<D>)>;

@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 
+use crate::core::rules::gate::earliest;
 use crate::core::tables::id_sort;
 use crate::core::tables::marks::Marks;
 use crate::core::tables::trim::trim_map;
 use crate::domain::Domain;
-use crate::gate::earliest;
 
 /// The periodic work a pass found due.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

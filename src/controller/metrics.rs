@@ -6,10 +6,10 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use crate::admission::QueueStats;
 use crate::config::CallKind;
 use crate::core::operation::ForceReason;
 use crate::core::operation::OpKind;
+use crate::core::rules::admission::QueueStats;
 
 /// How an operation ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -489,8 +489,8 @@ mod tests {
     use tokio::time::{Instant, advance};
 
     use super::*;
-    use crate::admission::{ClassStats, QueueStats};
     use crate::controller::metrics::StateSizes;
+    use crate::core::rules::admission::{ClassStats, QueueStats};
 
     fn scrape(collector: PrometheusMetrics) -> String {
         let mut registry = Registry::default();

@@ -12,6 +12,7 @@ pub(crate) mod calls;
 pub(crate) mod event;
 pub(crate) mod input;
 pub(crate) mod operation;
+pub(crate) mod rules;
 pub(crate) mod state;
 pub(crate) mod tables;
 
@@ -36,4 +37,4 @@ pub use crate::core::state::desired::{DesiredState, Missing, PendingWorkload};
 pub use crate::core::state::status::StatusBook;
 
 // Backend load, queued under `Config::backend_load`.
-pub use crate::admission::{ClassStats, QueueStats};
+pub use crate::core::rules::admission::{ClassStats, QueueStats};

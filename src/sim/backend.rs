@@ -16,9 +16,9 @@ use super::panics::{Tasks, guarded};
 use super::scenario::CallOp;
 use super::timeline::{BarState, Happening};
 use super::world::{Power, World};
-use crate::admission::QueueStats;
 use crate::config::OverdueCalls;
 use crate::core::calls::backend::MachineState;
+use crate::core::rules::admission::QueueStats;
 use crate::traits::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 
 /// How long the simulated provider takes to say what state a machine is in.

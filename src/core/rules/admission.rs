@@ -663,7 +663,7 @@ impl<D: Domain> Admission<D> {
             if self.has_slot(class) {
                 return true;
             }
-            overdue = crate::gate::earliest([overdue, lane.next_overdue()]);
+            overdue = crate::core::rules::gate::earliest([overdue, lane.next_overdue()]);
             false
         });
         if !ready {
