@@ -219,12 +219,9 @@ pub mod config;
 pub mod controller;
 mod domain;
 mod fault;
-mod in_flight;
 pub mod memory;
 mod name;
 mod reconciler;
-mod recovery;
-mod schedule;
 mod upstream_bugs;
 
 #[cfg(feature = "sim")]

@@ -19,6 +19,9 @@ use crate::core::calls::volume::{Access, VolumeSpec};
 use crate::core::event::{Event, Holder};
 use crate::core::input::{Input, Kind, ReconcilerError, Rejection, ReleaseRefusal, Relists};
 use crate::core::operation::{ForceReason, InFlight, OpId, OpKind, Operation};
+use crate::core::plan::in_flight::InFlightTable;
+use crate::core::plan::recovery::{Load, Recovery, SettledVolumes, Statuses, StoreListed};
+use crate::core::plan::schedule::Schedule;
 use crate::core::rules::admission::{Admission, Class};
 use crate::core::rules::capacity::NodeCapacity;
 use crate::core::rules::decision::{
@@ -34,9 +37,6 @@ use crate::core::tables::dense_table::WARM_BATCH;
 use crate::core::tables::id_warm;
 use crate::core::tables::trim::{trim_map, trim_set};
 use crate::domain::{Domain, Id};
-use crate::in_flight::InFlightTable;
-use crate::recovery::{Load, Recovery, SettledVolumes, Statuses, StoreListed};
-use crate::schedule::Schedule;
 
 /// A detach wanted for longer than [`Config::stuck_after`]; see
 /// [`Reconciler::stuck_detaches`].

@@ -12,6 +12,7 @@ pub(crate) mod calls;
 pub(crate) mod event;
 pub(crate) mod input;
 pub(crate) mod operation;
+pub(crate) mod plan;
 pub(crate) mod rules;
 pub(crate) mod state;
 pub(crate) mod tables;

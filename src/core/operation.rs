@@ -315,7 +315,7 @@ impl<D: Domain> InFlight<D> {
 
     /// Whether this is an attach or detach planned while its volume was single-node: it holds
     /// the volume's gate key, which the running-operations table keeps
-    /// ([`InFlightTable::holds_volume`](crate::in_flight::InFlightTable::holds_volume)).
+    /// ([`InFlightTable::holds_volume`](crate::core::plan::in_flight::InFlightTable::holds_volume)).
     pub(crate) fn holds_volume(&self) -> bool {
         matches!(
             self,

@@ -75,7 +75,7 @@ impl<K: Clone + Eq + Hash> OperationGate<K> {
 
     /// The backoff half of [`may_start`](Self::may_start) alone, for a key whose running
     /// operation is kept elsewhere (a single-node volume's: see
-    /// [`InFlightTable`](crate::in_flight::InFlightTable)): `Err(t)` while `kind` is in
+    /// [`InFlightTable`](crate::core::plan::in_flight::InFlightTable)): `Err(t)` while `kind` is in
     /// backoff on `key` until `t`.
     pub(crate) fn backed_off<Q: Hash + Equivalent<K> + ?Sized>(
         &self,

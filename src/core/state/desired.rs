@@ -968,7 +968,7 @@ impl<D: Domain> DesiredState<D> {
 
     /// The position of `volume`'s entry in the volume table, and, if the orchestrator
     /// registered it, its spec and the nodes it is wanted on: what a restart reads to tell
-    /// whether the volume is settled ([`SettledVolumes`](crate::recovery::SettledVolumes)).
+    /// whether the volume is settled ([`SettledVolumes`](crate::core::plan::recovery::SettledVolumes)).
     pub(crate) fn registered_with_position(
         &self,
         volume: &D::Volume,

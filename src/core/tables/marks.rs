@@ -20,7 +20,7 @@ use crate::core::tables::id_sort;
 /// most about twice its distinct items, as a `BTreeSet` did, at an amortised cost of one sort
 /// per doubling.
 ///
-/// [`Schedule::holding_marks`]: crate::schedule::Schedule::holding_marks
+/// [`Schedule::holding_marks`]: crate::core::plan::schedule::Schedule::holding_marks
 #[derive(Debug)]
 pub(crate) struct Marks<T> {
     items: Vec<T>,

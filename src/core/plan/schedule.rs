@@ -42,7 +42,7 @@ pub(crate) struct Schedule<D: Domain> {
     distinct: Vec<D::Volume>,
     /// Volume marks are dropped, not kept: while the core recovers, the end of recovery marks
     /// every volume it cannot show settled, whatever marked it before
-    /// ([`SettledVolumes`](crate::recovery::SettledVolumes)).
+    /// ([`SettledVolumes`](crate::core::plan::recovery::SettledVolumes)).
     holding: bool,
     /// When to mark a volume dirty again.
     volume_timers: BinaryHeap<Reverse<(Duration, D::Volume)>>,
