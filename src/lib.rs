@@ -221,7 +221,6 @@ mod domain;
 mod fault;
 pub mod memory;
 mod name;
-mod reconciler;
 mod upstream_bugs;
 
 #[cfg(feature = "sim")]

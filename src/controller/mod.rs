@@ -60,9 +60,9 @@ use crate::core::event::Event;
 use crate::core::input::ReconcilerError;
 use crate::core::input::{Input, Rejection};
 use crate::core::operation::{OpId, Operation};
+use crate::core::reconciler::Reconciler;
 use crate::core::tables::op_id_map::{self, OpIdMap};
 use crate::domain::Domain;
-use crate::reconciler::Reconciler;
 use crate::traits::AttachBackend;
 use crate::traits::NodeStatusStore;
 
@@ -694,7 +694,7 @@ impl<D: Domain> Driver<D> {
             self.emit(&event);
         }
         // Not a burst's room for good (a start-up emits an event per attach).
-        if events.capacity() <= crate::reconciler::KEPT_EVENTS {
+        if events.capacity() <= crate::core::reconciler::KEPT_EVENTS {
             self.events = events;
         }
     }

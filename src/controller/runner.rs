@@ -14,8 +14,8 @@ use crate::core::calls::backend::MachineState;
 use crate::core::input::ReconcilerError;
 use crate::core::operation::OpKind;
 use crate::core::operation::{OpId, Operation};
+use crate::core::reconciler::Reconciler;
 use crate::domain::Domain;
-use crate::reconciler::Reconciler;
 use crate::traits::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 use crate::traits::{NodeStatus, NodeStatusStore, StoreError, WriteReceipt};
 

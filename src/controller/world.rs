@@ -3,9 +3,9 @@
 use crate::core::calls::volume::VolumeSpec;
 use crate::core::input::Input;
 use crate::core::input::ReconcilerError;
+use crate::core::reconciler::Reconciler;
 use crate::core::state::actual::NodeFacts;
 use crate::domain::Domain;
-use crate::reconciler::Reconciler;
 
 /// Volumes, nodes and workload placements as the orchestrator knows them when a controller
 /// starts (Kubernetes: the informers' initial lists).

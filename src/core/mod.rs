@@ -13,14 +13,15 @@ pub(crate) mod event;
 pub(crate) mod input;
 pub(crate) mod operation;
 pub(crate) mod plan;
+pub(crate) mod reconciler;
 pub(crate) mod rules;
 pub(crate) mod state;
 pub(crate) mod tables;
 
 // The core, and its errors.
 pub use crate::core::input::{ReconcilerError, ReleaseRefusal};
+pub use crate::core::reconciler::{Reconciler, StuckDetach};
 pub use crate::core::state::desired::DesiredError;
-pub use crate::reconciler::{Reconciler, StuckDetach};
 
 // In: the changes the orchestrator saw.
 pub use crate::core::calls::volume::{Access, VolumeSpec};

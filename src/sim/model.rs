@@ -19,9 +19,9 @@ use crate::core::calls::volume::VolumeSpec;
 use crate::core::input::Input;
 use crate::core::operation::OpKind;
 use crate::core::operation::{OpId, Operation};
+use crate::core::reconciler::Reconciler;
 use crate::core::state::actual::{ActualState, AttachState, NodeFacts};
 use crate::core::state::desired::{DesiredState, Missing};
-use crate::reconciler::Reconciler;
 
 type T = Ids<u8, u8, u8, ()>;
 

@@ -15,10 +15,8 @@ type T = Ids<&'static str, &'static str, &'static str>;
 
 const TICK: Duration = Duration::from_millis(100);
 
-#[path = "admission_tests.rs"]
 mod admission_tests;
 
-#[path = "claim_recovery_tests.rs"]
 mod claim_recovery_tests;
 
 fn secs(s: u64) -> Duration {
@@ -2943,7 +2941,6 @@ fn claims_and_releases_leave_no_backend_slot_taken() {
     let planned = h.run_ok(secs(2));
     assert!(planned.contains(&"detach v1 n1".to_string()), "{planned:?}");
 }
-#[path = "machine_fencing_tests.rs"]
 mod machine_fencing;
 
 // ---- the periodic verify, spread over the period (issue 16) ----------------------------------

@@ -1,4 +1,13 @@
 //! The reconciler: a pure, synchronous planner that turns changes into operations.
+//!
+//! [`Reconciler`] takes [`Input`]s and the results of the operations it planned, keeps the
+//! state, and asks the rules whether each step may happen now. Beside it: `admission_pass.rs`
+//! (the pass that admits queued attaches and detaches under `Config::backend_load`),
+//! `machine.rs` (planning machine checks and taking their answers), and its tests
+//! (`tests.rs` with `tests/`, `payload_tests.rs`, `store_protocol_tests.rs`).
+//!
+//! The top floor of the core: may import anything in `core` below it, `crate::config` and
+//! `crate::domain`; nothing from the driver, the doubles, the conformance kit or the simulator.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
@@ -2440,7 +2449,7 @@ impl<D: Domain> Reconciler<D> {
             in_use: node_facts.and_then(|n| n.reports_in_use(volume)),
             force_allowed: self.config.force_detach_on_timeout || bugs.c3_force_detach_unfenced,
             deleted_node_is_fenced: self.config.deleted_node_is_fenced,
-            machine_off: machine_checks::held_detach(
+            machine_off: machine::held_detach(
                 &mut self.machine,
                 self.config.machine_fencing.as_ref(),
                 now,
@@ -3233,19 +3242,14 @@ fn unseen<'a, T: Id>(all: impl Iterator<Item = &'a T>, seen: &FxHashSet<T>) -> V
     gone
 }
 
-#[path = "admission_pass.rs"]
 mod admission_pass;
 
 // Fencing without a human: planning machine checks and taking their answers.
-#[path = "reconciler_machine.rs"]
-mod machine_checks;
+mod machine;
 
 #[cfg(test)]
-#[path = "payload_tests.rs"]
 mod payload_tests;
 #[cfg(test)]
-#[path = "store_protocol_tests.rs"]
 mod store_protocol_tests;
 #[cfg(test)]
-#[path = "reconciler_tests.rs"]
 mod tests;
