@@ -215,27 +215,29 @@
 //! [`World`]: controller::World
 #![deny(missing_docs)]
 
-pub mod config;
-pub mod controller;
+// Floors, lowest first: each module imports only from its own floor and the ones above it in
+// this list (tests/layering.rs checks it; docs/design.md, "Layout", explains it).
 mod domain;
-mod fault;
-pub mod memory;
-mod name;
 mod upstream_bugs;
+
+pub mod config;
+pub mod core;
+pub mod traits;
+
+pub mod memory;
+
+pub mod controller;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
 
 #[cfg(feature = "sim")]
 pub mod sim;
 
-#[cfg(feature = "conformance")]
-pub mod conformance;
+pub use domain::name::Name;
+pub use domain::{Domain, Id, Ids};
 
 /// The README's examples, compiled as doctests so they cannot rot.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
-
-pub use domain::{Domain, Id, Ids};
-pub use name::Name;
-
-pub mod core;
-pub mod traits;

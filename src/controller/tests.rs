@@ -1983,5 +1983,4 @@ async fn the_controller_and_its_handle_debug_what_they_hold() {
 }
 
 // Fencing without a human, through the driver.
-#[path = "machine_tests.rs"]
 mod machine;

@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 use super::scenario::{AttachLimit, CallOp};
 use super::timeline::{Happening, PodPhase, Record};
 use crate::core::calls::volume::Access;
-use crate::fault::Faults;
+use crate::memory::fault::Faults;
 
 /// Whether a node runs, has crashed (agent stopped, disks still mounted), is fenced
 /// (out-of-service: powered off, nothing mounted), or is powered off at the provider without

@@ -399,7 +399,7 @@ mod tests {
 
     #[test]
     fn a_nodes_own_list_is_edited_in_place_unless_another_holds_it() {
-        use crate::name::Name;
+        use crate::domain::name::Name;
         type N = Ids<Name, Name, Name>;
         let names =
             |texts: &[&str]| -> Vec<Name> { texts.iter().map(|t| Name::from(*t)).collect() };

@@ -497,7 +497,7 @@ mod tests {
 
     #[test]
     fn a_replaced_list_of_names_is_kept_for_the_nodes_next_write() {
-        use crate::name::Name;
+        use crate::domain::name::Name;
         type N = Ids<Name, Name, Name>;
         let (node, other) = (Name::from("status-spare-n"), Name::from("status-spare-m"));
         let names = |volume: &str| -> ReportedVolumes<N> {

@@ -15,7 +15,7 @@
 
 use std::any::TypeId;
 
-use crate::name::Name;
+use crate::domain::name::Name;
 
 /// Lists longer than this are searched by order whatever the ids: a node's list is rarely
 /// longer (Kubernetes' own limits are 16 to 128 volumes a node).

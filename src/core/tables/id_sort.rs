@@ -13,7 +13,7 @@
 
 use std::any::Any;
 
-use crate::name::{Name, head};
+use crate::domain::name::{Name, head};
 
 /// Lists shorter than this are sorted as they are: a pass's few dozen marks fit in the cache,
 /// and the list of keys would cost an allocation.

@@ -15,7 +15,7 @@ use std::any::TypeId;
 use std::hint::black_box;
 
 use crate::core::tables::id_sort::head_of;
-use crate::name::Name;
+use crate::domain::name::Name;
 
 /// Reads the block behind each of `ids` that is a `Name` or a `String` (its head, as a sort
 /// by heads reads it).

@@ -131,7 +131,7 @@ impl<'a, V: Clone + Ord + 'static> Refill<'a, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::name::Name;
+    use crate::domain::name::Name;
 
     fn names(names: &[&str]) -> Vec<String> {
         names.iter().map(|n| n.to_string()).collect()

@@ -13,12 +13,14 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use tokio::time::Instant;
 
+pub(crate) mod fault;
+
 use crate::core::calls::reported_volumes::ReportedVolumes;
 use crate::core::calls::volume::VolumeSpec;
 use crate::domain::Domain;
-use crate::fault::Faults;
 use crate::traits::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 use crate::traits::{NodeStatus, NodeStatusStore, Revision, StoreError, WriteReceipt};
+use fault::Faults;
 
 /// Which [`AttachBackend`] method a fault or a call counter is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1,8 +1,14 @@
-//! The identifiers an orchestrator brings: nodes, volumes, workloads and a per-volume payload.
+//! The identifiers an orchestrator brings: nodes, volumes, workloads and a per-volume payload,
+//! and [`Name`](name::Name), interned names to use as ids.
+//!
+//! The ground floor: everything else is generic over [`Domain`], and this imports nothing
+//! from the rest of the crate.
 
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::marker::PhantomData;
+
+pub(crate) mod name;
 
 /// An identifier the crate can store, compare, hash, order and send between tasks.
 ///
