@@ -215,8 +215,8 @@
 //! [`World`]: controller::World
 #![deny(missing_docs)]
 
-// Floors, lowest first: each module imports only from its own floor and the ones above it in
-// this list (tests/layering.rs checks it; docs/design.md, "Layout", explains it).
+// Floors, lowest first: a module imports only from its own floor and those listed before it
+// (tests/layering.rs checks it; docs/design.md, "Layout", explains it).
 mod domain;
 mod upstream_bugs;
 

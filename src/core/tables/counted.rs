@@ -1,6 +1,7 @@
-//! Test ids that count how often they are ordered, or cloned: for tests that hold a path to
-//! the compares or copies it makes (names ordered cost two cold reads each at a million, and a
-//! clone of one a count on a cold block, PERFORMANCE.md).
+//! Test helpers for the tables. Ids that count how often they are ordered, or cloned: for
+//! tests that hold a path to the compares or copies it makes (at a million attachments, each
+//! compare of two names costs two cold reads, and each clone a count on a cold block). And a
+//! small deterministic generator for the tables' randomised tests.
 
 use std::cell::Cell;
 use std::cmp::Ordering;
@@ -47,4 +48,16 @@ impl Clone for Cloned {
 /// How many times a `Cloned` was cloned on this thread since the last call.
 pub(crate) fn clones() -> u64 {
     CLONED.with(|c| c.replace(0))
+}
+
+/// A small deterministic generator, so a failure replays.
+pub(crate) struct Lcg(pub(crate) u64);
+impl Lcg {
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        self.0 >> 33
+    }
 }

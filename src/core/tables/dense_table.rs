@@ -357,6 +357,7 @@ pub(crate) mod tests {
     use std::collections::HashMap;
 
     use super::*;
+    use crate::core::tables::counted::Lcg;
 
     /// A key and a value, as the core's entries are.
     #[derive(Clone, Copy, Debug, PartialEq)]
@@ -397,18 +398,6 @@ pub(crate) mod tests {
             assert!(table.contains_key(&format!("pvc-{i}")));
         }
         assert!(!table.contains_key(&"pvc-40".to_string()));
-    }
-
-    /// A small deterministic generator, so a failure replays.
-    pub(crate) struct Lcg(pub(crate) u64);
-    impl Lcg {
-        pub(crate) fn next(&mut self) -> u64 {
-            self.0 = self
-                .0
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            self.0 >> 33
-        }
     }
 
     /// Every operation, checked against `std`'s map after each step, keys drawn from a small

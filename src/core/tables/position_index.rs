@@ -352,7 +352,7 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
-    use crate::core::tables::dense_table::tests::Lcg;
+    use crate::core::tables::counted::Lcg;
 
     #[test]
     fn a_chunk_is_one_cache_line() {

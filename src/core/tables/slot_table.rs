@@ -235,7 +235,8 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::core::tables::dense_table::tests::{Entry, Lcg};
+    use crate::core::tables::counted::Lcg;
+    use crate::core::tables::dense_table::tests::Entry;
 
     /// Every operation checked against `std`'s map after each step, through growth, draining
     /// and closing holes; a slot number handed out keeps pointing at its entry until the entry
