@@ -8,6 +8,9 @@
 //! [`ControllerHandle::outcomes`]), where its [`Event`]s go ([`EventRecorder`]) and what it hands
 //! back when it stops ([`ShutdownReport`]) are here too; with the feature `prometheus`, so is
 //! `PrometheusMetrics`, which exports the metrics to a `prometheus-client` registry.
+//!
+//! Above the core, the traits and the in-memory doubles (its tests use them); below the
+//! conformance kit and the simulator, which it never imports.
 
 mod batch;
 mod deadline;

@@ -1915,7 +1915,7 @@ async fn a_lifted_fence_stops_a_forced_detach() {
     h.finish().await;
 }
 
-/// Issue 9, bug 7: the README's quick start. The node is registered with
+/// Issue 9, bug 7: the README's embedding example. The node is registered with
 /// `NodeFacts::default()` (not heard from) and never reported on again; the store's fresh
 /// in-use read says nothing is in use, so the removed pod's volume is detached.
 #[tokio::test(start_paused = true)]

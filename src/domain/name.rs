@@ -3,7 +3,7 @@
 //! The core keeps ids in a dozen tables and lists: it clones, hashes and compares them on every
 //! move. With `String` ids each clone is an allocation and each hash reads the name's bytes,
 //! which at a million attachments lie all over the heap (a move costs 8 to 15 times one with
-//! `u32` ids, PERFORMANCE.md). A `Name` is one pointer to the only copy of its text: a clone is
+//! `u32` ids). A `Name` is one pointer to the only copy of its text: a clone is
 //! a reference count, a hash and an equality test look at the pointer alone, and a table entry
 //! holds 8 bytes instead of 24 plus the text.
 
@@ -57,8 +57,7 @@ pub struct Name(ArcIntern<Text>);
 
 /// A name's one copy: its text, and its first bytes as two numbers beside the count, so that
 /// most comparisons read only this block. Comparing the texts themselves read one more
-/// allocation per side: sorting a restart's million volume names was half of recovering them
-/// (PERFORMANCE.md).
+/// allocation per side: sorting a restart's million volume names was half of recovering them.
 ///
 /// Equality and hashing are the text's, as the interner needs to find a text's one copy.
 struct Text {
@@ -291,7 +290,7 @@ mod tests {
         assert_eq!(a.0.refcount(), 1, "the old name released");
         assert_eq!(b.0.refcount(), 2, "the new one counted");
         // Cloned over an equal name, the slot still holds one count. (That it skipped the two
-        // atomic updates is not visible in the count: callgrind shows it, PERFORMANCE.md.)
+        // atomic updates is not visible in the count: callgrind shows it.)
         slot.clone_from(&b);
         assert_eq!(b.0.refcount(), 2, "the slot still counted once");
         drop(slot);

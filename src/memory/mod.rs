@@ -3,6 +3,9 @@
 //!
 //! Both are cheap-to-clone handles onto shared state: a test keeps one handle to inject faults
 //! and inspect the outcome while the controller drives another.
+//!
+//! Above the core and the traits, which is all it imports (with `domain`); `fault.rs` holds
+//! the queue of injected faults.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -358,7 +361,7 @@ type History<D> = VecDeque<(Instant, Option<NodeStatus<D>>)>;
 /// is read. A real store serialises the list, reading each entry; copying it into a `Vec` at
 /// every write took a count on each device path, on the lines the controller's loop counts
 /// the same paths on, from the other core: about a tenth of a controller benchmark's time
-/// went to that double's artefact (PERFORMANCE.md, round 3, sixteenth step).
+/// went to that double's artefact.
 #[derive(Debug)]
 struct StoredStatus<D: Domain> {
     /// The status; its `attached` is stale while `written` holds a list.

@@ -6,6 +6,10 @@
 //! [`Operation`](crate::core::Operation)s carry [`ReportedVolumes`] and [`Revision`]s, and
 //! its `*_finished` methods take these results. The in-memory doubles in
 //! [`memory`](crate::memory) implement both traits.
+//!
+//! The values are defined in the core, which plans with them; the two traits are defined here,
+//! above it, since only the driver, the doubles, the conformance kit and the simulator call
+//! them. This module imports from the core, `config` and `domain` only.
 
 pub(crate) mod backend;
 pub(crate) mod store;

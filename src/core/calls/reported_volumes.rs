@@ -29,7 +29,7 @@ pub struct ReportedVolume<D: Domain> {
 /// node's whole list, and the core keeps what it wrote to compare the next report against.
 /// As a plain `Vec`, each write copied every id twice (once for the call, once for that
 /// record) and dropped both copies again, two reference counts per `Name` and two
-/// allocations per `String` for every volume on the node (PERFORMANCE.md, fourteenth step).
+/// allocations per `String` for every volume on the node.
 /// Now the call and the record hold the same list.
 ///
 /// Packed: the volumes sit in one array, and the device paths in another only when one of
@@ -63,8 +63,8 @@ pub struct ReportedVolumes<D: Domain>(Arc<Packed<D>>);
 /// The paths are a copy of the node's text, in one string: building a list reads the node's
 /// paths in one contiguous run, and dropping it frees them in one call. (They were once
 /// `Arc<str>`s shared with the actual state: a reference count on a cold line per path, each
-/// time a list was built and again when it was dropped, 18 to 30 % of the controller's loop;
-/// PERFORMANCE.md, round 3, seventeenth step. Before those, the paths were copied into one
+/// time a list was built and again when it was dropped, 18 to 30 % of the controller's loop.
+/// Before those, the paths were copied into one
 /// string from thirty scattered allocations and every compare read their text: the node's one
 /// buffer, and a compare that looks at the volumes first, avoid both.)
 struct Packed<D: Domain> {
@@ -102,8 +102,7 @@ impl<D: Domain> Packed<D> {
 /// Lists nobody but the core held any more, for the next status writes to be written over
 /// ([`Refill`]: their ids stay until then, their paths do not): each write built its list in
 /// two fresh allocations (the shared record and its array) and the acknowledgement freed the
-/// two of the list it replaced, four calls to the allocator per write (PERFORMANCE.md, round
-/// 3, twenty-fourth step).
+/// two of the list it replaced, four calls to the allocator per write.
 pub(crate) struct ListSpares<D: Domain>(Spares<Arc<Packed<D>>>);
 
 impl<D: Domain> Default for ListSpares<D> {

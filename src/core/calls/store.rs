@@ -195,7 +195,8 @@ pub struct NodeStatus<D: Domain> {
     ///
     /// A Kubernetes store derives it from the `node.kubernetes.io/out-of-service` taint on the
     /// Node object (present: `Some(true)`); an etcd store from a fence key that the fencing
-    /// agent or the operator writes next to the node's status (see the crate's README).
+    /// agent or the operator writes next to the node's status (adapters/etcd/README.md: the
+    /// `cluster/fence/{node}` key).
     pub fenced: Option<bool>,
     /// Whether the node answers (Kubernetes: the Ready condition; etcd: the node agent's lease
     /// is alive). Read fresh before a detach forced by the unmount timeout, which is only

@@ -11,7 +11,7 @@
 //! operations already knows whether one of them is such. The gate held that key in a set of
 //! its own, cloned in at every start and hashed out at every end: two more lookups for each of
 //! a move's attach and detach, 2 % of a `u32` move's instructions and 3.5 % of a `String`
-//! move's, whose key cloned an allocation (PERFORMANCE.md, round 3, thirty-fifth step).
+//! move's, whose key cloned an allocation.
 //!
 //! A look at a volume that meets one of its operations running leaves part of its decision to
 //! the operation's end ([`InFlightTable::relook_when_done`]). Only then does a successful attach

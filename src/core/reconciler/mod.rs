@@ -250,7 +250,7 @@ const CONFLICTS_BEFORE_BACKOFF: u8 = 3;
 
 /// A pass trims the tables a burst grew ([`Reconciler::trim`]) once in this many. Checking a
 /// score of tables at every pass and at every quiet end of a status write was about a
-/// sixteenth of a workload move (PERFORMANCE.md, round 3, twenty-third step). A burst of
+/// sixteenth of a workload move. A burst of
 /// operations still gives its room back as it ends: a quiet end trims when the table of
 /// running operations has room to give back, which a move one at a time never leaves. Room
 /// that inputs alone grew (say, a hundred waiting workloads removed before they were
@@ -1019,7 +1019,7 @@ impl<D: Domain> Reconciler<D> {
             // Not marked here: the record makes the volume unsettled (noted above, or
             // adopted after `settled` was sized), and the end of recovery marks every volume
             // not noted settled, in one list. A mark per entry was a million more marks to
-            // sort when the store reported nothing (PERFORMANCE.md, twenty-fifth step).
+            // sort when the store reported nothing.
             self.actual.set_uncertain(&volume, &node);
         }
     }
@@ -1105,7 +1105,8 @@ impl<D: Domain> Reconciler<D> {
     /// mounts nothing new (its agent cannot confirm its status, and no new workload reaches
     /// it), so a workload placed there since the grant stands for no mount; and a mount it
     /// might stand for predates the grant, which a controller made seeing no holder: the gap
-    /// named in the README ("What is still not covered"), which this evidence cannot close.
+    /// docs/design.md names under "Claims" ("What is not covered"), which this evidence cannot
+    /// close.
     /// Counting it would unmount nothing: it would only keep the volume from every later
     /// holder, since a claim on a gone node is released only when the node returns or is
     /// fenced, for a workload that cannot run there. (The simulator excuses the mount such a
@@ -2285,8 +2286,7 @@ impl<D: Domain> Reconciler<D> {
     /// and the list the store holds, compared before the node's status write): at a million
     /// attachments each is a cache miss, and a pass of a few volumes reached them one after
     /// another. A simulated cache (callgrind, `u32` ids) counted 47 misses of the
-    /// second-level cache a move at a million, a third of them in these (PERFORMANCE.md,
-    /// round 3, twenty-first step).
+    /// second-level cache a move at a million, a third of them in these.
     fn warm_nodes_of<'a>(&self, volumes: impl Iterator<Item = &'a D::Volume>)
     where
         D: 'a,

@@ -1447,9 +1447,9 @@ fn c4_bites_with_upstream_bug() {
 }
 
 /// Issue 9, bug 7: a node registered with `NodeFacts::default()` and never heard from again
-/// (the README's quick start) must not keep a removed workload's volume forever. Not heard from
-/// counts as mounted, so the core cannot clear the detach itself; it plans an unforced detach,
-/// which a driver confirms with a fresh read of the node's in-use list before the call.
+/// (as in the README's embedding example) must not keep a removed workload's volume
+/// forever. Not heard from counts as mounted, so the core cannot clear the detach itself; it
+/// plans an unforced detach, which a driver confirms with a fresh read of the node's in-use list before the call.
 #[test]
 fn not_heard_from_leaves_the_detach_to_a_fresh_read() {
     let mut h = H::new(Config::default());

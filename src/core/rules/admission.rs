@@ -18,8 +18,8 @@
 //!
 //! Verifies and listings are not counted: their rate is fixed by `Config::sync_period` (one
 //! verify per node with attachments per period) and `Config::resync_period`, and delaying them
-//! would delay finding what a lost call did. Budget for them when you pick the rate (see the
-//! README's "Fair and bounded backend load").
+//! would delay finding what a lost call did. Budget for them when you pick the rate (see
+//! docs/design.md, "Backend load").
 //!
 //! A call that hangs (the backend cannot reach its node: a partitioned zone) would hold its
 //! slot until the driver's deadline gives up on it, two minutes by default, and its retry would

@@ -194,7 +194,7 @@ impl<T: Keyed> DenseTable<T> {
     /// reach, and the processor runs only a few keys ahead. Those are warmed in stages
     /// instead ([`warm_in_stages`](Self::warm_in_stages)). Staged, `u32` and `Name` keys
     /// (compared in a register) gained nothing, and `Name` recovery at 1M read about a tenth
-    /// slower (PERFORMANCE.md, round 3's nineteenth step).
+    /// slower.
     pub(crate) fn warm<'a>(&self, keys: impl IntoIterator<Item = &'a T::Key>)
     where
         T::Key: 'a + 'static,

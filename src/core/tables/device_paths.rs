@@ -3,8 +3,8 @@
 //!
 //! Why not an `Arc<str>` per path: every status write lists the node's whole report, and each
 //! shared path cost a reference count on its own cold line when the list was built and another
-//! when it was dropped: about a fifth of the controller's loop at 150,000 attachments
-//! (PERFORMANCE.md, round 3, seventeenth step). Text kept together is copied into a report in
+//! when it was dropped: about a fifth of the controller's loop at 150,000 attachments.
+//! Text kept together is copied into a report in
 //! one contiguous read, and freed with it in one call.
 
 /// Marks an entry of [`PackedPaths::ends`] whose volume has no path.

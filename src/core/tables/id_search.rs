@@ -4,10 +4,9 @@
 //! and a binary search compares by order. For `Name` ids an order compare reads both names'
 //! blocks: at a million attachments the list's names are cold, and each of a search's five
 //! steps waited for a cache miss. With `Name` ids those compares were a sixth of the core's
-//! time for a move at a million (perf, PERFORMANCE.md, round 3, thirty-third step). Two `Name`s are equal
-//! exactly when they are the same pointer, so a walk along a short list that tests equality
-//! alone reads no block at all, and its thirty pointer compares cost less than the five
-//! order compares.
+//! time for a move at a million (measured with perf). Two `Name`s are equal exactly when they
+//! are the same pointer, so a walk along a short list that tests equality alone reads no block
+//! at all, and its thirty pointer compares cost less than the five order compares.
 //!
 //! Every other id is searched by order as before: a `String`'s equality reads its text as its
 //! order does, and an integer's order compare costs what its equality does. As in

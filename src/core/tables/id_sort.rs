@@ -3,7 +3,7 @@
 //! A restart's inputs mark a million volumes, and the marks sort them so that every run plans
 //! in the same order. Ids named by text (`Name`, `String`) compare by reading their text, which
 //! at that size lies all over the heap: each of a sort's twenty million compares missed the
-//! cache twice (PERFORMANCE.md, round 3's tenth and eleventh steps). Sorted here, each name's
+//! cache twice. Sorted here, each name's
 //! first 16 bytes are read once into a list of keys beside its position, the keys sorted where
 //! they sit together, and the text read again only where two keys tie.
 //!

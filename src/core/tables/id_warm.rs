@@ -3,8 +3,8 @@
 //! Dropping or cloning a `Name` changes its reference count, an atomic instruction on the
 //! name's own block, and an atomic instruction waits for its cache miss to end before the
 //! next memory access starts. A restart's listings and first pass drop a million names whose
-//! blocks lie all over the heap, one miss after the other: about a fifth of recovering them
-//! (PERFORMANCE.md, round 3's twelfth step). Plain reads of a batch's blocks, made first, miss
+//! blocks lie all over the heap, one miss after the other: about a fifth of recovering them.
+//! Plain reads of a batch's blocks, made first, miss
 //! together; the counts then change in the cache. `String` ids are read the same way, for the
 //! allocator's header beside the text that a drop reads.
 //!

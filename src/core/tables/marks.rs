@@ -135,7 +135,7 @@ impl<T: Ord + 'static> Marks<T> {
 /// Drops `list`; one that never had room is forgotten instead, as it owns nothing (no buffer,
 /// so no items). With ids that own something (`Name`, `String`), dropping a list walks its
 /// ids out of line, a call even over none, and the core lets go of such lists several times a
-/// pass (PERFORMANCE.md, round 3, thirty-sixth step).
+/// pass.
 #[inline(always)]
 pub(crate) fn drop_list<T>(list: Vec<T>) {
     if list.capacity() == 0 {

@@ -5,10 +5,10 @@
 //! together and mostly end in that order. With Fx (a multiply) each end looked its operation
 //! up at a random place in a table of every running call: at 150,000 attachments a pass plans
 //! tens of thousands, the table outgrows the cache, and taking out the running operation was
-//! the largest single entry of the controller's loop (PERFORMANCE.md, round 3, sixteenth
-//! step). Here an id's low bits are its bucket, so the ends of one pass walk the table in
-//! order; its top seven bits, which hashbrown keeps beside each bucket to tell keys apart
-//! without reading them, are mixed, so that ids a table's width apart still differ there.
+//! the largest single entry of the controller's loop. Here an id's low bits are its bucket,
+//! so the ends of one pass walk the table in order; its top seven bits, which hashbrown keeps
+//! beside each bucket to tell keys apart without reading them, are mixed, so that ids a
+//! table's width apart still differ there.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};

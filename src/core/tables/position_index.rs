@@ -8,7 +8,7 @@
 //! the other: the tag group, the slot (whose address is known only once a tag matched), then
 //! the entry. At a million attachments a move makes several such lookups (the workload, its
 //! volume in two tables, two nodes in three tables), and a move at a million cost 2.3 times one
-//! at a thousand (PERFORMANCE.md, round 3, thirty-first step).
+//! at a thousand.
 //!
 //! Here the slots come in chunks of twelve, each one cache line: twelve tags, twelve values
 //! and the chunk's overflow count, the layout of folly's F14 tables. A lookup reads its chunk
