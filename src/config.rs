@@ -630,7 +630,7 @@ impl Default for BackoffConfig {
 }
 
 /// Limits on the backend calls the core plans: concurrency per class and a shared call rate.
-/// Part of [`Config`](crate::config::Config) (`backend_load`).
+/// Part of [`Config`] (`backend_load`).
 ///
 /// The default is unbounded, as upstream Kubernetes: every attach and detach that may start
 /// starts at once. Set limits when your backend throttles (cloud APIs do, per account and

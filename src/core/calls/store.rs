@@ -202,7 +202,8 @@ pub struct NodeStatus<D: Domain> {
     /// is alive). Read fresh before a detach forced by the unmount timeout, which is only
     /// allowed on an unhealthy node. `None` when this store does not know.
     pub healthy: Option<bool>,
-    /// The revision this status was read at; pass it to [`NodeStatusStore::write`].
+    /// The revision this status was read at; pass it to
+    /// [`NodeStatusStore::write`](crate::traits::NodeStatusStore::write).
     pub revision: Revision,
 }
 
@@ -231,8 +232,10 @@ impl<D: Domain> NodeStatus<D> {
     }
 }
 
-/// A status write's answer from [`NodeStatusStore::write_reading_facts`]: the node's new
-/// revision and, when the store read them no earlier than the write, the node's facts.
+/// A status write's answer from
+/// [`NodeStatusStore::write_reading_facts`](crate::traits::NodeStatusStore::write_reading_facts):
+/// the node's new revision and, when the store read them no earlier than the write, the node's
+/// facts.
 ///
 /// ```
 /// use attach_detach::traits::{Revision, StatusFacts, WriteReceipt};
@@ -248,7 +251,8 @@ impl<D: Domain> NodeStatus<D> {
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WriteReceipt<D: Domain> {
-    /// The revision the write created, as [`NodeStatusStore::write`] returns it.
+    /// The revision the write created, as
+    /// [`NodeStatusStore::write`](crate::traits::NodeStatusStore::write) returns it.
     pub revision: Revision,
     /// The node's facts as of that revision or later; `None` when the store did not read them
     /// (the core then reads the node itself before any detach).

@@ -560,7 +560,7 @@ impl<D: Domain> Reconciler<D> {
     /// volume removed under its workloads sends them back to waiting, and removing something
     /// unknown does nothing. Only real misuse is refused, and then nothing changed (except that
     /// an upsert during a [relist](Input::RelistStarted) still counts its object as seen):
-    /// [`ReconcilerError::AccessConflict`], [`DesiredError::TooManyPending`],
+    /// [`ReconcilerError::AccessConflict`], [`DesiredError::TooManyPending`](crate::core::DesiredError::TooManyPending),
     /// [`ReconcilerError::NoRelist`].
     ///
     /// ```
