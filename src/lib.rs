@@ -13,14 +13,20 @@
 //! - [`core`]: the state machine and its vocabulary: the [`Reconciler`], the [`Input`]s it
 //!   takes, the [`Operation`]s it plans, the [`Event`]s it raises, read-only views of its state.
 //! - [`config`]: [`Config`] and its parts, for the core and the driver alike.
-//! - [`traits`]: what you implement, [`AttachBackend`] and [`NodeStatusStore`], and the types
-//!   they take and return.
-//! - [`controller`]: the tokio driver, [`Controller`], with its handle, metrics, stream of
+//! - [`traits`]: what you implement, [`AttachBackend`] and [`NodeStatusStore`] (feature
+//!   `driver`), and the types they take and return.
+//! - [`controller`] (feature `driver`): the tokio driver, [`Controller`], with its handle, metrics, stream of
 //!   finished operations and event recorders; with the feature `prometheus`, a collector of
 //!   its metrics for a `prometheus-client` registry.
-//! - [`memory`]: in-memory backend and store with fault injection, for tests and examples.
+//! - [`memory`] (feature `driver`): in-memory backend and store with fault injection, for tests
+//!   and examples.
 //! - `sim` (feature `sim`): the deterministic incident simulator.
 //! - `conformance` (feature `conformance`): test suites for your store and backend.
+//!
+//! The feature `driver`, on by default, brings tokio and async-trait with the traits, the
+//! driver and the in-memory doubles (`sim`, `conformance` and `prometheus` turn it on). With
+//! `default-features = false` the crate is the pure core: `core`, `config` and the values of
+//! `traits`, for a driver of your own.
 //! - At the root, what every module is generic over: the [`Domain`] of identifiers (node,
 //!   volume, workload, per-volume payload), [`Id`], and [`Ids`] to name one; and [`Name`],
 //!   interned names to use as ids (a clone is a count, a hash is a pointer's).
@@ -224,8 +230,10 @@ pub mod config;
 pub mod core;
 pub mod traits;
 
+#[cfg(feature = "driver")]
 pub mod memory;
 
+#[cfg(feature = "driver")]
 pub mod controller;
 
 #[cfg(feature = "conformance")]
@@ -238,6 +246,6 @@ pub use domain::name::Name;
 pub use domain::{Domain, Id, Ids};
 
 /// The README's examples, compiled as doctests so they cannot rot.
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "driver"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

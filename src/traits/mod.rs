@@ -9,12 +9,17 @@
 //!
 //! The values are defined in the core, which plans with them; the two traits are defined here,
 //! above it, since only the driver, the doubles, the conformance kit and the simulator call
-//! them. This module imports from the core, `config` and `domain` only.
+//! them, and need the feature `driver` (on by default: it brings async-trait and tokio). This
+//! module imports from the core, `config` and `domain` only.
 
+#[cfg(feature = "driver")]
 pub(crate) mod backend;
+#[cfg(feature = "driver")]
 pub(crate) mod store;
 
+#[cfg(feature = "driver")]
 pub use backend::AttachBackend;
+#[cfg(feature = "driver")]
 pub use store::NodeStatusStore;
 
 pub use crate::core::calls::backend::{AttachInfo, BackendAttachment, BackendError, MachineState};

@@ -84,7 +84,7 @@ impl Revision {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "driver"))]
 impl Revision {
     /// For test doubles that mint numbered revisions: this one's number plus `n`.
     pub(crate) fn plus(&self, n: u64) -> Revision {
