@@ -35,7 +35,7 @@ use crate::memory::MemoryStore;
 /// clock jumps over it.
 const AGENT_PERIOD: Duration = Duration::from_millis(100);
 
-/// How long a run without `run <time>` goes on after its last step, to let the world settle.
+/// How long a run without `run <time>` goes on after its last `at` line, to let the world settle.
 pub const SETTLE: Duration = Duration::from_secs(10 * 60);
 
 /// What a scenario run found.
@@ -170,7 +170,7 @@ pub(crate) enum Sabotage {
     StoreWrite,
     /// Every backend effect panics, in the simulator's own tasks.
     BackendEffect,
-    /// The runner panics when it applies the first step.
+    /// The runner panics when it applies the scenario's first action.
     Runner,
 }
 
@@ -1437,7 +1437,7 @@ mod tests {
         let once = parse(text).unwrap();
         let mut zero = once.clone();
         let Action::FailAttach { times, .. } = &mut zero.steps[0].action else {
-            panic!("the first step is the fault: {:?}", zero.steps[0]);
+            panic!("steps[0] is the fault: {:?}", zero.steps[0]);
         };
         *times = 0;
         let (once, zero) = (run(&once), run(&zero));

@@ -9,7 +9,7 @@
 //! classes have separate slots, so neither can starve the other of concurrency; the bucket is
 //! shared, and each pass offers it to the detach queue first, then the attach queue.
 //!
-//! A detach is admitted when it enters its fresh read (the last step before the call, see
+//! A detach is admitted when it enters its fresh read (the last check before the call, see
 //! [`Operation::ReadStatus`](crate::core::Operation::ReadStatus)): the slot and the token are
 //! held from then until the detach call ends, so a detach the read cleared is never refused
 //! admission and read again (no livelock), and the number of detaches reading never exceeds the
