@@ -259,7 +259,7 @@ const SYNC_PERIOD: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 const MIN_RATIO: f64 = 1000.0;
 /// Ceiling, asserted in every mode: live bytes of a settled reconciler per attachment, u32
 /// ids, at 150,000 and 1,000,000 attachments. It was 256 over the hash-map tables; the dense
-/// tables (`src/dense_table.rs`) settle at about 155, and this keeps that win from eroding.
+/// tables (`src/core/tables/dense_table.rs`) settle at about 155, and this keeps that win from eroding.
 const MAX_BYTES_PER_ATTACHMENT: f64 = 172.0;
 /// Ceiling, asserted in every mode: allocations per `u32` move, as the bench drives it. A
 /// settled move makes 4.0 to 4.1: the bench's own input and its list of volumes (2), the

@@ -16,9 +16,6 @@ pub(crate) use crate::upstream_bugs::UpstreamBugs;
 #[cfg(feature = "upstream-bugs")]
 pub use crate::upstream_bugs::UpstreamBugs;
 
-pub use crate::admission::{BackendLoad, OverdueCalls, RateLimit};
-pub use crate::machine::MachineFencing;
-
 /// How the core paces itself and how far it may go to free a volume, and how long the driver
 /// waits for each call to the outside.
 ///
@@ -628,6 +625,190 @@ impl Default for BackoffConfig {
         BackoffConfig {
             initial: Duration::from_millis(500),
             max: Duration::from_millis(2 * 60_000 + 2_000),
+        }
+    }
+}
+
+/// Limits on the backend calls the core plans: concurrency per class and a shared call rate.
+/// Part of [`Config`] (`backend_load`).
+///
+/// The default is unbounded, as upstream Kubernetes: every attach and detach that may start
+/// starts at once. Set limits when your backend throttles (cloud APIs do, per account and
+/// region) or degrades under load: a burst of attaches at a rollout then neither trips the
+/// throttle nor starves the detaches that free volumes for the very pods waiting.
+///
+/// How to pick values: `max_detaches` and `max_attaches` a little below the concurrency the
+/// backend sustains (for a cloud, a few tens each); `rate` a little below the backend's
+/// sustained mutating-call quota, minus the verifies (one per node with attachments per
+/// `sync_period`), with `burst` what the quota's own bucket allows; `overdue` as
+/// [`OverdueCalls`] says.
+///
+/// ```
+/// use std::time::Duration;
+/// use attach_detach::config::{BackendLoad, Config, OverdueCalls, RateLimit};
+/// let config = Config {
+///     backend_load: BackendLoad {
+///         max_attaches: Some(20),
+///         max_detaches: Some(20),
+///         // 10 calls a second, bursts of 20.
+///         rate: Some(RateLimit { every: Duration::from_millis(100), burst: 20 }),
+///         // A call running 15 s gives its slot back; 16 such calls per class at most.
+///         overdue: Some(OverdueCalls::DEFAULT),
+///     },
+///     ..Config::default()
+/// };
+/// assert_eq!(config.validate(), Ok(()));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackendLoad {
+    /// At most this many attach calls under way at once that are not overdue; `None`: no
+    /// limit.
+    pub max_attaches: Option<usize>,
+    /// At most this many detaches under way at once that are not overdue, counting those
+    /// admitted to the fresh read that precedes their call; `None`: no limit.
+    pub max_detaches: Option<usize>,
+    /// A token bucket shared by attach and detach calls; `None`: no rate limit.
+    pub rate: Option<RateLimit>,
+    /// When a call that hangs gives its slot back, and how many such calls may be under way
+    /// beyond each limit; [`OverdueCalls::DEFAULT`] by default. `None`: a call holds its slot
+    /// until it ends (its answer, or the driver's deadline), however long it hangs. Used only
+    /// with `max_attaches` or `max_detaches`.
+    pub overdue: Option<OverdueCalls>,
+}
+
+impl Default for BackendLoad {
+    fn default() -> Self {
+        BackendLoad::UNBOUNDED
+    }
+}
+
+impl BackendLoad {
+    /// No limit at all: the default (with [`OverdueCalls::DEFAULT`], which matters only once
+    /// a limit is set).
+    pub const UNBOUNDED: BackendLoad = BackendLoad {
+        max_attaches: None,
+        max_detaches: None,
+        rate: None,
+        overdue: Some(OverdueCalls::DEFAULT),
+    };
+
+    /// The first setting that would stop every call of its class for ever, by name.
+    pub(crate) fn zero_field(&self) -> Option<&'static str> {
+        if self.max_attaches == Some(0) {
+            return Some("backend_load.max_attaches");
+        }
+        if self.max_detaches == Some(0) {
+            return Some("backend_load.max_detaches");
+        }
+        if self.rate.is_some_and(|r| r.burst == 0) {
+            return Some("backend_load.rate.burst");
+        }
+        None
+    }
+}
+
+/// When an attach or detach call that has not ended stops counting against its class's limit
+/// (part of [`BackendLoad`], `overdue`).
+///
+/// A call still running `after` after the core planned it is *overdue*: its slot goes to the
+/// next queued call, while the core still awaits its answer (or the driver's deadline, which
+/// makes it Uncertain); nothing about the volume is assumed meanwhile. At most `max` overdue
+/// calls of a class hold no slot at once; a further one keeps its slot until one of them ends.
+/// So with `max_attaches: Some(s)`, at most `s` attach calls younger than `after`, and `s +
+/// max` in all, are under way. As long as no more than `max` calls of a class hang, a call that
+/// hangs holds back the calls queued behind it for `after` at most.
+///
+/// A node with an overdue call (or whose last overdue call ended without a success) is
+/// suspect: its queued calls let other nodes' calls go first, those that join the queue
+/// within one call deadline (`Config::call_timeouts`) after them. A hung node's retries and
+/// other volumes then take no slot from the other nodes, and still wait a bounded time. A call
+/// of the node that ends before it is overdue, or an overdue one that succeeds, clears it.
+///
+/// Pick `after` a little above the longest a healthy call of your backend takes (a merely slow
+/// call counted overdue only lets one more call start), and `max` as the extra calls the
+/// backend can take while some hang.
+///
+/// ```
+/// use std::time::Duration;
+/// use attach_detach::config::{BackendLoad, Config, OverdueCalls};
+/// let config = Config {
+///     backend_load: BackendLoad {
+///         max_attaches: Some(4),
+///         // A healthy attach takes under 2 s here: one running 5 s hangs.
+///         overdue: Some(OverdueCalls { after: Duration::from_secs(5), max: 8 }),
+///         ..BackendLoad::UNBOUNDED
+///     },
+///     ..Config::default()
+/// };
+/// assert_eq!(config.validate(), Ok(()));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OverdueCalls {
+    /// How long a call runs, from the pass that planned it, before it is overdue; not zero,
+    /// and shorter than the call's deadline (`Config::call_timeouts`), or nothing would ever
+    /// be overdue.
+    pub after: Duration,
+    /// The most overdue calls of each class that hold no slot; not zero (use `overdue: None`
+    /// to keep every call in its slot).
+    pub max: usize,
+}
+
+impl OverdueCalls {
+    /// 15 s and 16 calls. 15 s is the CSI external-attacher's deadline for one attach or
+    /// detach call (`--timeout`): a call running longer is one the CSI sidecar already gives
+    /// up on and makes again. 16 calls beyond each limit is the extra load on the backend
+    /// while calls hang, and the number of hung nodes (one overdue call each, see fairness)
+    /// that healthy nodes can wait past within `after`.
+    pub const DEFAULT: OverdueCalls = OverdueCalls {
+        after: Duration::from_secs(15),
+        max: 16,
+    };
+}
+
+/// A token bucket: it holds at most `burst` tokens, gains one every `every` of the core's
+/// virtual time, and each attach or detach admitted takes one.
+///
+/// Over any stretch of time `t`, at most `burst + t / every` calls are admitted. Integer
+/// arithmetic on [`Duration`]s: the same inputs give the same admissions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RateLimit {
+    /// One token is added every this long; must not be zero.
+    pub every: Duration,
+    /// The most tokens the bucket holds (it starts full); must not be zero.
+    pub burst: u32,
+}
+
+/// Fencing without a human ([`Config::machine_fencing`](crate::config::Config::machine_fencing)):
+/// how the core asks the backend whether an unhealthy node's machine is off, and how fresh the
+/// answers must be.
+///
+/// A node that is not healthy, not fenced by the orchestrator, and has volumes whose detach
+/// waits (they are still reported mounted, or the node was never heard from) gets one
+/// [`Operation::CheckMachine`](crate::core::Operation::CheckMachine) every `interval` while
+/// they wait. Two consecutive `Off` answers, the second asked at least `interval` after the
+/// first came back, make it count as fenced (force reason
+/// [`PoweredOff`](crate::core::ForceReason::PoweredOff)) for as long as the last such answer
+/// is at most `max_age` old; the checks go on while detaches wait, to keep it fresh.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MachineFencing {
+    /// The time between the answer of one check and the next check of the same node, and so
+    /// the least time between the two `Off` answers that fence a node: a single answer, which
+    /// a provider's glitch or a machine rebooting may give, never fences.
+    pub interval: Duration,
+    /// How old (counted from when the check was asked) the last `Off` answer may be when a
+    /// detach is planned on it. Must be at least `interval`, so the paced checks can keep a
+    /// confirmation fresh; a run of `Off` answers with a gap longer than this starts over.
+    pub max_age: Duration,
+}
+
+impl Default for MachineFencing {
+    /// Five seconds between checks, answers good for thirty: a powered-off node's volumes
+    /// move within about five seconds of the first check, and a check whose answer took long
+    /// (the driver's own deadline is `call_timeouts.machine_state`) leaves room to re-check.
+    fn default() -> Self {
+        MachineFencing {
+            interval: Duration::from_secs(5),
+            max_age: Duration::from_secs(30),
         }
     }
 }

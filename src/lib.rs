@@ -13,14 +13,20 @@
 //! - [`core`]: the state machine and its vocabulary: the [`Reconciler`], the [`Input`]s it
 //!   takes, the [`Operation`]s it plans, the [`Event`]s it raises, read-only views of its state.
 //! - [`config`]: [`Config`] and its parts, for the core and the driver alike.
-//! - [`traits`]: what you implement, [`AttachBackend`] and [`NodeStatusStore`], and the types
-//!   they take and return.
-//! - [`controller`]: the tokio driver, [`Controller`], with its handle, metrics, stream of
+//! - [`traits`]: what you implement, [`AttachBackend`] and [`NodeStatusStore`] (feature
+//!   `driver`), and the types they take and return.
+//! - [`controller`] (feature `driver`): the tokio driver, [`Controller`], with its handle, metrics, stream of
 //!   finished operations and event recorders; with the feature `prometheus`, a collector of
 //!   its metrics for a `prometheus-client` registry.
-//! - [`memory`]: in-memory backend and store with fault injection, for tests and examples.
+//! - [`memory`] (feature `driver`): in-memory backend and store with fault injection, for tests
+//!   and examples.
 //! - `sim` (feature `sim`): the deterministic incident simulator.
 //! - `conformance` (feature `conformance`): test suites for your store and backend.
+//!
+//! The feature `driver`, on by default, brings tokio and async-trait with the traits, the
+//! driver and the in-memory doubles (`sim`, `conformance` and `prometheus` turn it on). With
+//! `default-features = false` the crate is the pure core: `core`, `config` and the values of
+//! `traits`, for a driver of your own.
 //! - At the root, what every module is generic over: the [`Domain`] of identifiers (node,
 //!   volume, workload, per-volume payload), [`Id`], and [`Ids`] to name one; and [`Name`],
 //!   interned names to use as ids (a clone is a count, a hash is a pointer's).
@@ -215,114 +221,31 @@
 //! [`World`]: controller::World
 #![deny(missing_docs)]
 
-mod actual;
-mod admission;
-mod backend;
-mod capacity;
-pub mod config;
-pub mod controller;
-#[cfg(test)]
-mod counted;
-mod decision;
-mod dense_table;
-mod desired;
-mod device_paths;
+// Floors, lowest first: a module imports only from its own floor and those listed before it
+// (tests/layering.rs checks it; docs/design.md, "Layout", explains it).
 mod domain;
-mod error;
-mod event;
-mod fault;
-mod fresh_read;
-mod gate;
-mod id_search;
-mod id_sort;
-mod id_warm;
-mod in_flight;
-mod input;
-mod line_warm;
-mod machine;
-mod marks;
-pub mod memory;
-mod name;
-mod op_id_map;
-mod operation;
-mod position_index;
-mod reconciler;
-mod recovery;
-mod refill;
-mod reported_volumes;
-mod schedule;
-mod slot_table;
-mod spares;
-mod status;
-mod store;
 mod upstream_bugs;
-mod verify_ring;
-mod volume;
 
-#[cfg(feature = "sim")]
-pub mod sim;
+pub mod config;
+pub mod core;
+pub mod traits;
+
+#[cfg(feature = "driver")]
+pub mod memory;
+
+#[cfg(feature = "driver")]
+pub mod controller;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
+#[cfg(feature = "sim")]
+pub mod sim;
+
+pub use domain::name::Name;
+pub use domain::{Domain, Id, Ids};
+
 /// The README's examples, compiled as doctests so they cannot rot.
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "driver"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
-
-pub use domain::{Domain, Id, Ids};
-pub use name::Name;
-
-pub mod core {
-    //! The state machine and its vocabulary: the pure [`Reconciler`], what goes into it and
-    //! what comes out.
-    //!
-    //! Every user needs part of it: the [`Input`]s that tell the core (or a running
-    //! [`Controller`](crate::controller::Controller)) what the orchestrator sees, with the
-    //! [`VolumeSpec`] and [`NodeFacts`] they carry, and the [`Event`]s worth showing a human.
-    //! The rest matters when you drive the core yourself: the [`Operation`]s it plans for you
-    //! to run, and read-only views of its desired state ([`DesiredState`]), actual state
-    //! ([`ActualState`]) and node statuses ([`StatusBook`]).
-
-    // The core, and its errors.
-    pub use crate::desired::DesiredError;
-    pub use crate::reconciler::{Reconciler, ReconcilerError, ReleaseRefusal, StuckDetach};
-
-    // In: the changes the orchestrator saw.
-    pub use crate::actual::NodeFacts;
-    pub use crate::input::{Input, Kind, Rejection};
-    pub use crate::volume::{Access, VolumeSpec};
-
-    // Out: the calls to make, and what to tell a human.
-    pub use crate::event::{Event, Holder};
-    pub use crate::gate::OpKind;
-    pub use crate::operation::{ForceReason, OpId, Operation};
-
-    // Read-only views of the core's state.
-    pub use crate::actual::{ActualState, AttachState, Attachment};
-    pub use crate::desired::{DesiredState, Missing, PendingWorkload};
-    pub use crate::status::StatusBook;
-
-    // Backend load, queued under `Config::backend_load`.
-    pub use crate::admission::{ClassStats, QueueStats};
-}
-
-pub mod traits {
-    //! What you implement to plug the crate into your storage and your orchestrator, and what
-    //! their methods take and return: [`AttachBackend`] (cloud disks, CSI, a SAN) and
-    //! [`NodeStatusStore`] (the API server, etcd, ...).
-    //!
-    //! You need it to write an adapter, and to drive the core yourself: the core's
-    //! [`Operation`](crate::core::Operation)s carry [`ReportedVolumes`] and [`Revision`]s, and
-    //! its `*_finished` methods take these results. The in-memory doubles in
-    //! [`memory`](crate::memory) implement both traits.
-
-    pub use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
-    pub use crate::error::ErrorSource;
-    pub use crate::machine::MachineState;
-    pub use crate::reported_volumes::ReportedVolumes;
-    pub use crate::store::{
-        NodeStatus, NodeStatusStore, ReportedVolume, Revision, StatusFacts, StoreError,
-        WriteReceipt,
-    };
-}

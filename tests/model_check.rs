@@ -1849,8 +1849,8 @@ struct Timing {
 }
 
 impl Timing {
-    /// The delay added to the `k`-th step: 0 to 300 ms in 25 ms steps, the same for the same
-    /// seed and step.
+    /// The delay added to step `k`: 0 to 300 ms in 25 ms steps, the same for the same seed and
+    /// `k`.
     fn delay(&self, k: usize) -> Duration {
         if self.jitter == 0 {
             return Duration::ZERO;

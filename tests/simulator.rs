@@ -183,8 +183,8 @@ fn a_built_scenario_beyond_the_bounds_fails_without_running() {
 }
 
 /// A thousand nodes with a pod each, a tenth of them moving to the next node: the agents work
-/// on what changed, not on every node at every tick. (Wall time is measured in PERFORMANCE.md,
-/// not asserted here.)
+/// on what changed, not on every node at every tick. (Wall time is measured in
+/// docs/performance.md, "The simulator on one busy node", not asserted here.)
 #[test]
 fn a_thousand_nodes_and_a_thousand_pods() {
     use std::fmt::Write as _;
@@ -396,7 +396,7 @@ fn a_claim_on_a_gone_node_is_kept_across_a_restart() {
     assert!(report.passed(), "{:#?}", report.violations);
 }
 
-/// The gap the README names under "What is still not covered": n2's agent is cut off, its
+/// The gap docs/design.md names under "Claims" ("What is not covered"): n2's agent is cut off, its
 /// object is deleted and its pod force-deleted while the machine keeps the claim mounted. The
 /// first controller keeps the claim, but a restarted one has no record, no report and no
 /// placement to go by, and grants it to n0. The simulator excuses that I1 only for a claim its

@@ -30,7 +30,7 @@ fuzz_target!(|data: &[u8]| {
         steps: usize::MAX,
     };
     // With bit 0x20, a seed from every byte carries the history on for this many choices
-    // more (a few thousand steps, as the big-world test of `tests/hash_order.rs` takes).
+    // more (some thousands of steps, as the big-world test of `tests/hash_order.rs` takes).
     let more = if pace & 0x20 != 0 { CARRIED_ON } else { 0 };
     let seed = data.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)

@@ -13,9 +13,9 @@ use parking_lot::Mutex;
 
 use super::report::{Check, Outcome};
 use super::{ConformanceFailure, HarnessError, Steps, fresh};
-use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
+use crate::core::calls::volume::{Access, VolumeSpec};
 use crate::domain::Domain;
-use crate::volume::{Access, VolumeSpec};
+use crate::traits::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 
 /// What the backend suite needs besides the backend: two nodes to attach to, and fresh
 /// volumes.

@@ -5,10 +5,14 @@
 //!
 //! Each check derives from the traits' documentation (the rustdoc of
 //! [`NodeStatusStore`], [`AttachBackend`], [`NodeStatus`](crate::traits::NodeStatus),
-//! [`StoreError`](crate::traits::StoreError) and the README's "Writing a store") and cites it.
+//! [`StoreError`](crate::traits::StoreError) and docs/embedding.md's "Writing a store") and
+//! cites it.
 //! The crate runs both suites against its in-memory doubles ([`MemoryStore`] and
 //! [`MemoryBackend`]), and against deliberately broken implementations to show that the
 //! suites catch them; the etcd adapter runs the store suite against a real etcd.
+//!
+//! Above the core, the traits and the in-memory doubles, which is all it imports (with
+//! `domain`); it never imports the driver or the simulator.
 //!
 //! # Wiring in your implementation
 //!
@@ -104,8 +108,8 @@
 //!   a deposed leader and its successor, and through a single client a compare-and-set made
 //!   on the client side passes for one made by the store.
 //! - Every call, to the implementation or to the harness, has an end: one that does not
-//!   answer within the harness's `call_timeout` is a failure (README, "Every wait has an
-//!   end"). So the runtime needs tokio's timer (`#[tokio::test]` has it), with time not paused
+//!   answer within the harness's `call_timeout` is a failure (docs/design.md, "Every wait has
+//!   an end"). So the runtime needs tokio's timer (`#[tokio::test]` has it), with time not paused
 //!   when the implementation talks to a remote service.
 //! - A wrong answer is a [`ConformanceFailure`], never a panic; a failed harness call is one
 //!   too, and says so.

@@ -12,11 +12,9 @@ use parking_lot::Mutex;
 
 use super::report::{Check, Outcome};
 use super::{ConformanceFailure, HarnessError, Steps, Supported, fresh};
+use crate::core::calls::reported_volumes::{ReportedVolume, ReportedVolumes};
 use crate::domain::Domain;
-use crate::reported_volumes::ReportedVolumes;
-use crate::store::{
-    NodeStatus, NodeStatusStore, ReportedVolume, Revision, StoreError, WriteReceipt,
-};
+use crate::traits::{NodeStatus, NodeStatusStore, Revision, StoreError, WriteReceipt};
 
 /// What the store suite needs besides the store: nodes to write to, and the node agent's and
 /// fencing agent's side of a node's status, which only the harness can play.
@@ -418,8 +416,8 @@ fn held<T>(supported: Supported, value: T) -> Option<T> {
     }
 }
 
-/// [`StoreError::NotFound`]: "The node does not exist (any more)"; the README's "Writing a
-/// store": "no such node: `StoreError::not_found()`". Checked for a node never added and for
+/// [`StoreError::NotFound`]: "The node does not exist (any more)"; docs/embedding.md, "Writing
+/// a store": "no such node: `StoreError::not_found()`". Checked for a node never added and for
 /// one added, read and removed.
 pub async fn read_of_missing_node_is_not_found<D, H>(harness: &H) -> Outcome
 where
@@ -1341,7 +1339,7 @@ impl<'h, D: Domain, H: StoreHarness<D> + ?Sized> Cx<'h, D, H> {
 
 /// [`NodeStatus::in_use`], [`fenced`](NodeStatus::fenced) and
 /// [`healthy`](NodeStatus::healthy) are read fresh from what the node agent and the fencing
-/// agent wrote ("read fresh (never from a cache)", README "Writing a store"), each "`None`
+/// agent wrote ("read fresh (never from a cache)", docs/embedding.md, "Writing a store"), each "`None`
 /// when this store does not know": set one way and then the other, a read shows each fact the
 /// store holds as set, and each it does not hold as `None`, never a guess.
 pub async fn agent_facts_read_back<D, H>(harness: &H) -> Outcome

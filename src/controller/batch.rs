@@ -1,7 +1,7 @@
 //! The operations a pass plans run together, a few dozen to a task, instead of one task each.
 //!
 //! A task per operation cost a spawn, a wake-up of the loop and a join each: with the in-memory
-//! backend that was most of an operation's time (PERFORMANCE.md, round 3). Together they share
+//! backend that was most of an operation's time. Together they share
 //! those, and each operation keeps what made it safe alone:
 //! - its own deadline and span ([`runner::execute`]);
 //! - its own panic containment: a call that panics fails that operation, not its batch;
@@ -18,8 +18,8 @@ use tracing::error;
 
 use super::Joined;
 use super::runner::{self, Parts};
+use crate::core::operation::{OpId, Operation};
 use crate::domain::Domain;
-use crate::operation::{OpId, Operation};
 
 /// At most this many operations share a task. A pass that plans thousands (recovery, a node
 /// drained at once) is spread over several, so that the runtime's workers share it.

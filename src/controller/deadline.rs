@@ -11,8 +11,8 @@ use tokio::sync::mpsc;
 
 use super::metrics::Metrics;
 use crate::config::{CallKind, CallTimeouts};
+use crate::core::event::Event;
 use crate::domain::Domain;
-use crate::event::Event;
 
 /// Puts its deadline on each call, and counts and reports the calls that miss it.
 ///

@@ -10,11 +10,11 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use super::metrics::{Metrics, MetricsSnapshot};
 use super::outcomes::{self, OperationFinished};
 use super::shutdown::ShutdownReport;
-use crate::actual::NodeFacts;
+use crate::core::calls::volume::VolumeSpec;
+use crate::core::input::ReconcilerError;
+use crate::core::input::{Input, Rejection};
+use crate::core::state::actual::NodeFacts;
 use crate::domain::Domain;
-use crate::input::{Input, Rejection};
-use crate::reconciler::ReconcilerError;
-use crate::volume::VolumeSpec;
 
 /// Why a [`ControllerHandle`] call did not go through.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]

@@ -6,10 +6,10 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use crate::admission::QueueStats;
 use crate::config::CallKind;
-use crate::gate::OpKind;
-use crate::operation::ForceReason;
+use crate::core::operation::ForceReason;
+use crate::core::operation::OpKind;
+use crate::core::rules::admission::QueueStats;
 
 /// How an operation ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -450,7 +450,7 @@ pub struct MetricsSnapshot {
     /// under [`Config::backend_load`](crate::config::Config::backend_load), with the oldest
     /// wait per class at the snapshot. A queue that stays long, or an oldest wait that keeps
     /// growing, means the limits are below what the cluster asks of the backend. Counts and
-    /// tokens are as of the controller's last step (they change only in one); the oldest waits
+    /// tokens are as of the controller's last pass (they change only in one); the oldest waits
     /// are aged to the snapshot.
     pub backend_queue: QueueStats,
 }

@@ -8,6 +8,9 @@
 //! [`ControllerHandle::outcomes`]), where its [`Event`]s go ([`EventRecorder`]) and what it hands
 //! back when it stops ([`ShutdownReport`]) are here too; with the feature `prometheus`, so is
 //! `PrometheusMetrics`, which exports the metrics to a `prometheus-client` registry.
+//!
+//! Above the core, the traits and the in-memory doubles (its tests use them); below the
+//! conformance kit and the simulator, which it never imports.
 
 mod batch;
 mod deadline;
@@ -55,15 +58,16 @@ use metrics::StateSizes;
 use outcomes::OutcomeSender;
 use runner::{OpResult, Parts};
 
-use crate::backend::AttachBackend;
 use crate::config::{Config, ConfigError};
+use crate::core::event::Event;
+use crate::core::input::ReconcilerError;
+use crate::core::input::{Input, Rejection};
+use crate::core::operation::{OpId, Operation};
+use crate::core::reconciler::Reconciler;
+use crate::core::tables::op_id_map::{self, OpIdMap};
 use crate::domain::Domain;
-use crate::event::Event;
-use crate::input::{Input, Rejection};
-use crate::op_id_map::{self, OpIdMap};
-use crate::operation::{OpId, Operation};
-use crate::reconciler::{Reconciler, ReconcilerError};
-use crate::store::NodeStatusStore;
+use crate::traits::AttachBackend;
+use crate::traits::NodeStatusStore;
 
 /// Inputs that may wait for the controller's loop before senders are made to wait.
 const INPUT_QUEUE: usize = 1024;
@@ -415,7 +419,7 @@ struct Driver<D: Domain> {
     /// Each running operation, with when it started. Only looked up, never iterated, so its
     /// order cannot leak into behaviour. Laid out in id order ([`OpIdMap`]): the keys are the
     /// core's own numbers, and a pass's operations end in about the order they were planned.
-    running: OpIdMap<(OperationSummary<D>, Instant)>,
+    running: OpIdMap<OpId, (OperationSummary<D>, Instant)>,
     /// The start instants in `running`, oldest first.
     starts: StartTimes,
     /// The oldest start last published to the metrics.
@@ -693,7 +697,7 @@ impl<D: Domain> Driver<D> {
             self.emit(&event);
         }
         // Not a burst's room for good (a start-up emits an event per attach).
-        if events.capacity() <= crate::reconciler::KEPT_EVENTS {
+        if events.capacity() <= crate::core::reconciler::KEPT_EVENTS {
             self.events = events;
         }
     }

@@ -6,9 +6,9 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 
 use super::metrics::Outcome;
+use crate::core::operation::OpId;
+use crate::core::operation::OpKind;
 use crate::domain::Domain;
-use crate::gate::OpKind;
-use crate::operation::OpId;
 
 /// Finished operations a subscriber may fall behind by before it starts missing the oldest.
 ///

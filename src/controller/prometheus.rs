@@ -14,8 +14,8 @@ use prometheus_client::registry::Registry;
 
 use super::metrics::{Metrics, MetricsSnapshot, Outcome, op_label};
 use crate::config::CallKind;
-use crate::gate::OpKind;
-use crate::operation::ForceReason;
+use crate::core::operation::ForceReason;
+use crate::core::operation::OpKind;
 
 /// The label value upstream uses when it cannot name a volume's plugin.
 const PLUGIN_NOT_AVAILABLE: &str = "N/A";
@@ -489,8 +489,8 @@ mod tests {
     use tokio::time::{Instant, advance};
 
     use super::*;
-    use crate::admission::{ClassStats, QueueStats};
     use crate::controller::metrics::StateSizes;
+    use crate::core::rules::admission::{ClassStats, QueueStats};
 
     fn scrape(collector: PrometheusMetrics) -> String {
         let mut registry = Registry::default();

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use crate::core::event::Event;
 use crate::domain::Domain;
-use crate::event::Event;
 
 /// Receives every [`Event`] the core emits, in order, from the controller's loop.
 ///

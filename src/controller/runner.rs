@@ -9,14 +9,15 @@ use tracing::{Instrument, Span, debug, field, info_span, warn};
 use super::deadline::{Deadlines, no_answer};
 use super::metrics::{Metrics, Outcome, op_label};
 use super::outcomes::FailureKind;
-use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 use crate::config::CallKind;
+use crate::core::calls::backend::MachineState;
+use crate::core::input::ReconcilerError;
+use crate::core::operation::OpKind;
+use crate::core::operation::{OpId, Operation};
+use crate::core::reconciler::Reconciler;
 use crate::domain::Domain;
-use crate::gate::OpKind;
-use crate::machine::MachineState;
-use crate::operation::{OpId, Operation};
-use crate::reconciler::{Reconciler, ReconcilerError};
-use crate::store::{NodeStatus, NodeStatusStore, StoreError, WriteReceipt};
+use crate::traits::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
+use crate::traits::{NodeStatus, NodeStatusStore, StoreError, WriteReceipt};
 
 /// Every node's status, as the store lists it.
 type Statuses<D> = Vec<(<D as Domain>::Node, NodeStatus<D>)>;

@@ -1,9 +1,9 @@
 //! What a graceful shutdown tells its caller: which operations ended and which were cut off.
 
 use super::metrics::Outcome;
+use crate::core::operation::OpKind;
+use crate::core::operation::{OpId, Operation};
 use crate::domain::Domain;
-use crate::gate::OpKind;
-use crate::operation::{OpId, Operation};
 
 /// One operation, as a shutdown report lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -13,18 +13,21 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
 
 use super::*;
-use crate::actual::NodeFacts;
-use crate::backend::{AttachInfo, BackendAttachment, BackendError, MockAttachBackend};
 use crate::config::{BackoffConfig, CallKind, CallTimeouts};
-use crate::desired::{DesiredError, Missing};
+use crate::core::calls::reported_volumes::ReportedVolume;
+use crate::core::calls::reported_volumes::ReportedVolumes;
+use crate::core::calls::volume::VolumeSpec;
+use crate::core::event::Event;
+use crate::core::input::{Kind, Rejection};
+use crate::core::operation::ForceReason;
+use crate::core::operation::OpKind;
+use crate::core::state::actual::NodeFacts;
+use crate::core::state::desired::{DesiredError, Missing};
 use crate::domain::Ids;
-use crate::event::Event;
-use crate::gate::OpKind;
-use crate::input::{Kind, Rejection};
-use crate::operation::ForceReason;
-use crate::reported_volumes::ReportedVolumes;
-use crate::store::{MockNodeStatusStore, NodeStatus, ReportedVolume, Revision, StoreError};
-use crate::volume::VolumeSpec;
+use crate::traits::backend::MockAttachBackend;
+use crate::traits::store::MockNodeStatusStore;
+use crate::traits::{AttachInfo, BackendAttachment, BackendError};
+use crate::traits::{NodeStatus, Revision, StoreError};
 
 type D = Ids<&'static str, &'static str, &'static str, u32>;
 
@@ -1431,7 +1434,7 @@ impl AttachBackend<D> for HangingBackend {
     async fn machine_state(
         &self,
         node: &&'static str,
-    ) -> Result<crate::machine::MachineState, BackendError<&'static str>> {
+    ) -> Result<crate::core::calls::backend::MachineState, BackendError<&'static str>> {
         if self.hangs.hangs(CallKind::MachineState) {
             std::future::pending::<()>().await;
         }
@@ -1912,7 +1915,7 @@ async fn a_lifted_fence_stops_a_forced_detach() {
     h.finish().await;
 }
 
-/// Issue 9, bug 7: the README's quick start. The node is registered with
+/// Issue 9, bug 7: the README's embedding example. The node is registered with
 /// `NodeFacts::default()` (not heard from) and never reported on again; the store's fresh
 /// in-use read says nothing is in use, so the removed pod's volume is detached.
 #[tokio::test(start_paused = true)]
@@ -1980,5 +1983,4 @@ async fn the_controller_and_its_handle_debug_what_they_hold() {
 }
 
 // Fencing without a human, through the driver.
-#[path = "machine_tests.rs"]
 mod machine;

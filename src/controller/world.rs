@@ -1,10 +1,11 @@
 //! The orchestrator's view at controller start: the desired state to rebuild.
 
-use crate::actual::NodeFacts;
+use crate::core::calls::volume::VolumeSpec;
+use crate::core::input::Input;
+use crate::core::input::ReconcilerError;
+use crate::core::reconciler::Reconciler;
+use crate::core::state::actual::NodeFacts;
 use crate::domain::Domain;
-use crate::input::Input;
-use crate::reconciler::{Reconciler, ReconcilerError};
-use crate::volume::VolumeSpec;
 
 /// Volumes, nodes and workload placements as the orchestrator knows them when a controller
 /// starts (Kubernetes: the informers' initial lists).

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 use super::timeline::{Happening, PodPhase};
 use super::world::{AgentPass, Phase, Power, SimNode, World};
-use crate::volume::Access;
+use crate::core::calls::volume::Access;
 
 /// Whether the fuzzers are asked to check every agent pass (`SIM_CHECK_AGENTS` is set).
 #[cfg(fuzzing)]

@@ -16,14 +16,15 @@ use super::panics::{Tasks, guarded};
 use super::scenario::CallOp;
 use super::timeline::{BarState, Happening};
 use super::world::{Power, World};
-use crate::admission::{OverdueCalls, QueueStats};
-use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
-use crate::machine::MachineState;
+use crate::config::OverdueCalls;
+use crate::core::calls::backend::MachineState;
+use crate::core::rules::admission::QueueStats;
+use crate::traits::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 
 /// How long the simulated provider takes to say what state a machine is in.
 const MACHINE_STATE_LATENCY: Duration = Duration::from_millis(50);
+use crate::core::calls::volume::{Access, VolumeSpec};
 use crate::memory::MemoryStore;
-use crate::volume::{Access, VolumeSpec};
 
 #[derive(Clone)]
 pub(crate) struct SimBackend {

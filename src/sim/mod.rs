@@ -1,6 +1,8 @@
 //! The deterministic incident simulator: scripted scenarios replayed against the real core and
 //! driver under a virtual clock, so that an upstream incident becomes a regression test.
 //!
+//! The top floor: it may import anything in the crate, and nothing imports it.
+//!
 //! The simulated world has node agents that report volumes in use before mounting and mount only
 //! what their fresh node status lists and the backend really attached; a backend with latency
 //! and injected failures that performs any attach it is asked (so the invariants, not the
@@ -12,7 +14,7 @@
 //! - **I1** a single-node volume is never attached to two nodes at once, nor, if claim-only
 //!   (no backend call), mounted on two nodes at once (unless a controller started while the
 //!   first node's object was gone and no pod placed there used the volume: nothing it could
-//!   read recorded that claim, the gap the README names); and an operator's release never
+//!   read recorded that claim, the gap docs/design.md names under "Claims"); and an operator's release never
 //!   makes the controller forget an attachment the backend still holds;
 //! - **I2** no detach of a volume mounted on a node that is neither fenced nor allowed by
 //!   configuration (force-detach-on-timeout on and the node down);

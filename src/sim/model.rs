@@ -9,18 +9,19 @@ use std::time::Duration;
 use arbitrary::Arbitrary;
 
 use crate::Ids;
-use crate::actual::{ActualState, AttachState, NodeFacts};
-use crate::backend::{AttachInfo, BackendAttachment, BackendError};
 use crate::config::Config;
-use crate::desired::{DesiredState, Missing};
-use crate::gate::OpKind;
-use crate::input::Input;
-use crate::machine::MachineState;
-use crate::operation::{OpId, Operation};
-use crate::reconciler::Reconciler;
-use crate::reported_volumes::ReportedVolumes;
-use crate::store::{NodeStatus, ReportedVolume, Revision, StoreError};
-use crate::volume::VolumeSpec;
+use crate::core::calls::backend::MachineState;
+use crate::core::calls::backend::{AttachInfo, BackendAttachment, BackendError};
+use crate::core::calls::reported_volumes::ReportedVolume;
+use crate::core::calls::reported_volumes::ReportedVolumes;
+use crate::core::calls::store::{NodeStatus, Revision, StoreError};
+use crate::core::calls::volume::VolumeSpec;
+use crate::core::input::Input;
+use crate::core::operation::OpKind;
+use crate::core::operation::{OpId, Operation};
+use crate::core::reconciler::Reconciler;
+use crate::core::state::actual::{ActualState, AttachState, NodeFacts};
+use crate::core::state::desired::{DesiredState, Missing};
 
 type T = Ids<u8, u8, u8, ()>;
 

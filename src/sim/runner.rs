@@ -19,15 +19,15 @@ use super::scenario::{Action, CallOp, Expectation, MAX_DURATION, PodState, Scena
 use super::store::SimStore;
 use super::timeline::{Happening, NodeChange, PodPhase, Record};
 use super::world::{Phase, Power, SimNode, Violation, World, fmt_time, join};
-use crate::actual::NodeFacts;
 use crate::config::{Config, MachineFencing, UpstreamBugs};
 use crate::controller::{
     Controller, ControllerHandle, EventRecorder, ShutdownReport, World as Start,
 };
-use crate::event::Event;
-use crate::input::Input;
+use crate::core::calls::volume::VolumeSpec;
+use crate::core::event::Event;
+use crate::core::input::Input;
+use crate::core::state::actual::NodeFacts;
 use crate::memory::MemoryStore;
-use crate::volume::VolumeSpec;
 
 /// How often node agents look at their node, as kubelet's volume manager does. Agents pass on
 /// this grid (0, 100 ms, 200 ms, ...), but only over nodes where something changed: a pass over
@@ -35,7 +35,7 @@ use crate::volume::VolumeSpec;
 /// clock jumps over it.
 const AGENT_PERIOD: Duration = Duration::from_millis(100);
 
-/// How long a run without `run <time>` goes on after its last step, to let the world settle.
+/// How long a run without `run <time>` goes on after its last `at` line, to let the world settle.
 pub const SETTLE: Duration = Duration::from_secs(10 * 60);
 
 /// What a scenario run found.
@@ -170,7 +170,7 @@ pub(crate) enum Sabotage {
     StoreWrite,
     /// Every backend effect panics, in the simulator's own tasks.
     BackendEffect,
-    /// The runner panics when it applies the first step.
+    /// The runner panics when it applies the scenario's first action.
     Runner,
 }
 
@@ -353,7 +353,7 @@ struct Sim {
     world: Arc<Mutex<World>>,
     store: MemoryStore<SimIds>,
     /// The lagging view an upstream-style status updater diffs against; only with `c6` on.
-    cache: Option<Arc<dyn crate::store::NodeStatusStore<SimIds>>>,
+    cache: Option<Arc<dyn crate::traits::NodeStatusStore<SimIds>>>,
     backend: SimBackend,
     /// The calls the running controller awaits (I6, I7).
     load: CallLoad,
@@ -406,7 +406,7 @@ impl Sim {
         // history (and copies no status per write).
         let cache = config.upstream_bugs.c6_diff_against_stale_read.then(|| {
             Arc::new(store.cached(scenario.settings.status_cache_lag))
-                as Arc<dyn crate::store::NodeStatusStore<SimIds>>
+                as Arc<dyn crate::traits::NodeStatusStore<SimIds>>
         });
         let tasks = Tasks::default();
         let backend = SimBackend {
@@ -891,7 +891,7 @@ impl Sim {
             Action::FailStatus { node, times } => self.store.fail_next_write(
                 node.clone(),
                 *times,
-                crate::store::StoreError::transient("injected by the scenario"),
+                crate::core::calls::store::StoreError::transient("injected by the scenario"),
             ),
             Action::RestartController => {
                 // A crash, not a shutdown: calls in flight are lost to it.
@@ -1437,7 +1437,7 @@ mod tests {
         let once = parse(text).unwrap();
         let mut zero = once.clone();
         let Action::FailAttach { times, .. } = &mut zero.steps[0].action else {
-            panic!("the first step is the fault: {:?}", zero.steps[0]);
+            panic!("steps[0] is the fault: {:?}", zero.steps[0]);
         };
         *times = 0;
         let (once, zero) = (run(&once), run(&zero));

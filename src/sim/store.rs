@@ -13,8 +13,8 @@ use super::SimIds;
 use super::panics::guarded;
 use super::timeline::Happening;
 use super::world::World;
-use crate::reported_volumes::ReportedVolumes;
-use crate::store::{NodeStatus, NodeStatusStore, Revision, StoreError, WriteReceipt};
+use crate::core::calls::reported_volumes::ReportedVolumes;
+use crate::traits::{NodeStatus, NodeStatusStore, Revision, StoreError, WriteReceipt};
 
 pub(crate) struct SimStore {
     pub(crate) inner: Arc<dyn NodeStatusStore<SimIds>>,

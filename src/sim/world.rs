@@ -10,8 +10,8 @@ use tokio::sync::Notify;
 
 use super::scenario::{AttachLimit, CallOp};
 use super::timeline::{Happening, PodPhase, Record};
-use crate::fault::Faults;
-use crate::volume::Access;
+use crate::core::calls::volume::Access;
+use crate::memory::fault::Faults;
 
 /// Whether a node runs, has crashed (agent stopped, disks still mounted), is fenced
 /// (out-of-service: powered off, nothing mounted), or is powered off at the provider without
@@ -215,8 +215,8 @@ pub(crate) struct World {
     pub(crate) claims_in_doubt: BTreeMap<String, BTreeSet<String>>,
     /// (node, volume): mounted claims some controller could not know of when it started. The
     /// node's object was gone (so its status, the claim's only record, too), and no pod placed
-    /// there used the volume, yet the machine had it mounted: the gap the README names under
-    /// "What is still not covered". A claim granted elsewhere meanwhile is excused from I1.
+    /// there used the volume, yet the machine had it mounted: the gap docs/design.md names under
+    /// "Claims" ("What is not covered"). A claim granted elsewhere meanwhile is excused from I1.
     ///
     /// The excuse rests on that start, not on the controller running now: it is kept across
     /// restarts for as long as the mount it is about lasts (a pod placed on the node later, say,

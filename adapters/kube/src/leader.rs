@@ -26,7 +26,7 @@ pub struct LeaderConfig {
     pub identity: String,
     /// How long a lease lasts after its last renewal, in seconds (kube-controller-manager: 15).
     pub duration_seconds: u64,
-    /// How long before expiry the holder renews, and steps down if it could not: the clock
+    /// How long before expiry the holder renews, and stops leading if it could not: the clock
     /// skew tolerated between replicas, in seconds. Less than `duration_seconds`.
     pub grace_seconds: u64,
     /// How long a controller whose lease was lost may finish running calls.

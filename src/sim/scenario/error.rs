@@ -107,7 +107,7 @@ pub enum ParseErrorKind {
         /// Where it was first set.
         first_line: usize,
     },
-    /// Settings apply to the whole run, so they cannot follow the first step.
+    /// Settings apply to the whole run, so they cannot follow the first `at` line.
     #[error("`set` must come before the first `at` line (line {first_at_line})")]
     SetAfterAt {
         /// The first `at` line.
@@ -186,9 +186,9 @@ pub enum ParseErrorKind {
     RunTooShort {
         /// The run length.
         run: Duration,
-        /// The latest step's time.
+        /// The time of the latest `at` line.
         step_at: Duration,
-        /// The latest step's line.
+        /// That `at` line's number.
         step_line: usize,
     },
     /// A step lies beyond a `run` given earlier.

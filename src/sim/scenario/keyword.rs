@@ -4,7 +4,7 @@
 use std::fmt;
 
 use super::types::{CallOp, Cmp, PodState, UpstreamBug};
-use crate::volume::Access;
+use crate::core::calls::volume::Access;
 
 /// A closed set of words, one table for both parsing and printing so the two cannot drift.
 pub(super) trait Keyword: Copy + PartialEq + 'static {

@@ -10,7 +10,7 @@ use super::types::{
     Action, AttachLimit, Expectation, MAX_DURATION, SIM_OVERDUE, Scenario, Step, UpstreamBug,
 };
 use super::{ParseError, ParseErrorKind};
-use crate::volume::Access;
+use crate::core::calls::volume::Access;
 
 type Result<T, E = ParseErrorKind> = std::result::Result<T, E>;
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::parser::parse_duration;
 use super::*;
-use crate::volume::Access;
+use crate::core::calls::volume::Access;
 
 fn ok(text: &str) -> Scenario {
     match parse(text) {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::ScenarioError;
-use crate::volume::Access;
+use crate::core::calls::volume::Access;
 
 /// The longest duration a scenario may state: 876000h, 100 years of 365 days.
 ///

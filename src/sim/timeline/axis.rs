@@ -101,7 +101,7 @@ impl Axis {
         span.x0 + (span.x1 - span.x0) * part.min(1.0)
     }
 
-    /// Labelled ticks: in each unfolded stretch, the multiples of a round step wide enough
+    /// Labelled ticks: in each unfolded stretch, the multiples of a round interval wide enough
     /// apart for their labels.
     pub(super) fn ticks(&self) -> Vec<(Duration, String)> {
         const STEPS_MS: [u64; 16] = [
