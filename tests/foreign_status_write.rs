@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use attach_detach::Ids;
 use attach_detach::config::Config;
-use attach_detach::core::{Event, Input, NodeFacts, Operation, Reconciler, VolumeSpec};
+use attach_detach::core::{Event, Input, NodeFacts, Operation, Outcome, Reconciler, VolumeSpec};
 use attach_detach::traits::{BackendAttachment, NodeStatus, ReportedVolume, Revision, StoreError};
 
 type D = Ids<&'static str, &'static str, &'static str, ()>;
@@ -83,17 +83,19 @@ fn a_foreign_write_between_the_read_and_the_detach_stops_the_detach() {
         for op in core.poll(now) {
             let id = op.id();
             match op {
-                Operation::ListStatuses { .. } => {
-                    core.statuses_listed(now, id, Ok(vec![("n", store.status())]))
-                }
-                Operation::ListAttachments { .. } => core.list_finished(
+                Operation::ListStatuses { .. } => core.finish(
                     now,
                     id,
-                    Ok(vec![BackendAttachment {
+                    Outcome::ListStatuses(Ok(vec![("n", store.status())])),
+                ),
+                Operation::ListAttachments { .. } => core.finish(
+                    now,
+                    id,
+                    Outcome::List(Ok(vec![BackendAttachment {
                         volume: "v",
                         node: "n",
                         spec: VolumeSpec::single_node(()),
-                    }]),
+                    }])),
                 ),
                 Operation::ReadStatus { .. } => {
                     reads += 1;
@@ -101,7 +103,7 @@ fn a_foreign_write_between_the_read_and_the_detach_stops_the_detach() {
                         store.attached = vec!["v"];
                         store.revision = 6;
                     }
-                    core.status_read(now, id, Ok(store.status()))
+                    core.finish(now, id, Outcome::ReadStatus(Ok(store.status())))
                 }
                 Operation::WriteStatus {
                     attached, expected, ..
@@ -118,7 +120,7 @@ fn a_foreign_write_between_the_read_and_the_detach_stops_the_detach() {
                         store.revision += 1;
                         Ok(Revision::from(store.revision))
                     };
-                    core.status_written(now, id, result)
+                    core.finish(now, id, Outcome::WriteStatus(result.map(Into::into)))
                 }
                 Operation::Detach { .. } => panic!(
                     "I2: detach of v at {now:?} while n's agent reports it in use (revision {})",

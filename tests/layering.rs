@@ -24,6 +24,7 @@ const FLOORS: &[&[&str]] = &[
     &["core::calls"],
     &["core::state"],
     &["core::operation"],
+    &["core::outcome"],
     &["core::input"],
     &["core::event"],
     &["core::rules"],

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use attach_detach::Ids;
 use attach_detach::config::Config;
-use attach_detach::core::{Input, NodeFacts, Operation, Reconciler, VolumeSpec};
+use attach_detach::core::{Input, NodeFacts, Operation, Outcome, Reconciler, VolumeSpec};
 use attach_detach::traits::{AttachInfo, NodeStatus, Revision};
 
 thread_local! {
@@ -60,12 +60,16 @@ fn answer(r: &mut Reconciler<D>, now: Duration, ops: Vec<Operation<D>>) {
     for op in ops {
         match op {
             Operation::Attach { id, .. } => {
-                r.attach_finished(now, id, Ok(AttachInfo { device: None }))
+                r.finish(now, id, Outcome::Attach(Ok(AttachInfo { device: None })))
             }
-            Operation::Detach { id, .. } => r.detach_finished(now, id, Ok(())),
+            Operation::Detach { id, .. } => r.finish(now, id, Outcome::Detach(Ok(()))),
             Operation::WriteStatus { id, expected, .. } => {
                 let next = expected.text().parse::<u64>().unwrap_or(0) + 1;
-                r.status_written(now, id, Ok(Revision::from(next)))
+                r.finish(
+                    now,
+                    id,
+                    Outcome::WriteStatus(Ok(Revision::from(next).into())),
+                )
             }
             Operation::ReadStatus { id, node, .. } => {
                 let status = NodeStatus {
@@ -83,10 +87,12 @@ fn answer(r: &mut Reconciler<D>, now: Duration, ops: Vec<Operation<D>>) {
                         .cloned()
                         .unwrap_or(Revision::from(0)),
                 };
-                r.status_read(now, id, Ok(status))
+                r.finish(now, id, Outcome::ReadStatus(Ok(status)))
             }
-            Operation::ListStatuses { id } => r.statuses_listed(now, id, Ok(Vec::new())),
-            Operation::ListAttachments { id } => r.list_finished(now, id, Ok(Vec::new())),
+            Operation::ListStatuses { id } => {
+                r.finish(now, id, Outcome::ListStatuses(Ok(Vec::new())))
+            }
+            Operation::ListAttachments { id } => r.finish(now, id, Outcome::List(Ok(Vec::new()))),
             other => panic!("not planned in this test: {other:?}"),
         }
         .expect("the core's own operation");

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use attach_detach::Ids;
 use attach_detach::config::Config;
-use attach_detach::core::{Input, NodeFacts, OpId, Operation, Reconciler, VolumeSpec};
+use attach_detach::core::{Input, NodeFacts, OpId, Operation, Outcome, Reconciler, VolumeSpec};
 use attach_detach::traits::{AttachInfo, MachineState, NodeStatus, Revision, StoreError};
 
 type D = Ids<&'static str, &'static str, &'static str, ()>;
@@ -50,16 +50,21 @@ fn answer_with(
         let id: OpId = op.id();
         match op {
             Operation::Attach { .. } => core
-                .attach_finished(now, id, Ok(AttachInfo::default()))
+                .finish(now, id, Outcome::Attach(Ok(AttachInfo::default())))
                 .unwrap(),
-            Operation::Detach { .. } => core.detach_finished(now, id, Ok(())).unwrap(),
+            Operation::Detach { .. } => core.finish(now, id, Outcome::Detach(Ok(()))).unwrap(),
             Operation::Verify { volumes, .. } => core
-                .verify_finished(now, id, Ok(volumes.iter().map(|(v, _)| *v).collect()))
+                .finish(
+                    now,
+                    id,
+                    Outcome::Verify(Ok(volumes.iter().map(|(v, _)| *v).collect())),
+                )
                 .unwrap(),
             Operation::WriteStatus { node, expected, .. } => {
                 let written = status(node)
                     .map(|()| Revision::from(expected.text().parse::<u64>().unwrap_or(0) + 1));
-                core.status_written(now, id, written).unwrap()
+                core.finish(now, id, Outcome::WriteStatus(written.map(Into::into)))
+                    .unwrap()
             }
             Operation::ReadStatus { node, .. } => {
                 let read = status(node).map(|()| NodeStatus {
@@ -77,13 +82,17 @@ fn answer_with(
                         .cloned()
                         .unwrap_or(Revision::from(0)),
                 });
-                core.status_read(now, id, read).unwrap()
+                core.finish(now, id, Outcome::ReadStatus(read)).unwrap()
             }
-            Operation::ListAttachments { .. } => core.list_finished(now, id, Ok(vec![])).unwrap(),
-            Operation::ListStatuses { .. } => core.statuses_listed(now, id, Ok(vec![])).unwrap(),
+            Operation::ListAttachments { .. } => {
+                core.finish(now, id, Outcome::List(Ok(vec![]))).unwrap()
+            }
+            Operation::ListStatuses { .. } => core
+                .finish(now, id, Outcome::ListStatuses(Ok(vec![])))
+                .unwrap(),
             // A backend that does not support the question, as by default.
             Operation::CheckMachine { .. } => core
-                .machine_checked(now, id, Ok(MachineState::Unknown))
+                .finish(now, id, Outcome::CheckMachine(Ok(MachineState::Unknown)))
                 .unwrap(),
         }
     }
