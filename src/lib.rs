@@ -22,6 +22,8 @@
 //!   and examples.
 //! - `sim` (feature `sim`): the deterministic incident simulator.
 //! - `conformance` (feature `conformance`): test suites for your store and backend.
+//! - `testkit` (feature `testkit`): the core on virtual time, driven by hand or by a rule, for
+//!   tests that drive it themselves.
 //!
 //! The feature `driver`, on by default, brings tokio and async-trait with the traits, the
 //! driver and the in-memory doubles (`sim`, `conformance` and `prometheus` turn it on). With
@@ -245,6 +247,9 @@ pub mod conformance;
 
 #[cfg(feature = "sim")]
 pub mod sim;
+
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 
 pub use domain::name::Name;
 pub use domain::{Domain, Id, Ids};

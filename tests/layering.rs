@@ -34,6 +34,7 @@ const FLOORS: &[&[&str]] = &[
     &["core"],
     // Above the core: the traits the driver calls, the doubles, the driver, the kits.
     &["traits"],
+    &["testkit"],
     &["memory"],
     &["controller"],
     &["conformance"],
