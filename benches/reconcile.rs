@@ -44,7 +44,8 @@ use std::time::{Duration, Instant};
 
 use attach_detach::config::{BackendLoad, Config, RateLimit};
 use attach_detach::core::{
-    Access, AttachState, Event, Input, NodeFacts, OpKind, Operation, Reconciler, VolumeSpec,
+    Access, AttachState, Event, Input, NodeFacts, OpKind, Operation, Outcome, Reconciler,
+    VolumeSpec,
 };
 use attach_detach::traits::{
     AttachInfo, BackendAttachment, MachineState, NodeStatus, Revision, StatusFacts, WriteReceipt,
@@ -418,11 +419,11 @@ fn complete<K: Naming>(
         match op {
             Operation::Attach { id, .. } => {
                 counts[0] += 1;
-                r.attach_finished(now, id, Ok(AttachInfo { device: None }))
+                r.finish(now, id, Outcome::Attach(Ok(AttachInfo { device: None })))
             }
             Operation::Detach { id, .. } => {
                 counts[1] += 1;
-                r.detach_finished(now, id, Ok(()))
+                r.finish(now, id, Outcome::Detach(Ok(())))
             }
             Operation::WriteStatus { id, read_facts, .. } => {
                 counts[2] += 1;
@@ -433,31 +434,33 @@ fn complete<K: Naming>(
                     fenced: Some(false),
                     healthy: Some(true),
                 });
-                r.status_written_with(
+                r.finish(
                     now,
                     id,
-                    Ok(WriteReceipt {
+                    Outcome::WriteStatus(Ok(WriteReceipt {
                         revision: next_revision(),
                         facts,
-                    }),
+                    })),
                 )
             }
             Operation::ReadStatus { id, node, .. } => {
                 counts[4] += 1;
                 let status = stored_status(r, &node);
-                r.status_read(now, id, Ok(status))
+                r.finish(now, id, Outcome::ReadStatus(Ok(status)))
             }
-            Operation::ListStatuses { id } => r.statuses_listed(now, id, Ok(Vec::new())),
+            Operation::ListStatuses { id } => {
+                r.finish(now, id, Outcome::ListStatuses(Ok(Vec::new())))
+            }
             Operation::Verify { id, volumes, .. } => {
                 counts[3] += 1;
                 let all = volumes.into_iter().map(|(v, ())| v).collect();
-                r.verify_finished(now, id, Ok(all))
+                r.finish(now, id, Outcome::Verify(Ok(all)))
             }
             // Nothing attached that the core does not know of.
-            Operation::ListAttachments { id } => r.list_finished(now, id, Ok(Vec::new())),
+            Operation::ListAttachments { id } => r.finish(now, id, Outcome::List(Ok(Vec::new()))),
             // Machine fencing is off in these configurations; a machine here would run.
             Operation::CheckMachine { id, .. } => {
-                r.machine_checked(now, id, Ok(MachineState::Running))
+                r.finish(now, id, Outcome::CheckMachine(Ok(MachineState::Running)))
             }
         }
         .expect("a planned operation accepts its result");
@@ -863,8 +866,10 @@ fn restart<K: Naming>(
     );
 
     let t = Instant::now();
-    r.statuses_listed(now, store, Ok(statuses)).unwrap();
-    r.list_finished(now, backend, Ok(attachments)).unwrap();
+    r.finish(now, store, Outcome::ListStatuses(Ok(statuses)))
+        .unwrap();
+    r.finish(now, backend, Outcome::List(Ok(attachments)))
+        .unwrap();
     let due = r.next_deadline().expect("a recovered core has a pass due");
     let at = now.max(due);
     let mut plan = r.poll(at);

@@ -22,6 +22,8 @@
 //!   and examples.
 //! - `sim` (feature `sim`): the deterministic incident simulator.
 //! - `conformance` (feature `conformance`): test suites for your store and backend.
+//! - `testkit` (feature `testkit`): the core on virtual time, driven by hand or by a rule, for
+//!   tests that drive it themselves.
 //!
 //! The feature `driver`, on by default, brings tokio and async-trait with the traits, the
 //! driver and the in-memory doubles (`sim`, `conformance` and `prometheus` turn it on). With
@@ -37,13 +39,17 @@
 //! of the protocol as an [`Operation`] (the recovery listings, the fresh read before a detach,
 //! the compare-and-set status writes) and decides everything from the results you hand back,
 //! much like raft-rs's `RawNode`. A driver of your own only makes the calls; every correction
-//! below holds without the crate's tokio driver.
+//! below holds without the crate's tokio driver. It learns five verbs:
+//! [`handle`](core::Reconciler::handle) an [`Input`](core::Input),
+//! [`poll`](core::Reconciler::poll) when [`next_deadline`](core::Reconciler::next_deadline) is
+//! due, [`finish`](core::Reconciler::finish) each operation with its
+//! [`Outcome`](core::Outcome), and [`take_events`](core::Reconciler::take_events).
 //!
 //! ```
 //! use std::time::Duration;
 //! use attach_detach::Ids;
 //! use attach_detach::config::Config;
-//! use attach_detach::core::{Event, Input, NodeFacts, Operation, Reconciler, VolumeSpec};
+//! use attach_detach::core::{Event, Input, NodeFacts, Operation, Outcome, Reconciler, VolumeSpec};
 //! use attach_detach::traits::{AttachInfo, NodeStatus, ReportedVolume, Revision, StoreError};
 //!
 //! // Kubernetes-style names; the payload would be a CSI handle, here nothing.
@@ -61,9 +67,9 @@
 //! for op in core.poll(now) {
 //!     match op {
 //!         Operation::ListStatuses { id } => core
-//!             .statuses_listed(now, id, Ok(vec![(s("node-a"), status(vec![], vec![], 1))]))
+//!             .finish(now, id, Outcome::ListStatuses(Ok(vec![(s("node-a"), status(vec![], vec![], 1))])))
 //!             .unwrap(),
-//!         Operation::ListAttachments { id } => core.list_finished(now, id, Ok(vec![])).unwrap(),
+//!         Operation::ListAttachments { id } => core.finish(now, id, Outcome::List(Ok(vec![]))).unwrap(),
 //!         other => unreachable!("{other:?} while recovering"),
 //!     }
 //! }
@@ -88,7 +94,7 @@
 //! now = core.next_deadline().unwrap();
 //! let ops = core.poll(now);
 //! let [Operation::Attach { id, .. }] = &ops[..] else { panic!("{ops:?}") };
-//! core.attach_finished(now, *id, Ok(AttachInfo { device: Some(s("/dev/sdb")) })).unwrap();
+//! core.finish(now, *id, Outcome::Attach(Ok(AttachInfo { device: Some(s("/dev/sdb")) }))).unwrap();
 //!
 //! // 3. The node is told, with a compare-and-set on the revision the store listed (C6: the
 //! //    core compares with what the store is known to hold, never with a cache).
@@ -96,7 +102,7 @@
 //! let ops = core.poll(now);
 //! let [Operation::WriteStatus { id, attached, expected, .. }] = &ops[..] else { panic!() };
 //! assert_eq!((attached.volumes()[0].as_str(), expected), ("pvc-1", &Revision::from(1)));
-//! core.status_written(now, *id, Ok(Revision::from(2))).unwrap();
+//! core.finish(now, *id, Outcome::WriteStatus(Ok(Revision::from(2).into()))).unwrap();
 //!
 //! // 4. The pod goes. The volume leaves the node's report first (C5); then, before the
 //! //    detach, the core reads the node fresh: its watch may lag behind a new mount.
@@ -105,7 +111,7 @@
 //! let ops = core.poll(now);
 //! let [Operation::WriteStatus { id, attached, .. }] = &ops[..] else { panic!() };
 //! assert!(attached.is_empty());
-//! core.status_written(now, *id, Ok(Revision::from(3))).unwrap();
+//! core.finish(now, *id, Outcome::WriteStatus(Ok(Revision::from(3).into()))).unwrap();
 //! now = core.next_deadline().unwrap();
 //! let ops = core.poll(now);
 //! let [Operation::ReadStatus { id, .. }] = &ops[..] else { panic!("{ops:?}") };
@@ -113,7 +119,7 @@
 //! // 5. A pod that returns within the cache lag: the watch still says nothing is in use, but
 //! //    the agent already reports pvc-1 in use again. The fresh read holds the detach back:
 //! //    no call, no failure, one event saying why, and a re-check later.
-//! core.status_read(now, *id, Ok(status(vec![], vec![s("pvc-1")], 3))).unwrap();
+//! core.finish(now, *id, Outcome::ReadStatus(Ok(status(vec![], vec![s("pvc-1")], 3)))).unwrap();
 //! assert!(matches!(&core.take_events()[..], [.., Event::WaitingForUnmount { .. }]));
 //! let recheck = now + core.config().unmount_recheck;
 //! assert_eq!(core.next_deadline(), Some(recheck), "nothing before the re-check");
@@ -131,16 +137,16 @@
 //! let ops = core.poll(now);
 //! let [Operation::WriteStatus { id, expected, .. }] = &ops[..] else { panic!("{ops:?}") };
 //! assert_eq!(expected, &Revision::from(3));
-//! core.status_written(now, *id, Err(StoreError::conflict(Revision::from(4)))).unwrap();
+//! core.finish(now, *id, Outcome::WriteStatus(Err(StoreError::conflict(Revision::from(4))))).unwrap();
 //! now = core.next_deadline().unwrap();
 //! let ops = core.poll(now);
 //! let [Operation::ReadStatus { id, .. }] = &ops[..] else { panic!("{ops:?}") };
-//! core.status_read(now, *id, Ok(status(vec![], vec![s("pvc-1")], 4))).unwrap();
+//! core.finish(now, *id, Outcome::ReadStatus(Ok(status(vec![], vec![s("pvc-1")], 4)))).unwrap();
 //! now = core.next_deadline().unwrap();
 //! let ops = core.poll(now);
 //! let [Operation::WriteStatus { id, attached, expected, .. }] = &ops[..] else { panic!() };
 //! assert_eq!((attached.volumes()[0].as_str(), expected), ("pvc-1", &Revision::from(4)));
-//! core.status_written(now, *id, Ok(Revision::from(5))).unwrap();
+//! core.finish(now, *id, Outcome::WriteStatus(Ok(Revision::from(5).into()))).unwrap();
 //!
 //! // 7. Settled: nothing more is planned until the periodic verify, a minute on.
 //! while let Some(due) = core.next_deadline().filter(|d| *d < now + Duration::from_secs(59)) {
@@ -241,6 +247,9 @@ pub mod conformance;
 
 #[cfg(feature = "sim")]
 pub mod sim;
+
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 
 pub use domain::name::Name;
 pub use domain::{Domain, Id, Ids};

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use attach_detach::Ids;
 use attach_detach::config::Config;
-use attach_detach::core::{Event, Input, NodeFacts, Operation, Reconciler, VolumeSpec};
+use attach_detach::core::{Event, Input, NodeFacts, Operation, Outcome, VolumeSpec};
+use attach_detach::testkit::Harness;
 use attach_detach::traits::{BackendAttachment, NodeStatus, ReportedVolume, Revision, StoreError};
 
 type D = Ids<&'static str, &'static str, &'static str, ()>;
@@ -51,13 +52,13 @@ impl Store {
 /// 5. No detach may follow while the agent reports `v` in use.
 #[test]
 fn a_foreign_write_between_the_read_and_the_detach_stops_the_detach() {
-    let mut core: Reconciler<D> = Reconciler::new(Config::default());
-    core.handle(Input::SetVolume {
+    let mut h = Harness::<D>::new(Config::default());
+    h.handle(Input::SetVolume {
         volume: "v",
         spec: VolumeSpec::single_node(()),
     })
     .unwrap();
-    core.handle(Input::NodeUpdated {
+    h.handle(Input::NodeUpdated {
         node: "n",
         facts: NodeFacts {
             healthy: true,
@@ -73,66 +74,55 @@ fn a_foreign_write_between_the_read_and_the_detach_stops_the_detach() {
         revision: 5,
     };
     let (mut reads, mut writes) = (0, 0);
-    let mut now = Duration::ZERO;
-    let mut held_back = false;
-    while let Some(due) = core
-        .next_deadline()
-        .filter(|d| *d <= Duration::from_secs(30))
-    {
-        now = now.max(due);
-        for op in core.poll(now) {
-            let id = op.id();
-            match op {
-                Operation::ListStatuses { .. } => {
-                    core.statuses_listed(now, id, Ok(vec![("n", store.status())]))
-                }
-                Operation::ListAttachments { .. } => core.list_finished(
-                    now,
-                    id,
-                    Ok(vec![BackendAttachment {
-                        volume: "v",
-                        node: "n",
-                        spec: VolumeSpec::single_node(()),
-                    }]),
-                ),
-                Operation::ReadStatus { .. } => {
-                    reads += 1;
-                    if reads == 1 {
-                        store.attached = vec!["v"];
-                        store.revision = 6;
-                    }
-                    core.status_read(now, id, Ok(store.status()))
-                }
-                Operation::WriteStatus {
-                    attached, expected, ..
-                } => {
-                    writes += 1;
-                    if writes == 1 {
-                        store.in_use = vec!["v"];
-                        store.revision += 1;
-                    }
-                    let result = if expected != Revision::from(store.revision) {
-                        Err(StoreError::conflict(Revision::from(store.revision)))
-                    } else {
-                        store.attached = attached.volumes().to_vec();
-                        store.revision += 1;
-                        Ok(Revision::from(store.revision))
-                    };
-                    core.status_written(now, id, result)
-                }
-                Operation::Detach { .. } => panic!(
-                    "I2: detach of v at {now:?} while n's agent reports it in use (revision {})",
-                    store.revision
-                ),
-                other => panic!("unexpected {other:?}"),
+    // Every deadline up to 30 s included.
+    let until = Duration::from_secs(30) + Duration::from_nanos(1);
+    h.run_until_quiet(until, |now, _, op| {
+        Some(match op {
+            Operation::ListStatuses { .. } => {
+                Outcome::ListStatuses(Ok(vec![("n", store.status())]))
             }
-            .unwrap();
-        }
-        held_back |= core
-            .take_events()
-            .iter()
-            .any(|e| matches!(e, Event::WaitingForUnmount { .. }));
-    }
+            Operation::ListAttachments { .. } => Outcome::List(Ok(vec![BackendAttachment {
+                volume: "v",
+                node: "n",
+                spec: VolumeSpec::single_node(()),
+            }])),
+            Operation::ReadStatus { .. } => {
+                reads += 1;
+                if reads == 1 {
+                    store.attached = vec!["v"];
+                    store.revision = 6;
+                }
+                Outcome::ReadStatus(Ok(store.status()))
+            }
+            Operation::WriteStatus {
+                attached, expected, ..
+            } => {
+                writes += 1;
+                if writes == 1 {
+                    store.in_use = vec!["v"];
+                    store.revision += 1;
+                }
+                let result = if *expected != Revision::from(store.revision) {
+                    Err(StoreError::conflict(Revision::from(store.revision)))
+                } else {
+                    store.attached = attached.volumes().to_vec();
+                    store.revision += 1;
+                    Ok(Revision::from(store.revision))
+                };
+                Outcome::WriteStatus(result.map(Into::into))
+            }
+            Operation::Detach { .. } => panic!(
+                "I2: detach of v at {now:?} while n's agent reports it in use (revision {})",
+                store.revision
+            ),
+            other => panic!("unexpected {other:?}"),
+        })
+    });
+    let held_back = h
+        .core
+        .take_events()
+        .iter()
+        .any(|e| matches!(e, Event::WaitingForUnmount { .. }));
     assert!(held_back, "a WaitingForUnmount event says why");
     assert!(reads >= 3, "re-read on the re-check timer: {reads} reads");
     assert_eq!(

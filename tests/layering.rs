@@ -24,6 +24,7 @@ const FLOORS: &[&[&str]] = &[
     &["core::calls"],
     &["core::state"],
     &["core::operation"],
+    &["core::outcome"],
     &["core::input"],
     &["core::event"],
     &["core::rules"],
@@ -33,6 +34,7 @@ const FLOORS: &[&[&str]] = &[
     &["core"],
     // Above the core: the traits the driver calls, the doubles, the driver, the kits.
     &["traits"],
+    &["testkit"],
     &["memory"],
     &["controller"],
     &["conformance"],

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use attach_detach::Ids;
 use attach_detach::config::Config;
-use attach_detach::core::{Input, NodeFacts, Operation, Reconciler, VolumeSpec};
-use attach_detach::traits::{AttachInfo, NodeStatus, Revision};
+use attach_detach::core::{Input, NodeFacts, Operation, VolumeSpec};
+use attach_detach::testkit::{Harness, echo_outcome};
 
 thread_local! {
     /// Equality comparisons of volume ids made on this thread.
@@ -55,42 +55,15 @@ fn facts() -> NodeFacts<Vol> {
     }
 }
 
-/// Answers `ops` with success; a read finds what the core last wrote.
-fn answer(r: &mut Reconciler<D>, now: Duration, ops: Vec<Operation<D>>) {
-    for op in ops {
-        match op {
-            Operation::Attach { id, .. } => {
-                r.attach_finished(now, id, Ok(AttachInfo { device: None }))
-            }
-            Operation::Detach { id, .. } => r.detach_finished(now, id, Ok(())),
-            Operation::WriteStatus { id, expected, .. } => {
-                let next = expected.text().parse::<u64>().unwrap_or(0) + 1;
-                r.status_written(now, id, Ok(Revision::from(next)))
-            }
-            Operation::ReadStatus { id, node, .. } => {
-                let status = NodeStatus {
-                    attached: r
-                        .status()
-                        .stored(&node)
-                        .map(|l| l.to_vec())
-                        .unwrap_or_default(),
-                    in_use: Some(Vec::new()),
-                    fenced: Some(false),
-                    healthy: Some(true),
-                    revision: r
-                        .status()
-                        .revision(&node)
-                        .cloned()
-                        .unwrap_or(Revision::from(0)),
-                };
-                r.status_read(now, id, Ok(status))
-            }
-            Operation::ListStatuses { id } => r.statuses_listed(now, id, Ok(Vec::new())),
-            Operation::ListAttachments { id } => r.list_finished(now, id, Ok(Vec::new())),
-            other => panic!("not planned in this test: {other:?}"),
+/// Answers `ops` with success, now; a read finds what the core last wrote.
+fn answer(h: &mut Harness<D>, ops: Vec<Operation<D>>) {
+    let running = h.answer(ops, |_, core, op| match op {
+        Operation::Verify { .. } | Operation::CheckMachine { .. } => {
+            panic!("not planned in this test: {op:?}")
         }
-        .expect("the core's own operation");
-    }
+        _ => Some(echo_outcome(core, op)),
+    });
+    assert!(running.is_empty());
 }
 
 /// Settles `size` volumes, one workload each, then removes every workload and volume at once
@@ -103,66 +76,70 @@ fn compared_per_removed_volume(size: u32) -> f64 {
         resync_period: None,
         ..Config::default()
     };
-    let mut r = Reconciler::<D>::new(config);
+    let mut h = Harness::<D>::new(config);
     for n in 0..size.div_ceil(PER_NODE) {
-        r.handle(Input::NodeUpdated {
+        h.handle(Input::NodeUpdated {
             node: n,
             facts: facts(),
         })
         .unwrap();
     }
     for v in 0..size {
-        r.handle(Input::SetVolume {
+        h.handle(Input::SetVolume {
             volume: Vol(v),
             spec: VolumeSpec::single_node(()),
         })
         .unwrap();
-        r.handle(Input::WorkloadScheduled {
+        h.handle(Input::WorkloadScheduled {
             workload: v,
             node: v / PER_NODE,
             volumes: vec![Vol(v)],
         })
         .unwrap();
     }
-    let mut now = Duration::from_secs(1);
-    while let Some(due) = r.next_deadline().filter(|d| *d < Duration::from_secs(600)) {
-        now = now.max(due);
-        let ops = r.poll(now);
-        answer(&mut r, now, ops);
+    h.now = Duration::from_secs(1);
+    while let Some(due) = h
+        .core
+        .next_deadline()
+        .filter(|d| *d < Duration::from_secs(600))
+    {
+        let ops = h.poll_at(due);
+        answer(&mut h, ops);
     }
-    assert_eq!(r.actual().len(), size as usize, "settled");
+    assert_eq!(h.core.actual().len(), size as usize, "settled");
 
     let before = COMPARED.with(Cell::get);
     for v in 0..size {
-        r.handle(Input::WorkloadRemoved { workload: v }).unwrap();
-        r.handle(Input::VolumeRemoved { volume: Vol(v) }).unwrap();
+        h.handle(Input::WorkloadRemoved { workload: v }).unwrap();
+        h.handle(Input::VolumeRemoved { volume: Vol(v) }).unwrap();
     }
     let mut running = Vec::new();
     let mut most_running = 0;
     for _ in 0..10_000 {
-        let Some(due) = r.next_deadline() else { break };
-        now = now.max(due);
-        let (detaches, others): (Vec<_>, Vec<_>) = r
-            .poll(now)
+        let Some(due) = h.core.next_deadline() else {
+            break;
+        };
+        let (detaches, others): (Vec<_>, Vec<_>) = h
+            .poll_at(due)
             .into_iter()
             .partition(|op| matches!(op, Operation::Detach { .. }));
         running.extend(detaches);
         most_running = most_running.max(running.len());
-        answer(&mut r, now, others);
+        answer(&mut h, others);
         let answered = running.len().min(ANSWERED_PER_PASS);
-        answer(&mut r, now, running.drain(..answered).collect());
-        if running.is_empty() && r.actual().is_empty() && r.in_flight() == 0 {
+        answer(&mut h, running.drain(..answered).collect());
+        if running.is_empty() && h.core.actual().is_empty() && h.core.in_flight() == 0 {
             break;
         }
     }
-    assert!(r.actual().is_empty(), "every volume detached");
+    assert!(h.core.actual().is_empty(), "every volume detached");
     assert!(
         most_running >= size as usize / 2,
         "the test must keep many detaches running: at most {most_running} ran at once"
     );
     // Forgotten, not kept as removed for ever: registering it again is a new volume.
     assert!(
-        r.desired().spec(&Vol(0)).is_none(),
+        h.core.desired().spec(&Vol(0)).is_none(),
         "removed volumes are forgotten"
     );
     (COMPARED.with(Cell::get) - before) as f64 / size as f64

@@ -139,7 +139,9 @@ use std::time::{Duration, Instant};
 
 use attach_detach::Ids;
 use attach_detach::config::{Config, UpstreamBugs};
-use attach_detach::core::{AttachState, Input, NodeFacts, OpId, Operation, Reconciler, VolumeSpec};
+use attach_detach::core::{
+    AttachState, Input, NodeFacts, OpId, Operation, Outcome, Reconciler, VolumeSpec,
+};
 use attach_detach::sim::{self, scenario};
 use attach_detach::traits::{
     AttachInfo, BackendAttachment, BackendError, MachineState, NodeStatus, ReportedVolume,
@@ -237,7 +239,7 @@ impl World {
 
 /// How a running operation ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Outcome {
+enum CallEnd {
     /// Success.
     Ok,
     /// Failed, certainly did nothing.
@@ -285,7 +287,7 @@ enum Action {
     /// The `i`-th running operation ends.
     Finish {
         i: usize,
-        outcome: Outcome,
+        outcome: CallEnd,
     },
     /// The `i`-th call whose answer was lost lands in the backend.
     Land {
@@ -388,8 +390,8 @@ impl Op {
         }
     }
 
-    fn outcomes(&self, bounds: &Bounds, faults_left: bool) -> Vec<Outcome> {
-        let mut out = vec![Outcome::Ok];
+    fn outcomes(&self, bounds: &Bounds, faults_left: bool) -> Vec<CallEnd> {
+        let mut out = vec![CallEnd::Ok];
         if !faults_left {
             return out;
         }
@@ -397,32 +399,32 @@ impl Op {
             // What a scenario can state: `fail attach|detach [uncertain]`, `fail status`.
             match self {
                 Op::Attach { .. } | Op::Detach { .. } => {
-                    out.push(Outcome::Fail);
+                    out.push(CallEnd::Fail);
                     if bounds.timeouts {
-                        out.push(Outcome::TimeoutLanded);
+                        out.push(CallEnd::TimeoutLanded);
                     }
                 }
-                Op::Write { .. } => out.push(Outcome::Fail),
+                Op::Write { .. } => out.push(CallEnd::Fail),
                 _ => {}
             }
             return out;
         }
-        out.push(Outcome::Fail);
+        out.push(CallEnd::Fail);
         match self {
             Op::Attach { .. } | Op::Detach { .. } if bounds.timeouts => out.extend([
-                Outcome::TimeoutLanded,
-                Outcome::TimeoutNever,
-                Outcome::TimeoutLater,
+                CallEnd::TimeoutLanded,
+                CallEnd::TimeoutNever,
+                CallEnd::TimeoutLater,
             ]),
             Op::Write { read_facts, .. } => {
                 if *read_facts {
-                    out.push(Outcome::OkNoFacts);
+                    out.push(CallEnd::OkNoFacts);
                 }
                 if bounds.timeouts {
-                    out.extend([Outcome::TimeoutLanded, Outcome::TimeoutNever]);
+                    out.extend([CallEnd::TimeoutLanded, CallEnd::TimeoutNever]);
                 }
                 if bounds.conflicts {
-                    out.push(Outcome::Conflict);
+                    out.push(CallEnd::Conflict);
                 }
             }
             _ => {}
@@ -519,74 +521,89 @@ fn apply(core: &mut Reconciler<T>, call: &Call) -> Vec<Operation<T>> {
         Call::Handle(input) => core.handle(input),
         Call::Poll(now) => return core.poll(now),
         Call::Finish(now, id, answer) => match answer {
-            Answer::Attach(r) => core.attach_finished(
+            Answer::Attach(r) => core.finish(
                 now,
                 id,
-                r.map(|()| AttachInfo::default()).map_err(backend_error),
+                Outcome::Attach(r.map(|()| AttachInfo::default()).map_err(backend_error)),
             ),
-            Answer::Detach(r) => core.detach_finished(now, id, r.map_err(backend_error)),
-            Answer::Verify(r) => {
-                core.verify_finished(now, id, r.ok_or_else(|| backend_error(false)))
-            }
-            Answer::List(r) => core.list_finished(
+            Answer::Detach(r) => core.finish(now, id, Outcome::Detach(r.map_err(backend_error))),
+            Answer::Verify(r) => core.finish(
                 now,
                 id,
-                r.map(|l| {
-                    l.into_iter()
-                        .map(|(v, n)| BackendAttachment {
-                            volume: v,
-                            node: n,
-                            spec: spec_of(v),
-                        })
-                        .collect()
-                })
-                .ok_or_else(|| backend_error(false)),
+                Outcome::Verify(r.ok_or_else(|| backend_error(false))),
             ),
-            Answer::Write(r) => core.status_written(
+            Answer::List(r) => core.finish(
                 now,
                 id,
-                r.map(Revision::from).map_err(|e| match e {
-                    Some(true) => StoreError::uncertain("model: timed out"),
-                    _ => StoreError::transient("model: failed"),
-                }),
+                Outcome::List(
+                    r.map(|l| {
+                        l.into_iter()
+                            .map(|(v, n)| BackendAttachment {
+                                volume: v,
+                                node: n,
+                                spec: spec_of(v),
+                            })
+                            .collect()
+                    })
+                    .ok_or_else(|| backend_error(false)),
+                ),
+            ),
+            Answer::Write(r) => core.finish(
+                now,
+                id,
+                Outcome::WriteStatus(
+                    (r.map(Revision::from).map_err(|e| match e {
+                        Some(true) => StoreError::uncertain("model: timed out"),
+                        _ => StoreError::transient("model: failed"),
+                    }))
+                    .map(Into::into),
+                ),
             ),
             Answer::WriteFacts(status) => {
                 let status = status.real();
-                core.status_written_with(
+                core.finish(
                     now,
                     id,
-                    Ok(WriteReceipt {
+                    Outcome::WriteStatus(Ok(WriteReceipt {
                         facts: Some(status.facts()),
                         revision: status.revision,
-                    }),
+                    })),
                 )
             }
-            Answer::WriteConflict(rev) => {
-                core.status_written(now, id, Err(StoreError::conflict(Revision::from(rev))))
-            }
-            Answer::Read(r) => core.status_read(
+            Answer::WriteConflict(rev) => core.finish(
                 now,
                 id,
-                r.map(|s| s.real())
-                    .ok_or_else(|| StoreError::transient("model: failed")),
+                Outcome::WriteStatus(Err(StoreError::conflict(Revision::from(rev)))),
             ),
-            Answer::ListStatuses(r) => core.statuses_listed(
+            Answer::Read(r) => core.finish(
                 now,
                 id,
-                r.map(|l| l.into_iter().map(|(n, s)| (n, s.real())).collect())
-                    .ok_or_else(|| StoreError::transient("model: failed")),
+                Outcome::ReadStatus(
+                    r.map(|s| s.real())
+                        .ok_or_else(|| StoreError::transient("model: failed")),
+                ),
             ),
-            Answer::CheckMachine(r) => core.machine_checked(
+            Answer::ListStatuses(r) => core.finish(
                 now,
                 id,
-                r.map(|off| {
-                    if off {
-                        MachineState::Off
-                    } else {
-                        MachineState::Running
-                    }
-                })
-                .ok_or_else(|| BackendError::transient("model: failed")),
+                Outcome::ListStatuses(
+                    r.map(|l| l.into_iter().map(|(n, s)| (n, s.real())).collect())
+                        .ok_or_else(|| StoreError::transient("model: failed")),
+                ),
+            ),
+            Answer::CheckMachine(r) => core.finish(
+                now,
+                id,
+                Outcome::CheckMachine(
+                    r.map(|off| {
+                        if off {
+                            MachineState::Off
+                        } else {
+                            MachineState::Running
+                        }
+                    })
+                    .ok_or_else(|| BackendError::transient("model: failed")),
+                ),
             ),
         },
     };
@@ -914,30 +931,30 @@ impl Step<'_> {
         }
     }
 
-    fn finish(&mut self, i: usize, outcome: Outcome) {
+    fn finish(&mut self, i: usize, outcome: CallEnd) {
         let Running { op, id } = self.env.running.remove(i);
-        if outcome != Outcome::Ok {
+        if outcome != CallEnd::Ok {
             self.env.faults -= 1;
         }
         let timed_out = matches!(
             outcome,
-            Outcome::TimeoutLanded | Outcome::TimeoutNever | Outcome::TimeoutLater
+            CallEnd::TimeoutLanded | CallEnd::TimeoutNever | CallEnd::TimeoutLater
         );
         let answer = match op {
             Op::Attach { v, n } | Op::Detach { v, n, .. } => {
                 let attach = matches!(op, Op::Attach { .. });
                 match outcome {
-                    Outcome::Ok | Outcome::TimeoutLanded => {
+                    CallEnd::Ok | CallEnd::TimeoutLanded => {
                         // The backend runs a volume's calls in order: a call of the volume
                         // still hanging lands before this one or not at all.
                         self.env.orphans.retain(|(_, ov, _)| *ov != v);
                         self.land(attach, v, n)
                     }
-                    Outcome::TimeoutLater => self.env.orphans.push((attach, v, n)),
+                    CallEnd::TimeoutLater => self.env.orphans.push((attach, v, n)),
                     _ => {}
                 }
                 let r = match outcome {
-                    Outcome::Ok => Ok(()),
+                    CallEnd::Ok => Ok(()),
                     _ => Err(timed_out),
                 };
                 if attach {
@@ -947,13 +964,13 @@ impl Step<'_> {
                 }
             }
             // A call still hanging counts as attached, as in a listing.
-            Op::Verify { n, vs } => Answer::Verify((outcome == Outcome::Ok).then(|| {
+            Op::Verify { n, vs } => Answer::Verify((outcome == CallEnd::Ok).then(|| {
                 let listing = self.listing();
                 vs.into_iter()
                     .filter(|v| listing.contains(&(*v, n)))
                     .collect()
             })),
-            Op::List => Answer::List((outcome == Outcome::Ok).then(|| self.listing())),
+            Op::List => Answer::List((outcome == CallEnd::Ok).then(|| self.listing())),
             Op::Write {
                 n,
                 list,
@@ -966,29 +983,29 @@ impl Step<'_> {
                     Answer::WriteConflict(node.revision)
                 } else {
                     match outcome {
-                        Outcome::Ok | Outcome::OkNoFacts | Outcome::TimeoutLanded => {
+                        CallEnd::Ok | CallEnd::OkNoFacts | CallEnd::TimeoutLanded => {
                             node.stored = list;
                             node.revision += 1;
                             match outcome {
                                 // The facts read in the write's own step, as etcd's
                                 // transaction and a Kubernetes PATCH's answer give them.
-                                Outcome::Ok if read_facts => Answer::WriteFacts(node.status()),
-                                Outcome::Ok | Outcome::OkNoFacts => {
+                                CallEnd::Ok if read_facts => Answer::WriteFacts(node.status()),
+                                CallEnd::Ok | CallEnd::OkNoFacts => {
                                     Answer::Write(Ok(node.revision))
                                 }
                                 _ => Answer::Write(Err(Some(true))),
                             }
                         }
-                        Outcome::Conflict => {
+                        CallEnd::Conflict => {
                             node.revision += 1;
                             Answer::WriteConflict(node.revision)
                         }
-                        Outcome::TimeoutNever => Answer::Write(Err(Some(true))),
+                        CallEnd::TimeoutNever => Answer::Write(Err(Some(true))),
                         _ => Answer::Write(Err(None)),
                     }
                 }
             }
-            Op::Read { n, cached } => Answer::Read((outcome == Outcome::Ok).then(|| {
+            Op::Read { n, cached } => Answer::Read((outcome == CallEnd::Ok).then(|| {
                 let node = &self.env.nodes[usize::from(n)];
                 let mut status = node.status();
                 if cached {
@@ -998,9 +1015,9 @@ impl Step<'_> {
             })),
             // A fenced node's machine is off, as in the simulator.
             Op::CheckMachine { n } => Answer::CheckMachine(
-                (outcome == Outcome::Ok).then(|| self.env.nodes[usize::from(n)].fenced),
+                (outcome == CallEnd::Ok).then(|| self.env.nodes[usize::from(n)].fenced),
             ),
-            Op::ListStatuses => Answer::ListStatuses((outcome == Outcome::Ok).then(|| {
+            Op::ListStatuses => Answer::ListStatuses((outcome == CallEnd::Ok).then(|| {
                 (0..self.world.nodes)
                     .filter(|n| self.env.nodes[usize::from(*n)].revision > 0)
                     .map(|n| (n, self.env.nodes[usize::from(n)].status()))
@@ -1423,7 +1440,7 @@ impl World {
                 step.land(attach, v, n);
             }
             while !step.env.running.is_empty() {
-                step.finish(0, Outcome::Ok);
+                step.finish(0, CallEnd::Ok);
             }
             step.agents();
             for n in 0..self.nodes {
@@ -2005,7 +2022,7 @@ fn scenario_of(world: &World, found: &Found, timing: Timing, with_bug: bool) -> 
             Action::Fence { n } => format!("node n{n} fence"),
             Action::Unfence { n } => format!("node n{n} unfence"),
             Action::Restart => "restart controller".to_string(),
-            Action::Finish { i, outcome } if *outcome != Outcome::Ok => {
+            Action::Finish { i, outcome } if *outcome != CallEnd::Ok => {
                 let op = &state.env.running[*i].op;
                 let planned = (0..k)
                     .rev()
@@ -2014,10 +2031,10 @@ fn scenario_of(world: &World, found: &Found, timing: Timing, with_bug: bool) -> 
                     .saturating_add(warm_up)
                     .saturating_add(Duration::from_millis(timing.shift))
                     .saturating_sub(Duration::from_millis(10));
-                let uncertain = matches!(outcome, Outcome::TimeoutLanded | Outcome::TimeoutLater);
+                let uncertain = matches!(outcome, CallEnd::TimeoutLanded | CallEnd::TimeoutLater);
                 let uncertain = if uncertain { " uncertain" } else { "" };
                 let fault = match (op, outcome) {
-                    (_, Outcome::Conflict | Outcome::OkNoFacts) => None,
+                    (_, CallEnd::Conflict | CallEnd::OkNoFacts) => None,
                     (Op::Attach { v, n }, _) => {
                         Some(format!("fail attach v{v} on n{n}{uncertain}"))
                     }

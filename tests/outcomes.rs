@@ -11,7 +11,7 @@ use tokio::time::sleep;
 use attach_detach::Ids;
 use attach_detach::config::Config;
 use attach_detach::controller::{
-    Controller, ControllerHandle, FailureKind, OUTCOME_BUFFER, OperationFinished, Outcome, World,
+    Controller, ControllerHandle, Ending, FailureKind, OUTCOME_BUFFER, OperationFinished, World,
 };
 use attach_detach::core::{NodeFacts, OpKind, VolumeSpec};
 use attach_detach::memory::{BackendOp, MemoryBackend, MemoryStore};
@@ -52,7 +52,7 @@ type Row = (
     OpKind,
     Option<&'static str>,
     Option<&'static str>,
-    Outcome,
+    Ending,
     Option<FailureKind>,
     Duration,
 );
@@ -113,7 +113,7 @@ async fn the_stream_reports_exactly_the_operations_of_a_scenario_in_order() {
     task.await.unwrap();
 
     let got = drain(&mut outcomes);
-    let ok = Outcome::Succeeded;
+    let ok = Ending::Succeeded;
     assert_eq!(
         rows(&got),
         vec![
@@ -123,7 +123,7 @@ async fn the_stream_reports_exactly_the_operations_of_a_scenario_in_order() {
                 OpKind::Attach,
                 Some("vol-1"),
                 Some(A),
-                Outcome::Failed,
+                Ending::Failed,
                 Some(FailureKind::Transient),
                 ms(100)
             ),
@@ -267,7 +267,7 @@ async fn an_operation_cut_off_by_a_shutdown_is_reported_abandoned() {
                 OpKind::ListStatuses,
                 None,
                 None,
-                Outcome::Succeeded,
+                Ending::Succeeded,
                 None,
                 ms(0)
             ),
@@ -275,7 +275,7 @@ async fn an_operation_cut_off_by_a_shutdown_is_reported_abandoned() {
                 OpKind::List,
                 None,
                 None,
-                Outcome::Succeeded,
+                Ending::Succeeded,
                 None,
                 ms(10_000)
             ),
@@ -283,7 +283,7 @@ async fn an_operation_cut_off_by_a_shutdown_is_reported_abandoned() {
                 OpKind::Attach,
                 Some("vol-1"),
                 Some(A),
-                Outcome::Abandoned,
+                Ending::Abandoned,
                 None,
                 ms(3_000)
             ),

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use attach_detach::Ids;
 use attach_detach::config::Config;
-use attach_detach::core::{Input, NodeFacts, OpId, Operation, Reconciler, VolumeSpec};
-use attach_detach::traits::{AttachInfo, MachineState, NodeStatus, Revision, StoreError};
+use attach_detach::core::{Input, NodeFacts, Operation, Outcome, Reconciler, VolumeSpec};
+use attach_detach::testkit::{Harness, echo_store};
+use attach_detach::traits::StoreError;
 
 type D = Ids<&'static str, &'static str, &'static str, ()>;
 
@@ -21,77 +22,24 @@ fn unmounted() -> NodeFacts<&'static str> {
     }
 }
 
-/// Polls every 100 ms from `from` for `span`, answering operations with `answer`; returns every
+/// Polls every 100 ms from `from` for `span`, answering operations by `rule`; returns every
 /// operation planned, with its time.
-fn run(
-    core: &mut Reconciler<D>,
+fn run<R>(
+    h: &mut Harness<D>,
     from: Duration,
     span: Duration,
-    mut answer: impl FnMut(&mut Reconciler<D>, Duration, &Operation<D>),
-) -> Vec<(Duration, Operation<D>)> {
-    let mut planned = Vec::new();
-    let mut now = from;
-    while now <= from + span {
-        for op in core.poll(now) {
-            answer(core, now, &op);
-            planned.push((now, op));
-        }
-        now += ms(100);
-    }
-    planned
-}
-
-/// Attaches succeed, status reads and writes get `status` (a read then finds what the core
-/// wrote, and nothing in use), detaches succeed.
-fn answer_with(
-    status: impl Fn(&'static str) -> Result<(), StoreError>,
-) -> impl FnMut(&mut Reconciler<D>, Duration, &Operation<D>) {
-    move |core, now, op| {
-        let id: OpId = op.id();
-        match op {
-            Operation::Attach { .. } => core
-                .attach_finished(now, id, Ok(AttachInfo::default()))
-                .unwrap(),
-            Operation::Detach { .. } => core.detach_finished(now, id, Ok(())).unwrap(),
-            Operation::Verify { volumes, .. } => core
-                .verify_finished(now, id, Ok(volumes.iter().map(|(v, _)| *v).collect()))
-                .unwrap(),
-            Operation::WriteStatus { node, expected, .. } => {
-                let written = status(node)
-                    .map(|()| Revision::from(expected.text().parse::<u64>().unwrap_or(0) + 1));
-                core.status_written(now, id, written).unwrap()
-            }
-            Operation::ReadStatus { node, .. } => {
-                let read = status(node).map(|()| NodeStatus {
-                    attached: core
-                        .status()
-                        .stored(node)
-                        .map(|l| l.to_vec())
-                        .unwrap_or_default(),
-                    in_use: Some(vec![]),
-                    fenced: Some(false),
-                    healthy: Some(true),
-                    revision: core
-                        .status()
-                        .revision(node)
-                        .cloned()
-                        .unwrap_or(Revision::from(0)),
-                });
-                core.status_read(now, id, read).unwrap()
-            }
-            Operation::ListAttachments { .. } => core.list_finished(now, id, Ok(vec![])).unwrap(),
-            Operation::ListStatuses { .. } => core.statuses_listed(now, id, Ok(vec![])).unwrap(),
-            // A backend that does not support the question, as by default.
-            Operation::CheckMachine { .. } => core
-                .machine_checked(now, id, Ok(MachineState::Unknown))
-                .unwrap(),
-        }
-    }
+    rule: R,
+) -> Vec<(Duration, Operation<D>)>
+where
+    R: FnMut(Duration, &Reconciler<D>, &Operation<D>) -> Option<Outcome<D>>,
+{
+    h.now = from;
+    h.run_for(span, ms(100), rule)
 }
 
 /// Registers vol-1 and node-a (with `facts`), and places w1 there using vol-1.
-fn place_w1(core: &mut Reconciler<D>, facts: NodeFacts<&'static str>) {
-    let refused = core.handle_all([
+fn place_w1(h: &mut Harness<D>, facts: NodeFacts<&'static str>) {
+    let refused = h.core.handle_all([
         Input::SetVolume {
             volume: "vol-1",
             spec: VolumeSpec::single_node(()),
@@ -110,14 +58,14 @@ fn place_w1(core: &mut Reconciler<D>, facts: NodeFacts<&'static str>) {
 }
 
 /// vol-1 attached to node-a, whose status write then found no node in the store.
-fn attached_with_status_missing() -> Reconciler<D> {
-    let mut core = Reconciler::<D>::new(Config::default());
-    place_w1(&mut core, unmounted());
+fn attached_with_status_missing() -> Harness<D> {
+    let mut h = Harness::<D>::new(Config::default());
+    place_w1(&mut h, unmounted());
     let ops = run(
-        &mut core,
+        &mut h,
         ms(0),
         ms(1000),
-        answer_with(|_| Err(StoreError::not_found())),
+        echo_store(|_| Err(StoreError::not_found())),
     );
     // The new node's revision is unknown: one read, which finds no node, and no write.
     let store_calls = ops
@@ -130,21 +78,21 @@ fn attached_with_status_missing() -> Reconciler<D> {
         })
         .count();
     assert_eq!(store_calls, 1, "{ops:?}");
-    assert!(core.status().is_missing(&"node-a"));
-    core
+    assert!(h.core.status().is_missing(&"node-a"));
+    h
 }
 
 #[test]
 fn a_node_seen_again_after_not_found_is_rewritten_even_with_workloads_on_it() {
-    let mut core = attached_with_status_missing();
+    let mut h = attached_with_status_missing();
     // Its workloads stay, and the orchestrator never removed the node: the update alone must
     // bring the status back (upstream 50721).
-    core.handle(Input::NodeUpdated {
+    h.handle(Input::NodeUpdated {
         node: "node-a",
         facts: unmounted(),
     })
     .unwrap();
-    let ops = run(&mut core, ms(2000), ms(1000), answer_with(|_| Ok(())));
+    let ops = run(&mut h, ms(2000), ms(1000), echo_store(|_| Ok(())));
     let written: Vec<_> = ops
         .iter()
         .filter_map(|(_, op)| match op {
@@ -162,14 +110,13 @@ fn a_node_seen_again_after_not_found_is_rewritten_even_with_workloads_on_it() {
 /// count as fenced (next test).
 #[test]
 fn a_detach_from_a_node_the_store_lacks_awaits_no_write_and_the_read_holds_it_back() {
-    let mut core = attached_with_status_missing();
-    core.handle(Input::WorkloadRemoved { workload: "w1" })
-        .unwrap();
+    let mut h = attached_with_status_missing();
+    h.handle(Input::WorkloadRemoved { workload: "w1" }).unwrap();
     let ops = run(
-        &mut core,
+        &mut h,
         ms(2000),
         Duration::from_secs(60),
-        answer_with(|_| Err(StoreError::not_found())),
+        echo_store(|_| Err(StoreError::not_found())),
     );
     assert!(
         ops.iter()
@@ -181,7 +128,7 @@ fn a_detach_from_a_node_the_store_lacks_awaits_no_write_and_the_read_holds_it_ba
             .any(|(_, op)| matches!(op, Operation::WriteStatus { .. } | Operation::Detach { .. })),
         "{ops:?}"
     );
-    assert!(!core.actual().is_empty());
+    assert!(!h.core.actual().is_empty());
 }
 
 #[test]
@@ -190,11 +137,11 @@ fn a_forced_detach_from_a_deleted_node_does_not_wait_for_its_status() {
         deleted_node_is_fenced: true,
         ..Config::default()
     };
-    let mut core = Reconciler::<D>::new(config.clone());
-    place_w1(&mut core, NodeFacts::default());
-    run(&mut core, ms(0), ms(1000), answer_with(|_| Ok(())));
+    let mut h = Harness::<D>::new(config.clone());
+    place_w1(&mut h, NodeFacts::default());
+    run(&mut h, ms(0), ms(1000), echo_store(|_| Ok(())));
     assert_eq!(
-        core.status().stored(&"node-a").map(|list| list.len()),
+        h.core.status().stored(&"node-a").map(|list| list.len()),
         Some(1),
         "attached and reported"
     );
@@ -203,18 +150,19 @@ fn a_forced_detach_from_a_deleted_node_does_not_wait_for_its_status() {
     // opt-in that a deleted node's machine is gone may detach it, and its status cannot be
     // written any more.
     assert!(
-        core.handle_all([
-            Input::WorkloadRemoved { workload: "w1" },
-            Input::NodeRemoved { node: "node-a" },
-        ])
-        .is_empty()
+        h.core
+            .handle_all([
+                Input::WorkloadRemoved { workload: "w1" },
+                Input::NodeRemoved { node: "node-a" },
+            ])
+            .is_empty()
     );
     let after = config.max_wait_for_unmount + Duration::from_secs(10);
-    let ops = run(&mut core, ms(2000), after, answer_with(|_| Ok(())));
+    let ops = run(&mut h, ms(2000), after, echo_store(|_| Ok(())));
     assert!(
         ops.iter()
             .any(|(_, op)| matches!(op, Operation::Detach { force: Some(_), .. })),
         "{ops:?}"
     );
-    assert!(core.actual().is_empty());
+    assert!(h.core.actual().is_empty());
 }

@@ -265,7 +265,7 @@ impl<D: Domain> ControllerHandle<D> {
     /// use std::sync::Arc;
     /// use attach_detach::Ids;
     /// use attach_detach::config::Config;
-    /// use attach_detach::controller::{Controller, Outcome, World};
+    /// use attach_detach::controller::{Controller, Ending, World};
     /// use attach_detach::core::{NodeFacts, OpKind, VolumeSpec};
     /// use attach_detach::memory::{MemoryBackend, MemoryStore};
     /// type D = Ids<&'static str, &'static str, &'static str, ()>;
@@ -286,7 +286,7 @@ impl<D: Domain> ControllerHandle<D> {
     ///     let done = outcomes.recv().await.unwrap();
     ///     if done.kind == OpKind::Attach {
     ///         assert_eq!((done.volume, done.node), (Some("pvc-1"), Some("node-a")));
-    ///         assert_eq!(done.outcome, Outcome::Succeeded);
+    ///         assert_eq!(done.outcome, Ending::Succeeded);
     ///         break;
     ///     }
     /// }

@@ -11,9 +11,10 @@ use crate::core::operation::ForceReason;
 use crate::core::operation::OpKind;
 use crate::core::rules::admission::QueueStats;
 
-/// How an operation ended.
+/// How an operation ended, as the metrics count it: succeeded, failed or abandoned. (What
+/// the call answered is a [`core::Outcome`](crate::core::Outcome).)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Outcome {
+pub enum Ending {
     /// The call succeeded (for a status write: the store holds the wanted list).
     Succeeded,
     /// The call returned an error (or panicked); the core decides what follows.
@@ -23,7 +24,7 @@ pub enum Outcome {
     Abandoned,
 }
 
-impl Outcome {
+impl Ending {
     fn index(self) -> usize {
         self as usize
     }
@@ -90,10 +91,10 @@ fn reason_index(reason: ForceReason) -> usize {
 /// snapshot to whatever metrics system you use.
 ///
 /// ```
-/// use attach_detach::controller::{Metrics, Outcome};
+/// use attach_detach::controller::{Metrics, Ending};
 /// use attach_detach::core::OpKind;
 /// let metrics = Metrics::default();
-/// metrics.operation_finished(OpKind::Attach, Outcome::Succeeded);
+/// metrics.operation_finished(OpKind::Attach, Ending::Succeeded);
 /// assert_eq!(metrics.snapshot().operations(OpKind::Attach).succeeded, 1);
 /// ```
 #[derive(Debug)]
@@ -152,7 +153,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// An operation of `kind` ended with `outcome`.
-    pub fn operation_finished(&self, kind: OpKind, outcome: Outcome) {
+    pub fn operation_finished(&self, kind: OpKind, outcome: Ending) {
         self.operations[kind_index(kind)][outcome.index()].fetch_add(1, Ordering::Relaxed);
     }
 
@@ -250,10 +251,10 @@ impl Metrics {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let counts = |kind: OpKind| {
             let row = &self.operations[kind_index(kind)];
-            OutcomeCounts {
-                succeeded: load(&row[Outcome::Succeeded.index()]),
-                failed: load(&row[Outcome::Failed.index()]),
-                abandoned: load(&row[Outcome::Abandoned.index()]),
+            EndingCounts {
+                succeeded: load(&row[Ending::Succeeded.index()]),
+                failed: load(&row[Ending::Failed.index()]),
+                abandoned: load(&row[Ending::Abandoned.index()]),
             }
         };
         MetricsSnapshot {
@@ -321,7 +322,7 @@ pub(crate) struct StateSizes {
 
 /// How many operations of one kind ended each way.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct OutcomeCounts {
+pub struct EndingCounts {
     /// Ended with success.
     pub succeeded: u64,
     /// Ended with an error.
@@ -330,7 +331,7 @@ pub struct OutcomeCounts {
     pub abandoned: u64,
 }
 
-impl OutcomeCounts {
+impl EndingCounts {
     /// Ended in any way.
     pub fn total(&self) -> u64 {
         self.succeeded + self.failed + self.abandoned
@@ -384,22 +385,22 @@ impl TimeoutCounts {
 #[non_exhaustive]
 pub struct MetricsSnapshot {
     /// Attach calls.
-    pub attach: OutcomeCounts,
+    pub attach: EndingCounts,
     /// Detach calls.
-    pub detach: OutcomeCounts,
+    pub detach: EndingCounts,
     /// Verify calls.
-    pub verify: OutcomeCounts,
+    pub verify: EndingCounts,
     /// Status write operations (each may take several store calls).
-    pub write_status: OutcomeCounts,
+    pub write_status: EndingCounts,
     /// Listings of every attachment the backend knows (recovery, and `Config::resync_period`).
-    pub list: OutcomeCounts,
+    pub list: EndingCounts,
     /// Fresh reads of a node's status (before every detach, and before a write whose revision
     /// is unknown).
-    pub read_status: OutcomeCounts,
+    pub read_status: EndingCounts,
     /// Recovery listings of every node's status.
-    pub list_statuses: OutcomeCounts,
+    pub list_statuses: EndingCounts,
     /// Checks of an unhealthy node's machine (`Config::machine_fencing`).
-    pub check_machine: OutcomeCounts,
+    pub check_machine: EndingCounts,
     /// Operations running now.
     pub in_flight: u64,
     /// Reconcile passes run: stays flat while the controller is idle. A poll that plans just
@@ -457,7 +458,7 @@ pub struct MetricsSnapshot {
 
 impl MetricsSnapshot {
     /// The counts of one kind of operation.
-    pub fn operations(&self, kind: OpKind) -> OutcomeCounts {
+    pub fn operations(&self, kind: OpKind) -> EndingCounts {
         match kind {
             OpKind::Attach => self.attach,
             OpKind::Detach => self.detach,
@@ -573,15 +574,15 @@ mod tests {
     #[test]
     fn counters_land_in_their_own_cells() {
         let m = Metrics::default();
-        m.operation_finished(OpKind::Detach, Outcome::Failed);
-        m.operation_finished(OpKind::Detach, Outcome::Failed);
-        m.operation_finished(OpKind::WriteStatus, Outcome::Abandoned);
+        m.operation_finished(OpKind::Detach, Ending::Failed);
+        m.operation_finished(OpKind::Detach, Ending::Failed);
+        m.operation_finished(OpKind::WriteStatus, Ending::Abandoned);
         m.forced_detach(ForceReason::Timeout);
         m.operation_started();
         let s = m.snapshot();
         assert_eq!(
             s.detach,
-            OutcomeCounts {
+            EndingCounts {
                 succeeded: 0,
                 failed: 2,
                 abandoned: 0
@@ -596,13 +597,13 @@ mod tests {
 
     #[test]
     fn a_total_adds_the_three_outcomes() {
-        let counts = OutcomeCounts {
+        let counts = EndingCounts {
             succeeded: 1,
             failed: 2,
             abandoned: 3,
         };
         assert_eq!(counts.total(), 6);
-        assert_eq!(OutcomeCounts::default().total(), 0);
+        assert_eq!(EndingCounts::default().total(), 0);
     }
 
     #[test]
@@ -610,7 +611,7 @@ mod tests {
         let m = Metrics::default();
         for (k, kind) in OpKind::ALL.iter().enumerate() {
             for _ in 0..k + 2 {
-                m.operation_finished(*kind, Outcome::Succeeded);
+                m.operation_finished(*kind, Ending::Succeeded);
             }
         }
         for (i, call) in CallKind::ALL.iter().enumerate() {

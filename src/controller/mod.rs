@@ -43,7 +43,7 @@ use tokio::time::{Instant, sleep_until};
 use tracing::{error, info, warn};
 
 pub use handle::{ControllerError, ControllerHandle};
-pub use metrics::{Metrics, MetricsSnapshot, Outcome, OutcomeCounts, TimeoutCounts};
+pub use metrics::{Ending, EndingCounts, Metrics, MetricsSnapshot, TimeoutCounts};
 pub use outcomes::{FailureKind, OUTCOME_BUFFER, OperationFinished};
 #[cfg(feature = "prometheus")]
 pub use prometheus::PrometheusMetrics;
@@ -56,13 +56,14 @@ use deadline::Deadlines;
 use handle::{Command, DeathNote};
 use metrics::StateSizes;
 use outcomes::OutcomeSender;
-use runner::{OpResult, Parts};
+use runner::Parts;
 
 use crate::config::{Config, ConfigError};
 use crate::core::event::Event;
 use crate::core::input::ReconcilerError;
 use crate::core::input::{Input, Rejection};
 use crate::core::operation::{OpId, Operation};
+use crate::core::outcome::Outcome;
 use crate::core::reconciler::Reconciler;
 use crate::core::tables::op_id_map::{self, OpIdMap};
 use crate::domain::Domain;
@@ -387,7 +388,7 @@ async fn until(deadline: Option<Instant>) {
 /// How an operation ended.
 enum Joined<D: Domain> {
     /// Its call returned, or missed its deadline.
-    Done(OpResult<D>),
+    Done(Outcome<D>),
     /// Its call, or the task running it, panicked.
     Panicked,
     /// Its task was aborted (at shutdown) before it ended.
@@ -632,28 +633,25 @@ impl<D: Domain> Driver<D> {
         let took = now.saturating_duration_since(started);
         let (result, failure) = match how {
             Joined::Done(result) => {
-                let failure = result.failure();
+                let failure = runner::failure(&result);
                 (result, failure)
             }
-            Joined::Panicked => (
-                OpResult::panicked(summary.kind),
-                Some(FailureKind::Panicked),
-            ),
+            Joined::Panicked => (Outcome::panicked(summary.kind), Some(FailureKind::Panicked)),
             Joined::Cancelled => {
                 self.metrics
-                    .operation_finished(summary.kind, Outcome::Abandoned);
+                    .operation_finished(summary.kind, Ending::Abandoned);
                 self.announce(&summary, None, took);
                 return Some(summary);
             }
         };
-        summary.outcome = result.outcome();
+        summary.outcome = runner::ending(&result);
         self.metrics
             .operation_finished(summary.kind, summary.outcome);
         #[cfg(feature = "prometheus")]
         self.metrics
             .observe_duration(summary.kind, failure.is_none(), took);
         let core_now = self.core_time(now);
-        if let Err(e) = result.feed(&mut self.core, core_now, summary.id) {
+        if let Err(e) = self.core.finish(core_now, summary.id, result) {
             // Only this driver's own operations are fed back, so this is a bug.
             error!(error = %e, id = %summary.id, "the core refused an operation's result");
         }
@@ -756,7 +754,7 @@ impl<D: Domain> Driver<D> {
         let mut report = ShutdownReport::default();
         for summary in ended {
             match summary.outcome {
-                Outcome::Abandoned => report.abandoned.push(summary),
+                Ending::Abandoned => report.abandoned.push(summary),
                 _ => report.finished.push(summary),
             }
         }

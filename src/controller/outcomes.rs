@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::sync::broadcast;
 
-use super::metrics::Outcome;
+use super::metrics::Ending;
 use crate::core::operation::OpId;
 use crate::core::operation::OpKind;
 use crate::domain::Domain;
@@ -16,7 +16,7 @@ use crate::domain::Domain;
 /// backend is far slower. A subscriber that falls further behind is told how many it missed.
 pub const OUTCOME_BUFFER: usize = 1024;
 
-/// Why a finished operation [failed](Outcome::Failed): the kind of the error its call
+/// Why a finished operation [failed](Ending::Failed): the kind of the error its call
 /// returned (the error itself went to the core, which decides what follows).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -71,8 +71,8 @@ pub struct OperationFinished<D: Domain> {
     /// The node; `None` for a listing.
     pub node: Option<D::Node>,
     /// How it ended.
-    pub outcome: Outcome,
-    /// For a [failed](Outcome::Failed) one, what kind of error its call returned.
+    pub outcome: Ending,
+    /// For a [failed](Ending::Failed) one, what kind of error its call returned.
     pub failure: Option<FailureKind>,
     /// From its start to its end (or to its abandonment), on tokio's clock: virtual time in a
     /// test on a paused clock.

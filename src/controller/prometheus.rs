@@ -12,7 +12,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, MetricEncod
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use super::metrics::{Metrics, MetricsSnapshot, Outcome, op_label};
+use super::metrics::{Ending, Metrics, MetricsSnapshot, op_label};
 use crate::config::CallKind;
 use crate::core::operation::ForceReason;
 use crate::core::operation::OpKind;
@@ -162,11 +162,11 @@ fn operation_name(kind: OpKind) -> &'static str {
     }
 }
 
-fn outcome_label(outcome: Outcome) -> &'static str {
+fn outcome_label(outcome: Ending) -> &'static str {
     match outcome {
-        Outcome::Succeeded => "succeeded",
-        Outcome::Failed => "failed",
-        Outcome::Abandoned => "abandoned",
+        Ending::Succeeded => "succeeded",
+        Ending::Failed => "failed",
+        Ending::Abandoned => "abandoned",
     }
 }
 
@@ -303,7 +303,7 @@ impl PrometheusMetrics {
     }
 
     fn encode_ours(&self, encoder: &mut DescriptorEncoder, s: &MetricsSnapshot) -> fmt::Result {
-        let outcomes = [Outcome::Succeeded, Outcome::Failed, Outcome::Abandoned];
+        let outcomes = [Ending::Succeeded, Ending::Failed, Ending::Abandoned];
         family(
             encoder,
             "attach_detach_operations",
@@ -313,9 +313,9 @@ impl PrometheusMetrics {
                 let counts = s.operations(*kind);
                 outcomes.map(|outcome| {
                     let n = match outcome {
-                        Outcome::Succeeded => counts.succeeded,
-                        Outcome::Failed => counts.failed,
-                        Outcome::Abandoned => counts.abandoned,
+                        Ending::Succeeded => counts.succeeded,
+                        Ending::Failed => counts.failed,
+                        Ending::Abandoned => counts.abandoned,
                     };
                     (
                         [
@@ -515,9 +515,9 @@ mod tests {
                     m.operation_finished(*kind, outcome);
                 }
             };
-            times(k + 1, Outcome::Succeeded);
-            times(k + 11, Outcome::Failed);
-            times(k + 21, Outcome::Abandoned);
+            times(k + 1, Ending::Succeeded);
+            times(k + 11, Ending::Failed);
+            times(k + 21, Ending::Abandoned);
         }
         for (i, reason) in FORCE_REASONS.iter().enumerate() {
             for _ in 0..=i {

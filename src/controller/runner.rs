@@ -7,32 +7,14 @@ use std::time::Duration;
 use tracing::{Instrument, Span, debug, field, info_span, warn};
 
 use super::deadline::{Deadlines, no_answer};
-use super::metrics::{Metrics, Outcome, op_label};
+use super::metrics::{Ending, Metrics, op_label};
 use super::outcomes::FailureKind;
 use crate::config::CallKind;
-use crate::core::calls::backend::MachineState;
-use crate::core::input::ReconcilerError;
-use crate::core::operation::OpKind;
-use crate::core::operation::{OpId, Operation};
-use crate::core::reconciler::Reconciler;
+use crate::core::operation::Operation;
+use crate::core::outcome::Outcome;
 use crate::domain::Domain;
-use crate::traits::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
-use crate::traits::{NodeStatus, NodeStatusStore, StoreError, WriteReceipt};
-
-/// Every node's status, as the store lists it.
-type Statuses<D> = Vec<(<D as Domain>::Node, NodeStatus<D>)>;
-
-/// What a finished operation returned, typed by its kind.
-pub(crate) enum OpResult<D: Domain> {
-    Attach(Result<AttachInfo, BackendError<D::Node>>),
-    Detach(Result<(), BackendError<D::Node>>),
-    Verify(Result<Vec<D::Volume>, BackendError<D::Node>>),
-    WriteStatus(Result<WriteReceipt<D>, StoreError>),
-    ReadStatus(Result<NodeStatus<D>, StoreError>),
-    ListStatuses(Result<Statuses<D>, StoreError>),
-    List(Result<Vec<BackendAttachment<D>>, BackendError<D::Node>>),
-    CheckMachine(Result<MachineState, BackendError<D::Node>>),
-}
+use crate::traits::{AttachBackend, BackendError};
+use crate::traits::{NodeStatusStore, StoreError, WriteReceipt};
 
 fn backend_failure<N>(e: &BackendError<N>) -> FailureKind {
     match e {
@@ -52,74 +34,39 @@ fn store_failure(e: &StoreError) -> FailureKind {
     }
 }
 
-impl<D: Domain> OpResult<D> {
-    /// The result to assume when the task running the operation panicked: the call may have
-    /// done anything, so attach and detach are uncertain and the node's stored list unknown.
-    pub(crate) fn panicked(kind: OpKind) -> Self {
-        let message = "the backend call panicked".to_string();
-        match kind {
-            OpKind::Attach => OpResult::Attach(Err(BackendError::uncertain(message))),
-            OpKind::Detach => OpResult::Detach(Err(BackendError::uncertain(message))),
-            OpKind::Verify => OpResult::Verify(Err(BackendError::transient(message))),
-            OpKind::WriteStatus => OpResult::WriteStatus(Err(StoreError::uncertain(message))),
-            OpKind::ReadStatus => OpResult::ReadStatus(Err(StoreError::transient(message))),
-            OpKind::ListStatuses => OpResult::ListStatuses(Err(StoreError::transient(message))),
-            OpKind::List => OpResult::List(Err(BackendError::transient(message))),
-            OpKind::CheckMachine => OpResult::CheckMachine(Err(BackendError::transient(message))),
-        }
-    }
+/// A short label for logs and spans: `ok`, or the error's kind.
+fn label<D: Domain>(outcome: &Outcome<D>) -> &'static str {
+    failure(outcome).map_or("ok", FailureKind::as_str)
+}
 
-    /// A short label for logs and spans: `ok`, or the error's kind.
-    fn label(&self) -> &'static str {
-        self.failure().map_or("ok", FailureKind::as_str)
+/// The kind of the error the call returned, if it failed.
+pub(crate) fn failure<D: Domain>(outcome: &Outcome<D>) -> Option<FailureKind> {
+    match error(outcome)? {
+        Failure::Backend(e) => Some(backend_failure(e)),
+        Failure::Store(e) => Some(store_failure(e)),
     }
+}
 
-    /// The kind of the error the call returned, if it failed.
-    pub(crate) fn failure(&self) -> Option<FailureKind> {
-        match self.error()? {
-            Failure::Backend(e) => Some(backend_failure(e)),
-            Failure::Store(e) => Some(store_failure(e)),
-        }
+fn error<D: Domain>(outcome: &Outcome<D>) -> Option<Failure<'_, D>> {
+    match outcome {
+        Outcome::Attach(Err(e))
+        | Outcome::Detach(Err(e))
+        | Outcome::Verify(Err(e))
+        | Outcome::List(Err(e))
+        | Outcome::CheckMachine(Err(e)) => Some(Failure::Backend(e)),
+        Outcome::WriteStatus(Err(e))
+        | Outcome::ReadStatus(Err(e))
+        | Outcome::ListStatuses(Err(e)) => Some(Failure::Store(e)),
+        _ => None,
     }
+}
 
-    fn error(&self) -> Option<Failure<'_, D>> {
-        match self {
-            OpResult::Attach(Err(e))
-            | OpResult::Detach(Err(e))
-            | OpResult::Verify(Err(e))
-            | OpResult::List(Err(e))
-            | OpResult::CheckMachine(Err(e)) => Some(Failure::Backend(e)),
-            OpResult::WriteStatus(Err(e))
-            | OpResult::ReadStatus(Err(e))
-            | OpResult::ListStatuses(Err(e)) => Some(Failure::Store(e)),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn outcome(&self) -> Outcome {
-        match self.error() {
-            Some(_) => Outcome::Failed,
-            None => Outcome::Succeeded,
-        }
-    }
-
-    /// Hands the result to the core under `id`.
-    pub(crate) fn feed(
-        self,
-        core: &mut Reconciler<D>,
-        now: Duration,
-        id: OpId,
-    ) -> Result<(), ReconcilerError<D>> {
-        match self {
-            OpResult::Attach(r) => core.attach_finished(now, id, r),
-            OpResult::Detach(r) => core.detach_finished(now, id, r),
-            OpResult::Verify(r) => core.verify_finished(now, id, r),
-            OpResult::WriteStatus(r) => core.status_written_with(now, id, r),
-            OpResult::ReadStatus(r) => core.status_read(now, id, r),
-            OpResult::ListStatuses(r) => core.statuses_listed(now, id, r),
-            OpResult::List(r) => core.list_finished(now, id, r),
-            OpResult::CheckMachine(r) => core.machine_checked(now, id, r),
-        }
+/// How the metrics count a call that answered `outcome`.
+pub(crate) fn ending<D: Domain>(outcome: &Outcome<D>) -> Ending {
+    if outcome.is_ok() {
+        Ending::Succeeded
+    } else {
+        Ending::Failed
     }
 }
 
@@ -195,7 +142,7 @@ fn store_timeout(kind: CallKind, after: Duration) -> StoreError {
 
 /// Runs `op` to completion, its call within its deadline. Every decision was the core's: this
 /// only makes the one call the operation names.
-pub(crate) async fn execute<D: Domain>(op: Operation<D>, parts: Arc<Parts<D>>) -> OpResult<D> {
+pub(crate) async fn execute<D: Domain>(op: Operation<D>, parts: Arc<Parts<D>>) -> Outcome<D> {
     let span = span_for(&op);
     let this = span.clone();
     async move {
@@ -218,7 +165,7 @@ pub(crate) async fn execute<D: Domain>(op: Operation<D>, parts: Arc<Parts<D>>) -
                 let answer = deadlines
                     .run(CallKind::Attach, Some(&node), Some(&volume), call)
                     .await;
-                OpResult::Attach(
+                Outcome::Attach(
                     answer.unwrap_or_else(|after| Err(backend_timeout(CallKind::Attach, after))),
                 )
             }
@@ -232,7 +179,7 @@ pub(crate) async fn execute<D: Domain>(op: Operation<D>, parts: Arc<Parts<D>>) -
                 let answer = deadlines
                     .run(CallKind::Detach, Some(&node), Some(&volume), call)
                     .await;
-                OpResult::Detach(
+                Outcome::Detach(
                     answer.unwrap_or_else(|after| Err(backend_timeout(CallKind::Detach, after))),
                 )
             }
@@ -241,7 +188,7 @@ pub(crate) async fn execute<D: Domain>(op: Operation<D>, parts: Arc<Parts<D>>) -
                 let answer = deadlines
                     .run(CallKind::Verify, Some(&node), None, call)
                     .await;
-                OpResult::Verify(
+                Outcome::Verify(
                     answer.unwrap_or_else(|after| Err(backend_timeout(CallKind::Verify, after))),
                 )
             }
@@ -262,7 +209,7 @@ pub(crate) async fn execute<D: Domain>(op: Operation<D>, parts: Arc<Parts<D>>) -
                 let answer = deadlines
                     .run(CallKind::StatusRead, Some(&node), None, call)
                     .await;
-                OpResult::ReadStatus(
+                Outcome::ReadStatus(
                     answer.unwrap_or_else(|after| Err(store_timeout(CallKind::StatusRead, after))),
                 )
             }
@@ -291,12 +238,12 @@ pub(crate) async fn execute<D: Domain>(op: Operation<D>, parts: Arc<Parts<D>>) -
                 if matches!(answer, Err(StoreError::Conflict { .. })) {
                     metrics.store_write_conflict();
                 }
-                OpResult::WriteStatus(answer)
+                Outcome::WriteStatus(answer)
             }
             Operation::ListStatuses { .. } => {
                 let call = store.list();
                 let answer = deadlines.run(CallKind::StoreList, None, None, call).await;
-                OpResult::ListStatuses(
+                Outcome::ListStatuses(
                     answer.unwrap_or_else(|after| Err(store_timeout(CallKind::StoreList, after))),
                 )
             }
@@ -305,7 +252,7 @@ pub(crate) async fn execute<D: Domain>(op: Operation<D>, parts: Arc<Parts<D>>) -
                 let answer = deadlines
                     .run(CallKind::MachineState, Some(&node), None, call)
                     .await;
-                OpResult::CheckMachine(
+                Outcome::CheckMachine(
                     answer.unwrap_or_else(|after| {
                         Err(backend_timeout(CallKind::MachineState, after))
                     }),
@@ -314,15 +261,15 @@ pub(crate) async fn execute<D: Domain>(op: Operation<D>, parts: Arc<Parts<D>>) -
             Operation::ListAttachments { .. } => {
                 let call = backend.list();
                 let answer = deadlines.run(CallKind::BackendList, None, None, call).await;
-                OpResult::List(
+                Outcome::List(
                     answer
                         .unwrap_or_else(|after| Err(backend_timeout(CallKind::BackendList, after))),
                 )
             }
         };
-        let label = result.label();
+        let label = label(&result);
         this.record("outcome", label);
-        match result.error() {
+        match error(&result) {
             Some(Failure::Backend(error)) => warn!(%error, "operation failed"),
             Some(Failure::Store(error)) => warn!(%error, "operation failed"),
             None => debug!(outcome = label, "operation finished"),
@@ -336,6 +283,7 @@ pub(crate) async fn execute<D: Domain>(op: Operation<D>, parts: Arc<Parts<D>>) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::calls::backend::MachineState;
     use crate::domain::Ids;
 
     type D = Ids<&'static str, &'static str, &'static str, ()>;
@@ -344,74 +292,74 @@ mod tests {
     /// error a call can return, and of a success.
     #[test]
     fn every_error_has_its_failure_kind_and_label() {
-        let cases: Vec<(OpResult<D>, Option<FailureKind>, &str)> = vec![
-            (OpResult::Detach(Ok(())), None, "ok"),
+        let cases: Vec<(Outcome<D>, Option<FailureKind>, &str)> = vec![
+            (Outcome::Detach(Ok(())), None, "ok"),
             (
-                OpResult::Attach(Err(BackendError::transient("x"))),
+                Outcome::Attach(Err(BackendError::transient("x"))),
                 Some(FailureKind::Transient),
                 "transient",
             ),
             (
-                OpResult::Detach(Err(BackendError::uncertain("x"))),
+                Outcome::Detach(Err(BackendError::uncertain("x"))),
                 Some(FailureKind::Uncertain),
                 "uncertain",
             ),
             (
-                OpResult::Attach(Err(BackendError::attached_elsewhere("node-b", "x"))),
+                Outcome::Attach(Err(BackendError::attached_elsewhere("node-b", "x"))),
                 Some(FailureKind::AttachedElsewhere),
                 "attached-elsewhere",
             ),
             (
-                OpResult::Attach(Err(BackendError::node_full("x"))),
+                Outcome::Attach(Err(BackendError::node_full("x"))),
                 Some(FailureKind::NodeFull),
                 "node-full",
             ),
             (
-                OpResult::Verify(Err(BackendError::transient("x"))),
+                Outcome::Verify(Err(BackendError::transient("x"))),
                 Some(FailureKind::Transient),
                 "transient",
             ),
             (
-                OpResult::List(Err(BackendError::uncertain("x"))),
+                Outcome::List(Err(BackendError::uncertain("x"))),
                 Some(FailureKind::Uncertain),
                 "uncertain",
             ),
             (
-                OpResult::WriteStatus(Err(StoreError::conflict(None))),
+                Outcome::WriteStatus(Err(StoreError::conflict(None))),
                 Some(FailureKind::Conflict),
                 "conflict",
             ),
             (
-                OpResult::ReadStatus(Err(StoreError::not_found())),
+                Outcome::ReadStatus(Err(StoreError::not_found())),
                 Some(FailureKind::NotFound),
                 "not-found",
             ),
             (
-                OpResult::ListStatuses(Err(StoreError::transient("x"))),
+                Outcome::ListStatuses(Err(StoreError::transient("x"))),
                 Some(FailureKind::Transient),
                 "transient",
             ),
             (
-                OpResult::WriteStatus(Err(StoreError::uncertain("x"))),
+                Outcome::WriteStatus(Err(StoreError::uncertain("x"))),
                 Some(FailureKind::Uncertain),
                 "uncertain",
             ),
-            (OpResult::CheckMachine(Ok(MachineState::Off)), None, "ok"),
+            (Outcome::CheckMachine(Ok(MachineState::Off)), None, "ok"),
             (
-                OpResult::CheckMachine(Err(BackendError::transient("x"))),
+                Outcome::CheckMachine(Err(BackendError::transient("x"))),
                 Some(FailureKind::Transient),
                 "transient",
             ),
         ];
         for (result, failure, label) in cases {
-            assert_eq!(result.failure(), failure, "{label}");
-            assert_eq!(result.label(), label);
+            assert_eq!(super::failure(&result), failure, "{label}");
+            assert_eq!(super::label(&result), label);
             let outcome = if failure.is_some() {
-                Outcome::Failed
+                Ending::Failed
             } else {
-                Outcome::Succeeded
+                Ending::Succeeded
             };
-            assert_eq!(result.outcome(), outcome, "{label}");
+            assert_eq!(ending(&result), outcome, "{label}");
         }
     }
 }

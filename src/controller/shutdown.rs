@@ -1,6 +1,6 @@
 //! What a graceful shutdown tells its caller: which operations ended and which were cut off.
 
-use super::metrics::Outcome;
+use super::metrics::Ending;
 use crate::core::operation::OpKind;
 use crate::core::operation::{OpId, Operation};
 use crate::domain::Domain;
@@ -17,7 +17,7 @@ pub struct OperationSummary<D: Domain> {
     /// The node; `None` for a listing.
     pub node: Option<D::Node>,
     /// How it ended.
-    pub outcome: Outcome,
+    pub outcome: Ending,
 }
 
 impl<D: Domain> OperationSummary<D> {
@@ -39,7 +39,7 @@ impl<D: Domain> OperationSummary<D> {
             kind: op.kind(),
             volume,
             node: op.node().cloned(),
-            outcome: Outcome::Abandoned,
+            outcome: Ending::Abandoned,
         }
     }
 }

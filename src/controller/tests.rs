@@ -1018,7 +1018,7 @@ async fn shutdown_lets_calls_finish_within_the_grace_and_abandons_the_rest() {
             kind: OpKind::Attach,
             volume: Some(V1),
             node: Some(A),
-            outcome: Outcome::Succeeded,
+            outcome: Ending::Succeeded,
         }]
     );
     assert_eq!(report.abandoned.len(), 1);
@@ -1027,7 +1027,7 @@ async fn shutdown_lets_calls_finish_within_the_grace_and_abandons_the_rest() {
         (abandoned.kind, abandoned.volume, abandoned.node),
         (OpKind::Attach, Some(V2), Some(B))
     );
-    assert_eq!(abandoned.outcome, Outcome::Abandoned);
+    assert_eq!(abandoned.outcome, Ending::Abandoned);
     // It stopped planning: the attach of vol-1 was not followed by a status write.
     let m = h.handle.metrics();
     assert_eq!(m.write_status.total(), 0);
@@ -1656,7 +1656,7 @@ async fn a_hung_status_write_times_out_and_is_retried_on_the_same_revision() {
     let first = first_of(&mut outcomes, OpKind::WriteStatus);
     assert_eq!(
         (first.outcome, first.failure, first.duration),
-        (Outcome::Failed, Some(FailureKind::Uncertain), secs(30))
+        (Ending::Failed, Some(FailureKind::Uncertain), secs(30))
     );
     h.finish().await;
 }
@@ -1698,7 +1698,7 @@ async fn a_hung_read_before_a_detach_times_out_and_the_detach_is_retried() {
     let first = first_of(&mut outcomes, OpKind::ReadStatus);
     assert_eq!(
         (first.outcome, first.failure, first.duration),
-        (Outcome::Failed, Some(FailureKind::Transient), secs(30))
+        (Ending::Failed, Some(FailureKind::Transient), secs(30))
     );
     h.finish().await;
 }
@@ -1873,7 +1873,7 @@ async fn shutdown_with_an_unbounded_grace_waits_for_every_call_to_end() {
             kind: OpKind::Attach,
             volume: Some(V1),
             node: Some(A),
-            outcome: Outcome::Failed,
+            outcome: Ending::Failed,
         }]
     );
     assert_eq!(h.task.await.unwrap(), report);

@@ -20,7 +20,8 @@
 //! - `tables/`: cache-tuned tables and trimming; a reader after the protocol may skip it.
 //! - `calls/`: the values a backend or store call takes and answers, and [`VolumeSpec`].
 //! - `state/`: the records: desired state, actual state, the status book.
-//! - `operation.rs`, `input.rs`, `event.rs`: the vocabulary, what goes out, in, and to a human.
+//! - `operation.rs`, `outcome.rs`, `input.rs`, `event.rs`: the vocabulary, what goes out, what
+//!   comes back, what goes in, and what a human is told.
 //! - `rules/`: the decisions, the fresh read, machine fencing, capacity, the gate, admission.
 //! - `plan/`: the schedule, the operations in flight, recovery.
 //! - `reconciler/`: the [`Reconciler`] itself, which ties them together.
@@ -37,6 +38,7 @@ pub(crate) mod state;
 pub(crate) mod event;
 pub(crate) mod input;
 pub(crate) mod operation;
+pub(crate) mod outcome;
 
 pub(crate) mod rules;
 
@@ -58,6 +60,9 @@ pub use crate::core::state::actual::NodeFacts;
 pub use crate::core::event::{Event, Holder};
 pub use crate::core::operation::OpKind;
 pub use crate::core::operation::{ForceReason, OpId, Operation};
+
+// Back: what a planned call answered.
+pub use crate::core::outcome::Outcome;
 
 // Read-only views of the core's state.
 pub use crate::core::state::actual::{ActualState, AttachState, Attachment};

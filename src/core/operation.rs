@@ -88,15 +88,16 @@ impl ForceReason {
     }
 }
 
-/// Work for the driver. Each finishes with exactly one call back into the
-/// [`Reconciler`](crate::core::Reconciler) naming its id.
+/// Work for the driver. Each finishes with exactly one
+/// [`Reconciler::finish`](crate::core::Reconciler::finish) naming its id, with the
+/// [`Outcome`](crate::core::Outcome) of its kind.
 ///
 /// Deliberately not `#[non_exhaustive]`: a driver must carry out every operation and report
 /// its result, or the core waits on it forever, so a new kind of operation is a breaking change
 /// that a driver's `match` should fail to compile on, not fall into a wildcard arm.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Operation<D: Domain> {
-    /// Attach `volume` to `node`; report back with `attach_finished`.
+    /// Attach `volume` to `node`; answer with [`Outcome::Attach`](crate::core::Outcome::Attach).
     Attach {
         /// Result id.
         id: OpId,
@@ -107,7 +108,7 @@ pub enum Operation<D: Domain> {
         /// The volume's payload for the backend.
         payload: D::Payload,
     },
-    /// Detach `volume` from `node`; report back with `detach_finished`.
+    /// Detach `volume` from `node`; answer with [`Outcome::Detach`](crate::core::Outcome::Detach).
     Detach {
         /// Result id.
         id: OpId,
@@ -126,8 +127,8 @@ pub enum Operation<D: Domain> {
         force: Option<ForceReason>,
     },
     /// Read `node`'s status fresh from the store
-    /// ([`NodeStatusStore::read`](crate::traits::NodeStatusStore::read), never a cache); report
-    /// back with `status_read`. Planned before a write whose revision is unknown, and right before
+    /// ([`NodeStatusStore::read`](crate::traits::NodeStatusStore::read), never a cache); answer
+    /// with [`Outcome::ReadStatus`](crate::core::Outcome::ReadStatus). Planned before a write whose revision is unknown, and right before
     /// every detach, whose justification (the node's in-use list, its fence, its health) must not
     /// come from a view of unknown age.
     ReadStatus {
@@ -141,7 +142,8 @@ pub enum Operation<D: Domain> {
         #[cfg(feature = "upstream-bugs")]
         from_cache: bool,
     },
-    /// Ask which of `volumes` are still attached to `node`; report back with `verify_finished`.
+    /// Ask which of `volumes` are still attached to `node`; answer with
+    /// [`Outcome::Verify`](crate::core::Outcome::Verify).
     Verify {
         /// Result id.
         id: OpId,
@@ -151,8 +153,8 @@ pub enum Operation<D: Domain> {
         volumes: Vec<(D::Volume, D::Payload)>,
     },
     /// List every attachment the backend knows
-    /// ([`AttachBackend::list`](crate::traits::AttachBackend::list)); report back with
-    /// `list_finished`. Planned every `Config::resync_period`, it finds attachments the core does
+    /// ([`AttachBackend::list`](crate::traits::AttachBackend::list)); answer with
+    /// [`Outcome::List`](crate::core::Outcome::List). Planned every `Config::resync_period`, it finds attachments the core does
     /// not know of, such as one made by a call that a previous controller started and lost in a
     /// restart, which lands after the new one recovered.
     ListAttachments {
@@ -160,7 +162,7 @@ pub enum Operation<D: Domain> {
         id: OpId,
     },
     /// List every node's status ([`NodeStatusStore::list`](crate::traits::NodeStatusStore::list));
-    /// report back with `statuses_listed`. Planned once, by a new core, together with
+    /// answer with [`Outcome::ListStatuses`](crate::core::Outcome::ListStatuses). Planned once, by a new core, together with
     /// [`Operation::ListAttachments`]: nothing else is planned until both are handed back
     /// (restart recovery).
     ListStatuses {
@@ -169,10 +171,11 @@ pub enum Operation<D: Domain> {
     },
     /// Make the store's record of `node` list exactly `attached`, if the record is still at
     /// revision `expected` ([`NodeStatusStore::write`](crate::traits::NodeStatusStore::write), a
-    /// compare-and-set); report back with `status_written`, or, when `read_facts` is set and
-    /// the store can, call
+    /// compare-and-set); answer with [`Outcome::WriteStatus`](crate::core::Outcome::WriteStatus)
+    /// (the revision as a receipt without facts), or, when `read_facts` is set and the store
+    /// can, call
     /// [`NodeStatusStore::write_reading_facts`](crate::traits::NodeStatusStore::write_reading_facts)
-    /// and report back with `status_written_with`.
+    /// and answer with its receipt.
     WriteStatus {
         /// Result id.
         id: OpId,
@@ -189,8 +192,8 @@ pub enum Operation<D: Domain> {
         read_facts: bool,
     },
     /// Ask whether `node`'s machine is powered off
-    /// ([`AttachBackend::machine_state`](crate::traits::AttachBackend::machine_state)); report
-    /// back with `machine_checked`. Planned only with `Config::machine_fencing`, for an
+    /// ([`AttachBackend::machine_state`](crate::traits::AttachBackend::machine_state)); answer
+    /// with [`Outcome::CheckMachine`](crate::core::Outcome::CheckMachine). Planned only with `Config::machine_fencing`, for an
     /// unhealthy, unfenced node whose volumes wait to be detached, one at a time per node and
     /// paced by `MachineFencing::interval`: two `Off` answers fence the node.
     CheckMachine {

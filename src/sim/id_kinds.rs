@@ -29,7 +29,7 @@ use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::core::{Input, NodeFacts, Operation, Reconciler, VolumeSpec};
+use crate::core::{Input, NodeFacts, Operation, Outcome, Reconciler, VolumeSpec};
 use crate::traits::{
     AttachInfo, BackendAttachment, BackendError, MachineState, NodeStatus, ReportedVolume,
     Revision, StoreError,
@@ -508,13 +508,21 @@ fn finish<D: Kind>(
             if ok {
                 world.attached.insert((volume, node));
             }
-            core.attach_finished(now, id, ok.then(AttachInfo::default).ok_or_else(failed))
+            core.finish(
+                now,
+                id,
+                Outcome::Attach(ok.then(AttachInfo::default).ok_or_else(failed)),
+            )
         }
         Operation::Detach { volume, node, .. } => {
             if ok {
                 world.attached.remove(&(volume, node));
             }
-            core.detach_finished(now, id, ok.then_some(()).ok_or_else(failed))
+            core.finish(
+                now,
+                id,
+                Outcome::Detach(ok.then_some(()).ok_or_else(failed)),
+            )
         }
         Operation::Verify { node, volumes, .. } => {
             let still = volumes
@@ -522,7 +530,7 @@ fn finish<D: Kind>(
                 .map(|(v, _)| v)
                 .filter(|v| world.attached.contains(&(v.clone(), node.clone())))
                 .collect();
-            core.verify_finished(now, id, Ok(still))
+            core.finish(now, id, Outcome::Verify(Ok(still)))
         }
         Operation::CheckMachine { node, .. } => {
             let state = if world.fenced.contains(&node) {
@@ -530,7 +538,7 @@ fn finish<D: Kind>(
             } else {
                 MachineState::Running
             };
-            core.machine_checked(now, id, Ok(state))
+            core.finish(now, id, Outcome::CheckMachine(Ok(state)))
         }
         Operation::WriteStatus {
             node,
@@ -549,16 +557,18 @@ fn finish<D: Kind>(
             } else {
                 Err(StoreError::transient("harness"))
             };
-            core.status_written(now, id, result)
+            core.finish(now, id, Outcome::WriteStatus(result.map(Into::into)))
         }
-        Operation::ReadStatus { node, .. } => core.status_read(now, id, Ok(world.status(&node))),
+        Operation::ReadStatus { node, .. } => {
+            core.finish(now, id, Outcome::ReadStatus(Ok(world.status(&node))))
+        }
         Operation::ListStatuses { .. } => {
             let statuses = world
                 .stored
                 .keys()
                 .map(|n| (n.clone(), world.status(n)))
                 .collect();
-            core.statuses_listed(now, id, Ok(statuses))
+            core.finish(now, id, Outcome::ListStatuses(Ok(statuses)))
         }
         Operation::ListAttachments { .. } => {
             let list = world
@@ -570,7 +580,7 @@ fn finish<D: Kind>(
                     spec: VolumeSpec::single_node(()),
                 })
                 .collect();
-            core.list_finished(now, id, Ok(list))
+            core.finish(now, id, Outcome::List(Ok(list)))
         }
     };
     format!("{taken:?}")

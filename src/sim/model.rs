@@ -19,6 +19,7 @@ use crate::core::calls::volume::VolumeSpec;
 use crate::core::input::Input;
 use crate::core::operation::OpKind;
 use crate::core::operation::{OpId, Operation};
+use crate::core::outcome::Outcome;
 use crate::core::reconciler::Reconciler;
 use crate::core::state::actual::{ActualState, AttachState, NodeFacts};
 use crate::core::state::desired::{DesiredState, Missing};
@@ -367,7 +368,7 @@ fn compare(
 
 /// How a planned operation ends in [`check_planner`].
 #[derive(Arbitrary, Clone, Copy, Debug)]
-pub enum Outcome {
+pub enum Answer {
     /// Success.
     Ok,
     /// Failed, did nothing.
@@ -391,7 +392,7 @@ pub enum PlanStep {
     /// Advance virtual time by this many 10 ms and poll.
     Advance(u8),
     /// Finish the n-th running operation with an outcome.
-    Finish(u8, Outcome),
+    Finish(u8, Answer),
     /// The controller restarts: running operations are lost, and a new core starts from the
     /// orchestrator's view (nodes not heard from yet) and recovers from the store and backend.
     Restart,
@@ -637,7 +638,7 @@ pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
                                 .keys()
                                 .map(|n| (*n, truth.status(*n)))
                                 .collect();
-                            core.statuses_listed(now, id, Ok(statuses))
+                            core.finish(now, id, Outcome::ListStatuses(Ok(statuses)))
                         }
                         Operation::ListAttachments { .. } => {
                             let list = listed
@@ -648,7 +649,7 @@ pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
                                     spec: spec_of(*v),
                                 })
                                 .collect();
-                            core.list_finished(now, id, Ok(list))
+                            core.finish(now, id, Outcome::List(Ok(list)))
                         }
                         other => {
                             return Err(format!("step {i}: {other:?} planned while recovering"));
@@ -730,7 +731,7 @@ fn settle(
     let end = now + Duration::from_secs(15 * 60);
     loop {
         for op in std::mem::take(&mut running) {
-            finish(core, now, op, Outcome::Ok, truth)?;
+            finish(core, now, op, Answer::Ok, truth)?;
         }
         truth.agents(core);
         match core.next_deadline() {
@@ -832,18 +833,18 @@ fn finish(
     core: &mut Reconciler<T>,
     now: Duration,
     op: Operation<T>,
-    outcome: Outcome,
+    outcome: Answer,
     truth: &mut Truth,
 ) -> Result<(), String> {
-    let backend_error = |o: Outcome| match o {
-        Outcome::Uncertain => BackendError::uncertain("model"),
+    let backend_error = |o: Answer| match o {
+        Answer::Uncertain => BackendError::uncertain("model"),
         _ => BackendError::transient("model"),
     };
     let id: OpId = op.id();
     let result = match op {
         Operation::ListAttachments { .. } => {
             let result = match outcome {
-                Outcome::Ok => Ok(truth
+                Answer::Ok => Ok(truth
                     .attached
                     .iter()
                     .map(|(v, n)| BackendAttachment {
@@ -854,27 +855,27 @@ fn finish(
                     .collect()),
                 o => Err(backend_error(o)),
             };
-            core.list_finished(now, id, result)
+            core.finish(now, id, Outcome::List(result))
         }
         Operation::Attach { volume, node, .. } => {
-            if matches!(outcome, Outcome::Ok | Outcome::Uncertain) {
+            if matches!(outcome, Answer::Ok | Answer::Uncertain) {
                 truth.attached.insert((volume, node));
             }
             let result = match outcome {
-                Outcome::Ok => Ok(AttachInfo::default()),
+                Answer::Ok => Ok(AttachInfo::default()),
                 o => Err(backend_error(o)),
             };
-            core.attach_finished(now, id, result)
+            core.finish(now, id, Outcome::Attach(result))
         }
         Operation::Detach { volume, node, .. } => {
-            if matches!(outcome, Outcome::Ok | Outcome::Uncertain) {
+            if matches!(outcome, Answer::Ok | Answer::Uncertain) {
                 truth.attached.remove(&(volume, node));
             }
             let result = match outcome {
-                Outcome::Ok => Ok(()),
+                Answer::Ok => Ok(()),
                 o => Err(backend_error(o)),
             };
-            core.detach_finished(now, id, result)
+            core.finish(now, id, Outcome::Detach(result))
         }
         Operation::CheckMachine { node, .. } => {
             // The model's machines are off exactly while fenced (powered off).
@@ -884,10 +885,10 @@ fn finish(
                 MachineState::Running
             };
             let result = match outcome {
-                Outcome::Ok => Ok(state),
+                Answer::Ok => Ok(state),
                 o => Err(backend_error(o)),
             };
-            core.machine_checked(now, id, result)
+            core.finish(now, id, Outcome::CheckMachine(result))
         }
         Operation::Verify { node, volumes, .. } => {
             let still = volumes
@@ -895,7 +896,7 @@ fn finish(
                 .map(|(v, _)| v)
                 .filter(|v| truth.attached.contains(&(*v, node)))
                 .collect();
-            core.verify_finished(now, id, Ok(still))
+            core.finish(now, id, Outcome::Verify(Ok(still)))
         }
         Operation::WriteStatus {
             node,
@@ -907,38 +908,38 @@ fn finish(
             let result = match outcome {
                 // Compare-and-set, as a store does: a stale revision is a conflict.
                 _ if expected != current => Err(StoreError::conflict(current)),
-                Outcome::Ok => Ok(truth.store(node, &list)),
-                Outcome::Uncertain => {
+                Answer::Ok => Ok(truth.store(node, &list)),
+                Answer::Uncertain => {
                     // The write landed but the answer was lost.
                     truth.store(node, &list);
                     Err(StoreError::uncertain("timeout"))
                 }
-                Outcome::Transient => Err(StoreError::transient("model")),
+                Answer::Transient => Err(StoreError::transient("model")),
                 // Another writer won the race: the node's revision moved on.
-                Outcome::Conflict => {
+                Answer::Conflict => {
                     let stored = ReportedVolumes::from(truth.status(node).attached);
                     Err(StoreError::conflict(truth.store(node, &stored)))
                 }
             };
-            core.status_written(now, id, result)
+            core.finish(now, id, Outcome::WriteStatus(result.map(Into::into)))
         }
         Operation::ReadStatus { node, .. } => {
             let result = match outcome {
-                Outcome::Ok | Outcome::Conflict => Ok(truth.status(node)),
+                Answer::Ok | Answer::Conflict => Ok(truth.status(node)),
                 _ => Err(StoreError::transient("model")),
             };
-            core.status_read(now, id, result)
+            core.finish(now, id, Outcome::ReadStatus(result))
         }
         Operation::ListStatuses { .. } => {
             let result = match outcome {
-                Outcome::Ok | Outcome::Conflict => Ok(truth
+                Answer::Ok | Answer::Conflict => Ok(truth
                     .stored
                     .keys()
                     .map(|n| (*n, truth.status(*n)))
                     .collect()),
                 _ => Err(StoreError::transient("model")),
             };
-            core.statuses_listed(now, id, result)
+            core.finish(now, id, Outcome::ListStatuses(result))
         }
     };
     result.map_err(|e| e.to_string())
@@ -972,12 +973,12 @@ mod tests {
         ]
     }
 
-    fn outcome() -> impl Strategy<Value = Outcome> {
+    fn outcome() -> impl Strategy<Value = Answer> {
         prop_oneof![
-            6 => Just(Outcome::Ok),
-            2 => Just(Outcome::Transient),
-            2 => Just(Outcome::Uncertain),
-            1 => Just(Outcome::Conflict),
+            6 => Just(Answer::Ok),
+            2 => Just(Answer::Transient),
+            2 => Just(Answer::Uncertain),
+            1 => Just(Answer::Conflict),
         ]
     }
 

@@ -92,7 +92,7 @@ impl<D: Domain> Reconciler<D> {
     /// Refused, with nothing changed: an id no running operation has
     /// ([`ReconcilerError::UnknownOperation`]), or one of another kind
     /// ([`ReconcilerError::WrongResult`]).
-    pub fn machine_checked(
+    pub(super) fn machine_checked(
         &mut self,
         now: Duration,
         id: OpId,

@@ -28,6 +28,7 @@ use crate::core::calls::volume::{Access, VolumeSpec};
 use crate::core::event::{Event, Holder};
 use crate::core::input::{Input, Kind, ReconcilerError, Rejection, ReleaseRefusal, Relists};
 use crate::core::operation::{ForceReason, InFlight, OpId, OpKind, Operation};
+use crate::core::outcome::Outcome;
 use crate::core::plan::in_flight::InFlightTable;
 use crate::core::plan::recovery::{Load, Recovery, SettledVolumes, Statuses, StoreListed};
 use crate::core::plan::schedule::Schedule;
@@ -268,7 +269,8 @@ const MIN_VERIFY_SLICE_GAP: Duration = Duration::from_millis(10);
 ///
 /// Feed it changes ([`handle`](Self::handle) an [`Input`]), call [`poll`](Self::poll)
 /// with the current time when [`next_deadline`](Self::next_deadline) is due, run the
-/// [`Operation`]s it returns, and hand each result back (`attach_finished`, ...). Work per pass is
+/// [`Operation`]s it returns, and hand each result back ([`finish`](Self::finish) an
+/// [`Outcome`]); [`take_events`](Self::take_events) tells what a human may want to see. Work per pass is
 /// proportional to what changed: changes mark volumes and nodes dirty, and timers wake what waits
 /// (backoff, unmount timeout), so an idle pass touches nothing.
 ///
@@ -566,13 +568,13 @@ impl<D: Domain> Reconciler<D> {
     /// ```
     /// use attach_detach::Ids;
     /// use attach_detach::config::Config;
-    /// use attach_detach::core::{Input, Missing, NodeFacts, Operation, Reconciler, VolumeSpec};
+    /// use attach_detach::core::{Input, Missing, NodeFacts, Operation, Outcome, Reconciler, VolumeSpec};
     /// type D = Ids<&'static str, &'static str, &'static str, ()>;
     /// let mut core = Reconciler::<D>::new(Config::default());
     /// # for op in core.poll(std::time::Duration::ZERO) {
     /// #     match op {
-    /// #         Operation::ListStatuses { id } => core.statuses_listed(Default::default(), id, Ok(vec![])),
-    /// #         op => core.list_finished(Default::default(), op.id(), Ok(vec![])),
+    /// #         Operation::ListStatuses { id } => core.finish(Default::default(), id, Outcome::ListStatuses(Ok(vec![]))),
+    /// #         op => core.finish(Default::default(), op.id(), Outcome::List(Ok(vec![]))),
     /// #     }.unwrap();
     /// # }
     /// // The pod is seen before its node and its volume: it waits, and nothing is planned.
@@ -1307,8 +1309,36 @@ impl<D: Domain> Reconciler<D> {
         }
     }
 
+    /// The call planned as `id` answered `outcome`: the one way results come back.
+    ///
+    /// `outcome`'s variant must be the operation's kind ([`Outcome::kind`]). Refused, with
+    /// nothing changed (the operation keeps waiting for its answer): an id no running
+    /// operation has ([`ReconcilerError::UnknownOperation`]: already finished, or planned by
+    /// another instance), or an outcome of another kind ([`ReconcilerError::WrongResult`],
+    /// which names both kinds).
+    ///
+    /// A call whose answer is lost (its task panicked) still ends here, with
+    /// [`Outcome::panicked`].
+    pub fn finish(
+        &mut self,
+        now: Duration,
+        id: OpId,
+        outcome: Outcome<D>,
+    ) -> Result<(), ReconcilerError<D>> {
+        match outcome {
+            Outcome::Attach(r) => self.attach_finished(now, id, r),
+            Outcome::Detach(r) => self.detach_finished(now, id, r),
+            Outcome::Verify(r) => self.verify_finished(now, id, r),
+            Outcome::List(r) => self.list_finished(now, id, r),
+            Outcome::WriteStatus(r) => self.status_written_with(now, id, r),
+            Outcome::ReadStatus(r) => self.status_read(now, id, r),
+            Outcome::ListStatuses(r) => self.statuses_listed(now, id, r),
+            Outcome::CheckMachine(r) => self.machine_checked(now, id, r),
+        }
+    }
+
     /// The attach planned as `id` finished.
-    pub fn attach_finished(
+    fn attach_finished(
         &mut self,
         now: Duration,
         id: OpId,
@@ -1407,7 +1437,7 @@ impl<D: Domain> Reconciler<D> {
     }
 
     /// The detach planned as `id` finished.
-    pub fn detach_finished(
+    fn detach_finished(
         &mut self,
         now: Duration,
         id: OpId,
@@ -1466,7 +1496,7 @@ impl<D: Domain> Reconciler<D> {
     /// ([`Event::ReleaseRefused`], [`ReleaseRefusal::BackendStillAttached`]) and the detach
     /// goes ahead as any. A verify that failed (or gave no answer about the volume) decides
     /// nothing: the release stays pending, and the node is verified again after a backoff.
-    pub fn verify_finished(
+    fn verify_finished(
         &mut self,
         now: Duration,
         id: OpId,
@@ -1621,7 +1651,7 @@ impl<D: Domain> Reconciler<D> {
     /// ran) is taken in as Uncertain, as at recovery: it is detached if nothing needs it, or
     /// confirmed by an attach if a workload there does. Attachments the core knows and the
     /// listing lacks are left to the per-node verify.
-    pub fn list_finished(
+    fn list_finished(
         &mut self,
         now: Duration,
         id: OpId,
@@ -1677,21 +1707,12 @@ impl<D: Domain> Reconciler<D> {
     /// An error that may have taken effect ([`StoreError::Uncertain`], a timeout) leaves what
     /// the store holds unknown, so no detach waiting for it goes ahead until a later write or
     /// read settles it (C5); one that certainly did nothing leaves it as it was. Both back off.
-    pub fn status_written(
-        &mut self,
-        now: Duration,
-        id: OpId,
-        result: Result<Revision, StoreError>,
-    ) -> Result<(), ReconcilerError<D>> {
-        self.status_written_with(now, id, result.map(WriteReceipt::from))
-    }
-
-    /// The status write planned as `id` finished, answered by
-    /// [`NodeStatusStore::write_reading_facts`](crate::traits::NodeStatusStore::write_reading_facts):
-    /// as [`status_written`](Self::status_written), and the node's facts the store read with
-    /// the write, if any, judge the detaches that waited for it in the next pass, instead of a
-    /// fresh read. Only that pass: facts are as fresh as the write, and a later pass reads.
-    pub fn status_written_with(
+    ///
+    /// When the store read the node's facts with the write
+    /// ([`NodeStatusStore::write_reading_facts`](crate::traits::NodeStatusStore::write_reading_facts)),
+    /// they judge the detaches that waited for it in the next pass, instead of a fresh read.
+    /// Only that pass: facts are as fresh as the write, and a later pass reads.
+    fn status_written_with(
         &mut self,
         now: Duration,
         id: OpId,
@@ -1769,7 +1790,7 @@ impl<D: Domain> Reconciler<D> {
     /// at again on the node's next report or after [`Config::unmount_recheck`], with one
     /// [`Event::WaitingForUnmount`] per episode. A read that failed decides nothing: the node
     /// is read again after a backoff.
-    pub fn status_read(
+    fn status_read(
         &mut self,
         now: Duration,
         id: OpId,
@@ -1962,7 +1983,7 @@ impl<D: Domain> Reconciler<D> {
 
     /// The recovery listing of every node's status planned as `id` finished. Retried with
     /// backoff when it failed; once the backend's listing is in too, the core recovers.
-    pub fn statuses_listed(
+    fn statuses_listed(
         &mut self,
         now: Duration,
         id: OpId,

@@ -88,18 +88,20 @@ impl Run {
                 self.carried += 1;
                 self.calls += 1;
                 self.r
-                    .attach_finished(now, id, Ok(AttachInfo { device: None }))
+                    .finish(now, id, Outcome::Attach(Ok(AttachInfo { device: None })))
                     .unwrap();
             }
             Operation::Detach { id, .. } => {
                 self.carried += 1;
                 self.calls += 1;
-                self.r.detach_finished(now, id, Ok(())).unwrap();
+                self.r.finish(now, id, Outcome::Detach(Ok(()))).unwrap();
             }
             Operation::Verify { id, volumes, .. } => {
                 self.carried += volumes.len();
                 let attached = volumes.into_iter().map(|(v, _)| v).collect();
-                self.r.verify_finished(now, id, Ok(attached)).unwrap();
+                self.r
+                    .finish(now, id, Outcome::Verify(Ok(attached)))
+                    .unwrap();
             }
             Operation::WriteStatus {
                 id, node, attached, ..
@@ -108,7 +110,9 @@ impl Run {
                 entry.0 = attached.to_vec();
                 entry.1 += 1;
                 let revision = Revision::from(entry.1);
-                self.r.status_written(now, id, Ok(revision)).unwrap();
+                self.r
+                    .finish(now, id, Outcome::WriteStatus(Ok(revision.into())))
+                    .unwrap();
             }
             Operation::ReadStatus { id, node, .. } => {
                 let (attached, revision) = self.store.get(node).cloned().unwrap_or_default();
@@ -119,17 +123,25 @@ impl Run {
                     healthy: Some(true),
                     revision: Revision::from(revision),
                 };
-                self.r.status_read(now, id, Ok(status)).unwrap();
+                self.r
+                    .finish(now, id, Outcome::ReadStatus(Ok(status)))
+                    .unwrap();
             }
             Operation::ListAttachments { id } => {
-                self.r.list_finished(now, id, Ok(Vec::new())).unwrap();
+                self.r
+                    .finish(now, id, Outcome::List(Ok(Vec::new())))
+                    .unwrap();
             }
             Operation::ListStatuses { id } => {
-                self.r.statuses_listed(now, id, Ok(Vec::new())).unwrap();
+                self.r
+                    .finish(now, id, Outcome::ListStatuses(Ok(Vec::new())))
+                    .unwrap();
             }
             Operation::CheckMachine { id, .. } => {
                 let running = crate::core::calls::backend::MachineState::Running;
-                self.r.machine_checked(now, id, Ok(running)).unwrap();
+                self.r
+                    .finish(now, id, Outcome::CheckMachine(Ok(running)))
+                    .unwrap();
             }
         }
     }

@@ -249,7 +249,8 @@ impl P {
             match op {
                 Operation::ListStatuses { id } => {
                     let listed = p.store.iter().map(|(n, r)| (*n, r.status())).collect();
-                    p.r.statuses_listed(p.now, id, Ok(listed)).unwrap();
+                    p.r.finish(p.now, id, Outcome::ListStatuses(Ok(listed)))
+                        .unwrap();
                 }
                 Operation::ListAttachments { id } => {
                     let listed = attachments
@@ -260,7 +261,7 @@ impl P {
                             spec: VolumeSpec::single_node(()),
                         })
                         .collect();
-                    p.r.list_finished(p.now, id, Ok(listed)).unwrap();
+                    p.r.finish(p.now, id, Outcome::List(Ok(listed))).unwrap();
                 }
                 other => panic!("{} planned while recovering", render(&other)),
             }
@@ -469,27 +470,36 @@ impl P {
         match op {
             Operation::Attach { id, .. } => self
                 .r
-                .attach_finished(now, id, Ok(AttachInfo { device: None }))
+                .finish(now, id, Outcome::Attach(Ok(AttachInfo { device: None })))
                 .unwrap(),
-            Operation::Detach { id, .. } => self.r.detach_finished(now, id, Ok(())).unwrap(),
+            Operation::Detach { id, .. } => {
+                self.r.finish(now, id, Outcome::Detach(Ok(()))).unwrap()
+            }
             Operation::Verify { id, volumes, .. } => self
                 .r
-                .verify_finished(now, id, Ok(volumes.into_iter().map(|(v, _)| v).collect()))
+                .finish(
+                    now,
+                    id,
+                    Outcome::Verify(Ok(volumes.into_iter().map(|(v, _)| v).collect())),
+                )
                 .unwrap(),
-            Operation::ListAttachments { id } => {
-                self.r.list_finished(now, id, Ok(Vec::new())).unwrap()
-            }
+            Operation::ListAttachments { id } => self
+                .r
+                .finish(now, id, Outcome::List(Ok(Vec::new())))
+                .unwrap(),
             Operation::ListStatuses { id } => {
                 let listed = self.store.iter().map(|(n, r)| (*n, r.status())).collect();
-                self.r.statuses_listed(now, id, Ok(listed)).unwrap()
+                self.r
+                    .finish(now, id, Outcome::ListStatuses(Ok(listed)))
+                    .unwrap()
             }
             // This backend does not support the question, as a backend by default.
             Operation::CheckMachine { id, .. } => self
                 .r
-                .machine_checked(
+                .finish(
                     now,
                     id,
-                    Ok(crate::core::calls::backend::MachineState::Unknown),
+                    Outcome::CheckMachine(Ok(crate::core::calls::backend::MachineState::Unknown)),
                 )
                 .unwrap(),
             Operation::WriteStatus {
@@ -579,7 +589,9 @@ impl P {
                 });
             }
         }
-        self.r.status_written_with(self.now, id, result).unwrap();
+        self.r
+            .finish(self.now, id, Outcome::WriteStatus(result))
+            .unwrap();
         self.drain_events();
     }
 
@@ -601,7 +613,9 @@ impl P {
                 listed,
             });
         }
-        self.r.status_read(self.now, id, result).unwrap();
+        self.r
+            .finish(self.now, id, Outcome::ReadStatus(result))
+            .unwrap();
         self.drain_events();
     }
 
@@ -742,12 +756,13 @@ fn recovery_with_failures(statuses_fail: bool, failures: usize) -> Vec<(Duration
             match op {
                 Operation::ListStatuses { id } if statuses_fail && failed < failures => {
                     failed += 1;
-                    p.r.statuses_listed(now, id, Err(transient())).unwrap();
+                    p.r.finish(now, id, Outcome::ListStatuses(Err(transient())))
+                        .unwrap();
                 }
                 Operation::ListAttachments { id } if !statuses_fail && failed < failures => {
                     failed += 1;
                     let error = BackendError::transient("injected");
-                    p.r.list_finished(now, id, Err(error)).unwrap();
+                    p.r.finish(now, id, Outcome::List(Err(error))).unwrap();
                 }
                 op => p.ok(op),
             }
@@ -1161,7 +1176,7 @@ fn every_detach_follows_a_fresh_read_of_its_node_in_an_earlier_pass() {
                 } if !failed => {
                     failed = true;
                     let error = BackendError::transient("injected");
-                    p.r.detach_finished(p.now, id, Err(error)).unwrap();
+                    p.r.finish(p.now, id, Outcome::Detach(Err(error))).unwrap();
                 }
                 op => p.ok(op),
             }
@@ -1723,7 +1738,8 @@ fn restarted_with_gone_unregistered(backend: &[&'static str]) -> P {
         match op {
             Operation::ListStatuses { id } => {
                 let listed = p.store.iter().map(|(n, r)| (*n, r.status())).collect();
-                p.r.statuses_listed(p.now, id, Ok(listed)).unwrap();
+                p.r.finish(p.now, id, Outcome::ListStatuses(Ok(listed)))
+                    .unwrap();
             }
             Operation::ListAttachments { id } => {
                 let listed = (backend.iter())
@@ -1733,7 +1749,7 @@ fn restarted_with_gone_unregistered(backend: &[&'static str]) -> P {
                         spec: VolumeSpec::single_node(()),
                     })
                     .collect();
-                p.r.list_finished(p.now, id, Ok(listed)).unwrap();
+                p.r.finish(p.now, id, Outcome::List(Ok(listed))).unwrap();
             }
             other => panic!("{} planned while recovering", render(&other)),
         }

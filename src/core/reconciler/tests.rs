@@ -287,18 +287,24 @@ impl H {
         match op {
             Operation::Attach { id, volume, .. } => self
                 .r
-                .attach_finished(
+                .finish(
                     now,
                     id,
-                    Ok(AttachInfo {
+                    Outcome::Attach(Ok(AttachInfo {
                         device: Some(format!("/dev/{volume}")),
-                    }),
+                    })),
                 )
                 .unwrap(),
-            Operation::Detach { id, .. } => self.r.detach_finished(now, id, Ok(())).unwrap(),
+            Operation::Detach { id, .. } => {
+                self.r.finish(now, id, Outcome::Detach(Ok(()))).unwrap()
+            }
             Operation::Verify { id, volumes, .. } => self
                 .r
-                .verify_finished(now, id, Ok(volumes.into_iter().map(|(v, _)| v).collect()))
+                .finish(
+                    now,
+                    id,
+                    Outcome::Verify(Ok(volumes.into_iter().map(|(v, _)| v).collect())),
+                )
                 .unwrap(),
             Operation::WriteStatus {
                 id, node, attached, ..
@@ -310,25 +316,31 @@ impl H {
                 entry.1 = attached.to_vec();
                 entry.2 += 1;
                 let revision = Revision::from(entry.2);
-                self.r.status_written(now, id, Ok(revision)).unwrap()
+                self.r
+                    .finish(now, id, Outcome::WriteStatus(Ok(revision.into())))
+                    .unwrap()
             }
             Operation::ReadStatus { id, node, .. } => {
                 let status = self.read(node);
-                self.r.status_read(now, id, status).unwrap()
+                self.r.finish(now, id, Outcome::ReadStatus(status)).unwrap()
             }
-            Operation::ListAttachments { id } => {
-                self.r.list_finished(now, id, Ok(Vec::new())).unwrap()
-            }
-            Operation::ListStatuses { id } => {
-                self.r.statuses_listed(now, id, Ok(Vec::new())).unwrap()
-            }
+            Operation::ListAttachments { id } => self
+                .r
+                .finish(now, id, Outcome::List(Ok(Vec::new())))
+                .unwrap(),
+            Operation::ListStatuses { id } => self
+                .r
+                .finish(now, id, Outcome::ListStatuses(Ok(Vec::new())))
+                .unwrap(),
             Operation::CheckMachine { id, node } => {
                 let state = self
                     .machines
                     .get(node)
                     .copied()
                     .unwrap_or(crate::core::calls::backend::MachineState::Running);
-                self.r.machine_checked(now, id, Ok(state)).unwrap()
+                self.r
+                    .finish(now, id, Outcome::CheckMachine(Ok(state)))
+                    .unwrap()
             }
         }
     }
@@ -339,32 +351,43 @@ impl H {
             panic!("not a verify: {}", render(&op));
         };
         self.r
-            .verify_finished(self.now, id, Ok(attached.to_vec()))
+            .finish(self.now, id, Outcome::Verify(Ok(attached.to_vec())))
             .unwrap();
     }
 
     fn fail(&mut self, op: Operation<T>, error: BackendError<&'static str>) {
         let now = self.now;
         match op {
-            Operation::Attach { id, .. } => self.r.attach_finished(now, id, Err(error)).unwrap(),
-            Operation::Detach { id, .. } => self.r.detach_finished(now, id, Err(error)).unwrap(),
-            Operation::Verify { id, .. } => self.r.verify_finished(now, id, Err(error)).unwrap(),
-            Operation::ListAttachments { id } => self.r.list_finished(now, id, Err(error)).unwrap(),
-            Operation::CheckMachine { id, .. } => {
-                self.r.machine_checked(now, id, Err(error)).unwrap()
+            Operation::Attach { id, .. } => {
+                self.r.finish(now, id, Outcome::Attach(Err(error))).unwrap()
             }
+            Operation::Detach { id, .. } => {
+                self.r.finish(now, id, Outcome::Detach(Err(error))).unwrap()
+            }
+            Operation::Verify { id, .. } => {
+                self.r.finish(now, id, Outcome::Verify(Err(error))).unwrap()
+            }
+            Operation::ListAttachments { id } => {
+                self.r.finish(now, id, Outcome::List(Err(error))).unwrap()
+            }
+            Operation::CheckMachine { id, .. } => self
+                .r
+                .finish(now, id, Outcome::CheckMachine(Err(error)))
+                .unwrap(),
             other => panic!("use fail_status for {}", render(&other)),
         }
     }
 
     fn fail_status(&mut self, op: Operation<T>, error: StoreError) {
         match op {
-            Operation::WriteStatus { id, .. } => {
-                self.r.status_written(self.now, id, Err(error)).unwrap()
-            }
-            Operation::ReadStatus { id, .. } => {
-                self.r.status_read(self.now, id, Err(error)).unwrap()
-            }
+            Operation::WriteStatus { id, .. } => self
+                .r
+                .finish(self.now, id, Outcome::WriteStatus(Err(error)))
+                .unwrap(),
+            Operation::ReadStatus { id, .. } => self
+                .r
+                .finish(self.now, id, Outcome::ReadStatus(Err(error)))
+                .unwrap(),
             other => panic!("not a store call: {}", render(&other)),
         }
     }
@@ -821,7 +844,7 @@ fn sync_verifies_and_reattaches_what_the_backend_lost() {
         unreachable!()
     };
     assert_eq!(volumes, vec![("v1", ())]);
-    h.r.verify_finished(h.now, id, Ok(vec![])).unwrap();
+    h.r.finish(h.now, id, Outcome::Verify(Ok(vec![]))).unwrap();
     assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
     assert_eq!(
         h.run_ok(secs(1)),
@@ -852,7 +875,7 @@ fn a_verify_answer_in_any_order_drops_exactly_the_volumes_it_leaves_out() {
     // Out of order, v3 left out, and names the core never asked about before, between and
     // after the node's own.
     let answer = vec!["v5", "v0", "v4", "v2", "v35", "v1", "v9", "v4"];
-    h.r.verify_finished(h.now, id, Ok(answer)).unwrap();
+    h.r.finish(h.now, id, Outcome::Verify(Ok(answer))).unwrap();
     for volume in volumes {
         let expected = if volume == "v3" {
             AttachState::Detached
@@ -882,7 +905,7 @@ fn a_verify_answer_about_an_attachment_changed_since_it_was_planned_is_ignored()
         unreachable!()
     };
     assert_eq!((node, volumes), ("n1", vec![("v1", ())]));
-    h.r.verify_finished(h.now, id, Ok(vec![])).unwrap();
+    h.r.finish(h.now, id, Outcome::Verify(Ok(vec![]))).unwrap();
     assert_eq!(
         h.r.actual().state(&"v1", &"n1"),
         AttachState::Uncertain,
@@ -910,7 +933,7 @@ fn a_verify_answer_is_not_taken_for_an_attachment_made_again_since() {
         unreachable!()
     };
     assert_eq!(volumes, vec![("v1", ())]);
-    h.r.verify_finished(h.now, id, Ok(vec![])).unwrap();
+    h.r.finish(h.now, id, Outcome::Verify(Ok(vec![]))).unwrap();
     assert_eq!(
         h.r.actual().state(&"v1", &"n1"),
         AttachState::Attached,
@@ -959,7 +982,8 @@ fn a_verify_answer_is_not_taken_for_a_record_whose_generation_came_round_again()
     let attach = h.tick_taking(OpKind::Attach);
     h.ok(attach);
     assert_eq!(generation(&h, "v0"), 1);
-    h.r.verify_finished(h.now, id, Ok(vec!["v1"])).unwrap();
+    h.r.finish(h.now, id, Outcome::Verify(Ok(vec!["v1"])))
+        .unwrap();
     assert_eq!(
         h.r.actual().state(&"v0", &"n1"),
         AttachState::Attached,
@@ -988,8 +1012,12 @@ fn a_status_write_acknowledged_for_a_deleted_node_object_is_not_taken_for_its_su
     h.store.remove("n1");
     h.node("n1", &[]);
     // The write landed on the old object.
-    h.r.status_written(h.now, id, Ok(Revision::from(9)))
-        .unwrap();
+    h.r.finish(
+        h.now,
+        id,
+        Outcome::WriteStatus(Ok(Revision::from(9).into())),
+    )
+    .unwrap();
     h.run_ok(secs(5));
     assert_eq!(h.store["n1"].1.len(), 2, "the new object lists v1 and v2");
     assert_eq!(h.stored("n1"), Some(vec!["v1", "v2"]));
@@ -1031,7 +1059,7 @@ fn a_status_read_answered_across_a_node_objects_deletion_is_not_taken_for_its_su
     let Operation::ReadStatus { id, .. } = read else {
         unreachable!()
     };
-    h.r.status_read(h.now, id, old).unwrap();
+    h.r.finish(h.now, id, Outcome::ReadStatus(old)).unwrap();
     h.run_ok(secs(5));
     assert_eq!(h.store["n1"].1.len(), 1, "the new object lists v1");
     assert_eq!(h.stored("n1"), Some(vec!["v1"]));
@@ -1064,18 +1092,22 @@ fn a_status_listed_at_a_restart_before_its_node_object_was_deleted_is_not_taken_
     for op in ops {
         match op {
             Operation::ListStatuses { id } => {
-                h.r.statuses_listed(h.now, id, Ok(vec![("n1", old.clone())]))
-                    .unwrap()
-            }
-            Operation::ListAttachments { id } => {
-                h.r.list_finished(
+                h.r.finish(
                     h.now,
                     id,
-                    Ok(vec![BackendAttachment {
+                    Outcome::ListStatuses(Ok(vec![("n1", old.clone())])),
+                )
+                .unwrap()
+            }
+            Operation::ListAttachments { id } => {
+                h.r.finish(
+                    h.now,
+                    id,
+                    Outcome::List(Ok(vec![BackendAttachment {
                         volume: "v1",
                         node: "n1",
                         spec: VolumeSpec::single_node(()),
-                    }]),
+                    }])),
                 )
                 .unwrap()
             }
@@ -1188,7 +1220,7 @@ fn api_misuse_is_a_typed_error_and_changes_nothing() {
     );
     h.node("n1", &[]);
     assert_eq!(
-        h.r.attach_finished(h.now, OpId(99), Ok(AttachInfo::default())),
+        h.r.finish(h.now, OpId(99), Outcome::Attach(Ok(AttachInfo::default()))),
         Err(ReconcilerError::UnknownOperation { id: OpId(99) })
     );
     h.rwo("v1");
@@ -1200,7 +1232,7 @@ fn api_misuse_is_a_typed_error_and_changes_nothing() {
         .unwrap();
     let id = attach.id();
     assert_eq!(
-        h.r.detach_finished(h.now, id, Ok(())),
+        h.r.finish(h.now, id, Outcome::Detach(Ok(()))),
         Err(ReconcilerError::WrongResult {
             id,
             actual: OpKind::Attach,
@@ -1217,6 +1249,48 @@ fn api_misuse_is_a_typed_error_and_changes_nothing() {
         Some(vec![Missing::Node("n1")])
     );
     assert!(!h.r.desired().is_desired(&"v1", &"n1"));
+}
+
+#[test]
+fn finish_refuses_every_other_kind_and_keeps_the_operation_waiting_unchanged() {
+    let mut h = H::new(Config::default());
+    h.node("n1", &[]);
+    h.rwo("v1");
+    h.pod("p", "n1", &["v1"]);
+    let attach = h
+        .tick()
+        .into_iter()
+        .find(|o| o.kind() == OpKind::Attach)
+        .unwrap();
+    let id = attach.id();
+    let before = format!("{:?}", h.r);
+    for kind in OpKind::ALL {
+        if kind == OpKind::Attach {
+            continue;
+        }
+        // Any answer of another kind: the lost-answer one stands for each.
+        let wrong = Outcome::<T>::panicked(kind);
+        assert_eq!(wrong.kind(), kind);
+        assert_eq!(
+            h.r.finish(h.now, id, wrong),
+            Err(ReconcilerError::WrongResult {
+                id,
+                actual: OpKind::Attach,
+                given: kind
+            }),
+            "{kind:?}"
+        );
+        assert_eq!(format!("{:?}", h.r), before, "{kind:?} changed the core");
+    }
+    assert!(h.r.take_events().is_empty(), "a refusal tells no one");
+    // The attach still waits for its answer, takes it once, and not twice.
+    h.r.finish(h.now, id, Outcome::Attach(Ok(AttachInfo::default())))
+        .unwrap();
+    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Attached);
+    assert_eq!(
+        h.r.finish(h.now, id, Outcome::Attach(Ok(AttachInfo::default()))),
+        Err(ReconcilerError::UnknownOperation { id })
+    );
 }
 
 #[test]
@@ -1592,7 +1666,7 @@ fn verify_settles_an_uncertain_detach_as_detached() {
                 Operation::Detach { .. } => h.fail(op, uncertain()),
                 Operation::Verify { id, node: "n1", .. } => {
                     let now = h.now;
-                    h.r.verify_finished(now, id, Ok(vec![])).unwrap();
+                    h.r.finish(now, id, Outcome::Verify(Ok(vec![]))).unwrap();
                 }
                 Operation::Attach { node: "n2", .. } => {
                     attached_on_n2 = true;
@@ -2000,7 +2074,7 @@ fn a_blocked_pair_is_forgotten_with_its_attachment() {
         for op in h.tick() {
             if let Operation::Verify { id, .. } = op {
                 let now = h.now;
-                h.r.verify_finished(now, id, Ok(vec![])).unwrap();
+                h.r.finish(now, id, Outcome::Verify(Ok(vec![]))).unwrap();
             } else {
                 h.ok(op);
             }
@@ -3645,7 +3719,8 @@ fn a_write_s_facts_arriving_during_a_round_join_the_next_pass_not_the_rest_of_th
         revision,
         facts: Some(facts),
     };
-    h.r.status_written_with(h.now, id, Ok(receipt)).unwrap();
+    h.r.finish(h.now, id, Outcome::WriteStatus(Ok(receipt)))
+        .unwrap();
     let next = next_pass_of_the_round(&mut h);
     assert_eq!(
         planned(&next),

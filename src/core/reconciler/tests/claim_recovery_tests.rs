@@ -44,10 +44,12 @@ fn recover(h: &mut H, listed: &[&'static str]) {
         match op {
             Operation::ListStatuses { id } => {
                 let statuses = listed.iter().map(|n| (*n, h.read(n).unwrap())).collect();
-                h.r.statuses_listed(h.now, id, Ok(statuses)).unwrap();
+                h.r.finish(h.now, id, Outcome::ListStatuses(Ok(statuses)))
+                    .unwrap();
             }
             Operation::ListAttachments { id } => {
-                h.r.list_finished(h.now, id, Ok(Vec::new())).unwrap();
+                h.r.finish(h.now, id, Outcome::List(Ok(Vec::new())))
+                    .unwrap();
             }
             other => panic!("recovery planned {}", render(&other)),
         }

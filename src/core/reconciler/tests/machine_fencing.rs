@@ -307,11 +307,15 @@ fn machine_checked_refuses_unknown_ids_and_other_kinds() {
     let check = h.run_until_taking(OpKind::CheckMachine);
     let id = check.id();
     assert_eq!(
-        h.r.machine_checked(h.now, OpId(999_999), Ok(MachineState::Off)),
+        h.r.finish(
+            h.now,
+            OpId(999_999),
+            Outcome::CheckMachine(Ok(MachineState::Off))
+        ),
         Err(ReconcilerError::UnknownOperation { id: OpId(999_999) })
     );
     assert_eq!(
-        h.r.detach_finished(h.now, id, Ok(())),
+        h.r.finish(h.now, id, Outcome::Detach(Ok(()))),
         Err(ReconcilerError::WrongResult {
             id,
             actual: OpKind::CheckMachine,
@@ -319,11 +323,15 @@ fn machine_checked_refuses_unknown_ids_and_other_kinds() {
         })
     );
     // Still running after both refusals.
-    h.r.machine_checked(h.now, id, Ok(MachineState::Off))
+    h.r.finish(h.now, id, Outcome::CheckMachine(Ok(MachineState::Off)))
         .unwrap();
     let write = h.run_until_taking(OpKind::WriteStatus);
     assert_eq!(
-        h.r.machine_checked(h.now, write.id(), Ok(MachineState::Off)),
+        h.r.finish(
+            h.now,
+            write.id(),
+            Outcome::CheckMachine(Ok(MachineState::Off))
+        ),
         Err(ReconcilerError::WrongResult {
             id: write.id(),
             actual: OpKind::WriteStatus,
