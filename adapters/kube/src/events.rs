@@ -448,7 +448,8 @@ mod tests {
         let pv: k8s_openapi::api::core::v1::PersistentVolume = serde_json::from_value(
             serde_json::json!({
                 "metadata": {"name": "pv-1"},
-                "spec": {"accessModes": ["ReadWriteOnce"], "csi": {"driver": "d", "volumeHandle": "h1"}}
+                "spec": {"accessModes": ["ReadWriteOnce"], "csi": {"driver": "d", "volumeHandle": "h1"},
+                         "claimRef": {"namespace": "ns", "name": "c", "uid": "uid-c"}}
             }),
         )
         .unwrap();
