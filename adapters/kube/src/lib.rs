@@ -8,6 +8,7 @@ mod error;
 mod events;
 mod informers;
 mod leader;
+mod ratelimit;
 mod store;
 
 pub use backend::{KubeBackendConfig, ManagedDrivers, VolumeAttachmentBackend};
@@ -18,4 +19,5 @@ pub use drivers::CsiDrivers;
 pub use events::{KubeEvent, KubeEventRecorder, REPORTING_CONTROLLER, kube_events, publish};
 pub use informers::{DriverChange, InformerState, Informers, ObjectIndex, PodRef, node_facts};
 pub use leader::{LeaderConfig, LeaderError, Term, lead};
+pub use ratelimit::{ClientRateLimit, RateLimited};
 pub use store::{KubeStatusStore, StatusWriteStats};

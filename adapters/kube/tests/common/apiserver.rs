@@ -477,6 +477,25 @@ impl ApiServer {
         removed
     }
 
+    /// A JSON patch of the node's status, as another writer of it (a kubelet) would send; the
+    /// HTTP code of the answer.
+    pub fn patch_status_as_kubelet(&self, node: &str, patch: &Value) -> u16 {
+        let body = serde_json::to_vec(patch).expect("JSON");
+        let (code, _) = self.lock().patch(
+            NODES,
+            "",
+            node,
+            Some("status"),
+            &BTreeMap::new(),
+            "application/json-patch+json",
+            &body,
+        );
+        if code < 300 {
+            self.notify();
+        }
+        code
+    }
+
     fn notify(&self) {
         let revision = self.lock().revision;
         self.inner.changed.send_replace(revision);

@@ -15,6 +15,7 @@ pub mod fake_api;
 pub mod fake_va;
 pub mod rbac;
 pub mod script;
+pub mod sims;
 
 use std::collections::BTreeMap;
 
