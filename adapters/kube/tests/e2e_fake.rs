@@ -22,7 +22,7 @@ use serde_json::json;
 
 use common::apiserver::{ApiServer, EVENTS, LEASES, NODES};
 use common::rbac::Policy;
-use common::sims::{CONTROLLER, ControllerProcess, Sims, until};
+use common::sims::{CONTROLLER, ControllerProcess, Sims, controller_binary, until};
 
 const DRIVER: &str = "hostpath.csi.k8s.io";
 const NS: &str = "default";
@@ -34,6 +34,10 @@ const AHEAD: &[(&str, &str, &str)] = &[
     ("storage.k8s.io", "csinodes", "list"),
     ("storage.k8s.io", "csinodes", "watch"),
 ];
+
+/// One scenario at a time: each runs a controller process and watches real time, and the
+/// machine has two cores.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A controller on a fresh fake with RBAC enforced, and its simulators.
 async fn cluster() -> (ApiServer, Sims, String) {
@@ -214,7 +218,9 @@ async fn seed_004(server: &ApiServer, sims: &Sims) {
         until(Duration::from_secs(30), || sims.running(NS, "app-0")
             && sims.attached("s4-n1").contains(&unique))
         .await,
-        "seed 004: app-0 never ran"
+        "seed 004: app-0 never ran: {:?} {:?}",
+        server.get(common::apiserver::PODS, NS, "app-0"),
+        server.get(NODES, "", "s4-n1")
     );
     sims.crash("s4-n1");
     sims.force_delete_pod(NS, "app-0");
@@ -261,6 +267,7 @@ async fn seed_004(server: &ApiServer, sims: &Sims) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_seeds_incidents_through_the_example_over_http_under_rbac() {
+    let _serial = SERIAL.lock().await;
     let (server, sims, token) = cluster().await;
     for node in ["s0-n1", "s0-n2", "s2-n1", "s4-n1", "s4-n2"] {
         sims.add_node(node);
@@ -324,4 +331,103 @@ async fn the_seeds_incidents_through_the_example_over_http_under_rbac() {
         "deploy/rbac.yaml grants what no request of the run needed (remove it, or make a \
          scenario need it): {unneeded:#?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_says_in_one_line_what_stops_it_and_waits_out_an_unreachable_server() {
+    let _serial = SERIAL.lock().await;
+    // No cluster configured: one line, exit 2.
+    let out = tokio::process::Command::new(controller_binary())
+        .env_clear()
+        .env("HOME", "/nonexistent")
+        .env("RUST_LOG", "off")
+        .output()
+        .await
+        .expect("the example runs");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.starts_with("attach-detach: no cluster to talk to: set KUBECONFIG"),
+        "{said}"
+    );
+    assert_eq!(said.lines().count(), 1, "{said}");
+
+    // Forbidden: one line naming the refusal, exit 3.
+    let server = ApiServer::start().await;
+    server.enforce(Some(Policy::default()));
+    let token = server.token(CONTROLLER);
+    let controller = ControllerProcess::start(&server, &token, &[("RUST_LOG", "off")]);
+    let mut controller = controller;
+    let code = tokio::time::timeout(Duration::from_secs(20), controller.child.wait())
+        .await
+        .expect("it stops by itself")
+        .expect("an exit status")
+        .code();
+    let said = controller.log();
+    assert_eq!(code, Some(3), "{said}");
+    let refusal = said
+        .lines()
+        .find(|l| l.contains("forbids the controller"))
+        .unwrap_or_else(|| panic!("no refusal line: {said}"));
+    assert!(
+        refusal.contains("cannot get resource \"leases\"") && refusal.contains("deploy/rbac.yaml"),
+        "{refusal}"
+    );
+
+    // Unreachable: retried with backoff, one line each, until the API server is there.
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        probe.local_addr().expect("an address").port()
+    };
+    let absent = ApiServer::start().await;
+    let token = absent.token(CONTROLLER);
+    // A kubeconfig naming the free port, where nothing listens yet.
+    let config = absent
+        .kubeconfig(&token)
+        .replace(&absent.url(), &format!("http://127.0.0.1:{port}"));
+    let path = std::env::temp_dir().join(format!(
+        "attach-detach-unreachable-{}.kubeconfig",
+        std::process::id()
+    ));
+    std::fs::write(&path, config).expect("a kubeconfig");
+    let mut child = tokio::process::Command::new(controller_binary())
+        .env_clear()
+        .env("KUBECONFIG", &path)
+        .env("RUST_LOG", "off")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the example runs");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        child.try_wait().expect("a status").is_none(),
+        "it exited instead of retrying"
+    );
+    let server = ApiServer::start_at(port).await;
+    let token = server.token(CONTROLLER);
+    assert_eq!(
+        token, "token-1",
+        "the kubeconfig's token authenticates here too"
+    );
+    let led = until(Duration::from_secs(20), || {
+        server
+            .get(LEASES, "kube-system", "attach-detach-controller")
+            .is_some_and(|l| !l["spec"]["holderIdentity"].is_null())
+    })
+    .await;
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().expect("a pid").to_string()])
+        .status();
+    let out = child.wait_with_output().await.expect("it stops");
+    let _ = std::fs::remove_file(&path);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(led, "it never led once the server was there: {said}");
+    let retries: Vec<&str> = said
+        .lines()
+        .filter(|l| l.contains("cannot reach the API server at http://127.0.0.1"))
+        .collect();
+    assert!(retries.len() >= 2, "{said}");
+    assert!(retries[0].ends_with("retrying in 1s"), "{said}");
+    assert!(retries[1].ends_with("retrying in 2s"), "{said}");
+    assert!(retries[0].contains("Connection refused"), "{said}");
 }

@@ -271,7 +271,12 @@ impl ApiServer {
     /// Starts a server on a free port of 127.0.0.1, in a task of the current runtime, with no
     /// policy (every authenticated request is allowed) and a history of 100,000 changes.
     pub async fn start() -> ApiServer {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        Self::start_at(0).await
+    }
+
+    /// [`ApiServer::start`] on `port` of 127.0.0.1 (0: any free one).
+    pub async fn start_at(port: u16) -> ApiServer {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
             .await
             .expect("a port on 127.0.0.1");
         let addr = listener.local_addr().expect("an address");
@@ -475,6 +480,27 @@ impl ApiServer {
             self.notify();
         }
         removed
+    }
+
+    /// The changes after `revision`, and the revision they bring the caller to; `None` if the
+    /// history no longer reaches back that far.
+    pub fn changes_since(&self, revision: u64) -> Option<(u64, Vec<(Resource, Value)>)> {
+        let state = self.lock();
+        if revision + 1 < state.history_from {
+            return None;
+        }
+        let start = state.history.partition_point(|c| c.revision <= revision);
+        let changes = state
+            .history
+            .range(start..)
+            .map(|c| (c.resource, c.object.clone()))
+            .collect();
+        Some((state.revision, changes))
+    }
+
+    /// The current revision.
+    pub fn revision(&self) -> u64 {
+        self.lock().revision
     }
 
     /// A JSON patch of the node's status, as another writer of it (a kubelet) would send; the

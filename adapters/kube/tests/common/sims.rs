@@ -19,7 +19,7 @@
 //! `external-attacher/<driver>` and `status.attached` (ControllerPublish succeeded); a deleted
 //! one loses its finalizer (ControllerUnpublish succeeded) and goes.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -45,11 +45,26 @@ pub struct Sims {
 struct SimState {
     /// Nodes whose kubelet runs, and what each has mounted.
     kubelets: BTreeMap<String, BTreeSet<String>>,
+    /// Pods (namespace, name) by node, and each pod's node.
+    pods_by_node: HashMap<String, BTreeSet<(String, String)>>,
+    pod_nodes: HashMap<(String, String), String>,
+    /// Nodes to look at, and VolumeAttachments for the attacher.
+    dirty: BTreeSet<String>,
+    attachments: BTreeSet<String>,
+    /// The server's revision seen last.
+    seen: u64,
 }
 
 impl Sims {
-    /// Starts the external-attacher and the kubelets' loop on `server`.
+    /// Starts the external-attacher and the kubelets' loop on `server`, kubelets posting a
+    /// heartbeat every second.
     pub fn start(server: &ApiServer) -> (Sims, JoinHandle<()>) {
+        Self::start_with(server, Some(Duration::from_secs(1)))
+    }
+
+    /// [`Sims::start`], with heartbeats every `heartbeat` (`None`: a kubelet writes its status
+    /// only when its volumes change, as a real one between its 5-minute reports).
+    pub fn start_with(server: &ApiServer, heartbeat: Option<Duration>) -> (Sims, JoinHandle<()>) {
         let sims = Sims {
             server: server.clone(),
             state: Arc::default(),
@@ -57,12 +72,13 @@ impl Sims {
         let running = sims.clone();
         let task = tokio::spawn(async move {
             let mut changes = running.server.changes();
-            let mut beat = tokio::time::interval(Duration::from_secs(1));
+            let mut beat = tokio::time::interval(heartbeat.unwrap_or(Duration::from_secs(3600)));
             loop {
                 let heartbeat = tokio::select! {
                     _ = changes.changed() => false,
-                    _ = beat.tick() => true,
+                    _ = beat.tick() => heartbeat.is_some(),
                 };
+                running.absorb();
                 running.attacher_step();
                 running.kubelet_step(heartbeat);
             }
@@ -70,19 +86,99 @@ impl Sims {
         (sims, task)
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, SimState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes in the server's changes since the last look: which nodes and attachments to
+    /// look at.
+    fn absorb(&self) {
+        let seen = self.lock().seen;
+        let (revision, changes) = match self.server.changes_since(seen) {
+            Some(found) => found,
+            None => {
+                // Too far behind: everything, from the objects as they are.
+                let revision = self.server.revision();
+                let mut all: Vec<(super::apiserver::Resource, Value)> = Vec::new();
+                for resource in [PODS, NODES, ATTACHMENTS] {
+                    all.extend(
+                        self.server
+                            .list(resource)
+                            .into_iter()
+                            .map(|o| (resource, o)),
+                    );
+                }
+                (revision, all)
+            }
+        };
+        let mut state = self.lock();
+        state.seen = revision;
+        for (resource, object) in changes {
+            let name = object["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            if resource == PODS {
+                let ns = object["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                let key = (ns, name);
+                if let Some(old) = state.pod_nodes.remove(&key) {
+                    if let Some(pods) = state.pods_by_node.get_mut(&old) {
+                        pods.remove(&key);
+                    }
+                    state.dirty.insert(old);
+                }
+                let exists = self.server.get(PODS, &key.0, &key.1).is_some();
+                if let (true, Some(node)) = (exists, object["spec"]["nodeName"].as_str()) {
+                    state
+                        .pods_by_node
+                        .entry(node.to_owned())
+                        .or_default()
+                        .insert(key.clone());
+                    state.pod_nodes.insert(key, node.to_owned());
+                    state.dirty.insert(node.to_owned());
+                }
+            } else if resource == NODES {
+                state.dirty.insert(name);
+            } else if resource == ATTACHMENTS {
+                state.attachments.insert(name);
+            } else if resource == PVCS || resource == PVS {
+                let all: Vec<String> = state.kubelets.keys().cloned().collect();
+                state.dirty.extend(all);
+            }
+        }
+    }
+
     /// Registers a node whose kubelet runs: `Ready`, nothing attached or in use.
     pub fn add_node(&self, name: &str) {
-        self.state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .kubelets
-            .insert(name.to_owned(), BTreeSet::new());
+        {
+            let mut state = self.lock();
+            state.kubelets.insert(name.to_owned(), BTreeSet::new());
+            state.dirty.insert(name.to_owned());
+        }
         self.server.put(json!({
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name},
             "spec": {},
             "status": {"conditions": [ready(0)]},
         }));
+    }
+
+    /// Registers the kubelet of a node already put on the server, with the volumes of its
+    /// `volumesInUse` mounted.
+    pub fn adopt_node(&self, name: &str) {
+        let node = self.server.get(NODES, "", name).unwrap_or(Value::Null);
+        let mounted = node["status"]["volumesInUse"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect();
+        let mut state = self.lock();
+        state.kubelets.insert(name.to_owned(), mounted);
+        state.dirty.insert(name.to_owned());
     }
 
     /// The node's machine dies: its kubelet stops, and the node lifecycle controller marks it
@@ -250,10 +346,14 @@ impl Sims {
     /// The volumes the pods of `node` need, and the pods, by name, with whether each is being
     /// deleted and what it needs.
     fn pods_of(&self, node: &str) -> Vec<(String, String, bool, Vec<String>)> {
-        self.server
-            .list(PODS)
-            .into_iter()
-            .filter(|p| p["spec"]["nodeName"] == node)
+        let keys: Vec<(String, String)> = self
+            .lock()
+            .pods_by_node
+            .get(node)
+            .map(|p| p.iter().cloned().collect())
+            .unwrap_or_default();
+        keys.into_iter()
+            .filter_map(|(ns, name)| self.server.get(PODS, &ns, &name))
             .map(|p| {
                 let ns = p["metadata"]["namespace"]
                     .as_str()
@@ -280,14 +380,19 @@ impl Sims {
     }
 
     fn kubelet_step(&self, heartbeat: bool) {
-        let nodes: Vec<(String, BTreeSet<String>)> = self
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .kubelets
-            .iter()
-            .map(|(n, m)| (n.clone(), m.clone()))
-            .collect();
+        let nodes: Vec<(String, BTreeSet<String>)> = {
+            let mut state = self.lock();
+            let dirty = if heartbeat {
+                state.dirty.clear();
+                state.kubelets.keys().cloned().collect()
+            } else {
+                std::mem::take(&mut state.dirty)
+            };
+            dirty
+                .into_iter()
+                .filter_map(|n| state.kubelets.get(&n).map(|m| (n, m.clone())))
+                .collect()
+        };
         for (node, mut mounted) in nodes {
             let attached: BTreeSet<String> = self.attached(&node).into_iter().collect();
             let pods = self.pods_of(&node);
