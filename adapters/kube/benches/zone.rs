@@ -27,8 +27,8 @@
 //! printed side by side: ours sends two more per moved volume than the model, one watch of
 //! its VolumeAttachment per attach and per detach.
 
+// The tests' fake API server and simulators (the module allows its own dead code).
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code, unused_imports)]
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -422,10 +422,9 @@ async fn upstream(client: kube::Client) {
                     .lock()
                     .unwrap()
                     .contains(&(node.clone(), pv.clone()))
+                && let Some(u) = unique_of(pv)
             {
-                if let Some(u) = unique_of(pv) {
-                    reported.entry(node.clone()).or_default().insert(u);
-                }
+                reported.entry(node.clone()).or_default().insert(u);
             }
         }
         for (node, now) in reported {
