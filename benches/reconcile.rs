@@ -23,9 +23,7 @@
 //! `string`, `name`, `arc`, comma-separated), `ATTACH_DETACH_BENCH_MAX_SIZE=10000` (and
 //! `ATTACH_DETACH_BENCH_MIN_SIZE=1000000` to build one size alone), and
 //! `ATTACH_DETACH_BENCH_CHECKS=sync` (or `allocations`, `moves`, `renumber`, `recovery`) for
-//! some of the hand-timed checks; `huge_pages`, which moves the heap onto huge pages, and
-//! `edge`, which times a model of the redesign's first step beside the `u32` core, run only
-//! when named:
+//! some of the hand-timed checks:
 //!
 //! ```sh
 //! cargo bench -p attach-detach --features internals --bench reconcile -- \
@@ -35,15 +33,7 @@
 //! ```
 
 mod common;
-#[path = "common/edge_interning.rs"]
-mod edge_interning;
-#[path = "common/huge_pages.rs"]
-mod huge_pages;
-#[path = "common/move_floor.rs"]
-mod move_floor;
 use common::{Moves, median};
-use edge_interning::Edge;
-use move_floor::{ById, Dense, InSlots, Linked, MoveFloor};
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::{HashMap, HashSet};
@@ -271,33 +261,20 @@ const MIN_RATIO: f64 = 1000.0;
 /// ids, at 150,000 and 1,000,000 attachments. It was 256 over the hash-map tables; the dense
 /// tables (`src/dense_table.rs`) settle at about 155, and this keeps that win from eroding.
 const MAX_BYTES_PER_ATTACHMENT: f64 = 172.0;
-/// Ceiling, asserted in every mode: allocations per `u32` move, as the bench drives it (its
-/// own input and its list of volumes included, 2). 21.0 were measured with kept operation
-/// and event lists, 29.0 with a new list each pass, 20.0 once a workload's placement stopped
-/// copying its list of changed volumes; each allocation is about 100 of a move's 29,400
-/// instructions; 19.0 once a status write and the core's record of it shared one list; 16.0
-/// once the write that drops the volume reads the node's facts, and the move has no read;
-/// 11.0 once the store double minted revisions without text and a workload's input handed
-/// its changed volumes to a list the core keeps; 4.1 to 4.8 once a node's emptied list of
-/// detach requests and the status lists the store has done with were kept for reuse
-/// (`Spares`, `ListSpares`); 4.4 to 5.1, growing with the size, until the count waited for
-/// every node's first writes since the build, a spare list was chosen by its room, and the
-/// trim kept the workload table's list of free slots (4.27 without that alone). Now 4.01 to
-/// 4.03 up to 150,000 and 4.12 at 1,000,000: the bench's 2 and the Multi-Attach event's 2 (its
-/// owned lists), and a node's status list that still grows now and then, its count of volumes
-/// walking past the room the list was built with.
+/// Ceiling, asserted in every mode: allocations per `u32` move, as the bench drives it. A
+/// settled move makes 4.0 to 4.1: the bench's own input and its list of volumes (2), the
+/// Multi-Attach event's owned lists of workloads and holders (2), and now and then a node's
+/// status list growing past the most volumes it has held. Everything else a move needs (its
+/// operation and event lists, a node's detach requests, the status lists the store has done
+/// with) is kept for reuse (`poll_into`, `drain_events_into`, `Spares`, `ListSpares`), so
+/// one more allocation per move shows here on any machine.
 const MAX_ALLOCATIONS_PER_MOVE: f64 = 4.2;
 /// Ceiling, asserted in every mode: allocations per `Name` move, as for `u32` (4.01 to 4.09).
 const MAX_NAME_ALLOCATIONS_PER_MOVE: f64 = 4.2;
 /// Ceiling, asserted in every mode: allocations per `String` move. Each copy of a `String` id
-/// is an allocation, so this counts the ids a move copies: 246.6 while a status write's list
-/// was copied for the call and again for the core's record, 186.8 since they share one list
-/// (`ReportedVolumes`), 138.8 with no fresh read of the node's 30-volume list per move,
-/// 133.8 to 135.1 with the changes that took the `u32` move to 11.0, 129.8 to 131.1 once an
-/// operation's end freed its gate key by reference, 65.3 to 66.8 once a status write's list
-/// was written over the ids of a list the store had done with (`Refill`).
-/// 49.4 to 49.8 up to 150,000 and 53.5 at 1,000,000 now. Copying a node's list once more per
-/// write, or reading it once more, adds about 45 to 60.
+/// is an allocation, so this counts the ids a move copies: 49 to 50 up to 150,000 and about
+/// 53.5 at 1,000,000. Copying a node's 30-volume list once more per write, or reading it
+/// once more, adds about 45 to 60.
 const MAX_STRING_ALLOCATIONS_PER_MOVE: f64 = 55.0;
 /// Goal (issue 16): live bytes per attachment at 1,000,000, u32 ids.
 const GOAL_BYTES_PER_ATTACHMENT: f64 = 160.0;
@@ -436,28 +413,6 @@ fn complete<K: Naming>(
     ops: impl IntoIterator<Item = Operation<K>>,
     events: &mut Vec<Event<K>>,
 ) -> Counts {
-    complete_handing_out(r, now, ops, events, &mut Nowhere)
-}
-
-/// Where a driver hands what the core plans and reports, besides completing it.
-trait HandOut<K: Naming> {
-    fn operation(&mut self, _op: &Operation<K>) {}
-    fn event(&mut self, _event: &Event<K>) {}
-}
-
-/// A driver that only completes: the bench's own.
-struct Nowhere;
-
-impl<K: Naming> HandOut<K> for Nowhere {}
-
-/// [`complete`], handing every event of the pass out before they are dropped.
-fn complete_handing_out<K: Naming>(
-    r: &mut Reconciler<K>,
-    now: Duration,
-    ops: impl IntoIterator<Item = Operation<K>>,
-    events: &mut Vec<Event<K>>,
-    out: &mut impl HandOut<K>,
-) -> Counts {
     let mut counts = [0; 5];
     for op in ops {
         match op {
@@ -509,9 +464,6 @@ fn complete_handing_out<K: Naming>(
     }
     // A driver hands events to a recorder; left here they would pile up.
     r.drain_events_into(events);
-    for event in events.iter() {
-        out.event(event);
-    }
     black_box(&events);
     events.clear();
     counts
@@ -524,17 +476,6 @@ fn drive<K: Naming>(
     sync_at: Duration,
     scratch: &mut Scratch<K>,
 ) -> Vec<Counts> {
-    drive_handing_out(r, now, sync_at, scratch, &mut Nowhere)
-}
-
-/// [`drive`], handing every operation planned out before it is completed, and every event.
-fn drive_handing_out<K: Naming>(
-    r: &mut Reconciler<K>,
-    now: &mut Duration,
-    sync_at: Duration,
-    scratch: &mut Scratch<K>,
-    out: &mut impl HandOut<K>,
-) -> Vec<Counts> {
     let mut passes = Vec::new();
     while let Some(due) = r.next_deadline() {
         if due >= sync_at {
@@ -542,15 +483,11 @@ fn drive_handing_out<K: Naming>(
         }
         *now = (*now).max(due);
         r.poll_into(*now, &mut scratch.ops);
-        for op in &scratch.ops {
-            out.operation(op);
-        }
-        passes.push(complete_handing_out(
+        passes.push(complete(
             r,
             *now,
             scratch.ops.drain(..),
             &mut scratch.events,
-            out,
         ));
         scratch.trim();
         // A cluster's first round is its passes' budget apart: a million volumes at 250 a
@@ -1101,15 +1038,8 @@ fn wanted(kind: &str) -> bool {
 /// `ATTACH_DETACH_BENCH_CHECKS` lists some (`allocations`, `moves`, `renumber`, `sync`,
 /// `recovery`, comma-separated), to measure one figure at 1M without the rest's minutes.
 fn check_wanted(check: &str) -> bool {
-    std::env::var_os("ATTACH_DETACH_BENCH_CHECKS").is_none() || check_named(check)
-}
-
-/// Whether `check` was asked for by name in `ATTACH_DETACH_BENCH_CHECKS`: for the checks that
-/// change the process for what runs after them, or time a model rather than the core, and so
-/// never run unasked.
-fn check_named(check: &str) -> bool {
     std::env::var("ATTACH_DETACH_BENCH_CHECKS")
-        .is_ok_and(|checks| checks.split(',').any(|c| c.trim() == check))
+        .map_or(true, |checks| checks.split(',').any(|c| c.trim() == check))
 }
 
 /// Builds the settled clusters of one id kind, printing and checking their memory.
@@ -1250,172 +1180,6 @@ fn check_allocations<K: Naming>(clusters: &mut [Cluster<K>]) {
     }
 }
 
-/// A move timed at every size before and after the heap is moved onto huge pages
-/// ([`huge_pages`]): whether what a move at 1M pays beyond one at 1k is page walks or cache
-/// misses. The heap holds every size's cluster, so all are timed on small pages first, then
-/// all again once the heap is collapsed. Asked for by name only
-/// (`ATTACH_DETACH_BENCH_CHECKS=huge_pages`): every later figure of the run is on huge pages.
-fn check_huge_pages<K: Naming>(clusters: &mut [Cluster<K>]) {
-    const MOVES: u32 = 2_000;
-    let mut time_all = || -> Vec<Duration> {
-        (clusters.iter_mut())
-            .map(|cl| {
-                cl.settle_moves();
-                time_move(MOVES, || {
-                    black_box(cl.move_one());
-                })
-            })
-            .collect()
-    };
-    // Twice on each side: what drifts from one timing to the next is not the pages.
-    let (small, small_again) = (time_all(), time_all());
-    let c = match huge_pages::collapse_heap() {
-        Ok(c) => c,
-        // Nothing was asked of the kernel: timing the moves again would compare like with like.
-        Err(e) => {
-            return println!(
-                "huge pages, {} ids: the heap was not collapsed ({e})",
-                K::KIND
-            );
-        }
-    };
-    println!(
-        "huge pages, {} ids: {} MiB in {} regions collapsed, {} refused{}; AnonHugePages {} KiB",
-        K::KIND,
-        c.bytes >> 20,
-        c.regions,
-        c.refused,
-        c.last_refusal
-            .map_or(String::new(), |e| format!(" (the last: {e})")),
-        c.anon_huge_kib.map_or("?".to_string(), |k| k.to_string()),
-    );
-    let (huge, huge_again) = (time_all(), time_all());
-    for (i, cl) in clusters.iter().enumerate() {
-        println!(
-            "huge pages at {}, {} ids: a move {:.2?} and {:.2?} on small pages, {:.2?} and {:.2?} \
-             on huge ones",
-            cl.size,
-            K::KIND,
-            small[i],
-            small_again[i],
-            huge[i],
-            huge_again[i]
-        );
-    }
-}
-
-impl Cluster<U32Ids> {
-    /// [`move_one`](Cluster::move_one) as a core interning `Name`s at its edge would make it
-    /// ([`Edge`]): the inputs come with names and are interned, every operation and event goes
-    /// out with names, and the store is handed lists of names.
-    fn move_at_edge(&mut self, edge: &mut Edge) -> Vec<Counts> {
-        self.moved += 1;
-        edge.moves += 1;
-        let (w, to) = self.moves.next();
-        // Owned names, as an informer hands them (and as the `Name` cluster's move makes them).
-        let workload = edge.workloads.name(w);
-        let removed = Input::WorkloadRemoved {
-            workload: edge.workloads.intern(&workload),
-        };
-        drop(workload);
-        self.r.handle(removed).unwrap();
-        let (workload, node, volumes) = (
-            edge.workloads.name(w),
-            edge.nodes.name(to),
-            vec![edge.volumes.name(w)],
-        );
-        let scheduled = Input::WorkloadScheduled {
-            workload: edge.workloads.intern(&workload),
-            node: edge.nodes.intern(&node),
-            volumes: volumes.iter().map(|v| edge.volumes.intern(v)).collect(),
-        };
-        drop((workload, node, volumes));
-        self.r.handle(scheduled).unwrap();
-        drive_handing_out(
-            &mut self.r,
-            &mut self.now,
-            self.sync_at,
-            &mut self.scratch,
-            edge,
-        )
-    }
-}
-
-/// The first step of the redesign modelled ([`Edge`]): at every size a `u32` move is timed
-/// three times, then the same move with `Name`s interned at its edge three times. What the
-/// second costs over the first is what interning would add to a `u32` core for `Name` ids;
-/// the `moves` check of the same run (`ATTACH_DETACH_BENCH_KINDS=u32,name`) gives today's
-/// `Name` core beside it. Asked for by name only (`ATTACH_DETACH_BENCH_CHECKS=edge`); in
-/// test mode it runs briefly at the smallest size, so that the model stays true to the core
-/// (every node's list handed out is the core's, in names).
-fn check_edge(clusters: &mut [Cluster<U32Ids>], test_mode: bool) {
-    let (sizes, moves) = if test_mode {
-        (1, 50)
-    } else {
-        (usize::MAX, 2_000)
-    };
-    for cl in clusters.iter_mut().take(sizes) {
-        let size = cl.size;
-        let mut edge = Edge::new(
-            (0..cl.nodes).map(NameIds::node).collect(),
-            (0..size).map(NameIds::volume).collect(),
-            (0..size).map(NameIds::workload).collect(),
-        );
-        cl.settle_moves();
-        let bare: Vec<Duration> = (0..3)
-            .map(|_| {
-                time_move(moves, || {
-                    black_box(cl.move_one());
-                })
-            })
-            .collect();
-        // Twelve moves a node through the edge, untimed, so that each node's kept list is
-        // the one its last write handed out, as in a core that only ever writes through its
-        // edge: the bare moves left them behind, and a list edited from a stale one is copied
-        // whole. (So the two are timed in turn, not interleaved.)
-        for _ in 0..cl.nodes.max(100) * 12 {
-            black_box(cl.move_at_edge(&mut edge));
-        }
-        let interned: Vec<Duration> = (0..3)
-            .map(|_| {
-                time_move(moves, || {
-                    black_box(cl.move_at_edge(&mut edge));
-                })
-            })
-            .collect();
-        // The model hands the store what the core holds.
-        let mut compared = 0;
-        for n in 0..cl.nodes {
-            let (Some(handed), Some(held)) = (edge.handed_list(n), cl.r.status().stored(&n)) else {
-                continue;
-            };
-            assert!(
-                (held.volumes().iter())
-                    .map(|v| edge.volumes.get(*v))
-                    .eq(handed.iter()),
-                "node {n}: the store was handed the names of what the core wrote"
-            );
-            compared += 1;
-        }
-        assert!(
-            compared * 2 >= cl.nodes,
-            "the edge wrote most nodes' lists: {compared} of {}",
-            cl.nodes
-        );
-        println!(
-            "interned at the edge at {size}: a u32 move {:.2?}, {:.2?}, {:.2?}; with names \
-             interned at its edge {:.2?}, {:.2?}, {:.2?}; handed out per move: {:?}",
-            bare[0],
-            bare[1],
-            bare[2],
-            interned[0],
-            interned[1],
-            interned[2],
-            edge.handed.map(|n| n as f64 / edge.moves as f64),
-        );
-    }
-}
-
 /// The median time of one move, over 15 runs of `moves` moves each.
 fn time_move(moves: u32, mut move_one: impl FnMut()) -> Duration {
     median(
@@ -1440,33 +1204,12 @@ fn by_size(per_size: &[(u32, Duration)]) -> String {
         .join(", ")
 }
 
-/// Panics unless a floor of `F`'s kind, moved 10,000 times at 3,000 attachments, keeps its
-/// bookkeeping ([`MoveFloor::check`]).
-fn check_floor<F: move_floor::Find>() {
-    let mut floor = MoveFloor::<F>::new(3_000);
-    for _ in 0..10_000 {
-        black_box(floor.move_one());
-    }
-    floor.check();
-}
-
-/// A floor's move timed by hand, over `moves` moves.
-fn time_floor<F: move_floor::Find>(moves: u32, mut floor: MoveFloor<F>) -> Duration {
-    time_move(moves, || {
-        black_box(floor.move_one());
-    })
-}
-
 /// One move timed by hand at every size (median of 15 runs of 2,000 moves), once the
 /// cluster's moves have settled ([`Cluster::settle_moves`]), against the goals: at most 1.5
 /// µs, and no more than 1.3 times dearer at 1,000,000 than at 1,000.
 fn check_moves<K: Naming>(clusters: &mut [Cluster<K>]) {
     const MOVES: u32 = 2_000;
     let mut per_size = Vec::new();
-    let mut floor_per_size = Vec::new();
-    let mut by_id_per_size = Vec::new();
-    let mut in_slots_per_size = Vec::new();
-    let mut linked_per_size = Vec::new();
     for cl in clusters.iter_mut() {
         cl.settle_moves();
         per_size.push((
@@ -1475,13 +1218,6 @@ fn check_moves<K: Naming>(clusters: &mut [Cluster<K>]) {
                 black_box(cl.move_one());
             }),
         ));
-        // The floors beside the core, at the same size, each built and dropped here (ten
-        // times the core's moves: each is far cheaper).
-        let (size, moves) = (cl.size, MOVES * 10);
-        floor_per_size.push((size, time_floor(moves, MoveFloor::<Dense>::new(size))));
-        by_id_per_size.push((size, time_floor(moves, MoveFloor::<ById>::new(size))));
-        in_slots_per_size.push((size, time_floor(moves, MoveFloor::<InSlots>::new(size))));
-        linked_per_size.push((size, time_floor(moves, MoveFloor::<Linked>::new(size))));
     }
     let line = by_size(&per_size);
     let at =
@@ -1495,45 +1231,6 @@ fn check_moves<K: Naming>(clusters: &mut [Cluster<K>]) {
         "move cost, {} ids (hand-timed medians): {line}; 1M/1k {ratio:.2}x",
         K::KIND
     );
-    if let (Some(floor_small), Some(floor_large)) =
-        (at(&floor_per_size, 1_000), at(&floor_per_size, 1_000_000))
-    {
-        // What a move at 1M costs beyond one at 1k is memory: the core's, against the least
-        // any core must touch. At the goal's cost per move, the floor's share alone sets the
-        // lowest ratio any design can reach on this machine.
-        let core_extra = large.saturating_sub(small).as_secs_f64() * 1e6;
-        let floor_extra = floor_large.saturating_sub(floor_small).as_secs_f64() * 1e6;
-        let goal = GOAL_MOVE.as_secs_f64() * 1e6;
-        println!(
-            "memory floor of a move (dense indices, nothing but the records and lists a move \
-             must touch): {}; 1M costs {core_extra:.2} µs more than 1k in the core, \
-             {floor_extra:.2} µs in the floor; a {goal:.2} µs move at 1k would be at least \
-             {:.2}x dearer at 1M",
-            by_size(&floor_per_size),
-            (goal + floor_extra) / goal
-        );
-        // A core is handed the embedder's ids: the same floor with each record found from
-        // its id, through an index apart from the records (the core's layout), in the hash
-        // table's own slots (the least a lookup by id costs), and only for the ids the input
-        // names, through an index, the records linked by place (a core interning ids at its
-        // edge).
-        for (how, per_size) in [
-            ("through an index", &by_id_per_size),
-            ("in its table's slots", &in_slots_per_size),
-            ("through an index, only the input's two", &linked_per_size),
-        ] {
-            if let (Some(small), Some(large)) = (at(per_size, 1_000), at(per_size, 1_000_000)) {
-                let extra = large.saturating_sub(small).as_secs_f64() * 1e6;
-                println!(
-                    "memory floor of a move, each record found by id {how}: {}; 1M costs \
-                     {extra:.2} µs more than 1k; a {goal:.2} µs move at 1k would be at least \
-                     {:.2}x dearer at 1M",
-                    by_size(per_size),
-                    (goal + extra) / goal
-                );
-            }
-        }
-    }
     let worst = per_size.iter().map(|(_, d)| *d).max().expect("sizes");
     goal(
         worst <= GOAL_MOVE,
@@ -1921,20 +1618,11 @@ fn run_kind<K: Naming>(
     if check_wanted("allocations") {
         check_allocations(&mut clusters);
     }
-    if test_mode {
-        // The floors do the bookkeeping they claim to.
-        check_floor::<Dense>();
-        check_floor::<ById>();
-        check_floor::<InSlots>();
-        check_floor::<Linked>();
-    } else if check_wanted("moves") {
+    if !test_mode && check_wanted("moves") {
         if let Some(at_150k) = clusters.iter_mut().find(|cl| cl.size == 150_000) {
             check_ratio(at_150k);
         }
         check_moves(&mut clusters);
-    }
-    if check_named("huge_pages") {
-        check_huge_pages(&mut clusters);
     }
     // After the idle benches: it moves the clock past their window. Before the restart
     // check: that one builds and drops a second core of each size, and the first passes after
@@ -2016,9 +1704,6 @@ fn main() {
             bench_status_burst(c, at_150k);
         }
         check_mass_removal(test_mode);
-        if check_named("edge") || test_mode {
-            check_edge(clusters, test_mode);
-        }
     });
     run_kind::<StringIds>(&mut c, test_mode, |_, _| {});
     // Shared names: in bench mode, or in test mode when asked for by name.

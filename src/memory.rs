@@ -470,6 +470,10 @@ impl<D: Domain> StoreState<D> {
 /// Revisions come from one counter for the whole store, so they never repeat, not even for a
 /// node that is removed and added again.
 ///
+/// Clones are handles on one store, and a handle keeps nothing of its own: each clone is a
+/// client of the same state, as a second connection to a remote store is (the conformance
+/// kit's second client is a clone), and every compare-and-set is made under the store's lock.
+///
 /// ```
 /// use attach_detach::Ids;
 /// use attach_detach::memory::MemoryStore;

@@ -6,6 +6,7 @@
 #![cfg(feature = "conformance")]
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -61,12 +62,18 @@ fn failed(result: Result<(), ConformanceFailures>) -> Vec<&'static str> {
 
 struct MemoryStoreHarness {
     store: MemoryStore<D>,
+    /// A second handle on the same store: the in-memory store keeps nothing in a handle.
+    second: MemoryStore<D>,
     tag: &'static str,
 }
 
 impl MemoryStoreHarness {
     fn new(store: MemoryStore<D>, tag: &'static str) -> Self {
-        MemoryStoreHarness { store, tag }
+        MemoryStoreHarness {
+            second: store.clone(),
+            store,
+            tag,
+        }
     }
 }
 
@@ -74,6 +81,9 @@ impl MemoryStoreHarness {
 impl StoreHarness<D> for MemoryStoreHarness {
     fn store(&self) -> &dyn NodeStatusStore<D> {
         &self.store
+    }
+    fn second_store(&self) -> &dyn NodeStatusStore<D> {
+        &self.second
     }
     fn node(&self, n: usize) -> String {
         format!("{}-node-{n}", self.tag)
@@ -160,6 +170,46 @@ enum Flaw {
     InventsMissingNodes,
     /// A write that reads facts answers those of the node's previous write (a cache).
     StaleFacts,
+    /// The client compares the expected revision with the one it last saw of the node (read,
+    /// listed or written) and then puts the list blindly: the compare-and-set happens on the
+    /// client. Through one client that cannot be told from the real thing; a second writer's
+    /// change goes unseen and is overwritten.
+    ComparesOnClient,
+    /// A write at a revision this client once read is sent to the backing at the newest
+    /// revision the client read of the node, as if the caller had merely not caught up: a
+    /// revision from before the client's last read is accepted.
+    WritesAtNewestRead,
+    /// A read of a node this client wrote answers the list and revision of that write (a
+    /// write-through cache of its own writes; the agents' facts are read fresh), so another
+    /// client's later write does not show.
+    CachesOwnWrites,
+}
+
+impl Flaw {
+    /// Every flaw, so that a new one cannot be left out of [`every_toy_mutant_is_caught`].
+    const ALL: [Flaw; 8] = {
+        // Names every variant: a new one does not compile until it is listed.
+        match Flaw::None {
+            Flaw::None
+            | Flaw::IgnoresRevision
+            | Flaw::ErasesInUse
+            | Flaw::InventsMissingNodes
+            | Flaw::StaleFacts
+            | Flaw::ComparesOnClient
+            | Flaw::WritesAtNewestRead
+            | Flaw::CachesOwnWrites => {}
+        }
+        [
+            Flaw::None,
+            Flaw::IgnoresRevision,
+            Flaw::ErasesInUse,
+            Flaw::InventsMissingNodes,
+            Flaw::StaleFacts,
+            Flaw::ComparesOnClient,
+            Flaw::WritesAtNewestRead,
+            Flaw::CachesOwnWrites,
+        ]
+    };
 }
 
 struct ToyNode {
@@ -172,31 +222,53 @@ struct ToyNode {
     facts_at_last_write: Option<StatusFacts<D>>,
 }
 
-/// A store written apart from [`MemoryStore`], etcd-like: the attached list is one key whose
-/// `mod_revision` is the node's revision, and the agents' facts are keys of their own, so an
-/// agent's change does not move the revision. Its revisions are text. Optionally it holds no
-/// agent facts at all, and optionally it has a [`Flaw`].
-struct ToyStore {
+/// What a toy store's clients share: its nodes and its revision counter (a server's state).
+#[derive(Default)]
+struct ToyBacking {
     nodes: Mutex<BTreeMap<String, ToyNode>>,
     last: Mutex<u64>,
+}
+
+impl ToyBacking {
+    fn next(&self) -> u64 {
+        let mut last = self.last.lock();
+        *last += 1;
+        *last
+    }
+}
+
+/// What one client of a toy store remembers of a node (only the flawed clients use it).
+#[derive(Default)]
+struct Seen {
+    /// Every revision this client's reads returned, oldest first.
+    read: Vec<Revision>,
+    /// The revision this client last saw: read, listed or written.
+    last: Option<Revision>,
+    /// The list and revision of this client's last write.
+    written: Option<(Vec<ReportedVolume<D>>, Revision)>,
+}
+
+/// One client of a store written apart from [`MemoryStore`], etcd-like: the attached list is
+/// one key whose `mod_revision` is the node's revision, and the agents' facts are keys of
+/// their own, so an agent's change does not move the revision. Its revisions are text.
+/// Optionally it holds no agent facts at all, and optionally it has a [`Flaw`].
+struct ToyStore {
+    backing: Arc<ToyBacking>,
+    /// This client's memory of each node.
+    seen: Mutex<BTreeMap<String, Seen>>,
     knows_facts: bool,
     flaw: Flaw,
 }
 
 impl ToyStore {
-    fn new(knows_facts: bool, flaw: Flaw) -> Self {
+    /// A client of `backing`, with nothing seen yet.
+    fn client(backing: &Arc<ToyBacking>, knows_facts: bool, flaw: Flaw) -> Self {
         ToyStore {
-            nodes: Mutex::new(BTreeMap::new()),
-            last: Mutex::new(0),
+            backing: Arc::clone(backing),
+            seen: Mutex::new(BTreeMap::new()),
             knows_facts,
             flaw,
         }
-    }
-
-    fn next(&self) -> u64 {
-        let mut last = self.last.lock();
-        *last += 1;
-        *last
     }
 
     fn revision(n: u64) -> Revision {
@@ -214,12 +286,17 @@ impl ToyStore {
         }
     }
 
+    /// Remembers what this client saw of `node`.
+    fn saw(&self, node: &str, change: impl FnOnce(&mut Seen)) {
+        change(self.seen.lock().entry(node.to_owned()).or_default());
+    }
+
     /// What the harness does as an agent: set a fact, without moving the revision.
     fn agent(&self, node: &str, change: impl FnOnce(&mut ToyNode)) -> Supported {
         if !self.knows_facts {
             return Supported::No;
         }
-        if let Some(n) = self.nodes.lock().get_mut(node) {
+        if let Some(n) = self.backing.nodes.lock().get_mut(node) {
             change(n);
         }
         Supported::Yes
@@ -229,17 +306,34 @@ impl ToyStore {
 #[async_trait]
 impl NodeStatusStore<D> for ToyStore {
     async fn read(&self, node: &String) -> Result<NodeStatus<D>, StoreError> {
-        match self.nodes.lock().get(node) {
-            Some(n) => Ok(self.status(n)),
-            None if self.flaw == Flaw::InventsMissingNodes => Ok(NodeStatus {
-                attached: Vec::new(),
-                in_use: None,
-                fenced: None,
-                healthy: None,
-                revision: Self::revision(0),
-            }),
-            None => Err(StoreError::not_found()),
+        let mut status = match self.backing.nodes.lock().get(node) {
+            Some(n) => self.status(n),
+            None if self.flaw == Flaw::InventsMissingNodes => {
+                return Ok(NodeStatus {
+                    attached: Vec::new(),
+                    in_use: None,
+                    fenced: None,
+                    healthy: None,
+                    revision: Self::revision(0),
+                });
+            }
+            None => return Err(StoreError::not_found()),
+        };
+        if self.flaw == Flaw::CachesOwnWrites
+            && let Some((attached, revision)) = self
+                .seen
+                .lock()
+                .get(node)
+                .and_then(|seen| seen.written.clone())
+        {
+            status.attached = attached;
+            status.revision = revision;
         }
+        self.saw(node, |seen| {
+            seen.read.push(status.revision.clone());
+            seen.last = Some(status.revision.clone());
+        });
+        Ok(status)
     }
 
     async fn write(
@@ -260,11 +354,30 @@ impl NodeStatusStore<D> for ToyStore {
         attached: &ReportedVolumes<D>,
         expected: Revision,
     ) -> Result<WriteReceipt<D>, StoreError> {
-        let next = self.next();
-        let mut nodes = self.nodes.lock();
+        let expected = {
+            let seen = self.seen.lock();
+            let seen = seen.get(node);
+            match (self.flaw, seen) {
+                (Flaw::WritesAtNewestRead, Some(seen)) if seen.read.contains(&expected) => {
+                    seen.read.last().cloned().unwrap_or(expected)
+                }
+                (
+                    Flaw::ComparesOnClient,
+                    Some(Seen {
+                        last: Some(last), ..
+                    }),
+                ) if *last != expected => {
+                    return Err(StoreError::conflict(last.clone()));
+                }
+                _ => expected,
+            }
+        };
+        let next = self.backing.next();
+        let mut nodes = self.backing.nodes.lock();
         let n = nodes.get_mut(node).ok_or_else(StoreError::not_found)?;
         let current = Self::revision(n.revision);
-        if current != expected && self.flaw != Flaw::IgnoresRevision {
+        let compares = !matches!(self.flaw, Flaw::IgnoresRevision | Flaw::ComparesOnClient);
+        if compares && current != expected {
             return Err(StoreError::conflict(current));
         }
         n.attached = attached.to_vec();
@@ -274,31 +387,60 @@ impl NodeStatusStore<D> for ToyStore {
         }
         let now = self.status(n).facts();
         let previous = n.facts_at_last_write.replace(now.clone());
+        drop(nodes);
         let facts = match self.flaw {
             Flaw::StaleFacts => previous.or(Some(now)),
             _ => Some(now),
         };
+        let revision = Self::revision(next);
+        self.saw(node, |seen| {
+            seen.last = Some(revision.clone());
+            seen.written = Some((attached.to_vec(), revision.clone()));
+        });
         Ok(WriteReceipt {
-            revision: Self::revision(next),
+            revision,
             facts: facts.filter(|_| self.knows_facts),
         })
     }
 
     async fn list(&self) -> Result<Vec<(String, NodeStatus<D>)>, StoreError> {
-        let nodes = self.nodes.lock();
-        Ok(nodes
+        let listed: Vec<(String, NodeStatus<D>)> = self
+            .backing
+            .nodes
+            .lock()
             .iter()
             .map(|(name, n)| (name.clone(), self.status(n)))
-            .collect())
+            .collect();
+        for (name, status) in &listed {
+            self.saw(name, |seen| seen.last = Some(status.revision.clone()));
+        }
+        Ok(listed)
     }
 }
 
-struct ToyHarness(ToyStore);
+/// Two clients of one toy backing; the agents write the backing directly.
+struct ToyHarness {
+    first: ToyStore,
+    second: ToyStore,
+}
+
+impl ToyHarness {
+    fn new(knows_facts: bool, flaw: Flaw) -> Self {
+        let backing = Arc::new(ToyBacking::default());
+        ToyHarness {
+            first: ToyStore::client(&backing, knows_facts, flaw),
+            second: ToyStore::client(&backing, knows_facts, flaw),
+        }
+    }
+}
 
 #[async_trait]
 impl StoreHarness<D> for ToyHarness {
     fn store(&self) -> &dyn NodeStatusStore<D> {
-        &self.0
+        &self.first
+    }
+    fn second_store(&self) -> &dyn NodeStatusStore<D> {
+        &self.second
     }
     fn node(&self, n: usize) -> String {
         format!("toy-node-{n}")
@@ -307,8 +449,9 @@ impl StoreHarness<D> for ToyHarness {
         format!("toy-vol-{n}")
     }
     async fn add_node(&self, node: &String) -> Result<(), HarnessError> {
-        let revision = self.0.next();
-        self.0.nodes.lock().entry(node.clone()).or_insert(ToyNode {
+        let backing = &self.first.backing;
+        let revision = backing.next();
+        backing.nodes.lock().entry(node.clone()).or_insert(ToyNode {
             attached: Vec::new(),
             in_use: Vec::new(),
             fenced: false,
@@ -319,7 +462,7 @@ impl StoreHarness<D> for ToyHarness {
         Ok(())
     }
     async fn remove_node(&self, node: &String) -> Result<(), HarnessError> {
-        self.0.nodes.lock().remove(node);
+        self.first.backing.nodes.lock().remove(node);
         Ok(())
     }
     async fn set_in_use(
@@ -327,18 +470,18 @@ impl StoreHarness<D> for ToyHarness {
         node: &String,
         in_use: Vec<String>,
     ) -> Result<Supported, HarnessError> {
-        Ok(self.0.agent(node, |n| n.in_use = in_use))
+        Ok(self.first.agent(node, |n| n.in_use = in_use))
     }
     async fn set_fenced(&self, node: &String, fenced: bool) -> Result<Supported, HarnessError> {
-        Ok(self.0.agent(node, |n| n.fenced = fenced))
+        Ok(self.first.agent(node, |n| n.fenced = fenced))
     }
     async fn set_healthy(&self, node: &String, healthy: bool) -> Result<Supported, HarnessError> {
-        Ok(self.0.agent(node, |n| n.healthy = healthy))
+        Ok(self.first.agent(node, |n| n.healthy = healthy))
     }
 }
 
 async fn run_toy(knows_facts: bool, flaw: Flaw) -> Vec<&'static str> {
-    failed(conformance::check_store(&ToyHarness(ToyStore::new(knows_facts, flaw))).await)
+    failed(conformance::check_store(&ToyHarness::new(knows_facts, flaw)).await)
 }
 
 #[tokio::test]
@@ -355,6 +498,9 @@ async fn catches_a_write_that_ignores_the_expected_revision() {
             "stale_write_conflicts_and_changes_nothing",
             "conflict_names_the_current_revision",
             "concurrent_writers_one_wins",
+            "write_after_another_clients_write_conflicts",
+            "two_clients_racing_one_wins",
+            "write_at_a_revision_older_than_the_last_read_conflicts",
         ]
     );
 }
@@ -392,6 +538,64 @@ async fn catches_a_read_that_invents_missing_nodes() {
     );
 }
 
+/// A store whose compare-and-set is done by the client, against the revision it last saw:
+/// through one client it keeps every promise; a second client's write goes unseen, and is
+/// overwritten.
+#[tokio::test]
+async fn catches_a_compare_and_set_done_on_the_client() {
+    assert_eq!(
+        run_toy(true, Flaw::ComparesOnClient).await,
+        [
+            "write_after_another_clients_write_conflicts",
+            "two_clients_racing_one_wins",
+        ]
+    );
+}
+
+/// A store that takes a revision from before its client's last read for the newest one.
+#[tokio::test]
+async fn catches_a_write_at_a_revision_older_than_the_last_read() {
+    assert_eq!(
+        run_toy(true, Flaw::WritesAtNewestRead).await,
+        ["write_at_a_revision_older_than_the_last_read_conflicts"]
+    );
+}
+
+/// A store that reads its own writes back from a cache, blind to another client's.
+#[tokio::test]
+async fn catches_a_read_of_a_cached_own_write() {
+    assert_eq!(
+        run_toy(true, Flaw::CachesOwnWrites).await,
+        [
+            "clients_read_each_others_writes",
+            "write_after_another_clients_write_conflicts",
+            "write_at_a_revision_older_than_the_last_read_conflicts",
+        ]
+    );
+}
+
+/// Every flawed toy store fails at least one check, with or without agent facts where the
+/// flaw does not need them: a flaw that slips through every check fails this test.
+#[tokio::test]
+async fn every_toy_mutant_is_caught() {
+    for flaw in Flaw::ALL {
+        for knows_facts in [true, false] {
+            let failed = run_toy(knows_facts, flaw).await;
+            match (flaw, knows_facts) {
+                (Flaw::None, _) => assert_eq!(failed, Vec::<&str>::new()),
+                // Without facts there is no in-use list to erase, and no fact to answer stale.
+                (Flaw::ErasesInUse | Flaw::StaleFacts, false) => {
+                    assert_eq!(failed, Vec::<&str>::new(), "{flaw:?} without facts")
+                }
+                _ => assert!(
+                    !failed.is_empty(),
+                    "{flaw:?} (agent facts held: {knows_facts}) passed every store check"
+                ),
+            }
+        }
+    }
+}
+
 /// A harness that claims a fact the store does not show: the suite says which, and what it saw.
 #[tokio::test]
 async fn catches_a_fact_read_back_as_a_guess() {
@@ -400,6 +604,9 @@ async fn catches_a_fact_read_back_as_a_guess() {
     impl StoreHarness<D> for Claims {
         fn store(&self) -> &dyn NodeStatusStore<D> {
             self.0.store()
+        }
+        fn second_store(&self) -> &dyn NodeStatusStore<D> {
+            self.0.second_store()
         }
         fn node(&self, n: usize) -> String {
             self.0.node(n)
@@ -428,7 +635,7 @@ async fn catches_a_fact_read_back_as_a_guess() {
             Ok(Supported::No)
         }
     }
-    let harness = Claims(ToyHarness(ToyStore::new(true, Flaw::None)));
+    let harness = Claims(ToyHarness::new(true, Flaw::None));
     let failures = conformance::check_store(&harness).await.unwrap_err();
     assert_eq!(
         failures.failed_checks(),
@@ -481,6 +688,9 @@ impl NodeStatusStore<D> for Broken {
 #[async_trait]
 impl StoreHarness<D> for Broken {
     fn store(&self) -> &dyn NodeStatusStore<D> {
+        self
+    }
+    fn second_store(&self) -> &dyn NodeStatusStore<D> {
         self
     }
     fn node(&self, n: usize) -> String {

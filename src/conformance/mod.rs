@@ -13,11 +13,12 @@
 //! # Wiring in your implementation
 //!
 //! The traits alone cannot create a node or play its agent, so each suite takes a harness you
-//! write: a [`StoreHarness`] (your store, plus adding and removing nodes and setting the
-//! agent's facts the way your node agent and fencing would) or a [`BackendHarness`] (your
-//! backend, two nodes, and fresh volumes). Then [`check_store`] or [`check_backend`] runs every
-//! check and returns every failure, each naming the check, what was expected and what was
-//! seen; [`store_checks`] and [`backend_checks`] list the checks to run one at a time.
+//! write: a [`StoreHarness`] (your store and a second client of it, plus adding and removing
+//! nodes and setting the agent's facts the way your node agent and fencing would) or a
+//! [`BackendHarness`] (your backend, two nodes, and fresh volumes). Then [`check_store`] or
+//! [`check_backend`] runs every check and returns every failure, each naming the check, what
+//! was expected and what was seen; [`store_checks`] and [`backend_checks`] list the checks to
+//! run one at a time.
 //!
 //! ```
 //! use async_trait::async_trait;
@@ -28,9 +29,11 @@
 //!
 //! type D = Ids<String, String, String, ()>;
 //!
-//! /// Your store (here the in-memory one), and a tag that makes this run's ids its own.
+//! /// Your store (here the in-memory one), a second client of it, and a tag that makes this
+//! /// run's ids its own.
 //! struct Harness {
 //!     store: MemoryStore<D>,
+//!     second: MemoryStore<D>,
 //!     tag: String,
 //! }
 //!
@@ -38,6 +41,9 @@
 //! impl StoreHarness<D> for Harness {
 //!     fn store(&self) -> &dyn NodeStatusStore<D> {
 //!         &self.store
+//!     }
+//!     fn second_store(&self) -> &dyn NodeStatusStore<D> {
+//!         &self.second // a real store: a second client with its own connection
 //!     }
 //!     fn node(&self, n: usize) -> String {
 //!         format!("{}-node-{n}", self.tag)
@@ -70,7 +76,9 @@
 //! // In your crate this is the body of a `#[tokio::test] async fn`.
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 //! // A shared remote store: make the tag unique per run (a timestamp, a UUID).
-//! let harness = Harness { store: MemoryStore::new(), tag: format!("conformance-{}", std::process::id()) };
+//! let store = MemoryStore::new();
+//! let tag = format!("conformance-{}", std::process::id());
+//! let harness = Harness { second: store.clone(), store, tag };
 //! // Every check; on failure the error lists each broken promise.
 //! if let Err(failures) = conformance::check_store(&harness).await {
 //!     panic!("{failures}");
@@ -91,6 +99,10 @@
 //!   may be real machines; its volumes are fresh.
 //! - Checks run one after another, never concurrently; each removes the nodes it added (store)
 //!   or detaches what it attached (backend) when it ends, pass or fail.
+//! - The store's two clients ([`StoreHarness::store`] and [`StoreHarness::second_store`])
+//!   share only the backing: the checks that race them stand for two controller replicas, or
+//!   a deposed leader and its successor, and through a single client a compare-and-set made
+//!   on the client side passes for one made by the store.
 //! - Every call, to the implementation or to the harness, has an end: one that does not
 //!   answer within the harness's `call_timeout` is a failure (README, "Every wait has an
 //!   end"). So the runtime needs tokio's timer (`#[tokio::test]` has it), with time not paused

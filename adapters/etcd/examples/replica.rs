@@ -99,11 +99,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     // Keep-alive and require-leader for the watch; no request timeout, which would cut a
     // standby's campaign short (every call of the replica has its own deadline).
-    let options = etcd_client::ConnectOptions::new()
+    let options = attach_detach_etcd::client::ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(3))
         .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5))
         .with_require_leader(true);
-    let client = etcd_client::Client::connect(&args.endpoints, Some(options)).await?;
+    let client = attach_detach_etcd::client::Client::connect(&args.endpoints, Some(options))?;
     let layout = KeyLayout::new(args.prefix.clone());
     let seed = u64::from(std::process::id());
     let cloud = SimulatedCloud::<D>::new(

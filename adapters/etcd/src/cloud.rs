@@ -15,10 +15,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::client::{Client, Compare, CompareOp, GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse};
 use async_trait::async_trait;
 use attach_detach::core::{Access, VolumeSpec};
 use attach_detach::traits::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
-use etcd_client::{Client, Compare, CompareOp, GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse};
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{
@@ -226,7 +226,7 @@ fn mod_revision(kv: Option<&KeyValue>) -> i64 {
 /// use attach_detach_etcd::{CloudConfig, KeyLayout, SimulatedCloud};
 /// type D = Ids<String, String, String, ()>;
 ///
-/// let client = etcd_client::Client::connect(["127.0.0.1:2379"], None).await?;
+/// let client = attach_detach_etcd::client::Client::connect(["127.0.0.1:2379"], None)?;
 /// let cloud = SimulatedCloud::<D>::new(client, KeyLayout::default(), CloudConfig::default());
 /// assert!(cloud.violations().await?.is_empty());
 /// println!("{:?}", cloud.record().await?);

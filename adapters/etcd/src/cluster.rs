@@ -1,14 +1,38 @@
 //! What the rest of the orchestrator writes: the scheduler's nodes, volumes and workloads, the
 //! node agents' in-use lists and liveness, the fencing agent's fences.
 
+use std::collections::BTreeMap;
 use std::marker::PhantomData;
 
+use crate::client::{Client, PutOptions};
 use attach_detach::core::VolumeSpec;
-use etcd_client::{Client, PutOptions};
 
-use crate::codec::{EtcdDomain, encode_volume, encode_volumes, encode_workload};
+use crate::codec::{
+    EtcdDomain, decode_workload, encode_volume, encode_volumes, encode_workload, parse_id,
+};
 use crate::error::EtcdError;
 use crate::layout::{KeyKind, KeyLayout};
+use crate::range::read_prefix;
+
+/// The scheduler's part of the cluster as etcd holds it: what [`ClusterWriter::read`] returns.
+#[derive(Clone, Debug)]
+pub struct Placements<D: EtcdDomain> {
+    /// Every node key.
+    pub nodes: Vec<D::Node>,
+    /// Every workload's placement.
+    pub workloads: BTreeMap<D::Workload, Placement<D>>,
+    /// The revision read at.
+    pub revision: i64,
+}
+
+/// Where the scheduler placed a workload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement<D: EtcdDomain> {
+    /// Its node.
+    pub node: D::Node,
+    /// The volumes it needs there.
+    pub volumes: Vec<D::Volume>,
+}
 
 /// Writes the keys the controller reads, for the parts of an orchestrator that own them (and
 /// for tests and the example, which play those parts). Each method is one put or delete and
@@ -21,7 +45,7 @@ use crate::layout::{KeyKind, KeyLayout};
 /// use attach_detach_etcd::{ClusterWriter, KeyLayout};
 /// type D = Ids<String, String, String, ()>;
 ///
-/// let client = etcd_client::Client::connect(["127.0.0.1:2379"], None).await?;
+/// let client = attach_detach_etcd::client::Client::connect(["127.0.0.1:2379"], None)?;
 /// let cluster = ClusterWriter::<D>::new(client, KeyLayout::default());
 /// cluster.add_node(&"node-a".into()).await?;          // the scheduler
 /// cluster.set_in_use(&"node-a".into(), &[]).await?;   // its agent: nothing mounted
@@ -58,6 +82,39 @@ impl<D: EtcdDomain> ClusterWriter<D> {
     /// The layout.
     pub fn layout(&self) -> &KeyLayout {
         &self.layout
+    }
+
+    /// Reads back the nodes and workloads the scheduler wrote, at one revision (paged): what
+    /// a scheduler that restarts resumes from. Fails on a key the layout's types do not
+    /// read, naming it.
+    pub async fn read(&self) -> Result<Placements<D>, EtcdError> {
+        let (kvs, revision) = read_prefix(&self.client, &self.layout.cluster(), 0)
+            .await
+            .map_err(EtcdError::client("reading the scheduler's keys"))?;
+        let mut placements = Placements {
+            nodes: Vec::new(),
+            workloads: BTreeMap::new(),
+            revision,
+        };
+        for kv in &kvs {
+            let decode = |source| EtcdError::Decode {
+                key: String::from_utf8_lossy(kv.key()).into_owned(),
+                source,
+            };
+            match self.layout.parse(kv.key()) {
+                Some((KeyKind::Node, id)) => {
+                    placements.nodes.push(parse_id(id, "node").map_err(decode)?);
+                }
+                Some((KeyKind::Workload, id)) => {
+                    let workload = parse_id(id, "workload").map_err(decode)?;
+                    let (node, volumes) = decode_workload(kv.value()).map_err(decode)?;
+                    let placement = Placement { node, volumes };
+                    placements.workloads.insert(workload, placement);
+                }
+                _ => {}
+            }
+        }
+        Ok(placements)
     }
 
     async fn put(

@@ -1,7 +1,7 @@
 //! Errors of the adapter, and how etcd's failures map to the store trait's kinds.
 
+use crate::client::Error as ClientError;
 use attach_detach::traits::StoreError;
-use etcd_client::Error as ClientError;
 use tonic_code::classify;
 
 /// A value in etcd that this adapter cannot read: written by something that does not follow
@@ -112,7 +112,7 @@ pub(crate) fn undecodable(key: &[u8], error: DecodeError) -> StoreError {
 
 /// Which gRPC failures may hide an applied request.
 mod tonic_code {
-    use etcd_client::Error as ClientError;
+    use crate::client::Error as ClientError;
 
     /// What a failed call may have done.
     pub(super) enum Effect {
@@ -125,7 +125,7 @@ mod tonic_code {
     pub(super) fn classify(error: &ClientError) -> Effect {
         use tonic::Code;
         match error {
-            ClientError::GRpcStatus(status) => match status.code() {
+            ClientError::Status(status) => match status.code() {
                 Code::InvalidArgument
                 | Code::FailedPrecondition
                 | Code::PermissionDenied
@@ -137,7 +137,7 @@ mod tonic_code {
                 | Code::AlreadyExists => Effect::None,
                 _ => Effect::Maybe,
             },
-            ClientError::InvalidArgs(_) | ClientError::InvalidUri(_) => Effect::None,
+            ClientError::InvalidEndpoint { .. } | ClientError::NoRuntime => Effect::None,
             _ => Effect::Maybe,
         }
     }
@@ -151,7 +151,7 @@ mod tests {
 
     #[test]
     fn only_a_write_that_may_have_been_applied_is_uncertain() {
-        let status = |code| ClientError::GRpcStatus(Status::new(code, "etcd says no"));
+        let status = |code| ClientError::Status(Status::new(code, "etcd says no"));
         for code in [
             Code::Unavailable,
             Code::DeadlineExceeded,

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use etcd_client::{Compare, CompareOp};
+use crate::client::{Compare, CompareOp};
 use tokio::sync::Notify;
 
 use crate::error::Deposed;

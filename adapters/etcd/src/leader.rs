@@ -22,7 +22,7 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use etcd_client::{
+use crate::client::{
     Client, Error as ClientError, LeaderKey, LeaseKeepAliveStream, LeaseKeeper, ResignOptions,
 };
 use tokio::sync::watch;
@@ -198,7 +198,7 @@ impl Candidate {
                 Err(_) => Err(LeaderError::Timeout { what: "campaigning", after: self.config.campaign_timeout }),
                 Ok(Err(e)) => Err(EtcdError::client("campaigning")(e).into()),
                 Ok(Ok(mut response)) => response.take_leader().ok_or_else(|| {
-                    LeaderError::Etcd(EtcdError::client("campaigning")(ClientError::ElectError(
+                    LeaderError::Etcd(EtcdError::client("campaigning")(ClientError::Election(
                         "etcd answered a campaign without a leader key".into(),
                     )))
                 }),
@@ -249,7 +249,7 @@ pub async fn current_leader(
             .kv()
             .map(|kv| String::from_utf8_lossy(kv.value()).into_owned())),
         // etcd answers "election: no leader" as an error.
-        Err(ClientError::GRpcStatus(status)) if status.message().contains("no leader") => Ok(None),
+        Err(ClientError::Status(status)) if status.message().contains("no leader") => Ok(None),
         Err(e) => Err(EtcdError::client("asking for the leader")(e).into()),
     }
 }
@@ -418,9 +418,7 @@ async fn keep_alive(
                     keeper.keep_alive().await?;
                     match responses.message().await? {
                         Some(response) => Ok(response.ttl()),
-                        None => Err(ClientError::LeaseKeepAliveError(
-                            "the keep-alive stream ended".into(),
-                        )),
+                        None => Err(ClientError::KeepAlive("the keep-alive stream ended".into())),
                     }
                 }
                 None => {
@@ -442,7 +440,7 @@ async fn keep_alive(
                 session.lose(Loss::LeaseGone);
                 return;
             }
-            Ok(Err(ClientError::LeaseKeepAliveError(message))) if message.contains("not found") => {
+            Ok(Err(ClientError::KeepAlive(message))) if message.contains("not found") => {
                 tracing::warn!(lease, "etcd no longer knows the lease");
                 session.lose(Loss::LeaseGone);
                 return;

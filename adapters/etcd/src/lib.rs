@@ -12,9 +12,12 @@
 //! - [`Replica`], a controller replica: it campaigns ([`Candidate`]), and while it leads runs
 //!   a controller whose writes carry its [`Fence`];
 //! - [`SimulatedCloud`] and [`SimulatedAgents`], stand-ins for a cloud and for node agents
-//!   whose state lives in etcd, for examples and tests.
+//!   whose state lives in etcd, for examples and tests;
+//! - [`client`], the etcd client all of them take, on gRPC code generated from etcd's protos
+//!   and committed: building this crate needs no `protoc`.
 #![deny(missing_docs)]
 
+pub mod client;
 mod cloud;
 mod cluster;
 mod codec;
@@ -28,7 +31,7 @@ mod store;
 mod watch;
 
 pub use cloud::{CloudAttachment, CloudConfig, CloudState, SimulatedAgents, SimulatedCloud};
-pub use cluster::ClusterWriter;
+pub use cluster::{ClusterWriter, Placement, Placements};
 pub use codec::{EtcdDomain, KeyId};
 pub use error::{DecodeError, Deposed, EtcdError};
 pub use fence::Fence;

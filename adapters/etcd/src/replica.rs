@@ -7,10 +7,10 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::client::Client;
 use attach_detach::config::{Config, ConfigError};
 use attach_detach::controller::{Controller, ControllerHandle, MetricsSnapshot, World};
 use attach_detach::traits::AttachBackend;
-use etcd_client::Client;
 use tokio::sync::watch;
 use tokio::time::timeout;
 
@@ -133,7 +133,7 @@ impl fmt::Display for Role {
 /// write it makes is refused by etcd (the fence), and the first refusal ends its term.
 ///
 /// Give it a client without a request timeout
-/// ([`ConnectOptions::with_timeout`](etcd_client::ConnectOptions::with_timeout)), or one longer
+/// ([`ConnectOptions::with_timeout`](crate::client::ConnectOptions::with_timeout)), or one longer
 /// than [`CandidateConfig::campaign_timeout`]: it would also end a standby's campaign early
 /// (which then starts again, with a new lease). Every call the replica makes has its own
 /// deadline. The watcher wants keep-alive and require-leader (see
@@ -147,7 +147,7 @@ impl fmt::Display for Role {
 /// use attach_detach_etcd::{CloudConfig, KeyLayout, Replica, ReplicaConfig, SimulatedCloud};
 /// type D = Ids<String, String, String, ()>;
 ///
-/// let client = etcd_client::Client::connect(["127.0.0.1:2379"], None).await?;
+/// let client = attach_detach_etcd::client::Client::connect(["127.0.0.1:2379"], None)?;
 /// let layout = KeyLayout::default();
 /// let cloud = SimulatedCloud::<D>::new(client.clone(), layout.clone(), CloudConfig::default());
 /// let replica = Replica::new(

@@ -5,11 +5,11 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::client::{Client, Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse};
 use async_trait::async_trait;
 use attach_detach::traits::{
     NodeStatus, NodeStatusStore, ReportedVolumes, Revision, StoreError, WriteReceipt,
 };
-use etcd_client::{Client, Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse};
 
 use crate::codec::{EtcdDomain, decode_attached, decode_volumes, encode_attached, parse_id};
 use crate::error::{CallKind, store_error, undecodable};
@@ -40,7 +40,7 @@ use crate::range::read_prefix;
 /// use attach_detach_etcd::{EtcdStatusStore, KeyLayout};
 /// type D = Ids<String, String, String, ()>;
 ///
-/// let client = etcd_client::Client::connect(["127.0.0.1:2379"], None).await?;
+/// let client = attach_detach_etcd::client::Client::connect(["127.0.0.1:2379"], None)?;
 /// let store = EtcdStatusStore::<D>::new(client, KeyLayout::new("/attach-detach"));
 /// let status = store.read(&"node-a".to_string()).await?;
 /// store.write(&"node-a".to_string(), &Default::default(), status.revision).await?;

@@ -12,11 +12,11 @@ use std::fmt::Display;
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use attach_detach::controller::{ControllerError, ControllerHandle};
-use attach_detach::core::{Input, Kind, NodeFacts};
-use etcd_client::{
+use crate::client::{
     Client, Error as ClientError, EventType, KeyValue, WatchOptions, WatchResponse, WatchStream,
 };
+use attach_detach::controller::{ControllerError, ControllerHandle};
+use attach_detach::core::{Input, Kind, NodeFacts};
 use tracing::{debug, info, warn};
 
 use crate::codec::{EtcdDomain, decode_volume, decode_volumes, decode_workload, parse_id};
@@ -78,11 +78,11 @@ const STOP_POLL: Duration = Duration::from_millis(100);
 /// made, so a listing handed over but not followed up before etcd compacted is detected too.
 ///
 /// A watch only fails if its connection does: give the client
-/// [`ConnectOptions::with_keep_alive`](etcd_client::ConnectOptions::with_keep_alive), so that
+/// [`ConnectOptions::with_keep_alive`](crate::client::ConnectOptions::with_keep_alive), so that
 /// a connection that died without a reset is noticed, and
-/// [`with_require_leader`](etcd_client::ConnectOptions::with_require_leader), so that a watch on
+/// [`with_require_leader`](crate::client::ConnectOptions::with_require_leader), so that a watch on
 /// a member cut off from its cluster's leader fails instead of waiting in silence. A
-/// request timeout ([`with_timeout`](etcd_client::ConnectOptions::with_timeout)) does not end an
+/// request timeout ([`with_timeout`](crate::client::ConnectOptions::with_timeout)) does not end an
 /// idle watch.
 ///
 /// ```no_run
@@ -91,7 +91,7 @@ const STOP_POLL: Duration = Duration::from_millis(100);
 /// use attach_detach_etcd::{InputWatcher, KeyLayout};
 /// type D = Ids<String, String, String, ()>;
 ///
-/// let client = etcd_client::Client::connect(["127.0.0.1:2379"], None).await?;
+/// let client = attach_detach_etcd::client::Client::connect(["127.0.0.1:2379"], None)?;
 /// let mut watcher = InputWatcher::<D>::new(client, KeyLayout::default());
 /// let relist = watcher.next().await?;   // RelistStarted ×3, every object, RelistDone ×3
 /// let changes = watcher.next().await?;  // what the next watch response changed
@@ -287,7 +287,7 @@ impl<D: EtcdDomain> InputWatcher<D> {
                     Ok(Some(response)) if response.canceled() => {
                         self.phase = Phase::Relist;
                         let reason = format!("etcd canceled it: {}", response.cancel_reason());
-                        return Err(self.watch_error(ClientError::WatchError(reason)));
+                        return Err(self.watch_error(ClientError::Watch(reason)));
                     }
                     Ok(Some(response)) => {
                         let inputs = self.apply(&response);

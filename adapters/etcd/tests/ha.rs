@@ -24,11 +24,11 @@ use attach_detach::Ids;
 use attach_detach::config::{BackoffConfig, CallTimeouts, Config};
 use attach_detach::core::VolumeSpec;
 use attach_detach::traits::{AttachBackend, NodeStatusStore, StoreError};
+use attach_detach_etcd::client::Client;
 use attach_detach_etcd::{
     CandidateConfig, CloudConfig, CloudState, ClusterWriter, Deposed, EtcdStatusStore, KeyLayout,
     Replica, ReplicaConfig, Role, SimulatedAgents, SimulatedCloud, current_leader,
 };
-use etcd_client::Client;
 use tokio::sync::Mutex;
 
 type D = Ids<String, String, String, ()>;
@@ -80,13 +80,11 @@ fn replica_config(ttl: Duration) -> ReplicaConfig {
 /// no request timeout, which would also cut a standby's campaign short (every call of the
 /// replica has its own deadline).
 async fn connect(endpoint: &str) -> Client {
-    let options = etcd_client::ConnectOptions::new()
+    let options = attach_detach_etcd::client::ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(2))
         .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
         .with_require_leader(true);
-    Client::connect([endpoint], Some(options))
-        .await
-        .expect("connect to the test etcd")
+    Client::connect([endpoint], Some(options)).expect("connect to the test etcd")
 }
 
 /// xorshift64*, for the scheduler's fixed-seed moves.

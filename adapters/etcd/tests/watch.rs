@@ -14,8 +14,8 @@ use attach_detach::controller::{Controller, World};
 use attach_detach::core::{Input, Kind, NodeFacts, Reconciler, VolumeSpec};
 use attach_detach::memory::MemoryBackend;
 use attach_detach::traits::NodeStatusStore;
+use attach_detach_etcd::client::CompactionOptions;
 use attach_detach_etcd::{ClusterWriter, EtcdStatusStore, InputWatcher, KeyKind, KeyLayout};
-use etcd_client::CompactionOptions;
 
 type D = Ids<String, String, String, ()>;
 
@@ -137,7 +137,7 @@ fn core_fed(batches: &[&[Input<D>]]) -> Reconciler<D> {
 
 /// What etcd holds now under `layout`, as a fresh watcher's first listing shows it to a fresh
 /// core.
-async fn etcd_view(client: &etcd_client::Client, layout: &KeyLayout) -> View {
+async fn etcd_view(client: &attach_detach_etcd::client::Client, layout: &KeyLayout) -> View {
     let mut fresh = InputWatcher::<D>::new(client.clone(), layout.clone());
     let batch = next(&mut fresh).await;
     view(&core_fed(&[&batch]))
@@ -228,17 +228,19 @@ async fn a_relist_spans_several_pages() {
     // More keys than one page (1000) holds, written 100 a transaction (etcd's limit is 128).
     let mut kv = client.kv_client();
     for chunk in 0..25 {
-        let ops: Vec<etcd_client::TxnOp> = (0..100)
+        let ops: Vec<attach_detach_etcd::client::TxnOp> = (0..100)
             .map(|i| {
                 let n = chunk * 100 + i;
-                etcd_client::TxnOp::put(
+                attach_detach_etcd::client::TxnOp::put(
                     layout.key(KeyKind::Volume, &format!("v{n:04}")),
                     r#"{"access":"single-node","payload":null}"#,
                     None,
                 )
             })
             .collect();
-        kv.txn(etcd_client::Txn::new().and_then(ops)).await.unwrap();
+        kv.txn(attach_detach_etcd::client::Txn::new().and_then(ops))
+            .await
+            .unwrap();
     }
     let mut watcher = InputWatcher::<D>::new(client, layout);
     let batch = next(&mut watcher).await;
@@ -350,9 +352,9 @@ async fn every_key_kind_maps_to_its_input_on_put_and_delete() {
         vec![node("n1", facts(true, false, None))]
     );
     // Several events of one watch response (one transaction) come as one batch, in order.
-    let txn = etcd_client::Txn::new().and_then([
-        etcd_client::TxnOp::delete(layout.key(KeyKind::Alive, "n1"), None),
-        etcd_client::TxnOp::put(
+    let txn = attach_detach_etcd::client::Txn::new().and_then([
+        attach_detach_etcd::client::TxnOp::delete(layout.key(KeyKind::Alive, "n1"), None),
+        attach_detach_etcd::client::TxnOp::put(
             layout.key(KeyKind::Workload, "w2"),
             r#"{"node":"n1","volumes":[]}"#,
             None,

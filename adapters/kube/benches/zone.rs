@@ -39,7 +39,7 @@ use std::time::Duration;
 use attach_detach::config::Config;
 use attach_detach::controller::Controller;
 use attach_detach_kube::{
-    ClientRateLimit, CsiDrivers, DriverChange, Informers, KubeEvent, KubeEventRecorder,
+    ClientRateLimit, Informers, KubeEvent, KubeEventRecorder,
     KubeStatusStore, REPORTING_CONTROLLER, VolumeAttachmentBackend, attachment_name, publish,
 };
 use futures::StreamExt;
@@ -56,6 +56,8 @@ use common::apiserver::{ApiServer, NODES, Served};
 use common::sims::{CONTROLLER, Sims, until};
 
 const DRIVER: &str = "ebs.csi.aws.com";
+/// The annotation kubelet puts on a node whose volumes the controller attaches.
+const MANAGED: &str = attach_detach_kube::CONTROLLER_MANAGED_ANNOTATION;
 const NS: &str = "default";
 /// kube-controller-manager's client defaults, and ours.
 const QPS: f64 = 20.0;
@@ -157,7 +159,7 @@ fn populate(server: &ApiServer, scale: Scale) {
         }
         server.put(json!({
             "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": node_name},
+            "metadata": {"name": node_name, "annotations": {MANAGED: "true"}},
             "spec": {},
             "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
                        "volumesAttached": attached, "volumesInUse": in_use},
@@ -171,12 +173,7 @@ fn populate(server: &ApiServer, scale: Scale) {
 
 /// Our controller as the example wires it, without the Lease.
 async fn ours(client: kube::Client) {
-    let drivers = CsiDrivers::default();
-    let registry = drivers.clone();
-    let mut informers = Informers::new(client.clone(), move |change| match change {
-        DriverChange::Applied(driver) => registry.apply(&driver),
-        DriverChange::Removed(name) => registry.remove(&name),
-    });
+    let mut informers = Informers::new(client.clone());
     let world = informers.initial_sync().await;
     let (recorder, _publisher) = KubeEventRecorder::spawn(
         client.clone(),
@@ -185,7 +182,8 @@ async fn ours(client: kube::Client) {
         4096,
     );
     let store = KubeStatusStore::new(client.clone());
-    let backend = VolumeAttachmentBackend::new(client, drivers);
+    let backend = VolumeAttachmentBackend::new(client, informers.csi_drivers())
+        .with_managed_nodes(informers.managed_nodes());
     let controller = Controller::new(Config::default(), Arc::new(backend), Arc::new(store), world)
         .expect("a controller")
         .with_recorder(Arc::new(recorder));

@@ -41,8 +41,8 @@ type BoxError = Box<dyn Error + Send + Sync>;
 
 /// Starts one term: informers synced, controller spawned, informers and events running.
 async fn start_term(client: Client, identity: String) -> Result<Term, BoxError> {
-    let parts = wiring::parts(client.clone())?;
-    let mut informers = Informers::new(client.clone(), parts.on_driver);
+    let mut informers = Informers::new(client.clone());
+    let parts = wiring::parts(client.clone(), &informers)?;
     // Upstream's WaitForCacheSync: the controller starts from the whole cluster.
     let world = informers.initial_sync().await;
     let reporter = Reporter {
@@ -222,13 +222,13 @@ async fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// The status store, the backend and the CSIDriver registry (`KubeStatusStore`,
-/// `VolumeAttachmentBackend`, `CsiDrivers`).
+/// The status store and the backend (`KubeStatusStore`, `VolumeAttachmentBackend`), the
+/// backend reading the informers' registries of drivers and nodes.
 mod wiring {
     use std::sync::Arc;
 
     use attach_detach::traits::{AttachBackend, NodeStatusStore};
-    use attach_detach_kube::{DriverChange, Kube};
+    use attach_detach_kube::{Informers, Kube};
     use kube::Client;
 
     use super::BoxError;
@@ -237,23 +237,19 @@ mod wiring {
     pub struct Parts {
         pub store: Arc<dyn NodeStatusStore<Kube>>,
         pub backend: Arc<dyn AttachBackend<Kube>>,
-        pub on_driver: Box<dyn FnMut(DriverChange) + Send>,
     }
 
-    /// The store and the backend of a term, and the feed of CSIDriver objects into the
-    /// backend's registry of which drivers need an attach.
-    pub fn parts(client: Client) -> Result<Parts, BoxError> {
-        use attach_detach_kube::{CsiDrivers, KubeStatusStore, VolumeAttachmentBackend};
-        let drivers = CsiDrivers::default();
+    /// The store and the backend of a term. The backend asks the informers which drivers
+    /// need an attach (CSIDrivers) and which nodes are the controller's, so that its
+    /// recovery listing skips the attachments of nodes kubelet manages.
+    pub fn parts(client: Client, informers: &Informers) -> Result<Parts, BoxError> {
+        use attach_detach_kube::{KubeStatusStore, VolumeAttachmentBackend};
         let store = KubeStatusStore::new(client.clone());
-        let backend = VolumeAttachmentBackend::new(client, drivers.clone());
+        let backend = VolumeAttachmentBackend::new(client, informers.csi_drivers())
+            .with_managed_nodes(informers.managed_nodes());
         Ok(Parts {
             store: Arc::new(store),
             backend: Arc::new(backend),
-            on_driver: Box::new(move |change| match change {
-                DriverChange::Applied(driver) => drivers.apply(&driver),
-                DriverChange::Removed(name) => drivers.remove(&name),
-            }),
         })
     }
 }

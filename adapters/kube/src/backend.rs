@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use attach_detach::core::{Access, VolumeSpec};
 use attach_detach::traits::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeSpec};
 use k8s_openapi::api::storage::v1::{
     VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
 };
@@ -23,8 +23,10 @@ use serde::de::DeserializeOwned;
 use tokio::time::{Instant, timeout_at};
 use tracing::{debug, warn};
 
-use crate::domain::{CsiVolume, Kube, attachment_name, unique_name};
+use crate::domain::{AttachSource, CsiVolume, Kube, attachment_name, unique_name};
 use crate::drivers::CsiDrivers;
+use crate::nodes::{ManagedNodes, controller_managed};
+use crate::translate::translate_persistent_volume;
 
 /// The errors of this backend: its nodes are node names.
 type Error = BackendError<String>;
@@ -94,7 +96,9 @@ impl Default for KubeBackendConfig {
 /// (ControllerPublish, ControllerUnpublish).
 ///
 /// - **attach** creates the VolumeAttachment named by [`attachment_name`] (`spec.attacher` the
-///   driver, `spec.nodeName` the node, `spec.source.persistentVolumeName` the PV), an existing
+///   driver, `spec.nodeName` the node, `spec.source` the payload's
+///   [`AttachSource`](crate::AttachSource): `persistentVolumeName`, or for an inline in-tree
+///   volume its translated spec in `inlineVolumeSpec`, as upstream's attacher), an existing
 ///   one counting as created, then watches it until `status.attached` is true. It answers
 ///   `device: None`: a CSI node plugin finds its volume from the publish context, not from a
 ///   device path the controller hands over. It fails as [`BackendError::Transient`] if the
@@ -110,8 +114,10 @@ impl Default for KubeBackendConfig {
 ///   PersistentVolumes once each.
 ///
 /// Volumes of a driver that needs no attach ([`CsiDrivers::attach_required`] is false) are
-/// attached by nothing: attach and detach succeed without an API call, and verify counts them
-/// as attached.
+/// attached by nothing: attach succeeds without an API call, and verify counts them as
+/// attached (the informers do not hand such volumes to the core; a call for one comes from a
+/// CSIDriver that changed under it). A detach deletes the object all the same, as upstream's
+/// does: the driver may have needed attach when the volume was attached.
 ///
 /// A failed call keeps kube's error as its [`source`](std::error::Error::source). A request
 /// the API server refused (4xx: bad request, forbidden, invalid, too many requests) did
@@ -142,7 +148,9 @@ impl Default for KubeBackendConfig {
 pub struct VolumeAttachmentBackend {
     attachments: Api<VolumeAttachment>,
     volumes: Api<PersistentVolume>,
+    nodes: Api<Node>,
     drivers: CsiDrivers,
+    managed: ManagedNodes,
     config: KubeBackendConfig,
 }
 
@@ -157,10 +165,21 @@ impl VolumeAttachmentBackend {
     pub fn with_config(client: Client, drivers: CsiDrivers, config: KubeBackendConfig) -> Self {
         VolumeAttachmentBackend {
             attachments: Api::all(client.clone()),
-            volumes: Api::all(client),
+            volumes: Api::all(client.clone()),
+            nodes: Api::all(client),
             drivers,
+            managed: ManagedNodes::new(),
             config,
         }
+    }
+
+    /// The same backend, asking `nodes` (the informers':
+    /// [`InformerState::managed_nodes`](crate::InformerState::managed_nodes)) which nodes this
+    /// controller manages, so that its listing reads no Node. Without it, the listing reads
+    /// the metadata of each node it finds an attachment on, every time.
+    pub fn with_managed_nodes(mut self, nodes: ManagedNodes) -> Self {
+        self.managed = nodes;
+        self
     }
 
     /// The registry the backend asks which drivers need attach: feed it from CSIDriver
@@ -297,6 +316,31 @@ impl VolumeAttachmentBackend {
         Watched::Broken { progressed }
     }
 
+    /// Which of `nodes` this controller manages, by [`ManagedNodes`], or, for a node it does
+    /// not know, by a read of the node's metadata: a node kubelet manages (no
+    /// [`CONTROLLER_MANAGED_ANNOTATION`](crate::CONTROLLER_MANAGED_ANNOTATION)) is not, a
+    /// node that is gone is (an attachment left on a deleted node is still the core's to
+    /// keep track of).
+    async fn managed_of(&self, nodes: BTreeSet<&str>) -> Result<HashSet<String>, Error> {
+        let mut managed = HashSet::new();
+        for node in nodes {
+            let known = match self.managed.get(node) {
+                Some(known) => known,
+                None => self
+                    .read(
+                        || format!("list: read node {node}"),
+                        self.nodes.get_metadata_opt(node),
+                    )
+                    .await?
+                    .is_none_or(|object| controller_managed(&object.metadata)),
+            };
+            if known {
+                managed.insert(node.to_owned());
+            }
+        }
+        Ok(managed)
+    }
+
     /// Runs a read within the configured timeout; a failure or a timeout is transient.
     async fn read<T>(
         &self,
@@ -337,9 +381,15 @@ fn desired(name: &str, volume: &CsiVolume, node: &str) -> VolumeAttachment {
         spec: VolumeAttachmentSpec {
             attacher: volume.driver.clone(),
             node_name: node.to_owned(),
-            source: VolumeAttachmentSource {
-                persistent_volume_name: Some(volume.pv.clone()),
-                ..VolumeAttachmentSource::default()
+            source: match &volume.source {
+                AttachSource::PersistentVolume(pv) => VolumeAttachmentSource {
+                    persistent_volume_name: Some(pv.clone()),
+                    inline_volume_spec: None,
+                },
+                AttachSource::Inline(spec) => VolumeAttachmentSource {
+                    persistent_volume_name: None,
+                    inline_volume_spec: Some(PersistentVolumeSpec::clone(spec)),
+                },
             },
         },
         status: None,
@@ -471,15 +521,10 @@ impl AttachBackend<Kube> for VolumeAttachmentBackend {
         node: &String,
         payload: &CsiVolume,
     ) -> Result<(), Error> {
-        if !self.drivers.attach_required(&payload.driver) {
-            debug!(
-                volume,
-                node,
-                driver = payload.driver,
-                "driver needs no detach"
-            );
-            return Ok(());
-        }
+        // No shortcut for a driver that needs no attach, as upstream's detacher takes none: it
+        // may have needed attach when the volume was attached (its CSIDriver changed since),
+        // and a VolumeAttachment left behind would keep the volume published. Without one,
+        // the delete answers 404 at once.
         let deadline = Instant::now() + self.config.timeout;
         let name = attachment_name(&payload.handle, &payload.driver, node);
         let what = format!("detach of {volume} from {node} (VolumeAttachment {name})");
@@ -556,18 +601,23 @@ impl AttachBackend<Kube> for VolumeAttachmentBackend {
             .collect())
     }
 
-    /// One LIST of the VolumeAttachments of the managed drivers (see [`ManagedDrivers`]),
-    /// joined with one LIST of the PersistentVolumes for each volume's unique name, access
-    /// mode and payload.
+    /// One LIST of the VolumeAttachments of the managed drivers (see [`ManagedDrivers`]) on
+    /// the nodes this controller manages (see
+    /// [`with_managed_nodes`](VolumeAttachmentBackend::with_managed_nodes)), joined with one
+    /// LIST of the PersistentVolumes (if an object names one) for each volume's unique name,
+    /// access mode and payload: a PV of an in-tree plugin is translated as CSI migration
+    /// translates it; an inline volume's object carries its spec (`inlineVolumeSpec`), which
+    /// becomes its payload.
     ///
     /// Objects whose attach is under way count, as the contract asks, and so do objects being
     /// deleted: until the external-attacher removed its finalizer the volume may still be
     /// attached, and a restarted core must know it (it detaches it again if nothing needs it,
-    /// which waits for the deletion to end). Skipped, with a warning: an object for an inline
-    /// volume (no PersistentVolume), one whose PersistentVolume is gone or not CSI, and one
-    /// whose name is not the one this backend would give it (its PersistentVolume was
-    /// replaced by another of the same name): its volume cannot be named, and a detach
-    /// computed from the current PersistentVolume would not delete it.
+    /// which waits for the deletion to end). Skipped, with a warning: an object whose
+    /// PersistentVolume is gone, neither CSI nor of a migrated plugin, or does not translate,
+    /// an inline one without a CSI source, and one whose name is not the one this backend
+    /// would give it (its PersistentVolume was replaced by another of the same name): its
+    /// volume cannot be named, and a detach computed from the current PersistentVolume would
+    /// not delete it.
     async fn list(&self) -> Result<Vec<BackendAttachment<Kube>>, Error> {
         let attachments: Vec<VolumeAttachment> = self
             .read(
@@ -578,18 +628,42 @@ impl AttachBackend<Kube> for VolumeAttachmentBackend {
             .into_iter()
             .filter(|va| self.manages(&va.spec.attacher))
             .collect();
+        let nodes = attachments.iter().map(|va| va.spec.node_name.as_str());
+        let managed = self.managed_of(nodes.collect()).await?;
+        let attachments: Vec<VolumeAttachment> = attachments
+            .into_iter()
+            .filter(|va| {
+                let ours = managed.contains(&va.spec.node_name);
+                if !ours {
+                    debug!(
+                        attachment = va.metadata.name.as_deref().unwrap_or_default(),
+                        node = va.spec.node_name,
+                        "skipping a VolumeAttachment of a node kubelet manages"
+                    );
+                }
+                ours
+            })
+            .collect();
         if attachments.is_empty() {
             return Ok(Vec::new());
         }
-        let volumes: BTreeMap<String, PersistentVolume> = self
-            .read(
+        // An inline volume's object carries its spec: PersistentVolumes are read only if an
+        // object names one.
+        let named = attachments
+            .iter()
+            .any(|va| va.spec.source.persistent_volume_name.is_some());
+        let volumes: BTreeMap<String, PersistentVolume> = if named {
+            self.read(
                 || "list PersistentVolumes".to_owned(),
                 list_all(&self.volumes, self.config.page_size),
             )
             .await?
             .into_iter()
             .filter_map(|pv| Some((pv.metadata.name.clone()?, pv)))
-            .collect();
+            .collect()
+        } else {
+            BTreeMap::new()
+        };
         Ok(attachments
             .iter()
             .filter_map(|va| match attachment_of(va, &volumes) {
@@ -605,24 +679,56 @@ impl AttachBackend<Kube> for VolumeAttachmentBackend {
 }
 
 /// The attachment `va` stands for, with its volume from `volumes`, or why it cannot be told.
+///
+/// A PersistentVolume's is named from the PV as CSI migration translates it (an in-tree PV's
+/// driver and handle are its CSI driver's, as upstream's recovery translates it); an inline
+/// volume's, from the spec the object carries (upstream's recovery skips those, and would
+/// leave them attached for ever).
 fn attachment_of(
     va: &VolumeAttachment,
     volumes: &BTreeMap<String, PersistentVolume>,
 ) -> Result<BackendAttachment<Kube>, String> {
-    let Some(pv) = va.spec.source.persistent_volume_name.as_deref() else {
-        return Err("an inline volume, without a PersistentVolume".to_owned());
+    let source = &va.spec.source;
+    let (csi, modes, payload_source, what) = match (
+        source.persistent_volume_name.as_deref(),
+        source.inline_volume_spec.as_ref(),
+    ) {
+        (Some(pv), _) => {
+            let Some(volume) = volumes.get(pv) else {
+                return Err(format!("its PersistentVolume {pv} is gone"));
+            };
+            let csi = match translate_persistent_volume(volume) {
+                Ok(Some(csi)) => csi.spec(),
+                Ok(None) => {
+                    return Err(format!(
+                        "its PersistentVolume {pv} is neither CSI nor of a plugin CSI migration serves"
+                    ));
+                }
+                Err(error) => {
+                    return Err(format!(
+                        "its PersistentVolume {pv} does not translate to CSI: {error}"
+                    ));
+                }
+            };
+            let source = AttachSource::PersistentVolume(pv.to_owned());
+            let what = format!("its PersistentVolume {pv}");
+            (csi.csi, csi.access_modes, source, what)
+        }
+        (None, Some(spec)) => {
+            let source = AttachSource::Inline(Box::new(spec.clone()));
+            let what = "its inline volume".to_owned();
+            (spec.csi.clone(), spec.access_modes.clone(), source, what)
+        }
+        (None, None) => return Err("it has no source".to_owned()),
     };
-    let Some(volume) = volumes.get(pv) else {
-        return Err(format!("its PersistentVolume {pv} is gone"));
-    };
-    let Some(csi) = volume.spec.as_ref().and_then(|spec| spec.csi.as_ref()) else {
-        return Err(format!("its PersistentVolume {pv} is not a CSI volume"));
+    let Some(csi) = csi else {
+        return Err(format!("{what} has no CSI source"));
     };
     let node = &va.spec.node_name;
     let expected = attachment_name(&csi.volume_handle, &csi.driver, node);
     if va.metadata.name.as_deref() != Some(expected.as_str()) {
         return Err(format!(
-            "its PersistentVolume {pv} (handle {}) would be attached as {expected}",
+            "{what} (handle {}) would be attached as {expected}",
             csi.volume_handle
         ));
     }
@@ -630,27 +736,22 @@ fn attachment_of(
         volume: unique_name(&csi.driver, &csi.volume_handle),
         node: node.clone(),
         spec: VolumeSpec {
-            access: access(volume),
+            access: access(modes.as_deref().unwrap_or_default()),
             payload: CsiVolume {
-                pv: pv.to_owned(),
-                driver: csi.driver.clone(),
-                handle: csi.volume_handle.clone(),
+                source: payload_source,
+                driver: csi.driver,
+                handle: csi.volume_handle,
             },
             attach_required: true,
         },
     })
 }
 
-/// A PersistentVolume's access as upstream's attach/detach controller judges it
-/// (`isMultiAttachAllowed`): multi-node if any access mode is `ReadWriteMany` or
+/// A volume's access by its (translated) access modes, as upstream's attach/detach
+/// controller judges it (`isMultiAttachAllowed`): multi-node if any is `ReadWriteMany` or
 /// `ReadOnlyMany`, or if none is given ("we don't know for sure; let the attacher fail");
 /// single-node otherwise (`ReadWriteOnce`, `ReadWriteOncePod`).
-fn access(volume: &PersistentVolume) -> Access {
-    let modes = volume
-        .spec
-        .as_ref()
-        .and_then(|spec| spec.access_modes.as_deref())
-        .unwrap_or_default();
+fn access(modes: &[String]) -> Access {
     if modes.is_empty()
         || modes
             .iter()

@@ -13,18 +13,60 @@ use sha2::{Digest, Sha256};
 /// - the payload is the [`CsiVolume`] behind the unique name.
 pub type Kube = Ids<String, String, String, CsiVolume>;
 
-/// What a VolumeAttachment needs to know of a CSI volume.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// What a VolumeAttachment needs to know of a CSI volume: its driver and handle, and where
+/// the driver's external-attacher reads the rest from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CsiVolume {
-    /// The PersistentVolume's name (`spec.source.persistentVolumeName` of the attachment).
-    pub pv: String,
-    /// The CSI driver (`spec.csi.driver` of the PV; the attachment's `spec.attacher`).
+    /// The attachment's `spec.source`.
+    pub source: AttachSource,
+    /// The CSI driver (`spec.csi.driver` of the PV, translated for an in-tree volume; the
+    /// attachment's `spec.attacher`).
     pub driver: String,
-    /// The volume handle (`spec.csi.volumeHandle` of the PV).
+    /// The volume handle (`spec.csi.volumeHandle` of the PV, translated for an in-tree
+    /// volume).
     pub handle: String,
 }
 
+/// Where a VolumeAttachment's `spec.source` points the external-attacher.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum AttachSource {
+    /// `persistentVolumeName`: a PersistentVolume, CSI or in-tree (whose driver's attacher
+    /// translates it again, as upstream's does).
+    PersistentVolume(String),
+    /// `inlineVolumeSpec`: an in-tree volume written inline in a pod, translated to a CSI
+    /// PersistentVolume's spec (see [`translate_inline_volume`](crate::translate_inline_volume)).
+    Inline(Box<k8s_openapi::api::core::v1::PersistentVolumeSpec>),
+}
+
 impl CsiVolume {
+    /// The volume of PersistentVolume `pv`, of `driver` with `handle`.
+    ///
+    /// ```
+    /// use attach_detach_kube::CsiVolume;
+    /// let volume = CsiVolume::persistent("pv-1", "ebs.csi.aws.com", "vol-1");
+    /// assert_eq!(volume.pv(), Some("pv-1"));
+    /// assert_eq!(volume.unique_name(), "kubernetes.io/csi/ebs.csi.aws.com^vol-1");
+    /// ```
+    pub fn persistent(
+        pv: impl Into<String>,
+        driver: impl Into<String>,
+        handle: impl Into<String>,
+    ) -> Self {
+        CsiVolume {
+            source: AttachSource::PersistentVolume(pv.into()),
+            driver: driver.into(),
+            handle: handle.into(),
+        }
+    }
+
+    /// The PersistentVolume's name; `None` for an inline volume.
+    pub fn pv(&self) -> Option<&str> {
+        match &self.source {
+            AttachSource::PersistentVolume(pv) => Some(pv),
+            AttachSource::Inline(_) => None,
+        }
+    }
+
     /// The unique volume name of this volume: what [`Kube`]'s volumes are called.
     pub fn unique_name(&self) -> String {
         unique_name(&self.driver, &self.handle)

@@ -751,7 +751,8 @@ mod tests {
         .unwrap();
         state.claims(watcher::Event::Apply(pvc));
         let node: Node = serde_json::from_value(
-            serde_json::json!({"metadata": {"name": "n1", "uid": "uid-n1"}}),
+            serde_json::json!({"metadata": {"name": "n1", "uid": "uid-n1", "annotations":
+                {"volumes.kubernetes.io/controller-managed-attach-detach": "true"}}}),
         )
         .unwrap();
         state.nodes(watcher::Event::Apply(node));

@@ -8,16 +8,24 @@ mod error;
 mod events;
 mod informers;
 mod leader;
+mod nodes;
 mod ratelimit;
 mod store;
+mod translate;
 
 pub use backend::{KubeBackendConfig, ManagedDrivers, VolumeAttachmentBackend};
 pub use domain::{
-    CsiVolume, Kube, OUT_OF_SERVICE_TAINT, attachment_name, pod_key, split_unique_name, unique_name,
+    AttachSource, CsiVolume, Kube, OUT_OF_SERVICE_TAINT, attachment_name, pod_key,
+    split_unique_name, unique_name,
 };
 pub use drivers::CsiDrivers;
 pub use events::{KubeEvent, KubeEventRecorder, REPORTING_CONTROLLER, kube_events, publish};
-pub use informers::{DriverChange, InformerState, Informers, ObjectIndex, PodRef, node_facts};
+pub use informers::{InformerState, Informers, ObjectIndex, PodRef, node_facts};
 pub use leader::{LeaderConfig, LeaderError, Term, lead};
+pub use nodes::{CONTROLLER_MANAGED_ANNOTATION, ManagedNodes, controller_managed};
 pub use ratelimit::{ClientRateLimit, RateLimited};
 pub use store::{KubeStatusStore, StatusWriteStats};
+pub use translate::{
+    CsiMigration, CsiSpec, InTreePlugin, MIGRATED_PLUGINS_ANNOTATION, MigratedNode,
+    NodeMigrationError, TranslationError, translate_inline_volume, translate_persistent_volume,
+};

@@ -2,6 +2,7 @@
 //! `status.volumesAttached`, what kubelet and kube-controller-manager's own attach/detach
 //! controller use.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -19,6 +20,7 @@ use serde_json::{Value, json};
 
 use crate::domain::{Kube, facts_of};
 use crate::error::{CallKind, is_status, store_error};
+use crate::nodes::CONTROLLER_MANAGED_ANNOTATION;
 
 /// Where nodes live in the API.
 const NODES: &str = "/api/v1/nodes";
@@ -73,6 +75,11 @@ const PAGE: u32 = 500;
 /// controller owns; kubelet's fields are never in the patch, so they are never overwritten.
 /// (Upstream's node status updater sends a strategic merge patch with no precondition at all,
 /// which is how a lagging informer cache once erased attached volumes: kubernetes#122413.)
+///
+/// [`list`](NodeStatusStore::list) gives the nodes this controller manages: those carrying
+/// kubelet's [`CONTROLLER_MANAGED_ANNOTATION`](crate::CONTROLLER_MANAGED_ANNOTATION). A node
+/// whose kubelet attaches and detaches by itself is left out: what its status lists is
+/// kubelet's, and a core that adopted it would detach it.
 ///
 /// # Errors
 ///
@@ -332,6 +339,14 @@ impl KubeStatusStore {
         };
         nodes
             .into_iter()
+            // A node whose kubelet attaches and detaches by itself is kubelet's: its status
+            // lists what kubelet attached, which the core must not adopt (and then detach).
+            .filter(|view| {
+                view.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(CONTROLLER_MANAGED_ANNOTATION))
+            })
             .map(|view| {
                 let status = view.status().map_err(|e| {
                     StoreError::transient(format!("listing nodes: node {}", view.metadata.name))
@@ -358,6 +373,7 @@ struct NodeView {
 #[serde(default)]
 struct MetaView {
     name: String,
+    annotations: Option<BTreeMap<String, Value>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -14,8 +14,8 @@ use attach_detach::conformance::{self, BackendHarness, HarnessError};
 use attach_detach::core::{Access, VolumeSpec};
 use attach_detach::traits::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 use attach_detach_kube::{
-    CsiDrivers, CsiVolume, Kube, KubeBackendConfig, ManagedDrivers, VolumeAttachmentBackend,
-    attachment_name, unique_name,
+    AttachSource, CsiDrivers, CsiVolume, Kube, KubeBackendConfig, ManagedDrivers, ManagedNodes,
+    VolumeAttachmentBackend, attachment_name, unique_name,
 };
 use common::fake_va::{Attacher, FakeVa};
 use common::status_body as status_json;
@@ -107,11 +107,7 @@ where
 }
 
 fn volume(n: u32) -> (String, CsiVolume) {
-    let payload = CsiVolume {
-        pv: format!("pv-{n}"),
-        driver: DRIVER.to_owned(),
-        handle: format!("vol-{n}"),
-    };
+    let payload = CsiVolume::persistent(format!("pv-{n}"), DRIVER, format!("vol-{n}"));
     (payload.unique_name(), payload)
 }
 
@@ -574,7 +570,7 @@ async fn detach_error_and_timeout_are_uncertain() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_driver_that_needs_no_attach_makes_no_request() {
+async fn a_driver_that_needs_no_attach_makes_no_attach_or_verify_request() {
     let drivers = CsiDrivers::new();
     drivers.set(DRIVER, false);
     let (b, server) = backend_with(drivers, KubeBackendConfig::default());
@@ -584,7 +580,6 @@ async fn a_driver_that_needs_no_attach_makes_no_request() {
         |_: Server| async {},
         async |b: &VolumeAttachmentBackend| {
             assert_eq!(attach(b, 1).await, Ok(AttachInfo { device: None }));
-            assert_eq!(detach(b, 1).await, Ok(()));
             let (v, p) = volume(1);
             // Counted as attached: it needs nothing.
             assert_eq!(
@@ -596,6 +591,28 @@ async fn a_driver_that_needs_no_attach_makes_no_request() {
         },
     )
     .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn detach_deletes_the_object_even_of_a_driver_switched_to_no_attach() {
+    // The driver needed attach when its volume was attached; its CSIDriver now says it does
+    // not. Upstream's detacher deletes the VolumeAttachment all the same: left behind, it
+    // would keep the external-attacher's publication (and the core's record) for ever.
+    let drivers = CsiDrivers::new();
+    drivers.set(DRIVER, false);
+    let (b, server) = backend_with(drivers, KubeBackendConfig::default());
+    let answer = run(
+        b,
+        server,
+        |s: Server| async move {
+            s.expect(Method::DELETE, &item(1), Some(json!({})))
+                .await
+                .send_response(failure(404, "NotFound"));
+        },
+        async |b: &VolumeAttachmentBackend| detach(b, 1).await,
+    )
+    .await;
+    assert_eq!(answer, Ok(()));
 }
 
 #[tokio::test(start_paused = true)]
@@ -811,11 +828,7 @@ async fn verify_answers_from_one_paged_list() {
         },
         async |b: &VolumeAttachmentBackend| {
             let mut asked: Vec<(String, CsiVolume)> = (1..=5).map(volume).collect();
-            let nfs = CsiVolume {
-                pv: "pv-6".into(),
-                driver: "nfs.csi.k8s.io".into(),
-                handle: "share".into(),
-            };
+            let nfs = CsiVolume::persistent("pv-6", "nfs.csi.k8s.io", "share");
             asked.push((nfs.unique_name(), nfs));
             b.verify(&NODE.to_owned(), &asked).await
         },
@@ -844,6 +857,8 @@ async fn list_joins_the_attachments_with_their_volumes() {
     drivers.set("nfs.csi.k8s.io", false);
     let (b, server) = backend_with(drivers, KubeBackendConfig::default());
     let other_node = "node-b";
+    // The informers' registry knows both nodes as the controller's: no Node is read.
+    let b = b.with_managed_nodes(managed(&[(NODE, true), (other_node, true)]));
     let answer = run(
         b,
         server,
@@ -871,7 +886,7 @@ async fn list_joins_the_attachments_with_their_volumes() {
                     attached(va(5, NODE, 6)),           // its PV is not CSI
                     renamed,                            // its PV has another handle now
                     nfs,                                // a driver that needs no attach
-                    inline,                             // an inline volume
+                    inline,                             // an inline volume, misnamed
                 ], None));
             let mut not_csi = pv(5, DRIVER, &["ReadWriteOnce"]);
             not_csi["spec"] = json!({"accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/mnt"}});
@@ -932,6 +947,247 @@ async fn list_reports_only_the_managed_drivers() {
     )
     .await;
     assert_eq!(answer, Ok(vec![]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn attach_of_an_inline_volume_puts_its_translated_spec_in_the_object() {
+    let spec: k8s_openapi::api::core::v1::PersistentVolumeSpec = serde_json::from_value(json!({
+        "csi": {"driver": DRIVER, "volumeHandle": "vol-1", "volumeAttributes": {"partition": "0"}},
+        "accessModes": ["ReadWriteOnce"],
+        "volumeMode": "Filesystem",
+    }))
+    .unwrap();
+    let payload = CsiVolume {
+        source: AttachSource::Inline(Box::new(spec)),
+        driver: DRIVER.into(),
+        handle: "vol-1".into(),
+    };
+    let (b, server) = backend();
+    let answer = run(
+        b,
+        server,
+        |s: Server| async move {
+            // As upstream's attacher creates it: no PV name, the spec inline.
+            let mut body = created(1);
+            body["spec"]["source"] = json!({"inlineVolumeSpec": {
+                "csi": {"driver": DRIVER, "volumeHandle": "vol-1", "volumeAttributes": {"partition": "0"}},
+                "accessModes": ["ReadWriteOnce"],
+                "volumeMode": "Filesystem",
+            }});
+            s.expect(Method::POST, &create(), Some(body))
+                .await
+                .send_response(reply(201, attached(va(1, NODE, 1))));
+        },
+        async move |b: &VolumeAttachmentBackend| {
+            b.attach(&payload.unique_name(), &NODE.to_owned(), &payload)
+                .await
+        },
+    )
+    .await;
+    assert_eq!(answer, Ok(AttachInfo { device: None }));
+}
+
+#[tokio::test(start_paused = true)]
+async fn list_adopts_the_attachments_of_migrated_and_inline_volumes() {
+    let (b, server) = backend();
+    let b = b.with_managed_nodes(managed(&[(NODE, true)]));
+    let inline_spec = json!({
+        "csi": {"driver": DRIVER, "volumeHandle": "vol-9", "volumeAttributes": {"partition": "0"}},
+        "accessModes": ["ReadWriteOnce"],
+        "volumeMode": "Filesystem",
+    });
+    let answer = run(
+        b,
+        server,
+        move |s: Server| async move {
+            // An in-tree EBS PV, attached through its CSI driver: named from the translated
+            // handle (vol-1, not aws://us-west-2a/vol-1).
+            let migrated = json!({
+                "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+                "metadata": {"name": name(1, NODE)},
+                "spec": {"attacher": DRIVER, "nodeName": NODE, "source": {"persistentVolumeName": "pv-ebs"}},
+                "status": {"attached": true},
+            });
+            // An inline volume's: its spec is in the object.
+            let inline = json!({
+                "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+                "metadata": {"name": name(9, NODE), "deletionTimestamp": "2026-01-01T00:00:00Z",
+                             "finalizers": ["external-attacher/ebs-csi-aws-com"]},
+                "spec": {"attacher": DRIVER, "nodeName": NODE, "source": {"inlineVolumeSpec": inline_spec}},
+            });
+            // One whose name is not the one its spec gives, and one without a CSI source.
+            let mut renamed = inline.clone();
+            renamed["metadata"]["name"] = json!(name(8, NODE));
+            let mut not_csi = inline.clone();
+            not_csi["metadata"]["name"] = json!(name(7, NODE));
+            not_csi["spec"]["source"] = json!({"inlineVolumeSpec": {"hostPath": {"path": "/"}}});
+            s.expect(Method::GET, &format!("{VAS}?&limit=500"), None)
+                .await
+                .send_response(page(
+                    "VolumeAttachmentList",
+                    vec![migrated, inline, renamed, not_csi],
+                    None,
+                ));
+            s.expect(Method::GET, &format!("{PVS}?&limit=500"), None)
+                .await
+                .send_response(page(
+                    "PersistentVolumeList",
+                    vec![json!({
+                        "apiVersion": "v1", "kind": "PersistentVolume",
+                        "metadata": {"name": "pv-ebs"},
+                        "spec": {"accessModes": ["ReadWriteOnce"],
+                                 "awsElasticBlockStore": {"volumeID": "aws://us-west-2a/vol-1"}},
+                    })],
+                    None,
+                ));
+        },
+        async |b: &VolumeAttachmentBackend| b.list().await,
+    )
+    .await;
+    let inline_spec = serde_json::from_value(json!({
+        "csi": {"driver": DRIVER, "volumeHandle": "vol-9", "volumeAttributes": {"partition": "0"}},
+        "accessModes": ["ReadWriteOnce"],
+        "volumeMode": "Filesystem",
+    }))
+    .unwrap();
+    assert_eq!(
+        answer,
+        Ok(vec![
+            BackendAttachment {
+                volume: unique_name(DRIVER, "vol-1"),
+                node: NODE.to_owned(),
+                spec: VolumeSpec {
+                    access: Access::SingleNode,
+                    payload: CsiVolume::persistent("pv-ebs", DRIVER, "vol-1"),
+                    attach_required: true,
+                },
+            },
+            BackendAttachment {
+                volume: unique_name(DRIVER, "vol-9"),
+                node: NODE.to_owned(),
+                spec: VolumeSpec {
+                    access: Access::SingleNode,
+                    payload: CsiVolume {
+                        source: AttachSource::Inline(Box::new(inline_spec)),
+                        driver: DRIVER.to_owned(),
+                        handle: "vol-9".to_owned(),
+                    },
+                    attach_required: true,
+                },
+            },
+        ])
+    );
+}
+
+/// A registry of nodes, as the informers keep it: whether the controller manages each.
+fn managed(nodes: &[(&str, bool)]) -> ManagedNodes {
+    let registry = ManagedNodes::new();
+    for (node, managed) in nodes {
+        registry.set(node, *managed);
+    }
+    registry
+}
+
+#[tokio::test(start_paused = true)]
+async fn list_asks_the_informers_registry_which_nodes_are_managed() {
+    let (b, server) = backend();
+    let b = b.with_managed_nodes(managed(&[(NODE, true), ("node-kubelet", false)]));
+    let answer = run(
+        b,
+        server,
+        |s: Server| async move {
+            s.expect(Method::GET, &format!("{VAS}?&limit=500"), None)
+                .await
+                .send_response(page(
+                    "VolumeAttachmentList",
+                    vec![attached(va(1, NODE, 1)), attached(va(2, "node-kubelet", 2))],
+                    None,
+                ));
+            // No Node read: the registry knows both.
+            s.expect(Method::GET, &format!("{PVS}?&limit=500"), None)
+                .await
+                .send_response(page(
+                    "PersistentVolumeList",
+                    vec![
+                        pv(1, DRIVER, &["ReadWriteOnce"]),
+                        pv(2, DRIVER, &["ReadWriteOnce"]),
+                    ],
+                    None,
+                ));
+        },
+        async |b: &VolumeAttachmentBackend| b.list().await,
+    )
+    .await;
+    let nodes: Vec<String> = answer.unwrap().into_iter().map(|a| a.node).collect();
+    assert_eq!(nodes, [NODE]);
+}
+
+/// A node's metadata as the API server answers a metadata-only GET; `controller_managed`:
+/// whether its kubelet left attach and detach to the controller (the annotation).
+fn node_metadata(name: &str, controller_managed: bool) -> Value {
+    let mut metadata = json!({"name": name, "uid": format!("uid-{name}")});
+    if controller_managed {
+        metadata["annotations"] =
+            json!({"volumes.kubernetes.io/controller-managed-attach-detach": "true"});
+    }
+    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": metadata})
+}
+
+#[tokio::test(start_paused = true)]
+async fn list_skips_the_attachments_of_nodes_kubelet_manages() {
+    // No registry of nodes was handed over: each node is read once (its metadata only).
+    let (b, server) = backend();
+    let answer = run(
+        b,
+        server,
+        |s: Server| async move {
+            s.expect(Method::GET, &format!("{VAS}?&limit=500"), None)
+                .await
+                .send_response(page(
+                    "VolumeAttachmentList",
+                    vec![
+                        attached(va(1, NODE, 1)),
+                        attached(va(2, "node-kubelet", 2)), // kubelet attached it itself
+                        attached(va(3, "node-gone", 3)),    // its node object was deleted
+                        attached(va(4, NODE, 4)),
+                    ],
+                    None,
+                ));
+            s.expect(Method::GET, &format!("/api/v1/nodes/{NODE}"), None)
+                .await
+                .send_response(reply(200, node_metadata(NODE, true)));
+            s.expect(Method::GET, "/api/v1/nodes/node-gone", None)
+                .await
+                .send_response(failure(404, "NotFound"));
+            s.expect(Method::GET, "/api/v1/nodes/node-kubelet", None)
+                .await
+                .send_response(reply(200, node_metadata("node-kubelet", false)));
+            s.expect(Method::GET, &format!("{PVS}?&limit=500"), None)
+                .await
+                .send_response(page(
+                    "PersistentVolumeList",
+                    (1..=4).map(|n| pv(n, DRIVER, &["ReadWriteOnce"])).collect(),
+                    None,
+                ));
+        },
+        async |b: &VolumeAttachmentBackend| b.list().await,
+    )
+    .await;
+    let nodes: Vec<(String, String)> = answer
+        .expect("a listing")
+        .into_iter()
+        .map(|a| (a.volume, a.node))
+        .collect();
+    assert_eq!(
+        nodes,
+        [
+            (volume(1).0, NODE.to_owned()),
+            // A deleted node's attachment is still adopted: the core keeps it pinned there
+            // until the node is fenced or comes back.
+            (volume(3).0, "node-gone".to_owned()),
+            (volume(4).0, NODE.to_owned()),
+        ]
+    );
 }
 
 /// The conformance kit's view of the fake API server.

@@ -27,14 +27,6 @@ use common::sims::{CONTROLLER, ControllerProcess, Sims, controller_binary, until
 const DRIVER: &str = "hostpath.csi.k8s.io";
 const NS: &str = "default";
 
-/// Permissions granted ahead of the code that needs them: the CSINode watch of CSI migration
-/// (the in-tree translation needs each node's migrated plugins). Exercised or not, they are
-/// not counted against the proof.
-const AHEAD: &[(&str, &str, &str)] = &[
-    ("storage.k8s.io", "csinodes", "list"),
-    ("storage.k8s.io", "csinodes", "watch"),
-];
-
 /// One scenario at a time: each runs a controller process and watches real time, and the
 /// machine has two cores.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -319,10 +311,7 @@ async fn the_seeds_incidents_through_the_example_over_http_under_rbac() {
                 };
                 policy.allows(&a) && !without.allows(&a)
             });
-        let ahead = AHEAD.iter().any(|(g, res, v)| {
-            permission.group == *g && permission.resource == *res && permission.verb == *v
-        });
-        if !needed && !ahead {
+        if !needed {
             unneeded.push(permission.to_string());
         }
     }

@@ -96,7 +96,11 @@ fn index() -> attach_detach_kube::ObjectIndex {
         ));
     }
     state.nodes(Watch::Apply(
-        serde_json::from_value(json!({"metadata": {"name": "n1", "uid": "uid-n1"}})).unwrap(),
+        serde_json::from_value(json!({"metadata": {
+            "name": "n1", "uid": "uid-n1",
+            "annotations": {attach_detach_kube::CONTROLLER_MANAGED_ANNOTATION: "true"},
+        }}))
+        .unwrap(),
     ));
     state.pods(Watch::Apply(
         serde_json::from_value(json!({

@@ -1,7 +1,9 @@
 //! Every rule of [`InformerState`], with k8s-openapi objects built by hand: no API server.
 
 use attach_detach::core::{Access, Input, Kind, NodeFacts, VolumeSpec};
-use attach_detach_kube::{CsiVolume, DriverChange, InformerState, Kube, unique_name};
+use attach_detach_kube::{
+    AttachSource, CsiMigration, CsiVolume, InTreePlugin, InformerState, Kube, unique_name,
+};
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, ContainerState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStatus, EphemeralVolumeSource, Node, NodeCondition, NodeSpec, NodeStatus,
@@ -9,7 +11,7 @@ use k8s_openapi::api::core::v1::{
     PersistentVolumeClaimStatus, PersistentVolumeClaimVolumeSource, PersistentVolumeSpec, Pod,
     PodSpec, PodStatus, Taint, Volume,
 };
-use k8s_openapi::api::storage::v1::CSIDriver;
+use k8s_openapi::api::storage::v1::{CSIDriver, CSIDriverSpec, CSINode};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::runtime::watcher::Event;
 
@@ -112,18 +114,21 @@ fn volume(pv: &str) -> String {
 fn spec(pv: &str, access: Access) -> VolumeSpec<CsiVolume> {
     VolumeSpec {
         access,
-        payload: CsiVolume {
-            pv: pv.into(),
-            driver: DRIVER.into(),
-            handle: format!("h-{pv}"),
-        },
+        payload: CsiVolume::persistent(pv, DRIVER, format!("h-{pv}")),
         attach_required: true,
     }
 }
 
+/// The annotation kubelet puts on its node when the attach/detach controller is to manage it
+/// (`--enable-controller-attach-detach`, the default).
+const CONTROLLER_MANAGED: &str = "volumes.kubernetes.io/controller-managed-attach-detach";
+
+/// A node whose kubelet leaves attach and detach to the controller (the annotation set).
 fn node(name: &str, ready: Option<&str>, in_use: &[&str], taints: &[&str]) -> Node {
+    let mut metadata = meta(None, name);
+    metadata.annotations = Some([(CONTROLLER_MANAGED.to_owned(), "true".to_owned())].into());
     Node {
-        metadata: meta(None, name),
+        metadata,
         spec: Some(NodeSpec {
             taints: Some(
                 taints
@@ -149,6 +154,13 @@ fn node(name: &str, ready: Option<&str>, in_use: &[&str], taints: &[&str]) -> No
             ..NodeStatus::default()
         }),
     }
+}
+
+/// The same node as its kubelet leaves it when it attaches and detaches by itself
+/// (`--enable-controller-attach-detach=false`): no annotation.
+fn kubelet_managed(mut node: Node) -> Node {
+    node.metadata.annotations = None;
+    node
 }
 
 fn scheduled(pod: &str, node: &str, volumes: &[String]) -> Input<Kube> {
@@ -468,7 +480,7 @@ fn two_pvs_of_one_handle_are_one_volume_removed_with_the_last() {
     s.volumes(Event::Apply(rwo("pv-1")));
     s.volumes(Event::Apply(twin.clone()));
     let mut payload = spec("pv-1", Access::SingleNode);
-    payload.payload.pv = "pv-1-twin".into();
+    payload.payload.source = AttachSource::PersistentVolume("pv-1-twin".into());
     assert_eq!(
         s.volumes(Event::Delete(rwo("pv-1"))),
         vec![Input::SetVolume {
@@ -678,29 +690,29 @@ fn during_a_pod_relist_only_listed_pods_are_sent_again() {
 #[test]
 fn drivers_go_to_the_registry_and_unlisted_ones_are_removed() {
     let mut s = InformerState::new();
+    let registry = s.csi_drivers();
     let driver = |name: &str| CSIDriver {
         metadata: meta(None, name),
-        spec: Default::default(),
+        spec: CSIDriverSpec {
+            attach_required: Some(false),
+            ..CSIDriverSpec::default()
+        },
     };
-    assert_eq!(
-        s.drivers(Event::Apply(driver("a"))),
-        vec![DriverChange::Applied(Box::new(driver("a")))]
-    );
+    // No volume of theirs is known: nothing for the core.
+    assert!(s.drivers(Event::Apply(driver("a"))).is_empty());
+    assert!(!registry.attach_required("a"));
     s.drivers(Event::Apply(driver("b")));
-    assert_eq!(
-        s.drivers(Event::Delete(driver("b"))),
-        vec![DriverChange::Removed("b".into())]
-    );
+    assert!(s.drivers(Event::Delete(driver("b"))).is_empty());
+    assert!(registry.attach_required("b"), "deleted: attach again");
     s.drivers(Event::Apply(driver("c")));
     assert!(s.drivers(Event::Init).is_empty());
-    assert_eq!(
-        s.drivers(Event::InitApply(driver("c"))),
-        vec![DriverChange::Applied(Box::new(driver("c")))]
+    assert!(s.drivers(Event::InitApply(driver("c"))).is_empty());
+    assert!(s.drivers(Event::InitDone).is_empty());
+    assert!(
+        registry.attach_required("a"),
+        "missing from the relist: removed"
     );
-    assert_eq!(
-        s.drivers(Event::InitDone),
-        vec![DriverChange::Removed("a".into())]
-    );
+    assert!(!registry.attach_required("c"));
 }
 
 #[test]
@@ -722,6 +734,9 @@ fn synced_once_every_watcher_listed_and_the_snapshot_builds_the_world() {
     s.volumes(Event::Init);
     s.volumes(Event::InitApply(rwo("pv-1")));
     s.volumes(Event::InitDone);
+    assert!(!s.synced(), "CSINodes not listed yet");
+    s.csi_nodes(Event::Init);
+    s.csi_nodes(Event::InitDone);
     assert!(s.synced());
     assert_eq!(
         s.snapshot(),
@@ -767,6 +782,645 @@ fn the_index_names_pvs_pods_and_nodes_for_events() {
     s.pods(Event::Delete(pod("p", Some("n1"), &["c1"])));
     assert!(index.pods_using(&volume("pv-1"), "n1").is_empty());
     assert!(index.pod("ns/p").is_none());
+}
+
+// ---- nodes kubelet manages (upstream's `addNodeToDswp`: only annotated nodes) ----
+
+#[test]
+fn a_node_kubelet_manages_is_invisible_and_so_are_its_pods() {
+    let mut s = with_volume();
+    assert!(
+        s.nodes(Event::Apply(kubelet_managed(node(
+            "n1",
+            Some("True"),
+            &[],
+            &[]
+        ))))
+        .is_empty(),
+        "no NodeUpdated for a node whose kubelet attaches by itself"
+    );
+    assert!(
+        s.pods(Event::Apply(pod("p", Some("n1"), &["c1"])))
+            .is_empty(),
+        "its pods are kubelet's too"
+    );
+    // A claim change does not reveal it either.
+    s.volumes(Event::Apply(rwo("pv-2")));
+    assert!(s.claims(Event::Apply(pvc("c1", Some("pv-2")))).is_empty());
+    assert!(
+        s.pods(Event::Delete(pod("p", Some("n1"), &["c1"])))
+            .is_empty()
+    );
+    // Neither is in the world a controller starts from.
+    s.pods(Event::Apply(pod("q", Some("n1"), &["c1"])));
+    assert!(
+        s.snapshot().iter().all(|input| !matches!(
+            input,
+            Input::NodeUpdated { .. } | Input::WorkloadScheduled { .. }
+        )),
+        "{:?}",
+        s.snapshot()
+    );
+}
+
+#[test]
+fn a_node_that_gets_the_annotation_is_managed_from_then_on_with_its_pods() {
+    let mut s = with_volume();
+    s.nodes(Event::Apply(kubelet_managed(node(
+        "n1",
+        Some("True"),
+        &[],
+        &[],
+    ))));
+    s.pods(Event::Apply(pod("p", Some("n1"), &["c1"])));
+    // kubelet restarted with controller-managed attach/detach: the annotation appears.
+    let inputs = s.nodes(Event::Apply(node("n1", Some("True"), &[], &[])));
+    assert_eq!(
+        inputs,
+        vec![
+            Input::NodeUpdated {
+                node: "n1".into(),
+                facts: NodeFacts {
+                    healthy: true,
+                    fenced: false,
+                    in_use: Some(vec![]),
+                    attach_limit: None,
+                }
+            },
+            scheduled("p", "n1", &[volume("pv-1")]),
+        ]
+    );
+}
+
+#[test]
+fn a_pod_sent_before_its_node_was_seen_is_taken_back_when_the_node_is_kubelets() {
+    let mut s = with_volume();
+    // The pod watcher was faster: the node is not known yet, so the pod is sent (the core
+    // lets it wait for its node and attaches nothing meanwhile).
+    assert_eq!(
+        s.pods(Event::Apply(pod("p", Some("n1"), &["c1"]))),
+        vec![scheduled("p", "n1", &[volume("pv-1")])]
+    );
+    assert_eq!(
+        s.nodes(Event::Apply(kubelet_managed(node(
+            "n1",
+            Some("True"),
+            &[],
+            &[]
+        )))),
+        vec![removed("p")]
+    );
+    assert!(s.index().pods_using(&volume("pv-1"), "n1").is_empty());
+}
+
+#[test]
+fn a_managed_node_that_loses_the_annotation_stays_managed_as_upstream_keeps_it() {
+    let mut s = with_volume();
+    s.nodes(Event::Apply(node("n1", Some("True"), &[], &[])));
+    s.pods(Event::Apply(pod("p", Some("n1"), &["c1"])));
+    // Upstream's node update only ever adds a node to its desired state; dropping it here
+    // would detach what its pods use.
+    assert_eq!(
+        s.nodes(Event::Apply(kubelet_managed(node(
+            "n1",
+            Some("False"),
+            &[],
+            &[]
+        )))),
+        vec![Input::NodeUpdated {
+            node: "n1".into(),
+            facts: NodeFacts {
+                healthy: false,
+                fenced: false,
+                in_use: Some(vec![]),
+                attach_limit: None,
+            }
+        }]
+    );
+    assert!(
+        s.pods(Event::Apply(pod("p", Some("n1"), &["c1"])))
+            .is_empty()
+    );
+    assert_eq!(
+        s.pods(Event::Delete(pod("p", Some("n1"), &["c1"]))),
+        vec![removed("p")]
+    );
+}
+
+#[test]
+fn a_relist_does_not_send_nodes_kubelet_manages() {
+    let mut s = InformerState::new();
+    s.nodes(Event::Init);
+    assert!(
+        s.nodes(Event::InitApply(kubelet_managed(node(
+            "n1",
+            Some("True"),
+            &[],
+            &[]
+        ))))
+        .is_empty()
+    );
+    assert_eq!(
+        s.nodes(Event::InitApply(node("n2", Some("True"), &[], &[])))
+            .len(),
+        1
+    );
+    assert_eq!(
+        s.nodes(Event::InitDone),
+        vec![Input::RelistDone { kind: Kind::Node }]
+    );
+    // Deleted, a node kubelet managed is not announced as removed: the core never had it.
+    assert!(
+        s.nodes(Event::Delete(kubelet_managed(node(
+            "n1",
+            Some("True"),
+            &[],
+            &[]
+        ))))
+        .is_empty()
+    );
+}
+
+// ---- drivers that need no attach (upstream never tracks them; kubelet never waits) ----
+
+/// The CSIDriver object of `name`, saying whether its volumes need attach.
+fn csi_driver(name: &str, attach_required: Option<bool>) -> CSIDriver {
+    CSIDriver {
+        metadata: meta(None, name),
+        spec: CSIDriverSpec {
+            attach_required,
+            ..CSIDriverSpec::default()
+        },
+    }
+}
+
+#[test]
+fn volumes_of_a_driver_that_needs_no_attach_are_not_tracked() {
+    let mut s = InformerState::new();
+    s.drivers(Event::Apply(csi_driver(DRIVER, Some(false))));
+    assert!(
+        s.volumes(Event::Apply(rwo("pv-1"))).is_empty(),
+        "no SetVolume: nothing attaches it, kubelet does not wait for it"
+    );
+    s.claims(Event::Apply(pvc("c1", Some("pv-1"))));
+    assert_eq!(
+        s.pods(Event::Apply(pod("p", Some("n1"), &["c1"]))),
+        vec![scheduled("p", "n1", &[])],
+        "so no Multi-Attach warning and no volumesAttached entry either"
+    );
+    assert!(
+        s.snapshot()
+            .iter()
+            .all(|i| !matches!(i, Input::SetVolume { .. }))
+    );
+    assert!(s.volumes(Event::Delete(rwo("pv-1"))).is_empty());
+}
+
+#[test]
+fn a_driver_switched_to_no_attach_stops_tracking_its_volumes_and_back() {
+    let mut s = with_volume();
+    assert!(
+        s.drivers(Event::Apply(csi_driver(DRIVER, None))).is_empty(),
+        "absent attachRequired is true, as before"
+    );
+    s.pods(Event::Apply(pod("p", Some("n1"), &["c1"])));
+    // Removed: the core detaches it where still attached, once its pods stopped using it
+    // (kubelet keeps it mounted while they run); the pod no longer needs it.
+    assert_eq!(
+        s.drivers(Event::Apply(csi_driver(DRIVER, Some(false)))),
+        vec![
+            Input::VolumeRemoved {
+                volume: volume("pv-1")
+            },
+            scheduled("p", "n1", &[]),
+        ]
+    );
+    // The pod no longer needs it, and it is no longer a volume of the core's.
+    assert_eq!(
+        s.pods(Event::Apply(pod("q", Some("n2"), &["c1"]))),
+        vec![scheduled("q", "n2", &[])]
+    );
+    assert!(
+        s.snapshot()
+            .iter()
+            .all(|i| !matches!(i, Input::SetVolume { .. })),
+        "{:?}",
+        s.snapshot()
+    );
+    // Back to attach (here: the CSIDriver object deleted): tracked again.
+    assert_eq!(
+        s.drivers(Event::Delete(csi_driver(DRIVER, Some(false)))),
+        vec![
+            Input::SetVolume {
+                volume: volume("pv-1"),
+                spec: spec("pv-1", Access::SingleNode)
+            },
+            scheduled("p", "n1", &[volume("pv-1")]),
+            scheduled("q", "n2", &[volume("pv-1")]),
+        ]
+    );
+    assert_eq!(
+        s.pods(Event::Apply(pod("r", Some("n3"), &["c1"]))),
+        vec![scheduled("r", "n3", &[volume("pv-1")])]
+    );
+}
+
+// ---- in-tree volumes, served by their CSI drivers through CSI migration ----
+
+/// The unique name kubelet gives a migrated EBS volume.
+const EBS_VOLUME: &str = "kubernetes.io/csi/ebs.csi.aws.com^vol-1";
+
+/// An in-tree EBS PersistentVolume `pv-ebs` (volume `vol-1`), RWO, claimed by `ns/c-ebs`.
+fn ebs_pv() -> PersistentVolume {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "pv-ebs", "uid": "uid-pv-ebs"},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "awsElasticBlockStore": {"volumeID": "aws://us-west-2a/vol-1", "fsType": "ext4"},
+            "claimRef": {"namespace": "ns", "name": "c-ebs", "uid": "uid-c-ebs"},
+        },
+    }))
+    .unwrap()
+}
+
+/// A running pod on `node` with the one inline `volume`.
+fn pod_with(name: &str, node: &str, volume: serde_json::Value) -> Pod {
+    let mut pod = pod(name, Some(node), &[]);
+    pod.spec.as_mut().unwrap().volumes = Some(vec![serde_json::from_value(volume).unwrap()]);
+    pod
+}
+
+fn inline_ebs() -> serde_json::Value {
+    serde_json::json!({"name": "data", "awsElasticBlockStore": {"volumeID": "vol-1"}})
+}
+
+/// What the inline EBS volume `vol-1` is set as: its translated spec is the attachment's
+/// `inlineVolumeSpec`.
+fn inline_ebs_spec() -> VolumeSpec<CsiVolume> {
+    let spec = serde_json::from_value(serde_json::json!({
+        "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-1", "volumeAttributes": {"partition": "0"}},
+        "accessModes": ["ReadWriteOnce"],
+        "volumeMode": "Filesystem",
+    }))
+    .unwrap();
+    VolumeSpec {
+        access: Access::SingleNode,
+        payload: CsiVolume {
+            source: AttachSource::Inline(Box::new(spec)),
+            driver: "ebs.csi.aws.com".into(),
+            handle: "vol-1".into(),
+        },
+        attach_required: true,
+    }
+}
+
+#[test]
+fn an_in_tree_pv_is_set_under_its_csi_name_and_its_pods_need_it() {
+    let mut s = InformerState::new();
+    assert_eq!(
+        s.volumes(Event::Apply(ebs_pv())),
+        vec![Input::SetVolume {
+            volume: EBS_VOLUME.into(),
+            spec: VolumeSpec {
+                access: Access::SingleNode,
+                payload: CsiVolume::persistent("pv-ebs", "ebs.csi.aws.com", "vol-1"),
+                attach_required: true,
+            },
+        }]
+    );
+    s.claims(Event::Apply(pvc("c-ebs", Some("pv-ebs"))));
+    assert_eq!(
+        s.pods(Event::Apply(pod("p", Some("n1"), &["c-ebs"]))),
+        vec![scheduled("p", "n1", &[EBS_VOLUME.into()])]
+    );
+    assert_eq!(
+        s.index().pv_name(EBS_VOLUME).as_deref(),
+        Some("pv-ebs"),
+        "events name it by its PV"
+    );
+}
+
+#[test]
+fn a_gce_pd_declared_read_write_many_is_single_node_as_its_driver_attaches_it() {
+    let mut s = InformerState::new();
+    let pd: PersistentVolume = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "pv-pd"},
+        "spec": {"accessModes": ["ReadWriteMany"], "gcePersistentDisk": {"pdName": "disk-1"}},
+    }))
+    .unwrap();
+    let inputs = s.volumes(Event::Apply(pd));
+    let [Input::SetVolume { volume, spec }] = inputs.as_slice() else {
+        panic!("{inputs:?}");
+    };
+    assert_eq!(
+        volume,
+        "kubernetes.io/csi/pd.csi.storage.gke.io^projects/UNSPECIFIED/zones/UNSPECIFIED/disks/disk-1"
+    );
+    assert_eq!(spec.access, Access::SingleNode);
+}
+
+#[test]
+fn an_in_tree_pv_that_does_not_translate_is_nobodys() {
+    let mut s = InformerState::new();
+    let mut bad = ebs_pv();
+    bad.spec
+        .as_mut()
+        .unwrap()
+        .aws_elastic_block_store
+        .as_mut()
+        .unwrap()
+        .volume_id = "aws://us-west-2a/not-a-volume".into();
+    assert!(s.volumes(Event::Apply(bad)).is_empty());
+    s.claims(Event::Apply(pvc("c-ebs", Some("pv-ebs"))));
+    assert_eq!(
+        s.pods(Event::Apply(pod("p", Some("n1"), &["c-ebs"]))),
+        vec![scheduled("p", "n1", &[])]
+    );
+}
+
+#[test]
+fn an_inline_in_tree_volume_is_set_while_a_pod_needs_it() {
+    let mut s = InformerState::new();
+    assert_eq!(
+        s.pods(Event::Apply(pod_with("p", "n1", inline_ebs()))),
+        vec![
+            Input::SetVolume {
+                volume: EBS_VOLUME.into(),
+                spec: inline_ebs_spec()
+            },
+            scheduled("p", "n1", &[EBS_VOLUME.into()]),
+        ]
+    );
+    // A second pod with the same disk: already set.
+    assert_eq!(
+        s.pods(Event::Apply(pod_with("q", "n2", inline_ebs()))),
+        vec![scheduled("q", "n2", &[EBS_VOLUME.into()])]
+    );
+    assert_eq!(
+        s.index().pv_name(EBS_VOLUME).as_deref(),
+        Some("ebs.csi.aws.com-vol-1"),
+        "events name it as upstream's translation names it"
+    );
+    assert_eq!(
+        s.pods(Event::Delete(pod_with("p", "n1", inline_ebs()))),
+        vec![removed("p")]
+    );
+    // The last pod gone, the volume goes: the core detaches it where still attached.
+    assert_eq!(
+        s.pods(Event::Delete(pod_with("q", "n2", inline_ebs()))),
+        vec![
+            removed("q"),
+            Input::VolumeRemoved {
+                volume: EBS_VOLUME.into()
+            }
+        ]
+    );
+}
+
+#[test]
+fn inline_volumes_are_in_the_world_and_survive_a_pv_relist() {
+    let mut s = InformerState::new();
+    s.pods(Event::Apply(pod_with("p", "n1", inline_ebs())));
+    assert_eq!(
+        s.snapshot(),
+        vec![
+            Input::SetVolume {
+                volume: EBS_VOLUME.into(),
+                spec: inline_ebs_spec()
+            },
+            scheduled("p", "n1", &[EBS_VOLUME.into()]),
+        ]
+    );
+    // The PV watcher relists: the core removes the volumes it does not see set, and an
+    // inline volume has no PV. It is set again before the relist ends.
+    s.volumes(Event::Init);
+    assert_eq!(
+        s.volumes(Event::InitDone),
+        vec![
+            Input::SetVolume {
+                volume: EBS_VOLUME.into(),
+                spec: inline_ebs_spec()
+            },
+            Input::RelistDone { kind: Kind::Volume },
+        ]
+    );
+    // A pod relist that no longer shows the pod: the volume goes after the relist.
+    s.pods(Event::Init);
+    assert_eq!(
+        s.pods(Event::InitDone),
+        vec![
+            Input::RelistDone {
+                kind: Kind::Workload
+            },
+            Input::VolumeRemoved {
+                volume: EBS_VOLUME.into()
+            },
+        ]
+    );
+}
+
+#[test]
+fn an_inline_volume_of_a_driver_that_needs_no_attach_is_not_tracked() {
+    let mut s = InformerState::new();
+    s.drivers(Event::Apply(csi_driver("file.csi.azure.com", Some(false))));
+    let share = serde_json::json!({"name": "share", "azureFile": {"secretName": "s", "shareName": "files"}});
+    assert_eq!(
+        s.pods(Event::Apply(pod_with("p", "n1", share))),
+        vec![scheduled("p", "n1", &[])]
+    );
+    // The EBS driver switched to no attach: its inline volume goes, with its pod's need.
+    s.pods(Event::Apply(pod_with("q", "n2", inline_ebs())));
+    assert_eq!(
+        s.drivers(Event::Apply(csi_driver("ebs.csi.aws.com", Some(false)))),
+        vec![
+            scheduled("q", "n2", &[]),
+            Input::VolumeRemoved {
+                volume: EBS_VOLUME.into()
+            },
+        ]
+    );
+}
+
+#[test]
+fn a_portworx_volume_needs_to_know_the_node_migrated_it() {
+    // Portworx's migration is not complete by default: only where the node's CSINode says
+    // its kubelet migrated it. With no CSINode known, the pod does not get it.
+    let mut s = InformerState::new();
+    let px: PersistentVolume = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "pv-px"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "portworxVolume": {"volumeID": "px-1"},
+                 "claimRef": {"namespace": "ns", "name": "c-px", "uid": "uid-c-px"}},
+    }))
+    .unwrap();
+    assert_eq!(
+        s.volumes(Event::Apply(px)).len(),
+        1,
+        "set: a node may migrate it"
+    );
+    s.claims(Event::Apply(pvc("c-px", Some("pv-px"))));
+    assert_eq!(
+        s.pods(Event::Apply(pod("p", Some("n1"), &["c-px"]))),
+        vec![scheduled("p", "n1", &[])]
+    );
+}
+
+/// The CSINode of `node`: the plugins its kubelet migrated, the drivers installed.
+fn csi_node(node: &str, migrated: Option<&str>, drivers: &[&str]) -> CSINode {
+    let mut object = serde_json::json!({
+        "metadata": {"name": node},
+        "spec": {"drivers": drivers.iter().map(|d| serde_json::json!({"name": d, "nodeID": node})).collect::<Vec<_>>()},
+    });
+    if let Some(migrated) = migrated {
+        object["metadata"]["annotations"] =
+            serde_json::json!({"storage.alpha.kubernetes.io/migrated-plugins": migrated});
+    }
+    serde_json::from_value(object).unwrap()
+}
+
+const PX_VOLUME: &str = "kubernetes.io/csi/pxd.portworx.com^px-1";
+
+/// A state with the in-tree Portworx PV `pv-px` bound to `c-px`, used by pod `p` on `n1`.
+fn with_portworx() -> InformerState {
+    let mut s = InformerState::new();
+    let px: PersistentVolume = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "pv-px"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "portworxVolume": {"volumeID": "px-1"},
+                 "claimRef": {"namespace": "ns", "name": "c-px", "uid": "uid-c-px"}},
+    }))
+    .unwrap();
+    s.volumes(Event::Apply(px));
+    s.claims(Event::Apply(pvc("c-px", Some("pv-px"))));
+    s.pods(Event::Apply(pod("p", Some("n1"), &["c-px"])));
+    s
+}
+
+#[test]
+fn a_node_whose_csinode_says_it_migrated_portworx_gets_its_volumes() {
+    // upstream's isCSIMigrationSupportedOnNode: the plugin in the CSINode's
+    // migrated-plugins annotation, and its driver installed there.
+    let mut s = with_portworx();
+    let migrated = "kubernetes.io/aws-ebs,kubernetes.io/portworx-volume";
+    assert_eq!(
+        s.csi_nodes(Event::Apply(csi_node(
+            "n1",
+            Some(migrated),
+            &["pxd.portworx.com"]
+        ))),
+        vec![scheduled("p", "n1", &[PX_VOLUME.into()])]
+    );
+    // Another node's CSINode changes nothing here.
+    assert!(
+        s.csi_nodes(Event::Apply(csi_node("n2", Some(migrated), &[])))
+            .is_empty()
+    );
+    // Listed as migrated, but the driver is gone: the volume waits there.
+    assert_eq!(
+        s.csi_nodes(Event::Apply(csi_node("n1", Some(migrated), &[]))),
+        vec![scheduled("p", "n1", &[])]
+    );
+    assert_eq!(
+        s.csi_nodes(Event::Apply(csi_node(
+            "n1",
+            Some(migrated),
+            &["pxd.portworx.com"]
+        ))),
+        vec![scheduled("p", "n1", &[PX_VOLUME.into()])]
+    );
+    // Not migrated there (the in-tree plugin serves it): not this controller's.
+    assert_eq!(
+        s.csi_nodes(Event::Apply(csi_node(
+            "n1",
+            Some("kubernetes.io/aws-ebs"),
+            &["pxd.portworx.com"]
+        ))),
+        vec![scheduled("p", "n1", &[])]
+    );
+    s.csi_nodes(Event::Apply(csi_node(
+        "n1",
+        Some(migrated),
+        &["pxd.portworx.com"],
+    )));
+    assert_eq!(
+        s.csi_nodes(Event::Delete(csi_node(
+            "n1",
+            Some(migrated),
+            &["pxd.portworx.com"]
+        ))),
+        vec![scheduled("p", "n1", &[])]
+    );
+}
+
+#[test]
+fn a_csinode_missing_from_a_relist_is_forgotten() {
+    let mut s = with_portworx();
+    let migrated = Some("kubernetes.io/portworx-volume");
+    s.csi_nodes(Event::Apply(csi_node(
+        "n1",
+        migrated,
+        &["pxd.portworx.com"],
+    )));
+    assert!(
+        s.csi_nodes(Event::Init).is_empty(),
+        "no core relist of its own"
+    );
+    assert!(s.csi_nodes(Event::InitDone) == vec![scheduled("p", "n1", &[])]);
+    // Listed again: the pod is sent with it.
+    assert_eq!(
+        s.csi_nodes(Event::Apply(csi_node(
+            "n1",
+            migrated,
+            &["pxd.portworx.com"]
+        ))),
+        vec![scheduled("p", "n1", &[PX_VOLUME.into()])]
+    );
+}
+
+#[test]
+fn with_every_migration_complete_no_csinode_is_needed() {
+    let mut s = InformerState::with_csi_migration(CsiMigration::complete(InTreePlugin::ALL));
+    let px: PersistentVolume = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "pv-px"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "portworxVolume": {"volumeID": "px-1"},
+                 "claimRef": {"namespace": "ns", "name": "c-px", "uid": "uid-c-px"}},
+    }))
+    .unwrap();
+    s.volumes(Event::Apply(px));
+    s.claims(Event::Apply(pvc("c-px", Some("pv-px"))));
+    assert_eq!(
+        s.pods(Event::Apply(pod("p", Some("n1"), &["c-px"]))),
+        vec![scheduled("p", "n1", &[PX_VOLUME.into()])]
+    );
+}
+
+#[test]
+fn a_pod_recreated_under_its_name_in_a_watch_gap_brings_its_own_inline_volumes() {
+    let mut s = InformerState::new();
+    s.pods(Event::Apply(pod_with("p", "n1", inline_ebs())));
+    // Deleted and created again (another uid, another disk) while the watch was down.
+    let mut again = pod_with(
+        "p",
+        "n1",
+        serde_json::json!({"name": "data", "awsElasticBlockStore": {"volumeID": "vol-2"}}),
+    );
+    again.metadata.uid = Some("uid-p-2".into());
+    let inputs = s.pods(Event::Apply(again));
+    assert_eq!(inputs.len(), 3, "{inputs:?}");
+    assert!(
+        matches!(&inputs[0], Input::SetVolume { volume, .. } if volume == "kubernetes.io/csi/ebs.csi.aws.com^vol-2")
+    );
+    assert_eq!(
+        inputs[1..],
+        [
+            scheduled(
+                "p",
+                "n1",
+                &["kubernetes.io/csi/ebs.csi.aws.com^vol-2".into()]
+            ),
+            Input::VolumeRemoved {
+                volume: EBS_VOLUME.into()
+            },
+        ]
+    );
 }
 
 #[test]

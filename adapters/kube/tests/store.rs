@@ -37,7 +37,10 @@ fn node(name: &str, spec: Value, status: Value) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "resourceVersion": "4711", "uid": "8f2c"},
+        "metadata": {
+            "name": name, "resourceVersion": "4711", "uid": "8f2c",
+            "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
+        },
         "spec": spec,
         "status": status,
     })
@@ -472,6 +475,24 @@ async fn list_reads_every_page() {
 }
 
 #[tokio::test]
+async fn list_skips_nodes_whose_kubelet_attaches_by_itself() {
+    // kubelet annotates its node when it leaves attach and detach to the controller
+    // (`--enable-controller-attach-detach`, the default); without it, the node's attachments
+    // and status are kubelet's own, and recovery must not adopt them.
+    let mut listing = page(&["n1", "n2", "n3"], None);
+    listing["items"][1]["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("annotations");
+    let (client, script) = scripted(vec![Exchange::get(LIST).answer(200, listing)]);
+    let store = KubeStatusStore::new(client);
+    let listed = store.list().await.unwrap();
+    let names: Vec<&str> = listed.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["n1", "n3"]);
+    finish(store, script).await;
+}
+
+#[tokio::test]
 async fn an_expired_continue_token_restarts_the_listing_once() {
     let gone = || status_body(410, "Expired", "The provided continue parameter is too old");
     let (client, script) = scripted(vec![
@@ -505,19 +526,25 @@ async fn an_expired_continue_token_restarts_the_listing_once() {
 
 // ---- the conformance kit, against the fake API server --------------------------------------
 
-/// The kit's harness: the store over a client of the fake, whose nodes the harness edits as
-/// kubelet (volumesInUse, the Ready condition) and an operator (the out-of-service taint)
-/// would.
+/// The kit's harness: the store over a client of the fake, a second store over a client of
+/// its own (another replica), and the fake's nodes, which the harness edits as kubelet
+/// (volumesInUse, the Ready condition) and an operator (the out-of-service taint) would.
 struct Harness {
     fake: Arc<FakeApi>,
     store: KubeStatusStore,
+    second: KubeStatusStore,
 }
 
 impl Harness {
     fn new() -> Self {
         let fake = FakeApi::new();
         let store = KubeStatusStore::new(fake.client());
-        Harness { fake, store }
+        let second = KubeStatusStore::new(fake.client());
+        Harness {
+            fake,
+            store,
+            second,
+        }
     }
 
     fn edit(&self, node: &str, edit: impl FnOnce(&mut Value)) -> Result<Supported, HarnessError> {
@@ -533,6 +560,10 @@ impl Harness {
 impl StoreHarness<Kube> for Harness {
     fn store(&self) -> &dyn NodeStatusStore<Kube> {
         &self.store
+    }
+
+    fn second_store(&self) -> &dyn NodeStatusStore<Kube> {
+        &self.second
     }
 
     fn node(&self, n: usize) -> String {
@@ -616,6 +647,9 @@ async fn without_test_ops_the_races_are_lost() {
             "stale_write_conflicts_and_changes_nothing",
             "conflict_names_the_current_revision",
             "concurrent_writers_one_wins",
+            "write_after_another_clients_write_conflicts",
+            "two_clients_racing_one_wins",
+            "write_at_a_revision_older_than_the_last_read_conflicts",
         ],
         "{failures}"
     );

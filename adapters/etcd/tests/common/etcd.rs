@@ -114,12 +114,11 @@ impl Etcd {
     }
 
     /// A connected client.
-    pub async fn client(&self) -> etcd_client::Client {
-        let options = etcd_client::ConnectOptions::new()
+    pub async fn client(&self) -> attach_detach_etcd::client::Client {
+        let options = attach_detach_etcd::client::ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(2))
             .with_timeout(Duration::from_secs(5));
-        etcd_client::Client::connect([self.endpoint()], Some(options))
-            .await
+        attach_detach_etcd::client::Client::connect([self.endpoint()], Some(options))
             .expect("connect to the test etcd")
     }
 

@@ -215,12 +215,16 @@ impl FakeApi {
     }
 }
 
-/// A node as a registered kubelet leaves it: `Ready`, nothing in use or attached.
+/// A node as a registered kubelet leaves it: `Ready`, nothing in use or attached, annotated
+/// as leaving attach and detach to the controller (kubelet's default).
 pub fn ready_node(name: &str) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name},
+        "metadata": {
+            "name": name,
+            "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
+        },
         "spec": {},
         "status": {
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],

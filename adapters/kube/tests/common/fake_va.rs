@@ -208,11 +208,7 @@ impl FakeVa {
         let mut pv = pv;
         pv.metadata.resource_version = Some(state.revision.to_string());
         state.volumes.insert(name.to_owned(), pv);
-        CsiVolume {
-            pv: name.to_owned(),
-            driver: driver.to_owned(),
-            handle: handle.to_owned(),
-        }
+        CsiVolume::persistent(name, driver, handle)
     }
 
     /// Removes the PersistentVolume `name`.

@@ -31,6 +31,9 @@ use tokio::task::JoinHandle;
 
 use super::apiserver::{ATTACHMENTS, ApiServer, NODES, PODS, PVCS, PVS};
 
+/// The annotation of a node whose kubelet leaves attach and detach to the controller.
+pub const MANAGED: &str = "volumes.kubernetes.io/controller-managed-attach-detach";
+
 /// The controller's service account, as `deploy/rbac.yaml` names it.
 pub const CONTROLLER: &str = "system:serviceaccount:kube-system:attach-detach-controller";
 
@@ -151,7 +154,9 @@ impl Sims {
         }
     }
 
-    /// Registers a node whose kubelet runs: `Ready`, nothing attached or in use.
+    /// Registers a node whose kubelet runs and leaves attach and detach to the controller
+    /// (the `volumes.kubernetes.io/controller-managed-attach-detach` annotation): `Ready`,
+    /// nothing attached or in use.
     pub fn add_node(&self, name: &str) {
         {
             let mut state = self.lock();
@@ -160,7 +165,7 @@ impl Sims {
         }
         self.server.put(json!({
             "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name},
+            "metadata": {"name": name, "annotations": {MANAGED: "true"}},
             "spec": {},
             "status": {"conditions": [ready(0)]},
         }));
