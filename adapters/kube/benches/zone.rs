@@ -39,8 +39,8 @@ use std::time::Duration;
 use attach_detach::config::Config;
 use attach_detach::controller::Controller;
 use attach_detach_kube::{
-    ClientRateLimit, Informers, KubeEvent, KubeEventRecorder,
-    KubeStatusStore, REPORTING_CONTROLLER, VolumeAttachmentBackend, attachment_name, publish,
+    ClientRateLimit, Informers, KubeEvent, KubeEventRecorder, KubeStatusStore,
+    REPORTING_CONTROLLER, VolumeAttachmentBackend, attachment_name, publish,
 };
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;

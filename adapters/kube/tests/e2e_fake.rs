@@ -5,10 +5,14 @@
 //! (`common/sims.rs`). Real time: each scenario takes seconds.
 //!
 //! The three seeds' incidents run at once, each on nodes and a volume of its own, against one
-//! controller. A scenario is a function of [`Sims`] (objects in, waits and assertions out), so
-//! another one is a few lines: a migrated in-tree volume is [`Sims::add_claimed`] with an
-//! `awsElasticBlockStore` source, a driver without attach is a `CSIDriver` object put with
-//! [`ApiServer::put`], a node's annotations an edit with [`ApiServer::edit`].
+//! controller; so do the three cases of what the controller manages: a migrated in-tree EBS
+//! volume moving between nodes (named as kubelet names it), a driver that needs no attach
+//! (nothing attached, nothing listed), and a node whose kubelet attaches by itself (nothing
+//! written, and its VolumeAttachments left alone by a restarted controller's recovery). A
+//! scenario is a function of [`Sims`] (objects in, waits and assertions out): a migrated
+//! in-tree volume is [`Sims::add_claimed`] with an `awsElasticBlockStore` source, a driver
+//! without attach a `CSIDriver` object put with [`ApiServer::put`], a kubelet-managed node
+//! [`Sims::add_kubelet_node`].
 //!
 //! The RBAC proof is mechanical: the run records every request; none may be refused (403),
 //! and each permission of `deploy/rbac.yaml` must be the only one allowing some request of
@@ -20,9 +24,11 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use common::apiserver::{ApiServer, EVENTS, LEASES, NODES};
+use common::apiserver::{ATTACHMENTS, ApiServer, EVENTS, LEASES, NODES, PODS};
 use common::rbac::Policy;
-use common::sims::{CONTROLLER, ControllerProcess, Sims, controller_binary, until};
+use common::sims::{
+    CONTROLLER, ControllerProcess, Sims, controller_binary, kubelet_attachment_name, until,
+};
 
 const DRIVER: &str = "hostpath.csi.k8s.io";
 const NS: &str = "default";
@@ -319,6 +325,255 @@ async fn the_seeds_incidents_through_the_example_over_http_under_rbac() {
         unneeded.is_empty(),
         "deploy/rbac.yaml grants what no request of the run needed (remove it, or make a \
          scenario need it): {unneeded:#?}"
+    );
+}
+
+/// The EBS CSI driver, to which CSI migration hands `awsElasticBlockStore` volumes.
+const EBS: &str = "ebs.csi.aws.com";
+/// A driver whose CSIDriver says `attachRequired: false`.
+const NFS: &str = "nfs.csi.k8s.io";
+
+/// The CSINode the kubelet of `node` writes when it migrated the in-tree EBS plugin and runs
+/// the EBS driver.
+fn ebs_csinode(node: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+        "metadata": {"name": node, "annotations": {
+            "storage.alpha.kubernetes.io/migrated-plugins": "kubernetes.io/aws-ebs"}},
+        "spec": {"drivers": [{"name": EBS, "nodeID": format!("i-{node}"),
+                              "topologyKeys": ["topology.ebs.csi.aws.com/zone"]}]},
+    })
+}
+
+/// Requests of the controller that create, delete or patch the VolumeAttachment `name`.
+fn writes_of_attachment(server: &ApiServer, name: &str) -> Vec<common::apiserver::Served> {
+    server
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.user.as_deref() == Some(CONTROLLER)
+                && r.resource == "volumeattachments"
+                && (r.creates.as_deref() == Some(name)
+                    || (r.name.as_deref() == Some(name) && r.verb != "get"))
+        })
+        .collect()
+}
+
+/// Requests of the controller that write the status of `node`.
+fn status_writes_of(server: &ApiServer, node: &str) -> Vec<common::apiserver::Served> {
+    server
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.user.as_deref() == Some(CONTROLLER)
+                && r.resource == "nodes/status"
+                && r.name.as_deref() == Some(node)
+        })
+        .collect()
+}
+
+/// A migrated EBS volume moves: an in-tree `awsElasticBlockStore` PV, whose nodes' CSINodes
+/// say their kubelets migrated the plugin, is attached under the translated handle and the
+/// VolumeAttachment name kubelet computes, and when its pod moves to another node the old
+/// VolumeAttachment is deleted and a new one created there.
+async fn migrated_ebs_moves(sims: &Sims) {
+    sims.add_claimed(
+        NS,
+        "c-ebs",
+        "pv-ebs",
+        json!({"awsElasticBlockStore": {"volumeID": "aws://us-east-1a/vol-0e5b", "fsType": "ext4"}}),
+    );
+    let unique = "kubernetes.io/csi/ebs.csi.aws.com^vol-0e5b".to_owned();
+    assert_eq!(sims.unique_name("pv-ebs").as_ref(), Some(&unique));
+    sims.add_pod(NS, "ebs-0", "m-n1", "c-ebs");
+    assert!(
+        until(Duration::from_secs(30), || sims.running(NS, "ebs-0")).await,
+        "migrated EBS: ebs-0 never ran; m-n1 lists {:?}",
+        sims.attached("m-n1")
+    );
+    let first = sims
+        .attachment("pv-ebs", "m-n1")
+        .expect("migrated EBS: m-n1's VolumeAttachment");
+    assert_eq!(
+        first["metadata"]["name"],
+        kubelet_attachment_name("vol-0e5b", EBS, "m-n1"),
+        "migrated EBS: {first}"
+    );
+    assert_eq!(first["spec"]["attacher"], EBS, "migrated EBS: {first}");
+    assert!(sims.attached("m-n1").contains(&unique));
+
+    sims.delete_pod(NS, "ebs-0");
+    sims.add_pod(NS, "ebs-1", "m-n2", "c-ebs");
+    assert!(
+        until(Duration::from_secs(40), || sims.running(NS, "ebs-1")
+            && sims.attachment("pv-ebs", "m-n1").is_none())
+        .await,
+        "migrated EBS: the volume did not move: m-n1 lists {:?}, m-n2 lists {:?}",
+        sims.attached("m-n1"),
+        sims.attached("m-n2")
+    );
+    let second = sims
+        .attachment("pv-ebs", "m-n2")
+        .expect("migrated EBS: m-n2's VolumeAttachment");
+    assert_eq!(
+        second["metadata"]["name"],
+        kubelet_attachment_name("vol-0e5b", EBS, "m-n2"),
+        "migrated EBS: {second}"
+    );
+    assert_eq!(second["spec"]["attacher"], EBS, "migrated EBS: {second}");
+    assert_eq!(
+        second["spec"]["source"]["persistentVolumeName"], "pv-ebs",
+        "migrated EBS: {second}"
+    );
+    assert!(sims.attached("m-n2").contains(&unique));
+    assert!(!sims.attached("m-n1").contains(&unique));
+}
+
+/// A driver whose CSIDriver says `attachRequired: false`: its pod runs, and the controller
+/// neither creates a VolumeAttachment for its volume nor lists it in the node's
+/// `volumesAttached`.
+async fn attach_free_driver_is_left_alone(server: &ApiServer, sims: &Sims) {
+    sims.add_claimed_volume(NS, "c-nfs", "pv-nfs", NFS, "share-1");
+    let unique = sims.unique_name("pv-nfs").expect("pv-nfs");
+    sims.add_pod(NS, "nfs-0", "a-n1", "c-nfs");
+    let mut listed = false;
+    let ran = until(Duration::from_secs(30), || {
+        listed |= sims.attached("a-n1").contains(&unique);
+        sims.running(NS, "nfs-0")
+    })
+    .await;
+    assert!(ran, "attach-free: nfs-0 never ran");
+    // Time for a controller that tracked it to attach it.
+    for _ in 0..30 {
+        listed |= sims.attached("a-n1").contains(&unique);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        !listed,
+        "attach-free: a-n1's volumesAttached listed {unique}"
+    );
+    assert!(
+        sims.attachment("pv-nfs", "a-n1").is_none(),
+        "attach-free: a VolumeAttachment exists"
+    );
+    let name = kubelet_attachment_name("share-1", NFS, "a-n1");
+    let writes = writes_of_attachment(server, &name);
+    assert!(
+        writes.is_empty(),
+        "attach-free: the controller wrote its VolumeAttachment: {writes:#?}"
+    );
+}
+
+/// A node whose kubelet attaches by itself (no controller-managed annotation): its pod's
+/// volume is attached by the kubelet, and the controller neither writes its VolumeAttachment
+/// nor the node's status.
+async fn kubelet_managed_node_is_left_alone(server: &ApiServer, sims: &Sims) {
+    sims.add_claimed_volume(NS, "c-kub", "pv-kub", DRIVER, "h-kub");
+    sims.add_pod(NS, "kub-0", "k-n1", "c-kub");
+    assert!(
+        until(Duration::from_secs(30), || sims.running(NS, "kub-0")).await,
+        "kubelet-managed: kub-0 never ran"
+    );
+    // Time for a controller that managed the node to attach it and write its status.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let name = kubelet_attachment_name("h-kub", DRIVER, "k-n1");
+    let writes = writes_of_attachment(server, &name);
+    assert!(
+        writes.is_empty(),
+        "kubelet-managed: the controller wrote its VolumeAttachment: {writes:#?}"
+    );
+    let writes = status_writes_of(server, "k-n1");
+    assert!(
+        writes.is_empty(),
+        "kubelet-managed: the controller wrote k-n1's status: {writes:#?}"
+    );
+    assert!(sims.attached("k-n1").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrated_volumes_attach_free_drivers_and_kubelet_managed_nodes_through_the_example() {
+    let _serial = SERIAL.lock().await;
+    let (server, sims, token) = cluster().await;
+    for node in ["m-n1", "m-n2", "a-n1"] {
+        sims.add_node(node);
+    }
+    sims.add_kubelet_node("k-n1");
+    for node in ["m-n1", "m-n2"] {
+        server.put(ebs_csinode(node));
+    }
+    server.put(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+        "metadata": {"name": NFS}, "spec": {"attachRequired": false},
+    }));
+    let controller = ControllerProcess::start(&server, &token, &[]);
+    tokio::join!(
+        migrated_ebs_moves(&sims),
+        attach_free_driver_is_left_alone(&server, &sims),
+        kubelet_managed_node_is_left_alone(&server, &sims),
+    );
+    let log = controller.log();
+    assert_eq!(controller.stop().await, Some(0), "{log}");
+
+    // Recovery leaves a kubelet-managed node's VolumeAttachments alone: while no controller
+    // runs, kub-0 goes and its kubelet unmounts the volume, but its own detach is slow.
+    sims.hold_own_detaches("k-n1", true);
+    sims.delete_pod(NS, "kub-0");
+    let name = kubelet_attachment_name("h-kub", DRIVER, "k-n1");
+    assert!(
+        until(Duration::from_secs(20), || {
+            server.get(PODS, NS, "kub-0").is_none()
+                && server.get(NODES, "", "k-n1").expect("k-n1")["status"]["volumesInUse"].is_null()
+        })
+        .await,
+        "kubelet-managed: kub-0 did not go"
+    );
+    let mark = server.requests().len();
+    let controller = ControllerProcess::start(&server, &token, &[]);
+    let recovered = until(Duration::from_secs(30), || {
+        server.requests()[mark..].iter().any(|r| {
+            r.user.as_deref() == Some(CONTROLLER)
+                && r.verb == "list"
+                && r.resource == "volumeattachments"
+        })
+    })
+    .await;
+    assert!(
+        recovered,
+        "the new controller never listed VolumeAttachments"
+    );
+    // Time for a controller that adopted it to detach it: nothing uses it there.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let va = server
+        .get(ATTACHMENTS, "", &name)
+        .expect("kubelet-managed: k-n1's VolumeAttachment is gone");
+    assert!(
+        va["metadata"]["deletionTimestamp"].is_null(),
+        "kubelet-managed: k-n1's VolumeAttachment is being deleted: {va}"
+    );
+    let writes = writes_of_attachment(&server, &name);
+    assert!(
+        writes.is_empty(),
+        "kubelet-managed: the controller wrote its VolumeAttachment at recovery: {writes:#?}"
+    );
+    // Its kubelet detaches it in its own time.
+    sims.hold_own_detaches("k-n1", false);
+    assert!(
+        until(Duration::from_secs(20), || server
+            .get(ATTACHMENTS, "", &name)
+            .is_none())
+        .await,
+        "kubelet-managed: k-n1's kubelet did not detach"
+    );
+    let log = controller.log();
+    assert_eq!(controller.stop().await, Some(0), "{log}");
+    let forbidden: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.forbidden)
+        .collect();
+    assert!(
+        forbidden.is_empty(),
+        "RBAC refused requests: {forbidden:#?}\n{log}"
     );
 }
 

@@ -148,6 +148,9 @@ pub struct Served {
     pub namespace: Option<String>,
     /// The object's name, if any.
     pub name: Option<String>,
+    /// The name of the object a create asked for (its body's `metadata.name`), which RBAC
+    /// does not see.
+    pub creates: Option<String>,
     /// The HTTP answer.
     pub code: u16,
     /// Whether RBAC refused it (a 403 of the authorizer, not of an admission hook).
@@ -572,6 +575,10 @@ impl ApiServer {
             group: target.resource.group,
             namespace: target.namespace.clone(),
             name: target.name.clone(),
+            creates: (verb == "create")
+                .then(|| serde_json::from_slice::<Value>(&bytes).ok())
+                .flatten()
+                .and_then(|b| b["metadata"]["name"].as_str().map(str::to_owned)),
             code: 0,
             forbidden: false,
             at: self.elapsed(),

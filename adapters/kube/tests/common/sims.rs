@@ -4,12 +4,20 @@
 //!
 //! **Kubelet** (each node not [`Sims::crash`]ed), at every change and every second:
 //! - the volumes its pods need: each `persistentVolumeClaim` → the claim's `volumeName` → a
-//!   CSI PV → `kubernetes.io/csi/{driver}^{handle}`;
+//!   CSI PV, or an `awsElasticBlockStore` PV as CSI migration hands it to `ebs.csi.aws.com`
+//!   (the handle is the volume ID without its `aws://{zone}/` prefix) →
+//!   `kubernetes.io/csi/{driver}^{handle}`;
 //! - `status.volumesInUse`: the needed volumes and those still mounted, reported before they
-//!   are attached (as upstream's volume manager reports its desired volumes in use);
-//! - it mounts a needed volume only once `status.volumesAttached` lists it (upstream's
-//!   `verifyControllerAttachedVolume`), and a pod is `Running` once all its volumes are
-//!   mounted; a volume no pod needs is unmounted;
+//!   are attached (as upstream's volume manager reports its desired volumes in use), only
+//!   those of drivers that need attach (a CSIDriver with `attachRequired: false` does not);
+//! - on a node with the `volumes.kubernetes.io/controller-managed-attach-detach` annotation,
+//!   it mounts a needed volume only once `status.volumesAttached` lists it (upstream's
+//!   `verifyControllerAttachedVolume`); on a node without it ([`Sims::add_kubelet_node`]), it
+//!   attaches by itself: it creates the VolumeAttachment (named as the CSI attacher names it)
+//!   and mounts once it is attached, and deletes it once the volume is unmounted (unless
+//!   [`Sims::hold_own_detaches`]); a volume of a driver that needs no attach is mounted at
+//!   once. A pod is `Running` once all its volumes are mounted; a volume no pod needs is
+//!   unmounted;
 //! - a pod being deleted stops: its volumes are unmounted and then the kubelet removes the
 //!   object;
 //! - its `Ready` condition is renewed every second (a heartbeat), so the node object changes
@@ -29,7 +37,7 @@ use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 
-use super::apiserver::{ATTACHMENTS, ApiServer, NODES, PODS, PVCS, PVS};
+use super::apiserver::{ATTACHMENTS, ApiServer, CSI_DRIVERS, NODES, PODS, PVCS, PVS};
 
 /// The annotation of a node whose kubelet leaves attach and detach to the controller.
 pub const MANAGED: &str = "volumes.kubernetes.io/controller-managed-attach-detach";
@@ -56,6 +64,8 @@ struct SimState {
     attachments: BTreeSet<String>,
     /// The server's revision seen last.
     seen: u64,
+    /// Nodes whose kubelet, attaching by itself, does not delete its VolumeAttachments.
+    held: BTreeSet<String>,
 }
 
 impl Sims {
@@ -147,7 +157,7 @@ impl Sims {
                 state.dirty.insert(name);
             } else if resource == ATTACHMENTS {
                 state.attachments.insert(name);
-            } else if resource == PVCS || resource == PVS {
+            } else if resource == PVCS || resource == PVS || resource == CSI_DRIVERS {
                 let all: Vec<String> = state.kubelets.keys().cloned().collect();
                 state.dirty.extend(all);
             }
@@ -169,6 +179,30 @@ impl Sims {
             "spec": {},
             "status": {"conditions": [ready(0)]},
         }));
+    }
+
+    /// Registers a node whose kubelet runs and attaches and detaches by itself
+    /// (`--enable-controller-attach-detach=false`: no annotation): `Ready`, nothing attached.
+    pub fn add_kubelet_node(&self, name: &str) {
+        self.add_node(name);
+        self.server.edit(NODES, "", name, |n| {
+            if let Some(meta) = n["metadata"].as_object_mut() {
+                meta.remove("annotations");
+            }
+        });
+    }
+
+    /// Whether the kubelet of `node`, attaching by itself, keeps (`true`) the
+    /// VolumeAttachments of the volumes it unmounted instead of deleting them, as one whose
+    /// detach is slow.
+    pub fn hold_own_detaches(&self, node: &str, held: bool) {
+        let mut state = self.lock();
+        if held {
+            state.held.insert(node.to_owned());
+        } else {
+            state.held.remove(node);
+        }
+        state.dirty.insert(node.to_owned());
     }
 
     /// Registers the kubelet of a node already put on the server, with the volumes of its
@@ -305,15 +339,45 @@ impl Sims {
         })
     }
 
-    /// The unique name of the CSI volume of PV `pv`.
+    /// The unique name of the CSI volume of PV `pv` (an EBS one as migrated to CSI).
     pub fn unique_name(&self, pv: &str) -> Option<String> {
+        let (driver, handle) = self.csi_of(pv)?;
+        Some(format!("kubernetes.io/csi/{driver}^{handle}"))
+    }
+
+    /// The CSI driver and volume handle of PV `pv`: its `csi` source, or an
+    /// `awsElasticBlockStore` volume as CSI migration translates it (`aws://{zone}/{id}` and
+    /// `aws:///{id}` become `{id}`).
+    pub fn csi_of(&self, pv: &str) -> Option<(String, String)> {
         let pv = self.server.get(PVS, "", pv)?;
-        let csi = &pv["spec"]["csi"];
-        Some(format!(
-            "kubernetes.io/csi/{}^{}",
-            csi["driver"].as_str()?,
-            csi["volumeHandle"].as_str()?
+        let spec = &pv["spec"];
+        if let Some(id) = spec["awsElasticBlockStore"]["volumeID"].as_str() {
+            let handle = match id.strip_prefix("aws://") {
+                Some(rest) => rest.rsplit('/').next().unwrap_or(rest),
+                None => id,
+            };
+            return Some(("ebs.csi.aws.com".to_owned(), handle.to_owned()));
+        }
+        let csi = &spec["csi"];
+        Some((
+            csi["driver"].as_str()?.to_owned(),
+            csi["volumeHandle"].as_str()?.to_owned(),
         ))
+    }
+
+    /// Whether `driver` needs attach: unless its CSIDriver says `attachRequired: false` (no
+    /// CSIDriver: it does, as kubelet assumes).
+    pub fn attach_required(&self, driver: &str) -> bool {
+        self.server
+            .get(CSI_DRIVERS, "", driver)
+            .is_none_or(|d| d["spec"]["attachRequired"] != false)
+    }
+
+    /// Whether the node leaves attach and detach to the controller (its annotation).
+    pub fn controller_managed(&self, node: &str) -> bool {
+        self.server
+            .get(NODES, "", node)
+            .is_some_and(|n| n["metadata"]["annotations"][MANAGED] == "true")
     }
 
     fn attacher_step(&self) {
@@ -384,6 +448,77 @@ impl Sims {
             .collect()
     }
 
+    /// What a kubelet attaching by itself does for `needed` on `node`: the VolumeAttachment of
+    /// each needed volume created if missing, those of volumes neither needed nor `mounted`
+    /// deleted (unless held); the volumes whose attachment is attached.
+    fn attach_by_itself(
+        &self,
+        node: &str,
+        needed: &BTreeSet<String>,
+        mounted: &BTreeSet<String>,
+    ) -> BTreeSet<String> {
+        let pvs: BTreeMap<String, String> = self
+            .server
+            .list(PVS)
+            .into_iter()
+            .filter_map(|pv| {
+                let name = pv["metadata"]["name"].as_str()?.to_owned();
+                Some((self.unique_name(&name)?, name))
+            })
+            .collect();
+        let mut attached = BTreeSet::new();
+        for volume in needed {
+            let Some(pv) = pvs.get(volume) else { continue };
+            let Some((driver, handle)) = self.csi_of(pv) else {
+                continue;
+            };
+            let name = kubelet_attachment_name(&handle, &driver, node);
+            match self.server.get(ATTACHMENTS, "", &name) {
+                Some(va) => {
+                    if va["status"]["attached"] == true
+                        && va["metadata"]["deletionTimestamp"].is_null()
+                    {
+                        attached.insert(volume.clone());
+                    }
+                }
+                None => {
+                    self.server.put(json!({
+                        "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+                        "metadata": {"name": name},
+                        "spec": {"attacher": driver, "nodeName": node,
+                                 "source": {"persistentVolumeName": pv}},
+                    }));
+                }
+            }
+        }
+        if self.lock().held.contains(node) {
+            return attached;
+        }
+        for va in self.server.list(ATTACHMENTS) {
+            if va["spec"]["nodeName"] != node || !va["metadata"]["deletionTimestamp"].is_null() {
+                continue;
+            }
+            let pv = va["spec"]["source"]["persistentVolumeName"]
+                .as_str()
+                .unwrap_or_default();
+            let Some(volume) = self.unique_name(pv) else {
+                continue;
+            };
+            if needed.contains(&volume) || mounted.contains(&volume) {
+                continue;
+            }
+            let name = va["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            self.server.edit(ATTACHMENTS, "", &name, |va| {
+                va["metadata"]["deletionTimestamp"] =
+                    json!(k8s_openapi::jiff::Timestamp::now().to_string());
+            });
+        }
+        attached
+    }
+
     fn kubelet_step(&self, heartbeat: bool) {
         let nodes: Vec<(String, BTreeSet<String>)> = {
             let mut state = self.lock();
@@ -399,16 +534,35 @@ impl Sims {
                 .collect()
         };
         for (node, mut mounted) in nodes {
-            let attached: BTreeSet<String> = self.attached(&node).into_iter().collect();
             let pods = self.pods_of(&node);
             let needed: BTreeSet<String> = pods
                 .iter()
                 .filter(|p| !p.2)
                 .flat_map(|p| p.3.iter().cloned())
                 .collect();
+            let unmounting = mounted.clone();
             mounted.retain(|v| needed.contains(v));
+            let attached: BTreeSet<String> = if self.controller_managed(&node) {
+                self.attached(&node).into_iter().collect()
+            } else {
+                self.attach_by_itself(&node, &needed, &unmounting)
+            };
+            // `kubernetes.io/csi/{driver}^{handle}`: its driver.
+            let driver_of = |volume: &str| {
+                volume
+                    .strip_prefix("kubernetes.io/csi/")
+                    .and_then(|v| v.split('^').next())
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            let attachable: BTreeSet<String> = needed
+                .iter()
+                .chain(&unmounting)
+                .filter(|v| self.attach_required(&driver_of(v)))
+                .cloned()
+                .collect();
             for volume in &needed {
-                if attached.contains(volume) {
+                if attached.contains(volume) || !attachable.contains(volume) {
                     mounted.insert(volume.clone());
                 }
             }
@@ -427,7 +581,11 @@ impl Sims {
                     p["status"]["phase"] = json!(phase);
                 });
             }
-            let in_use: Vec<String> = needed.union(&mounted).cloned().collect();
+            let in_use: Vec<String> = needed
+                .union(&mounted)
+                .filter(|v| attachable.contains(*v))
+                .cloned()
+                .collect();
             self.server.edit(NODES, "", &node, |n| {
                 if heartbeat {
                     let beat = n["status"]["conditions"][0]["message"]
@@ -456,6 +614,15 @@ impl Sims {
             }
         }
     }
+}
+
+/// The name upstream's CSI attacher gives the VolumeAttachment of `handle` of `driver` on
+/// `node` (`csi-` and the SHA-256 of the three, in hex), computed here as kubelet does.
+pub fn kubelet_attachment_name(handle: &str, driver: &str, node: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("{handle}{driver}{node}").as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("csi-{hex}")
 }
 
 fn ready(beat: u64) -> Value {
