@@ -1,6 +1,7 @@
 //! Kubernetes for [`attach_detach`], through kube-rs.
 #![deny(missing_docs)]
 
+mod attachments;
 mod backend;
 mod domain;
 mod drivers;

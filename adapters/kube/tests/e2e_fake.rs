@@ -27,7 +27,7 @@ use serde_json::json;
 use common::apiserver::{ATTACHMENTS, ApiServer, EVENTS, LEASES, NODES, PODS};
 use common::rbac::Policy;
 use common::sims::{
-    CONTROLLER, ControllerProcess, Sims, controller_binary, kubelet_attachment_name, until,
+    CONTROLLER, ControllerProcess, MANAGED, Sims, controller_binary, kubelet_attachment_name, until,
 };
 
 const DRIVER: &str = "hostpath.csi.k8s.io";
@@ -264,12 +264,24 @@ async fn seed_004(server: &ApiServer, sims: &Sims) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_seeds_incidents_through_the_example_over_http_under_rbac() {
+async fn the_seeds_and_what_it_manages_through_the_example_over_http_under_rbac() {
     let _serial = SERIAL.lock().await;
     let (server, sims, token) = cluster().await;
-    for node in ["s0-n1", "s0-n2", "s2-n1", "s4-n1", "s4-n2"] {
+    for node in [
+        "s0-n1", "s0-n2", "s2-n1", "s4-n1", "s4-n2", "m-n1", "m-n2", "a-n1",
+    ] {
         sims.add_node(node);
     }
+    for node in ["k-n1", "k-n2"] {
+        sims.add_kubelet_node(node);
+    }
+    for node in ["m-n1", "m-n2"] {
+        server.put(ebs_csinode(node));
+    }
+    server.put(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+        "metadata": {"name": NFS}, "spec": {"attachRequired": false},
+    }));
     // Seed 000's admission webhook: refuses deletes of s0-n1's VolumeAttachments while set.
     let refused = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (hook_server, hook_refused) = (server.clone(), refused.clone());
@@ -284,6 +296,9 @@ async fn the_seeds_incidents_through_the_example_over_http_under_rbac() {
         seed_000(&server, &sims, &refused),
         seed_002(&server, &sims),
         seed_004(&server, &sims),
+        migrated_ebs_moves(&sims),
+        attach_free_driver_is_left_alone(&server, &sims),
+        kubelet_managed_nodes_are_left_alone(&server, &sims),
     );
     let log = controller.log();
     assert_eq!(controller.stop().await, Some(0), "{log}");
@@ -292,6 +307,11 @@ async fn the_seeds_incidents_through_the_example_over_http_under_rbac() {
         .get(LEASES, "kube-system", "attach-detach-controller")
         .expect("the lease");
     assert!(lease["spec"]["holderIdentity"].is_null(), "{lease}");
+
+    let controller =
+        a_restarted_controller_leaves_kubelets_attachments_alone(&server, &sims, &token).await;
+    let log = controller.log();
+    assert_eq!(controller.stop().await, Some(0), "{log}");
 
     let requests = server.requests();
     let forbidden: Vec<_> = requests.iter().filter(|r| r.forbidden).collect();
@@ -372,7 +392,7 @@ fn status_writes_of(server: &ApiServer, node: &str) -> Vec<common::apiserver::Se
         .collect()
 }
 
-/// A migrated EBS volume moves: an in-tree `awsElasticBlockStore` PV, whose nodes' CSINodes
+/// Issue 71: a migrated EBS volume moves: an in-tree `awsElasticBlockStore` PV, whose nodes' CSINodes
 /// say their kubelets migrated the plugin, is attached under the translated handle and the
 /// VolumeAttachment name kubelet computes, and when its pod moves to another node the old
 /// VolumeAttachment is deleted and a new one created there.
@@ -467,55 +487,49 @@ async fn attach_free_driver_is_left_alone(server: &ApiServer, sims: &Sims) {
 /// A node whose kubelet attaches by itself (no controller-managed annotation): its pod's
 /// volume is attached by the kubelet, and the controller neither writes its VolumeAttachment
 /// nor the node's status.
-async fn kubelet_managed_node_is_left_alone(server: &ApiServer, sims: &Sims) {
-    sims.add_claimed_volume(NS, "c-kub", "pv-kub", DRIVER, "h-kub");
-    sims.add_pod(NS, "kub-0", "k-n1", "c-kub");
+async fn kubelet_managed_nodes_are_left_alone(server: &ApiServer, sims: &Sims) {
+    for (node, pod, claim, pv, handle) in [
+        ("k-n1", "kub-0", "c-kub", "pv-kub", "h-kub"),
+        ("k-n2", "kub-1", "c-kub2", "pv-kub2", "h-kub2"),
+    ] {
+        sims.add_claimed_volume(NS, claim, pv, DRIVER, handle);
+        sims.add_pod(NS, pod, node, claim);
+    }
     assert!(
-        until(Duration::from_secs(30), || sims.running(NS, "kub-0")).await,
-        "kubelet-managed: kub-0 never ran"
+        until(Duration::from_secs(30), || sims.running(NS, "kub-0")
+            && sims.running(NS, "kub-1"))
+        .await,
+        "kubelet-managed: kub-0 or kub-1 never ran"
     );
-    // Time for a controller that managed the node to attach it and write its status.
+    // Time for a controller that managed the nodes to attach and write their status.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let name = kubelet_attachment_name("h-kub", DRIVER, "k-n1");
-    let writes = writes_of_attachment(server, &name);
-    assert!(
-        writes.is_empty(),
-        "kubelet-managed: the controller wrote its VolumeAttachment: {writes:#?}"
-    );
-    let writes = status_writes_of(server, "k-n1");
-    assert!(
-        writes.is_empty(),
-        "kubelet-managed: the controller wrote k-n1's status: {writes:#?}"
-    );
-    assert!(sims.attached("k-n1").is_empty());
+    for (node, handle) in [("k-n1", "h-kub"), ("k-n2", "h-kub2")] {
+        let name = kubelet_attachment_name(handle, DRIVER, node);
+        let writes = writes_of_attachment(server, &name);
+        assert!(
+            writes.is_empty(),
+            "kubelet-managed: the controller wrote {node}'s VolumeAttachment: {writes:#?}"
+        );
+        let writes = status_writes_of(server, node);
+        assert!(
+            writes.is_empty(),
+            "kubelet-managed: the controller wrote {node}'s status: {writes:#?}"
+        );
+        assert!(sims.attached(node).is_empty());
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn migrated_volumes_attach_free_drivers_and_kubelet_managed_nodes_through_the_example() {
-    let _serial = SERIAL.lock().await;
-    let (server, sims, token) = cluster().await;
-    for node in ["m-n1", "m-n2", "a-n1"] {
-        sims.add_node(node);
-    }
-    sims.add_kubelet_node("k-n1");
-    for node in ["m-n1", "m-n2"] {
-        server.put(ebs_csinode(node));
-    }
-    server.put(json!({
-        "apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
-        "metadata": {"name": NFS}, "spec": {"attachRequired": false},
-    }));
-    let controller = ControllerProcess::start(&server, &token, &[]);
-    tokio::join!(
-        migrated_ebs_moves(&sims),
-        attach_free_driver_is_left_alone(&server, &sims),
-        kubelet_managed_node_is_left_alone(&server, &sims),
-    );
-    let log = controller.log();
-    assert_eq!(controller.stop().await, Some(0), "{log}");
-
-    // Recovery leaves a kubelet-managed node's VolumeAttachments alone: while no controller
-    // runs, kub-0 goes and its kubelet unmounts the volume, but its own detach is slow.
+/// With no controller running, the pod of kubelet-managed `k-n1` goes and its kubelet
+/// unmounts the volume, but its own detach is slow: a controller started now must leave the
+/// VolumeAttachment to it. Then `k-n2` is switched to controller-managed attach/detach (its
+/// kubelet restarted so, the annotation put): the controller takes over the volume its kubelet
+/// attached, whose VolumeAttachment exists (a create answered AlreadyExists, then a read), and
+/// lists it in the node's status.
+async fn a_restarted_controller_leaves_kubelets_attachments_alone(
+    server: &ApiServer,
+    sims: &Sims,
+    token: &str,
+) -> ControllerProcess {
     sims.hold_own_detaches("k-n1", true);
     sims.delete_pod(NS, "kub-0");
     let name = kubelet_attachment_name("h-kub", DRIVER, "k-n1");
@@ -528,7 +542,7 @@ async fn migrated_volumes_attach_free_drivers_and_kubelet_managed_nodes_through_
         "kubelet-managed: kub-0 did not go"
     );
     let mark = server.requests().len();
-    let controller = ControllerProcess::start(&server, &token, &[]);
+    let controller = ControllerProcess::start(server, token, &[]);
     let recovered = until(Duration::from_secs(30), || {
         server.requests()[mark..].iter().any(|r| {
             r.user.as_deref() == Some(CONTROLLER)
@@ -550,10 +564,10 @@ async fn migrated_volumes_attach_free_drivers_and_kubelet_managed_nodes_through_
         va["metadata"]["deletionTimestamp"].is_null(),
         "kubelet-managed: k-n1's VolumeAttachment is being deleted: {va}"
     );
-    let writes = writes_of_attachment(&server, &name);
+    let writes = writes_of_attachment(server, &name);
     assert!(
         writes.is_empty(),
-        "kubelet-managed: the controller wrote its VolumeAttachment at recovery: {writes:#?}"
+        "kubelet-managed: the controller wrote k-n1's VolumeAttachment at recovery: {writes:#?}"
     );
     // Its kubelet detaches it in its own time.
     sims.hold_own_detaches("k-n1", false);
@@ -564,17 +578,29 @@ async fn migrated_volumes_attach_free_drivers_and_kubelet_managed_nodes_through_
         .await,
         "kubelet-managed: k-n1's kubelet did not detach"
     );
-    let log = controller.log();
-    assert_eq!(controller.stop().await, Some(0), "{log}");
-    let forbidden: Vec<_> = server
-        .requests()
-        .into_iter()
-        .filter(|r| r.forbidden)
-        .collect();
+
+    // k-n2 becomes the controller's.
+    server.edit(NODES, "", "k-n2", |n| {
+        n["metadata"]["annotations"] = json!({MANAGED: "true"});
+    });
+    let unique = sims.unique_name("pv-kub2").expect("pv-kub2");
     assert!(
-        forbidden.is_empty(),
-        "RBAC refused requests: {forbidden:#?}\n{log}"
+        until(Duration::from_secs(30), || sims
+            .attached("k-n2")
+            .contains(&unique))
+        .await,
+        "switched: k-n2's volume was not listed in its status"
     );
+    assert!(sims.running(NS, "kub-1"), "switched: kub-1 stopped");
+    let name = kubelet_attachment_name("h-kub2", DRIVER, "k-n2");
+    let va = server
+        .get(ATTACHMENTS, "", &name)
+        .expect("k-n2's VolumeAttachment");
+    assert!(
+        va["metadata"]["deletionTimestamp"].is_null(),
+        "switched: {va}"
+    );
+    controller
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
