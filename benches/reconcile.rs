@@ -521,6 +521,7 @@ fn limited() -> Config {
                 every: Duration::from_millis(1),
                 burst: 1_000,
             }),
+            ..BackendLoad::UNBOUNDED
         },
         ..config()
     }

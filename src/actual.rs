@@ -659,6 +659,7 @@ impl<D: Domain> ActualState<D> {
 
     /// The controller wants the attachment gone: returns when it first did, `now` if this is
     /// the first time. Nothing happens without an attachment record.
+    #[inline]
     pub(crate) fn request_detach(
         &mut self,
         volume: &D::Volume,

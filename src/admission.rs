@@ -20,7 +20,26 @@
 //! verify per node with attachments per period) and `Config::resync_period`, and delaying them
 //! would delay finding what a lost call did. Budget for them when you pick the rate (see the
 //! README's "Fair and bounded backend load").
-
+//!
+//! A call that hangs (the backend cannot reach its node: a partitioned zone) would hold its
+//! slot until the driver's deadline gives up on it, two minutes by default, and its retry would
+//! take a slot again: with as many hung nodes as slots, healthy nodes got nothing for minutes,
+//! round after round. So a call still running [`OverdueCalls::after`] after it was planned is
+//! *overdue*: it gives its slot back, while the core still awaits it. Nothing is assumed about
+//! its effect: until its answer (or the driver's deadline, which makes it Uncertain) comes, its
+//! attachment is held as any with a call under way, and its gate key keeps any other call of
+//! the volume from starting. At most [`OverdueCalls::max`] overdue calls per class hold no
+//! slot; past that, an overdue call keeps its slot. So the calls of a class under way never
+//! exceed its limit plus `max`, and those younger than `after` never exceed its limit.
+//!
+//! Fairness per node: a node with an overdue call, or whose last overdue call ended without a
+//! success (its deadline made it Uncertain, say), is *suspect* for that class. A suspect node's
+//! queued call lets the queued calls of other nodes go first, those that join the queue less
+//! than one call deadline (`Config::call_timeouts`) after it: the time its hung call would have
+//! held a slot. So a node whose calls hang does not take the slots back from other nodes'
+//! calls with its retries or its other volumes, and still waits a bounded time. A call of the
+//! node that ends before it is overdue, or an overdue one that succeeds, ends the suspicion.
+//!
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -40,39 +59,56 @@ use crate::operation::OpId;
 /// How to pick values: `max_detaches` and `max_attaches` a little below the concurrency the
 /// backend sustains (for a cloud, a few tens each); `rate` a little below the backend's
 /// sustained mutating-call quota, minus the verifies (one per node with attachments per
-/// `sync_period`), with `burst` what the quota's own bucket allows.
+/// `sync_period`), with `burst` what the quota's own bucket allows; `overdue` as
+/// [`OverdueCalls`] says.
 ///
 /// ```
 /// use std::time::Duration;
-/// use attach_detach::config::{BackendLoad, Config, RateLimit};
+/// use attach_detach::config::{BackendLoad, Config, OverdueCalls, RateLimit};
 /// let config = Config {
 ///     backend_load: BackendLoad {
 ///         max_attaches: Some(20),
 ///         max_detaches: Some(20),
 ///         // 10 calls a second, bursts of 20.
 ///         rate: Some(RateLimit { every: Duration::from_millis(100), burst: 20 }),
+///         // A call running 15 s gives its slot back; 16 such calls per class at most.
+///         overdue: Some(OverdueCalls::DEFAULT),
 ///     },
 ///     ..Config::default()
 /// };
 /// assert_eq!(config.validate(), Ok(()));
 /// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BackendLoad {
-    /// At most this many attach calls under way at once; `None`: no limit.
+    /// At most this many attach calls under way at once that are not overdue; `None`: no
+    /// limit.
     pub max_attaches: Option<usize>,
-    /// At most this many detaches under way at once, counting those admitted to the fresh
-    /// read that precedes their call; `None`: no limit.
+    /// At most this many detaches under way at once that are not overdue, counting those
+    /// admitted to the fresh read that precedes their call; `None`: no limit.
     pub max_detaches: Option<usize>,
     /// A token bucket shared by attach and detach calls; `None`: no rate limit.
     pub rate: Option<RateLimit>,
+    /// When a call that hangs gives its slot back, and how many such calls may be under way
+    /// beyond each limit; [`OverdueCalls::DEFAULT`] by default. `None`: a call holds its slot
+    /// until it ends (its answer, or the driver's deadline), however long it hangs. Used only
+    /// with `max_attaches` or `max_detaches`.
+    pub overdue: Option<OverdueCalls>,
+}
+
+impl Default for BackendLoad {
+    fn default() -> Self {
+        BackendLoad::UNBOUNDED
+    }
 }
 
 impl BackendLoad {
-    /// No limit at all: the default.
+    /// No limit at all: the default (with [`OverdueCalls::DEFAULT`], which matters only once
+    /// a limit is set).
     pub const UNBOUNDED: BackendLoad = BackendLoad {
         max_attaches: None,
         max_detaches: None,
         rate: None,
+        overdue: Some(OverdueCalls::DEFAULT),
     };
 
     /// The first setting that would stop every call of its class for ever, by name.
@@ -88,6 +124,64 @@ impl BackendLoad {
         }
         None
     }
+}
+
+/// When an attach or detach call that has not ended stops counting against its class's limit
+/// (part of [`BackendLoad`], `overdue`).
+///
+/// A call still running `after` after the core planned it is *overdue*: its slot goes to the
+/// next queued call, while the core still awaits its answer (or the driver's deadline, which
+/// makes it Uncertain); nothing about the volume is assumed meanwhile. At most `max` overdue
+/// calls of a class hold no slot at once; a further one keeps its slot until one of them ends.
+/// So with `max_attaches: Some(s)`, at most `s` attach calls younger than `after`, and `s +
+/// max` in all, are under way. As long as no more than `max` calls of a class hang, a call that
+/// hangs holds back the calls queued behind it for `after` at most.
+///
+/// A node with an overdue call (or whose last overdue call ended without a success) is
+/// suspect: its queued calls let other nodes' calls go first, those that join the queue
+/// within one call deadline (`Config::call_timeouts`) after them. A hung node's retries and
+/// other volumes then take no slot from the other nodes, and still wait a bounded time. A call
+/// of the node that ends before it is overdue, or an overdue one that succeeds, clears it.
+///
+/// Pick `after` a little above the longest a healthy call of your backend takes (a merely slow
+/// call counted overdue only lets one more call start), and `max` as the extra calls the
+/// backend can take while some hang.
+///
+/// ```
+/// use std::time::Duration;
+/// use attach_detach::config::{BackendLoad, Config, OverdueCalls};
+/// let config = Config {
+///     backend_load: BackendLoad {
+///         max_attaches: Some(4),
+///         // A healthy attach takes under 2 s here: one running 5 s hangs.
+///         overdue: Some(OverdueCalls { after: Duration::from_secs(5), max: 8 }),
+///         ..BackendLoad::UNBOUNDED
+///     },
+///     ..Config::default()
+/// };
+/// assert_eq!(config.validate(), Ok(()));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OverdueCalls {
+    /// How long a call runs, from the pass that planned it, before it is overdue; not zero,
+    /// and shorter than the call's deadline (`Config::call_timeouts`), or nothing would ever
+    /// be overdue.
+    pub after: Duration,
+    /// The most overdue calls of each class that hold no slot; not zero (use `overdue: None`
+    /// to keep every call in its slot).
+    pub max: usize,
+}
+
+impl OverdueCalls {
+    /// 15 s and 16 calls. 15 s is the CSI external-attacher's deadline for one attach or
+    /// detach call (`--timeout`): a call running longer is one the CSI sidecar already gives
+    /// up on and makes again. 16 calls beyond each limit is the extra load on the backend
+    /// while calls hang, and the number of hung nodes (one overdue call each, see fairness)
+    /// that healthy nodes can wait past within `after`.
+    pub const DEFAULT: OverdueCalls = OverdueCalls {
+        after: Duration::from_secs(15),
+        max: 16,
+    };
 }
 
 /// A token bucket: it holds at most `burst` tokens, gains one every `every` of the core's
@@ -113,8 +207,11 @@ pub(crate) enum Class {
 /// One class's load, for [`QueueStats`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClassStats {
-    /// Calls of the class planned and not yet finished.
+    /// Calls of the class planned and not yet finished that hold a slot.
     pub in_flight: usize,
+    /// Calls of the class planned and not yet finished that are overdue and hold no slot
+    /// ([`OverdueCalls`]); at most `OverdueCalls::max`.
+    pub overdue: usize,
     /// Detaches admitted to their fresh read, holding a slot until their call ends (always 0
     /// for attaches, which are admitted when their call is planned).
     pub reserved: usize,
@@ -202,27 +299,205 @@ impl Bucket {
     }
 }
 
+/// A call of a limited class under way, as its lane knows it.
+#[derive(Debug)]
+struct Tracked<D: Domain> {
+    node: D::Node,
+    /// Overdue, holding no slot.
+    overdue: bool,
+}
+
+/// What makes a node suspect in a lane: its calls may hang.
+#[derive(Debug, Default)]
+struct Suspect {
+    /// Its calls under way that are overdue.
+    overdue: u32,
+    /// Its last overdue call ended without a success (a deadline, an error): its retry may
+    /// hang again.
+    hung: bool,
+}
+
+/// How far past a suspect queue head [`Lane::pick`] looks for a call of another node: the
+/// pick is a scan, and a queue of thousands of one hung node's calls must not make each offer
+/// cost thousands of steps. Past it, the queue is served in its order.
+const SUSPECT_SCAN: usize = 256;
+
 /// One class's slots and queue.
 #[derive(Debug)]
 struct Lane<D: Domain> {
     limit: Option<usize>,
-    /// Calls planned and not finished.
+    /// Calls planned and not finished that hold a slot.
     calls: usize,
     /// Waiting, first come first served; `since` has each one's first time in the queue.
     queue: VecDeque<(D::Volume, D::Node)>,
     since: FxHashMap<(D::Volume, D::Node), Duration>,
     /// The queue head popped for the pass to reconsider: admitted if it asks now.
     offered: Option<(D::Volume, D::Node)>,
+    /// When a call is overdue, and how many overdue calls hold no slot at most; `None` when
+    /// the lane has no limit, or calls never give their slot back.
+    overdue_calls: Option<OverdueCalls>,
+    /// Every call of the lane under way, with a limit and `overdue_calls` set.
+    tracked: FxHashMap<OpId, Tracked<D>>,
+    /// The calls holding a slot, in the order planned, with when: the front is the next to
+    /// be overdue. Entries of calls that ended or went overdue are dropped as they reach the
+    /// front.
+    running: VecDeque<(Duration, OpId)>,
+    /// Overdue calls holding no slot.
+    overdue: usize,
+    /// Nodes whose calls may hang (see [`Suspect`]).
+    suspects: FxHashMap<D::Node, Suspect>,
+    /// How long after a suspect node's queued call the calls of other nodes that join the
+    /// queue still go first: the deadline of the class's calls, the time a hung call of the
+    /// node would have held its slot without `overdue_calls`.
+    yield_for: Duration,
 }
 
 impl<D: Domain> Lane<D> {
-    fn new(limit: Option<usize>) -> Self {
+    fn new(limit: Option<usize>, overdue_calls: Option<OverdueCalls>, yield_for: Duration) -> Self {
         Lane {
+            yield_for,
             limit,
             calls: 0,
             queue: VecDeque::new(),
             since: FxHashMap::default(),
             offered: None,
+            overdue_calls: overdue_calls.filter(|_| limit.is_some()),
+            tracked: FxHashMap::default(),
+            running: VecDeque::new(),
+            overdue: 0,
+            suspects: FxHashMap::default(),
+        }
+    }
+
+    /// Whether `node` is suspect here.
+    fn suspect(&self, node: &D::Node) -> bool {
+        !self.suspects.is_empty() && self.suspects.contains_key(node)
+    }
+
+    /// The queue position to offer next: the head, unless its node is suspect and a call of a
+    /// node that is not suspect joined the queue behind it less than the class's call deadline
+    /// after it; then the first such call.
+    fn pick(&self) -> usize {
+        let Some(head) = self.queue.front() else {
+            return 0;
+        };
+        if !self.suspect(&head.1) {
+            return 0;
+        }
+        let Some(head_since) = self.since.get(head) else {
+            return 0;
+        };
+        let until = head_since.saturating_add(self.yield_for);
+        self.queue
+            .iter()
+            .enumerate()
+            .skip(1)
+            .take(SUSPECT_SCAN)
+            .take_while(|(_, key)| self.since.get(*key).is_some_and(|t| *t < until))
+            .find(|(_, (_, node))| !self.suspect(node))
+            .map_or(0, |(i, _)| i)
+    }
+
+    /// A call of the lane was planned as `id` at `now`: tracked, if overdue calls may give
+    /// their slot back.
+    #[inline]
+    fn started(&mut self, id: OpId, node: &D::Node, now: Duration) {
+        if self.overdue_calls.is_none() {
+            return;
+        }
+        self.track(id, node, now);
+    }
+
+    fn track(&mut self, id: OpId, node: &D::Node, now: Duration) {
+        self.tracked.insert(
+            id,
+            Tracked {
+                node: node.clone(),
+                overdue: false,
+            },
+        );
+        self.running.push_back((now, id));
+    }
+
+    /// The call `id` ended, `succeeded` or not: its slot is free, or, overdue, its place
+    /// among the overdue calls.
+    #[inline]
+    fn finished(&mut self, id: OpId, succeeded: bool) {
+        if self.tracked.is_empty() {
+            // No limit, or overdue calls off: every call held a slot. (A move's path.)
+            self.calls = self.calls.saturating_sub(1);
+            return;
+        }
+        self.finish_tracked(id, succeeded);
+    }
+
+    fn finish_tracked(&mut self, id: OpId, succeeded: bool) {
+        let Some(call) = self.tracked.remove(&id) else {
+            self.calls = self.calls.saturating_sub(1);
+            return;
+        };
+        if call.overdue {
+            self.overdue = self.overdue.saturating_sub(1);
+        } else {
+            self.calls = self.calls.saturating_sub(1);
+        }
+        let Some(suspect) = self.suspects.get_mut(&call.node) else {
+            return;
+        };
+        if call.overdue {
+            suspect.overdue = suspect.overdue.saturating_sub(1);
+            suspect.hung = !succeeded;
+        } else {
+            // It answered in time: the backend reaches the node.
+            suspect.hung = false;
+        }
+        if suspect.overdue == 0 && !suspect.hung {
+            self.suspects.remove(&call.node);
+        }
+    }
+
+    /// Makes overdue the calls planned `after` or longer before `now`, oldest first, while
+    /// fewer than `max` are: each gives its slot back.
+    fn mark_overdue(&mut self, now: Duration) {
+        let Some(OverdueCalls { after, max }) = self.overdue_calls else {
+            return;
+        };
+        while let Some(&(at, id)) = self.running.front() {
+            let live = self.tracked.get(&id).is_some_and(|call| !call.overdue);
+            if live && (self.overdue >= max || at.saturating_add(after) > now) {
+                break;
+            }
+            self.running.pop_front();
+            let Some(call) = self.tracked.get_mut(&id).filter(|_| live) else {
+                continue;
+            };
+            call.overdue = true;
+            self.overdue += 1;
+            self.calls = self.calls.saturating_sub(1);
+            let suspect = self.suspects.entry(call.node.clone()).or_default();
+            suspect.overdue += 1;
+        }
+    }
+
+    /// When the next call holding a slot is overdue, if one may be.
+    fn next_overdue(&self) -> Option<Duration> {
+        let OverdueCalls { after, max } = self.overdue_calls?;
+        if self.overdue >= max {
+            return None;
+        }
+        self.running
+            .iter()
+            .find(|(_, id)| self.tracked.get(id).is_some_and(|call| !call.overdue))
+            .map(|(at, _)| at.saturating_add(after))
+    }
+
+    /// `node` is gone: a node of its name later is a new object, with no past.
+    fn forget_node(&mut self, node: &D::Node) {
+        if let Some(suspect) = self.suspects.get_mut(node) {
+            suspect.hung = false;
+            if suspect.overdue == 0 {
+                self.suspects.remove(node);
+            }
         }
     }
 
@@ -237,6 +512,7 @@ impl<D: Domain> Lane<D> {
     fn stats(&self, reserved: usize, now: Duration) -> ClassStats {
         ClassStats {
             in_flight: self.calls,
+            overdue: self.overdue,
             reserved,
             queued: self.queue.len(),
             oldest_wait: self
@@ -266,17 +542,28 @@ pub(crate) struct Admission<D: Domain> {
 
 impl<D: Domain> Admission<D> {
     /// The admission of `load`; `shared` puts upstream-bug L2 back (one lane for both).
-    pub(crate) fn new(load: BackendLoad, shared: bool) -> Self {
+    /// `deadlines` are the attach and detach calls' (`Config::call_timeouts`): how long a
+    /// suspect node's queued call of each class lets other nodes' calls go first.
+    pub(crate) fn new(load: BackendLoad, shared: bool, deadlines: [Duration; 2]) -> Self {
         let shared = shared && (load.max_attaches.is_some() || load.max_detaches.is_some());
         let attach_limit = if shared {
             Some(load.max_attaches.unwrap_or(0) + load.max_detaches.unwrap_or(0))
         } else {
             load.max_attaches
         };
+        // One lane for both classes: room for both classes' overdue calls.
+        let shared_overdue = load.overdue.map(|o| OverdueCalls {
+            max: o.max.saturating_mul(2),
+            ..o
+        });
         Admission {
             shared,
-            attach: Lane::new(attach_limit),
-            detach: Lane::new(load.max_detaches),
+            attach: Lane::new(
+                attach_limit,
+                if shared { shared_overdue } else { load.overdue },
+                deadlines[0],
+            ),
+            detach: Lane::new(load.max_detaches, load.overdue, deadlines[1]),
             reserved: FxHashMap::default(),
             bucket: load.rate.map(Bucket::new),
             first: Class::Detach,
@@ -398,10 +685,43 @@ impl<D: Domain> Admission<D> {
         true
     }
 
-    /// A call of `class` finished: its slot is free.
-    pub(crate) fn finished(&mut self, class: Class) {
+    /// The call of `class` admitted last was planned as `id`, to `node`, at `now`: from now on
+    /// it may be overdue.
+    #[inline]
+    pub(crate) fn started(&mut self, class: Class, id: OpId, node: &D::Node, now: Duration) {
+        self.lane(class).started(id, node, now);
+    }
+
+    /// The call `id` of `class` finished, `succeeded` or not: its slot (or its place among the
+    /// overdue calls) is free.
+    #[inline]
+    pub(crate) fn finished(&mut self, class: Class, id: OpId, succeeded: bool) {
+        self.lane(class).finished(id, succeeded);
+    }
+
+    /// A call of `class` admitted was not made after all: its slot is free.
+    pub(crate) fn give_back(&mut self, class: Class) {
         let lane = self.lane(class);
         lane.calls = lane.calls.saturating_sub(1);
+    }
+
+    /// Makes overdue every call of a limited class that has run its `OverdueCalls::after` by
+    /// `now`, while the class has room for overdue calls: their slots are free.
+    #[inline]
+    pub(crate) fn mark_overdue(&mut self, now: Duration) {
+        // Every pass asks: with no call tracked (no limit, or none running), one branch.
+        if !self.attach.running.is_empty() {
+            self.attach.mark_overdue(now);
+        }
+        if !self.detach.running.is_empty() {
+            self.detach.mark_overdue(now);
+        }
+    }
+
+    /// `node` is gone: it is no longer suspect (see [`OverdueCalls`]).
+    pub(crate) fn forget_node(&mut self, node: &D::Node) {
+        self.attach.forget_node(node);
+        self.detach.forget_node(node);
     }
 
     /// The fresh read `id` carries the checks of `volumes` on `node`.
@@ -448,7 +768,8 @@ impl<D: Domain> Admission<D> {
             }
         }
         let lane = self.lane(class);
-        let head = lane.queue.pop_front()?;
+        let at = lane.pick();
+        let head = lane.queue.remove(at)?;
         lane.since.remove(&head);
         lane.offered = Some(head.clone());
         Some(head)
@@ -470,18 +791,31 @@ impl<D: Domain> Admission<D> {
 
     /// When queued work can next be admitted: now (`Duration::ZERO`) when a class with a
     /// queue has a free slot and the bucket a token, the next token's time when only the
-    /// token is missing; `None` when no queue has a free slot (a finishing call, which marks
-    /// its volume, makes a pass) or nothing waits.
+    /// token is missing; when a call holding a slot is next overdue, if no queue has a free
+    /// slot; `None` when nothing frees one in time (a finishing call, which marks its volume,
+    /// makes a pass) or nothing waits.
     pub(crate) fn wake(&self) -> Option<Duration> {
+        if self.attach.queue.is_empty() && self.detach.queue.is_empty() {
+            // Nothing waits (a move's every deadline).
+            return None;
+        }
+        let mut overdue = None;
         let ready = [Class::Attach, Class::Detach].into_iter().any(|class| {
-            let lane = match class {
-                Class::Attach => &self.attach,
-                Class::Detach => &self.detach,
+            let lane = match (class, self.shared) {
+                (Class::Attach, _) | (Class::Detach, true) => &self.attach,
+                (Class::Detach, false) => &self.detach,
             };
-            !lane.queue.is_empty() && self.has_slot(class)
+            if lane.queue.is_empty() {
+                return false;
+            }
+            if self.has_slot(class) {
+                return true;
+            }
+            overdue = crate::schedule::earliest([overdue, lane.next_overdue()]);
+            false
         });
         if !ready {
-            return None;
+            return overdue;
         }
         Some(
             self.bucket
@@ -503,6 +837,15 @@ impl<D: Domain> Admission<D> {
     pub(crate) fn trim(&mut self) {
         for lane in [&mut self.attach, &mut self.detach] {
             crate::gate::trim_map(&mut lane.since);
+            if lane.overdue_calls.is_some() {
+                crate::gate::trim_map(&mut lane.tracked);
+                crate::gate::trim_map(&mut lane.suspects);
+                if lane.running.capacity() > 64
+                    && lane.running.len() * 4 <= lane.running.capacity()
+                {
+                    lane.running.shrink_to(lane.running.len() * 2);
+                }
+            }
             if lane.queue.capacity() > 64 && lane.queue.len() * 4 <= lane.queue.capacity() {
                 lane.queue.shrink_to(lane.queue.len() * 2);
             }
@@ -520,6 +863,11 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    /// The admission of `load`, with calls whose deadline is 2 minutes.
+    fn admission(load: BackendLoad) -> Admission<T> {
+        Admission::new(load, false, [Duration::from_secs(120); 2])
     }
 
     fn bucket(every: u64, burst: u32) -> Bucket {
@@ -588,7 +936,7 @@ mod tests {
 
     #[test]
     fn an_unbounded_admission_counts_calls_and_queues_nothing() {
-        let mut a: Admission<T> = Admission::new(BackendLoad::UNBOUNDED, false);
+        let mut a: Admission<T> = admission(BackendLoad::UNBOUNDED);
         for n in ["n1", "n2", "n3"] {
             assert!(a.admit(Class::Attach, &"v", &n, ms(0)));
             assert!(a.admit(Class::Detach, &"w", &n, ms(0)));
@@ -606,7 +954,7 @@ mod tests {
             max_attaches: Some(1),
             ..BackendLoad::UNBOUNDED
         };
-        let mut a: Admission<T> = Admission::new(load, false);
+        let mut a: Admission<T> = admission(load);
         assert!(a.admit(Class::Attach, &"v0", &"n", ms(0)));
         for (i, v) in ["v1", "v2", "v3"].iter().enumerate() {
             assert!(!a.admit(Class::Attach, v, &"n", ms(i as u64)));
@@ -620,14 +968,14 @@ mod tests {
         );
         assert_eq!(a.offer(Class::Attach, ms(10)), None, "no slot");
         assert_eq!(a.wake(), None);
-        a.finished(Class::Attach);
+        a.finished(Class::Attach, OpId(0), true);
         assert_eq!(a.wake(), Some(Duration::ZERO));
         // The slot is free, but a newcomer may not take it while v1 waits.
         assert!(!a.admit(Class::Attach, &"v9", &"n", ms(11)));
         assert_eq!(a.offer(Class::Attach, ms(11)), Some(("v1", "n")));
         assert!(a.admit(Class::Attach, &"v1", &"n", ms(11)));
         a.withdraw(Class::Attach);
-        a.finished(Class::Attach);
+        a.finished(Class::Attach, OpId(0), true);
         // v2 was not wanted any more when offered: dropped, and v3 is next.
         assert_eq!(a.offer(Class::Attach, ms(12)), Some(("v2", "n")));
         a.withdraw(Class::Attach);
@@ -647,7 +995,7 @@ mod tests {
             max_detaches: Some(2),
             ..BackendLoad::UNBOUNDED
         };
-        let mut a: Admission<T> = Admission::new(load, false);
+        let mut a: Admission<T> = admission(load);
         assert!(a.admit(Class::Detach, &"v1", &"n", ms(0)));
         assert!(a.admit(Class::Detach, &"v2", &"n", ms(0)));
         assert!(
@@ -669,7 +1017,7 @@ mod tests {
         assert!(a.admit(Class::Detach, &"v3", &"n", ms(2)));
         a.withdraw(Class::Detach);
         assert!(!a.admit(Class::Detach, &"v4", &"n", ms(2)));
-        a.finished(Class::Detach);
+        a.finished(Class::Detach, OpId(0), true);
         assert_eq!(a.offer(Class::Detach, ms(3)), Some(("v4", "n")));
     }
 
@@ -679,12 +1027,12 @@ mod tests {
             max_detaches: Some(1),
             ..BackendLoad::UNBOUNDED
         };
-        let mut a: Admission<T> = Admission::new(load, false);
+        let mut a: Admission<T> = admission(load);
         assert!(a.admit(Class::Detach, &"v1", &"n", ms(0)));
         assert!(!a.call_detach(&"v2", &"n", ms(0)), "the slot is v1's");
         assert_eq!(a.stats(ms(0)).detach.queued, 1);
         assert!(a.call_detach(&"v1", &"n", ms(0)));
-        a.finished(Class::Detach);
+        a.finished(Class::Detach, OpId(0), true);
         assert_eq!(a.offer(Class::Detach, ms(1)), Some(("v2", "n")));
         assert!(
             a.call_detach(&"v2", &"n", ms(1)),
@@ -702,7 +1050,7 @@ mod tests {
             }),
             ..BackendLoad::UNBOUNDED
         };
-        let mut a: Admission<T> = Admission::new(load, false);
+        let mut a: Admission<T> = admission(load);
         assert!(a.admit(Class::Detach, &"v1", &"n", ms(0)));
         assert!(!a.admit(Class::Attach, &"v2", &"n", ms(10)));
         assert_eq!(a.wake(), Some(ms(250)));
@@ -710,6 +1058,160 @@ mod tests {
         assert_eq!(a.stats(ms(249)).tokens, Some(0));
         assert_eq!(a.offer(Class::Attach, ms(250)), Some(("v2", "n")));
         assert!(a.admit(Class::Attach, &"v2", &"n", ms(250)));
+        assert_eq!(a.wake(), None);
+    }
+
+    /// Admits (`volume`, `node`) as an attach at `now`, planned as `id`, if it may go.
+    fn attach(
+        a: &mut Admission<T>,
+        volume: &'static str,
+        node: &'static str,
+        id: u64,
+        now: u64,
+    ) -> bool {
+        let admitted = a.admit(Class::Attach, &volume, &node, ms(now));
+        if admitted {
+            a.started(Class::Attach, OpId(id), &node, ms(now));
+        }
+        admitted
+    }
+
+    /// Offers the attach queue at `now` and admits what is offered as `id`: what went.
+    fn offer_attach(
+        a: &mut Admission<T>,
+        id: u64,
+        now: u64,
+    ) -> Option<(&'static str, &'static str)> {
+        a.mark_overdue(ms(now));
+        let (volume, node) = a.offer(Class::Attach, ms(now))?;
+        assert!(attach(a, volume, node, id, now));
+        a.withdraw(Class::Attach);
+        Some((volume, node))
+    }
+
+    fn overdue_after(after: u64, max: usize, max_attaches: usize) -> Admission<T> {
+        admission(BackendLoad {
+            max_attaches: Some(max_attaches),
+            overdue: Some(OverdueCalls {
+                after: ms(after),
+                max,
+            }),
+            ..BackendLoad::UNBOUNDED
+        })
+    }
+
+    #[test]
+    fn an_overdue_call_gives_its_slot_back_within_the_bound() {
+        let mut a = overdue_after(1_000, 1, 2);
+        assert!(attach(&mut a, "v1", "h1", 1, 0));
+        assert!(attach(&mut a, "v2", "h2", 2, 0));
+        assert!(!attach(&mut a, "v3", "n", 3, 10), "both slots taken");
+        assert!(!attach(&mut a, "v4", "n", 4, 10));
+        // Nothing is overdue before its time; the queue wakes when the first call is.
+        assert_eq!(offer_attach(&mut a, 3, 999), None);
+        assert_eq!(a.wake(), Some(ms(1_000)));
+        // At 1 s both are due, but only one overdue call may hold no slot: the older goes.
+        assert_eq!(offer_attach(&mut a, 3, 1_000), Some(("v3", "n")));
+        let stats = a.stats(ms(1_000)).attach;
+        assert_eq!((stats.in_flight, stats.overdue, stats.queued), (2, 1, 1));
+        assert_eq!(offer_attach(&mut a, 4, 1_500), None, "the bound is reached");
+        assert_eq!(a.wake(), None, "only an ending call frees a slot now");
+        // The overdue call ends: its place among the overdue calls goes to the next due.
+        a.finished(Class::Attach, OpId(1), false);
+        assert_eq!(a.stats(ms(1_500)).attach.overdue, 0);
+        assert_eq!(offer_attach(&mut a, 4, 1_500), Some(("v4", "n")));
+        let stats = a.stats(ms(1_500)).attach;
+        assert_eq!((stats.in_flight, stats.overdue, stats.queued), (2, 1, 0));
+        // A young call that ends frees its slot as before.
+        a.finished(Class::Attach, OpId(3), true);
+        assert_eq!(a.stats(ms(1_600)).attach.in_flight, 1);
+        assert!(attach(&mut a, "v5", "n", 5, 1_600));
+        // At every moment: at most 2 calls younger than 1 s, 3 in all.
+        let stats = a.stats(ms(1_600)).attach;
+        assert_eq!(stats.in_flight + stats.overdue, 3);
+    }
+
+    #[test]
+    fn a_suspect_nodes_calls_let_other_nodes_go_first_for_a_deadline() {
+        let mut a = overdue_after(1_000, 4, 1);
+        assert!(attach(&mut a, "a1", "h", 1, 0));
+        assert!(!attach(&mut a, "a2", "h", 2, 100));
+        assert!(!attach(&mut a, "b1", "n", 3, 500));
+        // a1 hangs: at 1 s it is overdue, h is suspect, and b1 passes a2.
+        assert_eq!(offer_attach(&mut a, 3, 1_000), Some(("b1", "n")));
+        a.finished(Class::Attach, OpId(3), true);
+        // Nothing else waits: h's call goes (it may hang too, and then gives its slot back).
+        assert_eq!(offer_attach(&mut a, 2, 1_200), Some(("a2", "h")));
+        // a1's deadline ends it without an answer: h stays suspect after it.
+        a.finished(Class::Attach, OpId(1), false);
+        assert!(!attach(&mut a, "a3", "h", 4, 1_300));
+        assert!(!attach(&mut a, "b2", "n", 5, 1_400));
+        // a2 hangs too: overdue at 2.2 s, its slot goes to b2, not to h's a3.
+        assert_eq!(offer_attach(&mut a, 5, 2_200), Some(("b2", "n")));
+        a.finished(Class::Attach, OpId(2), false);
+        // Only calls that join within a deadline (2 min) of a3 go first: c1, at 121.3 s, not.
+        a.finished(Class::Attach, OpId(5), true);
+        assert!(!attach(&mut a, "c1", "n", 6, 121_300));
+        assert_eq!(
+            offer_attach(&mut a, 4, 121_300),
+            Some(("a3", "h")),
+            "a3 waited its time"
+        );
+        // a3 answers in time: h is no longer suspect, and the queue is first come first served.
+        a.finished(Class::Attach, OpId(4), true);
+        assert!(!a.lane(Class::Attach).suspect(&"h"));
+        assert_eq!(offer_attach(&mut a, 6, 121_400), Some(("c1", "n")));
+    }
+
+    #[test]
+    fn an_overdue_call_that_lands_ends_the_suspicion() {
+        let mut a = overdue_after(1_000, 4, 1);
+        assert!(attach(&mut a, "a1", "h", 1, 0));
+        assert!(!attach(&mut a, "a2", "h", 2, 100));
+        assert!(!attach(&mut a, "b1", "n", 3, 200));
+        assert_eq!(offer_attach(&mut a, 3, 1_000), Some(("b1", "n")));
+        // The partition heals and a1 lands: h is reachable, a2 is first again.
+        a.finished(Class::Attach, OpId(1), true);
+        assert!(!attach(&mut a, "b2", "n", 4, 1_100));
+        a.finished(Class::Attach, OpId(3), true);
+        assert_eq!(offer_attach(&mut a, 2, 1_200), Some(("a2", "h")));
+        // A node removed is no longer suspect.
+        a.mark_overdue(ms(2_200));
+        assert!(a.lane(Class::Attach).suspect(&"h"));
+        a.forget_node(&"h");
+        assert!(
+            a.lane(Class::Attach).suspect(&"h"),
+            "its overdue call still runs"
+        );
+        a.finished(Class::Attach, OpId(2), false);
+        assert!(
+            a.lane(Class::Attach).suspect(&"h"),
+            "it ended without an answer"
+        );
+        a.forget_node(&"h");
+        assert!(!a.lane(Class::Attach).suspect(&"h"));
+    }
+
+    #[test]
+    fn without_a_limit_or_with_overdue_off_no_call_is_tracked() {
+        let mut a = admission(BackendLoad::UNBOUNDED);
+        assert!(attach(&mut a, "v1", "n", 1, 0));
+        a.mark_overdue(ms(60_000));
+        assert_eq!(a.stats(ms(60_000)).attach.overdue, 0);
+        assert!(a.attach.tracked.is_empty());
+        let mut a = admission(BackendLoad {
+            max_attaches: Some(1),
+            overdue: None,
+            ..BackendLoad::UNBOUNDED
+        });
+        assert!(attach(&mut a, "v1", "h", 1, 0));
+        assert!(!attach(&mut a, "v2", "n", 2, 0));
+        a.mark_overdue(ms(119_000));
+        assert_eq!(
+            a.offer(Class::Attach, ms(119_000)),
+            None,
+            "the hung call keeps its slot"
+        );
         assert_eq!(a.wake(), None);
     }
 }

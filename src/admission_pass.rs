@@ -32,8 +32,10 @@ impl<D: Domain> Reconciler<D> {
         dirty: &mut Vec<D::Volume>,
         ops: &mut Vec<Operation<D>>,
     ) {
-        // Slots whose detach no longer needs them are offered too.
+        // Slots whose detach no longer needs them are offered too, and those of calls that
+        // hang past their time (see `OverdueCalls`).
         self.release_idle_slots();
+        self.admission.mark_overdue(now);
         // The classes take turns (detaches first at the start), across passes too: under a
         // shared bucket neither takes every token while the other waits.
         let mut offered = true;

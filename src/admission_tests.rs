@@ -102,7 +102,7 @@ fn limited(max_attaches: usize, max_detaches: usize) -> Config {
         backend_load: BackendLoad {
             max_attaches: Some(max_attaches),
             max_detaches: Some(max_detaches),
-            rate: None,
+            ..BackendLoad::UNBOUNDED
         },
         ..Config::default()
     }

@@ -16,7 +16,7 @@ pub(crate) use crate::upstream_bugs::UpstreamBugs;
 #[cfg(feature = "upstream-bugs")]
 pub use crate::upstream_bugs::UpstreamBugs;
 
-pub use crate::admission::{BackendLoad, RateLimit};
+pub use crate::admission::{BackendLoad, OverdueCalls, RateLimit};
 pub use crate::machine::MachineFencing;
 
 /// How the core paces itself and how far it may go to free a volume, and how long the driver
@@ -151,9 +151,16 @@ pub struct Config {
     pub backoff: BackoffConfig,
     /// Concurrency limits per class (attach, detach) and a rate limit on backend calls, with
     /// first-come-first-served queues; unbounded by default. See [`BackendLoad`].
+    ///
+    /// A call that hangs does not hold its slot for its whole deadline: once it has run
+    /// [`OverdueCalls::after`] (15 s by default) it is overdue and gives its slot to the next
+    /// queued call, though the core still awaits it. At most [`OverdueCalls::max`] (16) overdue
+    /// calls per class hold no slot, so the calls of a class under way never exceed its limit
+    /// plus that bound. A node with an overdue call lets other nodes' queued calls go first.
     pub backend_load: BackendLoad,
     /// How long the driver waits for each kind of call to the backend or the store before it
-    /// gives up on it. Not used by the core.
+    /// gives up on it. The core only reads the attach and detach deadlines, as how long a
+    /// node whose calls hang lets other nodes' calls go first ([`OverdueCalls`]).
     pub call_timeouts: CallTimeouts,
     /// Re-enable upstream Kubernetes bugs. For regression tests and demonstrations only; only
     /// with the `upstream-bugs` feature.
@@ -207,7 +214,10 @@ impl Config {
     /// `volumes_per_pass` (no volume would be looked at); a zero `resync_period`;
     /// a zero `unmount_recheck`; a zero call timeout (every such call would fail at once); a
     /// zero [`BackendLoad`] limit or burst (no call of its class could ever start); a zero
-    /// `backend_load.rate.every`; with `machine_fencing`, a zero interval (a node's machine
+    /// `backend_load.rate.every`; with `backend_load.overdue`, a zero `after` (every call
+    /// would be overdue at once), a zero `max` (none ever would), or, for a limited class,
+    /// an `after` not shorter than that class's call timeout (the driver would give up on a
+    /// call first); with `machine_fencing`, a zero interval (a node's machine
     /// would be asked on every pass) or a `max_age` below the interval (the paced checks could
     /// not keep a confirmation fresh).
     ///
@@ -239,6 +249,11 @@ impl Config {
             self.backend_load
                 .rate
                 .map(|rate| ("backend_load.rate.every", rate.every)),
+        )
+        .chain(
+            self.backend_load
+                .overdue
+                .map(|overdue| ("backend_load.overdue.after", overdue.after)),
         )
         .chain(self.machine_fencing.into_iter().flat_map(|m| {
             [
@@ -288,6 +303,36 @@ impl Config {
             .is_some_and(|rate| rate.every.is_zero())
         {
             return Err(ConfigError::ZeroRateInterval);
+        }
+        if let Some(overdue) = self.backend_load.overdue {
+            if overdue.after.is_zero() {
+                return Err(ConfigError::ZeroOverdueAfter);
+            }
+            if overdue.max == 0 {
+                return Err(ConfigError::ZeroOverdueMax);
+            }
+            // Only a limited class has slots to give back.
+            let limited = [
+                (
+                    self.backend_load.max_attaches,
+                    "call_timeouts.attach",
+                    self.call_timeouts.attach,
+                ),
+                (
+                    self.backend_load.max_detaches,
+                    "call_timeouts.detach",
+                    self.call_timeouts.detach,
+                ),
+            ];
+            for (limit, timeout_field, timeout) in limited {
+                if limit.is_some() && overdue.after >= timeout {
+                    return Err(ConfigError::OverdueAfterPastDeadline {
+                        after: overdue.after,
+                        timeout_field,
+                        timeout,
+                    });
+                }
+            }
         }
         if let Some(m) = self.machine_fencing {
             if m.interval.is_zero() {
@@ -369,6 +414,32 @@ pub enum ConfigError {
     /// `backend_load.rate.every` is zero: a token every instant is no rate at all.
     #[error("backend_load.rate.every is zero: that is no rate limit (use rate: None for none)")]
     ZeroRateInterval,
+    /// `backend_load.overdue.after` is zero: every call would be overdue as soon as it is
+    /// planned and give its slot back at once, so the limits would bound nothing but the
+    /// overdue calls.
+    #[error(
+        "backend_load.overdue.after is zero: every call would be overdue at once and the limits would bound nothing (use overdue: None to keep every call in its slot)"
+    )]
+    ZeroOverdueAfter,
+    /// `backend_load.overdue.max` is zero: no call could ever be overdue.
+    #[error(
+        "backend_load.overdue.max is zero: no call could ever be overdue (use overdue: None to keep every call in its slot until it ends)"
+    )]
+    ZeroOverdueMax,
+    /// `backend_load.overdue.after` is not shorter than the deadline of a limited class's calls:
+    /// the driver gives up on such a call before it could be overdue, so a hung call would
+    /// keep its slot for its whole deadline after all.
+    #[error(
+        "backend_load.overdue.after ({after:?}) is not shorter than {timeout_field} ({timeout:?}): the driver gives up on a call before it could be overdue"
+    )]
+    OverdueAfterPastDeadline {
+        /// `backend_load.overdue.after`.
+        after: Duration,
+        /// The call timeout it must be below, by name.
+        timeout_field: &'static str,
+        /// That timeout.
+        timeout: Duration,
+    },
     /// `machine_fencing.interval` is zero: an unhealthy node's machine would be asked about on
     /// every pass, and a single answer could count twice.
     #[error(
@@ -893,6 +964,7 @@ mod tests {
                         every: Config::MAX_DURATION,
                         burst: 1,
                     }),
+                    overdue: None,
                 },
                 Ok(()),
             ),
@@ -904,6 +976,83 @@ mod tests {
             };
             assert_eq!(config.validate(), expected, "{backend_load:?}");
         }
+    }
+
+    #[test]
+    fn overdue_calls_are_checked_by_name() {
+        let limited = |overdue| Config {
+            backend_load: BackendLoad {
+                max_attaches: Some(4),
+                overdue,
+                ..BackendLoad::UNBOUNDED
+            },
+            ..Config::default()
+        };
+        let overdue = |after, max| Some(OverdueCalls { after, max });
+        assert_eq!(BackendLoad::default().overdue, Some(OverdueCalls::DEFAULT));
+        assert_eq!(limited(Some(OverdueCalls::DEFAULT)).validate(), Ok(()));
+        assert_eq!(
+            limited(None).validate(),
+            Ok(()),
+            "hung calls keep their slots"
+        );
+        assert_eq!(
+            limited(overdue(Duration::ZERO, 4)).validate(),
+            Err(ConfigError::ZeroOverdueAfter)
+        );
+        assert_eq!(
+            limited(overdue(secs(1), 0)).validate(),
+            Err(ConfigError::ZeroOverdueMax)
+        );
+        // Not shorter than the attach deadline: the driver gives up on the call first.
+        assert_eq!(
+            limited(overdue(secs(120), 4)).validate(),
+            Err(ConfigError::OverdueAfterPastDeadline {
+                after: secs(120),
+                timeout_field: "call_timeouts.attach",
+                timeout: secs(120),
+            })
+        );
+        assert_eq!(limited(overdue(secs(119), 4)).validate(), Ok(()));
+        // A class without a limit has no slot to give back: its deadline is not compared.
+        let detaches = Config {
+            backend_load: BackendLoad {
+                max_detaches: Some(2),
+                overdue: overdue(secs(30), 4),
+                ..BackendLoad::UNBOUNDED
+            },
+            call_timeouts: CallTimeouts {
+                attach: secs(10),
+                detach: secs(20),
+                ..CallTimeouts::default()
+            },
+            ..Config::default()
+        };
+        assert_eq!(
+            detaches.validate(),
+            Err(ConfigError::OverdueAfterPastDeadline {
+                after: secs(30),
+                timeout_field: "call_timeouts.detach",
+                timeout: secs(20),
+            })
+        );
+        assert!(matches!(
+            limited(overdue(Duration::MAX, 4)).validate(),
+            Err(ConfigError::TooLarge {
+                field: "backend_load.overdue.after",
+                ..
+            })
+        ));
+        assert_eq!(
+            ConfigError::OverdueAfterPastDeadline {
+                after: secs(120),
+                timeout_field: "call_timeouts.attach",
+                timeout: secs(120),
+            }
+            .to_string(),
+            "backend_load.overdue.after (120s) is not shorter than call_timeouts.attach (120s): \
+             the driver gives up on a call before it could be overdue"
+        );
     }
 
     #[test]

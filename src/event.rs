@@ -7,6 +7,7 @@ use crate::config::CallKind;
 use crate::desired::{Missing, Names};
 use crate::domain::Domain;
 use crate::operation::ForceReason;
+use crate::reconciler::ReleaseRefusal;
 
 /// A node holding a single-node volume that another node waits for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -134,12 +135,48 @@ pub enum Event<D: Domain> {
         waited: Duration,
     },
     /// An operator [released](crate::core::Input::ReleaseVolume) the volume from its fenced
-    /// node: the controller forgot the attachment without a backend call.
+    /// node, and the controller forgot the attachment without a detach call: a verify of the
+    /// node started after the release found it gone (for a claim-only volume, which the
+    /// backend knows nothing of, a fresh read showed the node still fenced).
     VolumeReleased {
         /// The volume.
         volume: D::Volume,
         /// The node it was released from.
         node: D::Node,
+    },
+    /// An operator's [release](crate::core::Input::ReleaseVolume), accepted, was dropped: a
+    /// verify of the node started after it found the volume still attached there
+    /// ([`ReleaseRefusal::BackendStillAttached`](crate::core::ReleaseRefusal::BackendStillAttached)),
+    /// say because an attach landed after the operator looked. The volume's detach goes ahead
+    /// as any other's instead.
+    ReleaseRefused {
+        /// The volume.
+        volume: D::Volume,
+        /// The node it stays attached to.
+        node: D::Node,
+        /// Why.
+        reason: ReleaseRefusal<D>,
+    },
+    /// A claim-only volume (one the backend does not attach, see
+    /// [`VolumeSpec::attach_required`](crate::core::VolumeSpec::attach_required)) was granted
+    /// to a node: no backend call was made; the node's status lists it, and its agent may use
+    /// it.
+    ClaimGranted {
+        /// The volume.
+        volume: D::Volume,
+        /// The node.
+        node: D::Node,
+    },
+    /// A claim-only volume's claim on a node ended, on the same proofs as a detach (the
+    /// node's status acknowledged without it, a fresh read justifying it): no backend call was
+    /// made, and another node may be granted it.
+    ClaimReleased {
+        /// The volume.
+        volume: D::Volume,
+        /// The node.
+        node: D::Node,
+        /// Set when the node still reported the volume in use.
+        force: Option<ForceReason>,
     },
     /// The backend said twice, fresh, that the unhealthy node's machine is powered off
     /// (`Config::machine_fencing`): the node counts as fenced, and its volumes are detached
@@ -206,6 +243,10 @@ impl<D: Domain> Event<D> {
             Event::NodeFull { .. } => "NodeFull",
             Event::DetachStuck { .. } => "DetachStuck",
             Event::VolumeReleased { .. } => "VolumeReleased",
+            Event::ReleaseRefused { .. } => "ReleaseRefused",
+            Event::ClaimGranted { .. } => "ClaimGranted",
+            Event::ClaimReleased { force: None, .. } => "ClaimReleased",
+            Event::ClaimReleased { force: Some(_), .. } => "ForcedClaimRelease",
             Event::NodePoweredOff { .. } => "NodePoweredOff",
             Event::MachineCheckFailed { .. } => "MachineCheckFailed",
         }
@@ -218,6 +259,8 @@ impl<D: Domain> Event<D> {
             Event::AttachSucceeded { .. }
                 | Event::DetachSucceeded { force: None, .. }
                 | Event::WaitingForUnmount { .. }
+                | Event::ClaimGranted { .. }
+                | Event::ClaimReleased { force: None, .. }
         )
     }
 }
@@ -315,8 +358,34 @@ impl<D: Domain> fmt::Display for Event<D> {
             ),
             Event::VolumeReleased { volume, node } => write!(
                 f,
-                "Volume {volume:?} was released from fenced node {node:?} by an operator; the controller forgot the attachment without a backend call"
+                "Volume {volume:?} was released from fenced node {node:?} by an operator; the controller forgot the attachment without a detach call"
             ),
+            Event::ReleaseRefused {
+                volume,
+                node,
+                reason,
+            } => write!(
+                f,
+                "The release of volume {volume:?} from node {node:?} was dropped: {reason}"
+            ),
+            Event::ClaimGranted { volume, node } => write!(
+                f,
+                "Claim-only volume {volume:?} was granted to node {node:?}, with no backend call"
+            ),
+            Event::ClaimReleased {
+                volume,
+                node,
+                force,
+            } => {
+                write!(
+                    f,
+                    "Claim-only volume {volume:?} was released from node {node:?}, with no backend call"
+                )?;
+                if let Some(reason) = force {
+                    write!(f, " (forced: {})", reason.as_str())?;
+                }
+                Ok(())
+            }
             Event::NodeFull {
                 node,
                 volume,

@@ -106,8 +106,8 @@ pub enum Input<D: Domain> {
     },
     /// An operator vouches that `volume` is no longer attached to `node`, whose detach is stuck
     /// (the backend keeps failing it, say because the machine is gone and its API cannot
-    /// answer for it): the core forgets the attachment without a backend call, and the volume
-    /// may go elsewhere.
+    /// answer for it): the core forgets the attachment without a detach call once the backend
+    /// agrees, and the volume may go elsewhere.
     ///
     /// Accepted only while the node is fenced (out-of-service): only then can it no longer
     /// write, whatever it last reported. Refused, with nothing changed, as
@@ -115,11 +115,25 @@ pub enum Input<D: Domain> {
     /// saying why, when the node is not fenced, nothing is attached there, an attach there may
     /// still land (it ended without an answer, or a controller before a restart made it), a
     /// workload there still uses it, or an attach or detach of it runs (let the call's deadline
-    /// end it, then release again). An accepted release takes the same path as a forced detach: the node's
-    /// list is acknowledged without the volume and a fresh read of the node must show it still
-    /// fenced; then the attachment is forgotten, with an
-    /// [`Event::VolumeReleased`](crate::core::Event::VolumeReleased). A release whose node is
-    /// unfenced before then is dropped.
+    /// end it, then release again).
+    ///
+    /// An accepted release is pending until a verify of the node that starts after it
+    /// answers: forgetting an attachment is irreversible, and the operator's word may be older
+    /// than the backend's state (an attach may have landed since they looked). No detach is
+    /// planned meanwhile. The volume gone, the attachment is forgotten, with an
+    /// [`Event::VolumeReleased`](crate::core::Event::VolumeReleased); still attached, the
+    /// release is dropped, with an [`Event::ReleaseRefused`](crate::core::Event::ReleaseRefused)
+    /// ([`BackendStillAttached`](crate::core::ReleaseRefusal::BackendStillAttached)), and the
+    /// volume is detached as any (forced, while the node is fenced). A verify that fails or
+    /// hangs decides nothing: the node is verified again after a backoff, and
+    /// [`Reconciler::stuck_detaches`](crate::core::Reconciler::stuck_detaches) lists the
+    /// release as pending meanwhile. So a release on a node the backend cannot reach is
+    /// accepted but never completes: detach the volume by hand, and the release completes
+    /// once the backend can answer for the node again. A release whose node is unfenced
+    /// before then is dropped, and so is one whose volume a workload there wants again. A
+    /// claim-only volume, which the backend knows nothing of, is released as a forced detach
+    /// would release it: once the node's list is acknowledged without it and a fresh read
+    /// shows the node still fenced.
     ReleaseVolume {
         /// The volume.
         volume: D::Volume,

@@ -627,6 +627,28 @@ impl<D: Domain> MemoryStore<D> {
             .map(|stored| &*stored.full()))
     }
 
+    /// Calls `f` with the volumes `node`'s status lists, in volume order (none for an unknown
+    /// node), read where they are: unlike [`with_status`](Self::with_status), a list written
+    /// since the status was last read is not copied into it, so a caller that reads the list
+    /// after every write copies nothing.
+    ///
+    /// `f` runs with the store locked: it must not call the store.
+    pub fn with_listed<R>(
+        &self,
+        node: &D::Node,
+        f: impl FnOnce(&mut dyn Iterator<Item = &D::Volume>) -> R,
+    ) -> R {
+        let s = self.inner.lock();
+        match s.nodes.get(node) {
+            Some(StoredStatus {
+                written: Some(list),
+                ..
+            }) => f(&mut list.volumes().iter()),
+            Some(stored) => f(&mut stored.status.attached.iter().map(|r| &r.volume)),
+            None => f(&mut std::iter::empty()),
+        }
+    }
+
     /// How many writes of `node` were attempted, failed and conflicting ones included.
     pub fn writes(&self, node: &D::Node) -> u64 {
         self.inner.lock().writes.get(node).copied().unwrap_or(0)

@@ -133,6 +133,14 @@ pub enum ReleaseRefusal<D: Domain> {
     /// An attach or detach of the volume is running; its deadline ends it. Release again then.
     #[error("an attach or detach of the volume is running; release again once it has ended")]
     OperationRunning,
+    /// A verify of the node, started after the release was accepted, found the volume still
+    /// attached there (an attach may have landed after the operator looked): the release is
+    /// dropped, and the volume's detach goes ahead as any. Only in an
+    /// [`Event::ReleaseRefused`], never as an error: the release was accepted first.
+    #[error(
+        "a verify after the release found the volume still attached to the node; it is detached as any volume instead"
+    )]
+    BackendStillAttached,
 }
 
 /// A detach wanted for longer than [`Config::stuck_after`]; see
@@ -145,6 +153,19 @@ pub struct StuckDetach<D: Domain> {
     pub node: D::Node,
     /// How long its detach has been wanted.
     pub waited: Duration,
+    /// An operator's release of it was accepted and waits for a verify of the node that
+    /// starts after it (see [`Input::ReleaseVolume`]): none has answered yet, because the
+    /// backend cannot reach the node, say.
+    pub release_pending: bool,
+}
+
+/// An operator's release accepted and not yet decided ([`Input::ReleaseVolume`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PendingRelease {
+    /// The last operation id planned when the release came: a verify with this id or a lower
+    /// one was planned before it, so its answer may be older than the operator's word and
+    /// decides nothing.
+    after: u64,
 }
 
 /// What must not run twice at once.
@@ -393,9 +414,10 @@ pub struct Reconciler<D: Domain> {
     removed_nodes: Vec<D::Node>,
     /// Per-node attach limits: attaches under way, and volumes waiting for room.
     capacity: NodeCapacity<D>,
-    /// Attachments an operator released from their fenced node, whose detach is to be
-    /// forgotten rather than called once a fresh read confirms the fence.
-    released: BTreeSet<(D::Volume, D::Node)>,
+    /// Attachments an operator released from their fenced node, not yet decided: an
+    /// attachment is forgotten once a verify started after its release finds it gone, a claim
+    /// (which the backend knows nothing of) once a fresh read confirms the fence.
+    released: BTreeMap<(D::Volume, D::Node), PendingRelease>,
     /// Detaches named in an [`Event::DetachStuck`], until their episode ends.
     stuck: BTreeSet<(D::Node, D::Volume)>,
     /// Backend load: slots per class, the token bucket, the queues (`Config::backend_load`).
@@ -518,13 +540,17 @@ impl<D: Domain> Reconciler<D> {
             cache_consulted: BTreeSet::new(),
             read_last: FxHashSet::default(),
             gate: OperationGate::new(config.backoff),
-            admission: Admission::new(config.backend_load, {
-                #[cfg(feature = "upstream-bugs")]
-                let shared = config.upstream_bugs.l2_shared_backend_queue;
-                #[cfg(not(feature = "upstream-bugs"))]
-                let shared = false;
-                shared
-            }),
+            admission: Admission::new(
+                config.backend_load,
+                {
+                    #[cfg(feature = "upstream-bugs")]
+                    let shared = config.upstream_bugs.l2_shared_backend_queue;
+                    #[cfg(not(feature = "upstream-bugs"))]
+                    let shared = false;
+                    shared
+                },
+                [config.call_timeouts.attach, config.call_timeouts.detach],
+            ),
             desired: DesiredState::new(&config),
             config,
             actual: ActualState::default(),
@@ -541,7 +567,7 @@ impl<D: Domain> Reconciler<D> {
             relists: Relists::default(),
             removed_nodes: Vec::new(),
             capacity: NodeCapacity::default(),
-            released: BTreeSet::new(),
+            released: BTreeMap::new(),
             stuck: BTreeSet::new(),
             machine: MachineWatch::default(),
             verify_round: None,
@@ -810,8 +836,13 @@ impl<D: Domain> Reconciler<D> {
                 reason,
             });
         }
-        info!(volume = ?volume, node = ?node, "an operator released the volume from its fenced node");
-        self.released.insert((volume.clone(), node));
+        info!(volume = ?volume, node = ?node, "an operator released the volume from its fenced node; a verify decides it");
+        // A release of a pair whose release is pending already changes nothing: the verify
+        // that decides the first decides it too.
+        let after = self.next_id;
+        self.released
+            .entry((volume.clone(), node))
+            .or_insert(PendingRelease { after });
         self.schedule.mark(volume);
         Ok(())
     }
@@ -901,7 +932,7 @@ impl<D: Domain> Reconciler<D> {
         let old_limit = self.actual.node(&node).and_then(|n| n.attach_limit);
         if !facts.fenced && !self.released.is_empty() {
             // A release was accepted for a fenced node only: unfenced, it is void.
-            self.released.retain(|(_, n)| *n != node);
+            self.released.retain(|(_, n), _| *n != node);
         }
         let new_limit = facts.attach_limit;
         if facts.healthy || facts.fenced {
@@ -964,6 +995,7 @@ impl<D: Domain> Reconciler<D> {
         self.cache_consulted.remove(node);
         self.capacity.forget_node(node);
         self.machine.forget(node);
+        self.admission.forget_node(node);
         // Nor is any retry of its status write or verify due: a node of the same name later
         // is a new object.
         self.gate.forget_where(|key| match key {
@@ -1120,7 +1152,9 @@ impl<D: Domain> Reconciler<D> {
         }
     }
 
-    /// Those of `volumes` that are single-node claim-only volumes no node holds on record.
+    /// Those of `volumes` that are single-node claim-only volumes no node holds on record: the
+    /// only ones any evidence of a claim (a report, a placed workload) can adopt; a claim held
+    /// on record outranks it (see [`adopt_claims_in_use`](Self::adopt_claims_in_use)).
     fn unheld_claims<'a>(&self, volumes: impl Iterator<Item = &'a D::Volume>) -> Vec<D::Volume>
     where
         D::Volume: 'a,
@@ -1160,6 +1194,18 @@ impl<D: Domain> Reconciler<D> {
     /// named in a [`ClaimInDoubt`](Event::ClaimInDoubt) event, until all but one stop using it:
     /// an agent also reports what it is about to mount, so the core cannot tell which of them
     /// has it mounted.
+    ///
+    /// A claim that a node's status lists is a grant on record, and outranks a workload placed
+    /// on a node whose object is gone: that workload is no evidence of a claim the core weighs
+    /// against it, at recovery or once the grant ends (issue 66). A node without an object
+    /// mounts nothing new (its agent cannot confirm its status, and no new workload reaches
+    /// it), so a workload placed there since the grant stands for no mount; and a mount it
+    /// might stand for predates the grant, which a controller made seeing no holder: the gap
+    /// named in the README ("What is still not covered"), which this evidence cannot close.
+    /// Counting it would unmount nothing: it would only keep the volume from every later
+    /// holder, since a claim on a gone node is released only when the node returns or is
+    /// fenced, for a workload that cannot run there. (The simulator excuses the mount such a
+    /// gap leaves for as long as it lasts, across restarts.)
     fn adopt_claims_in_use(&mut self) {
         let mut holders: BTreeMap<D::Volume, Vec<D::Node>> = BTreeMap::new();
         let present: Vec<D::Node> = self
@@ -1380,7 +1426,7 @@ impl<D: Domain> Reconciler<D> {
         if slot {
             self.capacity.attach_ended(&node);
         }
-        self.admission.finished(Class::Attach);
+        self.admission.finished(Class::Attach, id, succeeded);
         // The key the attach holds, from the access mode it was planned under.
         let key = gate_key_ref::<D>(access, &volume, &node);
         match result {
@@ -1474,7 +1520,7 @@ impl<D: Domain> Reconciler<D> {
         // Every detach's end has its volume looked at (below), asked or not: its relook flag
         // was taken with it and is not needed.
         self.changed(&volume, &node);
-        self.admission.finished(Class::Detach);
+        self.admission.finished(Class::Detach, id, result.is_ok());
         let key = gate_key_ref::<D>(access, &volume, &node);
         match result {
             Ok(()) => {
@@ -1508,9 +1554,16 @@ impl<D: Domain> Reconciler<D> {
     }
 
     /// The verify planned as `id` finished; `attached` lists the volumes still attached.
+    ///
+    /// It also decides each operator's release of an attachment on the node that came before
+    /// it was planned ([`Input::ReleaseVolume`]): the volume gone, the attachment is forgotten
+    /// ([`Event::VolumeReleased`]); still attached, the release is dropped
+    /// ([`Event::ReleaseRefused`], [`ReleaseRefusal::BackendStillAttached`]) and the detach
+    /// goes ahead as any. A verify that failed (or gave no answer about the volume) decides
+    /// nothing: the release stays pending, and the node is verified again after a backoff.
     pub fn verify_finished(
         &mut self,
-        _now: Duration,
+        now: Duration,
         id: OpId,
         result: Result<Vec<D::Volume>, BackendError<D::Node>>,
     ) -> Result<(), ReconcilerError<D>> {
@@ -1522,15 +1575,39 @@ impl<D: Domain> Reconciler<D> {
         else {
             unreachable!("kind checked by take_op");
         };
-        self.gate
-            .succeeded(&GateKeyRef::<D>::Verify(&node), OpKind::Verify);
+        // The releases on the node that this verify may decide: those that came before it was
+        // planned. (Most verifies meet none: no list is made then.)
+        let releases: Vec<D::Volume> = if self.released.is_empty() {
+            Vec::new()
+        } else {
+            (self.released.iter())
+                .filter(|((_, n), release)| *n == node && release.after < id.0)
+                .map(|((v, _), _)| v.clone())
+                .collect()
+        };
         let mut attached = match result {
             Ok(attached) => attached,
+            Err(error) if !releases.is_empty() => {
+                warn!(node = ?node, %error, "verifying attachments failed; a release waits for a verify, trying again after a backoff");
+                let retry = self
+                    .gate
+                    .failed(GateKey::Verify(node.clone()), OpKind::Verify, now);
+                for volume in releases {
+                    self.schedule.wake_volume_at(retry, volume);
+                }
+                return Ok(());
+            }
             Err(error) => {
+                self.gate
+                    .succeeded(&GateKeyRef::<D>::Verify(&node), OpKind::Verify);
                 warn!(node = ?node, %error, "verifying attachments failed; trying again next sync");
                 return Ok(());
             }
         };
+        self.gate
+            .succeeded(&GateKeyRef::<D>::Verify(&node), OpKind::Verify);
+        // Each release this verify leaves undecided is looked at again, and plans another.
+        self.schedule.mark_all(releases.iter().cloned());
         if self.actual.epoch_of(&node) != epoch {
             // The node's record was made again, or its generations renumbered, since the
             // verify listed them: its numbers may now be other records'.
@@ -1546,6 +1623,7 @@ impl<D: Domain> Reconciler<D> {
         // listed); answers about attachments that changed, are new, or are being changed are
         // ignored.
         let mut answered = Vec::new();
+        let mut decided = Vec::new();
         for (volume, standing) in self.actual.standings_on(&node) {
             let still = loop {
                 match answer.peek().map(|listed| (*listed).cmp(volume)) {
@@ -1557,6 +1635,12 @@ impl<D: Domain> Reconciler<D> {
                 }
             };
             if checked.binary_search(&standing.generation()).is_err() {
+                continue;
+            }
+            if !releases.is_empty() && releases.contains(volume) {
+                if !self.busy(volume, &node) {
+                    decided.push((volume.clone(), still));
+                }
                 continue;
             }
             if still && standing.reported() {
@@ -1597,6 +1681,28 @@ impl<D: Domain> Reconciler<D> {
                 }
                 _ => {}
             }
+        }
+        for (volume, still) in decided {
+            self.released.remove(&(volume.clone(), node.clone()));
+            if still {
+                // The operator's word is older than the backend's: an attach may have landed
+                // since they looked. The detach goes ahead as any (forced while the node is
+                // fenced), and frees the volume once the backend confirms it.
+                warn!(volume = ?volume, node = ?node, "a release was dropped: the backend still lists the attachment");
+                self.events.push(Event::ReleaseRefused {
+                    volume: volume.clone(),
+                    node: node.clone(),
+                    reason: ReleaseRefusal::BackendStillAttached,
+                });
+            } else {
+                info!(volume = ?volume, node = ?node, "forgetting a released attachment the backend no longer lists");
+                self.detached(&volume, &node);
+                self.events.push(Event::VolumeReleased {
+                    volume: volume.clone(),
+                    node: node.clone(),
+                });
+            }
+            self.schedule.mark(volume);
         }
         Ok(())
     }
@@ -2389,8 +2495,13 @@ impl<D: Domain> Reconciler<D> {
     ) {
         let node = &owned;
         let key = gate_key_ref::<D>(spec.access, volume, node);
-        let released =
-            !self.released.is_empty() && self.released.contains(&(volume.clone(), node.clone()));
+        let released = !self.released.is_empty()
+            && self.released.contains_key(&(volume.clone(), node.clone()));
+        if released && spec.attach_required {
+            // Forgetting an attachment is irreversible: a verify of the node started after
+            // the release decides it, not this look.
+            return self.await_release_verify(now, volume, node, ops);
+        }
         let gate = if self.runs_as_single_node(&key, volume) {
             Err(None)
         } else {
@@ -2532,15 +2643,13 @@ impl<D: Domain> Reconciler<D> {
             self.waiting_unmount.remove(&(node.clone(), volume.clone()));
         }
         if released {
+            // A claim's (an attachment's release is decided by a verify, above).
             self.released.remove(&(volume.clone(), node.clone()));
             if force == Some(ForceReason::OutOfService) {
-                // The operator vouched the backend no longer has it, and a fresh read just
-                // showed the node still fenced: forget it, with no call.
-                info!(volume = ?volume, node = ?node, "forgetting a released attachment");
-                // No call after all: the detach slot it was given is free again.
-                if spec.attach_required {
-                    self.admission.finished(Class::Detach);
-                }
+                // The operator vouched the node no longer uses it, and a fresh read just
+                // showed the node still fenced: the backend knows nothing of a claim, so
+                // forget it, with no call.
+                info!(volume = ?volume, node = ?node, "forgetting a released claim");
                 self.detached(volume, node);
                 self.events.push(Event::VolumeReleased {
                     volume: volume.clone(),
@@ -2556,7 +2665,7 @@ impl<D: Domain> Reconciler<D> {
             // without it, a fresh read justifying it), and no backend call.
             debug!(volume = ?volume, node = ?node, ?force, "releasing a claim-only volume");
             self.detached(volume, node);
-            self.events.push(Event::DetachSucceeded {
+            self.events.push(Event::ClaimReleased {
                 volume: volume.clone(),
                 node: node.clone(),
                 force,
@@ -2567,11 +2676,12 @@ impl<D: Domain> Reconciler<D> {
         let Some(payload) = self.payload_for_call(volume, spec.at) else {
             // Not reached (see `payload_for_call`); handled as `reconcile_volume` handles a
             // volume with no spec, with the detach slot given back.
-            self.admission.finished(Class::Detach);
+            self.admission.give_back(Class::Detach);
             return self.report_blocked(volume, node, UNREGISTERED);
         };
         self.take_key(&key);
         let id = self.next_op_id();
+        self.admission.started(Class::Detach, id, node, now);
         debug!(%id, volume = ?volume, node = ?node, ?force, "planning detach");
         self.in_flight.insert(
             id,
@@ -2589,6 +2699,32 @@ impl<D: Domain> Reconciler<D> {
             payload,
             force,
         });
+    }
+
+    /// An operator's release of (`volume`, `node`) is pending: a verify of the node planned
+    /// after it decides it ([`verify_finished`](Self::verify_finished)): gone, the attachment
+    /// is forgotten; still there, the release is dropped and the detach goes as any. This
+    /// plans that verify unless one runs (its end looks at the volume again) or a failed one
+    /// backs off (the volume wakes when it ends). No detach is planned meanwhile. The wait is
+    /// listed by [`stuck_detaches`](Self::stuck_detaches); on a node the backend cannot reach
+    /// it lasts as long as that.
+    fn await_release_verify(
+        &mut self,
+        now: Duration,
+        volume: &D::Volume,
+        node: &D::Node,
+        ops: &mut Vec<Operation<D>>,
+    ) {
+        // The detach is wanted, whatever decides it: its wait counts from now at the latest.
+        self.actual.request_detach(volume, node, now);
+        match self
+            .gate
+            .may_start(&GateKeyRef::<D>::Verify(node), OpKind::Verify, now)
+        {
+            Ok(()) => self.plan_verify(node.clone(), ops),
+            Err(None) => {}
+            Err(Some(retry)) => self.schedule.wake_volume_at(retry, volume.clone()),
+        }
     }
 
     /// A copy of `volume`'s payload, for a call about to be planned. `reconcile_volume` found
@@ -2719,7 +2855,7 @@ impl<D: Domain> Reconciler<D> {
                 debug!(volume = ?volume, node = ?node, "granting a claim-only volume");
                 self.changed(volume, node);
                 self.actual.set_attached(volume, node, None);
-                self.events.push(Event::AttachSucceeded {
+                self.events.push(Event::ClaimGranted {
                     volume: volume.clone(),
                     node: owned,
                 });
@@ -2740,7 +2876,7 @@ impl<D: Domain> Reconciler<D> {
                 }
                 let Some(payload) = self.payload_for_call(volume, spec.at) else {
                     // Not reached (see `payload_for_call`); the attach slot is given back.
-                    self.admission.finished(Class::Attach);
+                    self.admission.give_back(Class::Attach);
                     return;
                 };
                 if slot {
@@ -2750,6 +2886,7 @@ impl<D: Domain> Reconciler<D> {
                 }
                 self.take_key(&key);
                 let id = self.next_op_id();
+                self.admission.started(Class::Attach, id, node, now);
                 debug!(%id, volume = ?volume, node = ?node, "planning attach");
                 self.in_flight.insert(
                     id,
@@ -2882,7 +3019,10 @@ impl<D: Domain> Reconciler<D> {
     /// not done; looked at on each periodic sync.
     fn report_stuck(&mut self, now: Duration) {
         let stuck = self.stuck_detaches(now);
-        for s in stuck {
+        for s in stuck
+            .into_iter()
+            .filter(|s| s.waited >= self.config.stuck_after)
+        {
             if self.stuck.insert((s.node.clone(), s.volume.clone())) {
                 warn!(volume = ?s.volume, node = ?s.node, waited = ?s.waited, "a detach is stuck");
                 self.events.push(Event::DetachStuck {
@@ -2898,17 +3038,24 @@ impl<D: Domain> Reconciler<D> {
     /// and has not happened (the backend keeps failing it, the node still mounts it, it waits
     /// for a fence), oldest first. Such a volume stays attached where no workload needs it,
     /// and a single-node one keeps every other node waiting: an operator looks at these (and
-    /// may [release](Input::ReleaseVolume) one from a fenced node).
+    /// may [release](Input::ReleaseVolume) one from a fenced node). An attachment whose
+    /// release is pending is listed however long it has waited, with
+    /// [`release_pending`](StuckDetach::release_pending) set: no verify of its node has
+    /// answered since the release.
     pub fn stuck_detaches(&self, now: Duration) -> Vec<StuckDetach<D>> {
         let mut stuck: Vec<StuckDetach<D>> = self
             .actual
             .detach_requests()
             .filter_map(|(volume, node, since)| {
                 let waited = now.saturating_sub(since);
-                (waited >= self.config.stuck_after).then(|| StuckDetach {
+                let release_pending = !self.released.is_empty()
+                    && self.released.contains_key(&(volume.clone(), node.clone()))
+                    && self.desired.spec(volume).is_none_or(|s| s.attach_required);
+                (waited >= self.config.stuck_after || release_pending).then(|| StuckDetach {
                     volume: volume.clone(),
                     node: node.clone(),
                     waited,
+                    release_pending,
                 })
             })
             .collect();

@@ -335,6 +335,16 @@ impl H {
         }
     }
 
+    /// Answers the verify `op`: of the volumes it asks about, the backend lists `attached`.
+    fn verified(&mut self, op: Operation<T>, attached: &[&'static str]) {
+        let Operation::Verify { id, .. } = op else {
+            panic!("not a verify: {}", render(&op));
+        };
+        self.r
+            .verify_finished(self.now, id, Ok(attached.to_vec()))
+            .unwrap();
+    }
+
     fn fail(&mut self, op: Operation<T>, error: BackendError<&'static str>) {
         let now = self.now;
         match op {
@@ -2681,14 +2691,18 @@ fn a_stuck_detach_is_named_once_and_released_only_from_a_fenced_node() {
     h.unpod("p9");
     assert_eq!(release(&mut h), Ok(()));
     let before = h.count("detach v1 n1");
-    let planned = h.run_ok(secs(1));
-    assert!(
-        planned.iter().all(|op| !op.starts_with("detach")),
-        "{planned:?}"
-    );
-    assert_eq!(h.count("detach v1 n1"), before);
+    // Forgetting is irreversible: a verify of n1 planned after the release decides. Until it
+    // answers, no detach is planned and the release is listed as pending.
+    let verify = h.run_until_taking(OpKind::Verify);
+    assert_eq!(render(&verify), "verify n1 [v1]");
+    let stuck = h.r.stuck_detaches(h.now);
+    assert!(stuck[0].release_pending, "{stuck:?}");
+    // The operator detached it by hand: the backend no longer lists it.
+    h.verified(verify, &[]);
     assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
-    assert!(h.log.iter().any(|l| l == "read n1"), "a fresh read first");
+    h.run_ok(secs(1));
+    assert_eq!(h.count("detach v1 n1"), before, "no detach call");
+    assert!(h.r.stuck_detaches(h.now).is_empty());
     assert!(
         h.r.take_events()
             .iter()
@@ -2696,6 +2710,114 @@ fn a_stuck_detach_is_named_once_and_released_only_from_a_fenced_node() {
     );
 }
 
+/// The attach landed after the operator looked (issue 66): the verify that decides the
+/// release finds the volume attached, so the release is dropped with an event, and the
+/// volume is detached as any, forced since the node is fenced.
+#[test]
+fn a_release_the_backend_contradicts_is_dropped_and_the_detach_goes_ahead() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.facts("n1", false, true, Some(&["v1"]));
+    h.unpod("p1");
+    let detach = h.run_until_taking(OpKind::Detach);
+    h.fail(detach, transient());
+    h.input(Input::ReleaseVolume {
+        volume: "v1",
+        node: "n1",
+    });
+    let verify = h.run_until_taking(OpKind::Verify);
+    h.verified(verify, &["v1"]);
+    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Attached);
+    let events = h.r.take_events();
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            Event::ReleaseRefused {
+                volume: "v1",
+                node: "n1",
+                reason: ReleaseRefusal::BackendStillAttached
+            }
+        )),
+        "{events:?}"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, Event::VolumeReleased { .. }))
+    );
+    let planned = h.run_ok(secs(5));
+    assert!(
+        planned.contains(&"detach v1 n1 forced:out-of-service".to_string()),
+        "{planned:?}"
+    );
+    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
+}
+
+/// A verify planned before the release came may have looked at the backend before the
+/// operator acted, or before an attach landed: it decides nothing about the release. The next
+/// verify does. A failed verify decides nothing either: the release waits, listed as pending,
+/// and the node is verified again after a backoff.
+#[test]
+fn only_a_verify_planned_after_the_release_decides_it() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.facts("n1", false, true, Some(&["v1"]));
+    h.unpod("p1");
+    let detach = h.run_until_taking(OpKind::Detach);
+    h.fail(detach, transient());
+    let release = |h: &mut H| {
+        h.r.handle(Input::ReleaseVolume {
+            volume: "v1",
+            node: "n1",
+        })
+    };
+    // A first release's verify is under way when its node is unfenced (the release is void),
+    // fenced again, and released again: that verify came before the second release.
+    assert_eq!(release(&mut h), Ok(()));
+    let early = h.run_until_taking(OpKind::Verify);
+    h.facts("n1", false, false, Some(&["v1"]));
+    h.facts("n1", false, true, Some(&["v1"]));
+    assert_eq!(release(&mut h), Ok(()));
+    h.verified(early, &["v1"]);
+    assert!(
+        !h.r.take_events()
+            .iter()
+            .any(|e| matches!(e, Event::ReleaseRefused { .. })),
+        "the early verify decides nothing"
+    );
+    // The next verify fails (the backend cannot reach the node): still pending, and visible.
+    let failed = h.run_until_taking(OpKind::Verify);
+    h.fail(failed, transient());
+    let stuck = h.r.stuck_detaches(h.now);
+    assert_eq!(
+        stuck
+            .iter()
+            .map(|s| (s.volume, s.node, s.release_pending))
+            .collect::<Vec<_>>(),
+        vec![("v1", "n1", true)]
+    );
+    assert!(
+        !h.r.take_events()
+            .iter()
+            .any(|e| matches!(e, Event::DetachStuck { .. })),
+        "named as stuck only after stuck_after"
+    );
+    // Retried after a backoff, never in a busy loop, and no detach meanwhile.
+    let detaches = h.count("detach v1 n1");
+    let planned = h.tick_names();
+    assert!(planned.is_empty(), "{planned:?}");
+    let retry = h.run_until_taking(OpKind::Verify);
+    assert_eq!(h.count("detach v1 n1"), detaches);
+    h.verified(retry, &[]);
+    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
+    assert!(
+        h.r.take_events()
+            .iter()
+            .any(|e| matches!(e, Event::VolumeReleased { volume: "v1", .. }))
+    );
+}
+
+/// The backend still lists the volume, so the release is dropped, and the forced detach that
+/// goes ahead instead reads the node fresh first: its fence was lifted in the store (the core
+/// hears of it late), so nothing is detached or forgotten.
 #[test]
 fn a_release_whose_fence_was_lifted_before_the_read_forgets_nothing() {
     let mut h = H::attached_rwo(UpstreamBugs::default());
@@ -2777,7 +2899,7 @@ fn claims_and_releases_leave_no_backend_slot_taken() {
         backend_load: BackendLoad {
             max_attaches: Some(1),
             max_detaches: Some(1),
-            rate: None,
+            ..BackendLoad::UNBOUNDED
         },
         ..Config::default()
     });
@@ -3553,4 +3675,23 @@ fn a_clearance_arriving_as_a_round_begins_joins_its_first_pass() {
         "the cleared detach goes with the round's first share"
     );
     answer_and_settle(&mut h, first, &fresh);
+}
+
+/// Nothing is attached for a claim-only volume, so no attach or detach event may say so
+/// (issue 66): a claim is granted and released under events of its own.
+#[test]
+fn a_claim_raises_claim_events_not_attach_or_detach_events() {
+    let mut h = H::new(Config::default());
+    h.node("n1", &[]);
+    h.input(Input::SetVolume {
+        volume: "share",
+        spec: VolumeSpec::single_node(()).without_attach(),
+    });
+    h.pod("p1", "n1", &["share"]);
+    h.run_ok(secs(1));
+    h.unpod("p1");
+    h.run_ok(secs(2));
+    assert_eq!(h.r.actual().state(&"share", &"n1"), AttachState::Detached);
+    let reasons: Vec<&str> = h.r.take_events().iter().map(|e| e.reason()).collect();
+    assert_eq!(reasons, vec!["ClaimGranted", "ClaimReleased"]);
 }

@@ -26,7 +26,10 @@ pub struct VolumeSpec<P> {
     /// status only once it holds the claim, and the claim moves only after the old node's
     /// agent stopped using it (or the node is fenced) and a fresh read of the node confirmed
     /// it. Upstream enforces neither for such volumes in its controller (kubernetes 111799,
-    /// 103305). It does not count against a node's attach limit.
+    /// 103305). It does not count against a node's attach limit. Its grant and release raise
+    /// [`Event::ClaimGranted`](crate::core::Event::ClaimGranted) and
+    /// [`Event::ClaimReleased`](crate::core::Event::ClaimReleased), never an attach or detach
+    /// event: nothing was attached.
     pub attach_required: bool,
 }
 

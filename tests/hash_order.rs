@@ -64,6 +64,7 @@ fn paced_passes_and_a_loaded_backend_plan_the_same() {
                 every: Duration::from_secs(1),
                 burst: 2,
             }),
+            ..BackendLoad::UNBOUNDED
         },
         ..history_config()
     };

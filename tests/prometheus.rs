@@ -300,6 +300,7 @@ async fn the_backend_load_gauges_show_the_queue_and_its_oldest_wait() {
                 every: Duration::from_secs(1),
                 burst: 5,
             }),
+            ..BackendLoad::UNBOUNDED
         },
         ..Config::default()
     };

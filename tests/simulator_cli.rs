@@ -5,7 +5,12 @@
 
 use std::path::PathBuf;
 
-use attach_detach::sim::cli::{Command, Options, UsageError, parse_args};
+use std::io::{self, Write};
+use std::time::Duration;
+
+use attach_detach::sim::cli::{
+    Command, Console, EXIT_OUTPUT_CLOSED, MAX_SEEDS, Options, UsageError, main, parse_args,
+};
 use attach_detach::sim::run;
 use attach_detach::sim::scenario::parse;
 use attach_detach::sim::seeds::{sweep, with_seed};
@@ -49,8 +54,16 @@ fn each_misuse_is_refused_with_its_reason() {
         ),
         (
             "--seeds 99999999999999999999999",
-            "--seeds takes a whole number, not `99999999999999999999999`",
+            "--seeds 99999999999999999999999 is more than a sweep runs: give at most 1000000 \
+             (each seed reruns every scenario)",
         ),
+        (
+            "--seeds 1000001 a.scn",
+            "--seeds 1000001 is more than a sweep runs: give at most 1000000 (each seed reruns \
+             every scenario)",
+        ),
+        ("--seeds 1\u{0}", "--seeds takes a whole number, not `1\\0`"),
+        ("--\u{1b}[2J", "unknown option `--\\u{1b}[2J` (see --help)"),
         ("--seeds 0 a.scn", "--seeds 0 runs nothing: give 1 or more"),
         ("--seed 1 --seed 2 a.scn", "--seed is given twice"),
         (
@@ -85,6 +98,185 @@ fn each_misuse_is_refused_with_its_reason() {
     assert_eq!(
         parse_args(args("--timeline a.svg a.scn b.scn")),
         Err(UsageError::TimelineNeedsOneFile { given: 2 })
+    );
+    assert_eq!(
+        options(&format!("--seeds {MAX_SEEDS}")).seeds,
+        Some(MAX_SEEDS)
+    );
+}
+
+/// What [`main`] wrote to its two streams, and its exit status.
+struct Ran {
+    status: u8,
+    out: String,
+    err: String,
+}
+
+/// Runs [`main`] on `line`, its standard output written to `out`, progress lines as often as
+/// `progress_every`.
+fn run_main(line: &str, out: &mut dyn Write, progress_every: Duration) -> (u8, String) {
+    let mut err = Vec::new();
+    let status = main(
+        args(line),
+        Console {
+            out,
+            err: &mut err,
+            progress_every,
+        },
+    );
+    (status, String::from_utf8(err).unwrap())
+}
+
+fn ran(line: &str) -> Ran {
+    let mut out = Vec::new();
+    let (status, err) = run_main(line, &mut out, Duration::from_secs(3600));
+    Ran {
+        status,
+        out: String::from_utf8(out).unwrap(),
+        err,
+    }
+}
+
+/// A scenario file in a directory of this test's own, removed with it.
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn new(name: &str, bytes: &[u8]) -> Self {
+        let dir = std::env::temp_dir().join(format!("simulator-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        TempFile(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+const PASSES: &str = "node a\nvolume v single-node\nat 0s pod p on a uses v\n\
+    at 5s expect pod p running\nrun 10s\n";
+
+/// An output that takes `room` bytes, then fails every write as a pipe whose reader has gone
+/// (`simulate | head`).
+struct ClosedAfter {
+    room: usize,
+    kind: io::ErrorKind,
+}
+
+impl Write for ClosedAfter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.room == 0 {
+            return Err(io::Error::from(self.kind));
+        }
+        let n = buf.len().min(self.room);
+        self.room -= n;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// `simulate | head`: once the reader goes, the run stops quietly with status 141, as a Unix
+/// tool stopped by the closed pipe would, where it panicked (status 101, a panic message on
+/// stderr). Any other failing write is said on stderr, status 2.
+#[test]
+fn a_closed_output_stops_the_run_quietly() {
+    let file = TempFile::new("passes.scn", PASSES.as_bytes());
+    let cases = [
+        (String::new(), 100),
+        (format!("--trace {}", file.path()), 200),
+        (format!("--seeds 3 {0} {0}", file.path()), 10),
+    ];
+    for (line, room) in cases {
+        let mut out = ClosedAfter {
+            room,
+            kind: io::ErrorKind::BrokenPipe,
+        };
+        let (status, err) = run_main(&line, &mut out, Duration::from_secs(3600));
+        assert_eq!((status, err.as_str()), (EXIT_OUTPUT_CLOSED, ""), "{line}");
+    }
+    let mut full = ClosedAfter {
+        room: 10,
+        kind: io::ErrorKind::StorageFull,
+    };
+    let (status, err) = run_main(file.path(), &mut full, Duration::from_secs(60));
+    assert_eq!(status, 2);
+    assert!(
+        err.starts_with("simulate: cannot write the output: "),
+        "{err}"
+    );
+}
+
+/// A sweep says on stderr how far it is, once it has run for the progress interval and again
+/// each time as long (here: after every seed); stdout has the results only.
+#[test]
+fn a_sweep_shows_its_progress_on_stderr() {
+    let file = TempFile::new("sweep.scn", PASSES.as_bytes());
+    let mut out = Vec::new();
+    let (status, err) = run_main(
+        &format!("--seeds 3 {}", file.path()),
+        &mut out,
+        Duration::ZERO,
+    );
+    assert_eq!(status, 0, "{err}");
+    let name = file.path();
+    let expected: String = (1..=3)
+        .map(|seed| {
+            format!("simulate: {name} (1 of 1 scenarios): {seed} of 3 seeds run, 0 failing\n")
+        })
+        .collect();
+    assert_eq!(err, expected);
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.contains("pass under seeds 1..=3"), "{out}");
+    assert!(!out.contains("seeds run"), "{out}");
+    // An absurd sweep is refused before anything runs, as other bad command lines are.
+    let refused = ran(&format!("--seeds 18446744073709551615 {}", file.path()));
+    assert_eq!((refused.status, refused.out.as_str()), (2, ""));
+    assert!(
+        refused
+            .err
+            .starts_with("simulate: --seeds 18446744073709551615 is more than a sweep runs"),
+        "{}",
+        refused.err
+    );
+}
+
+/// A file that is not UTF-8 is refused on the line where it is not, a control character in it
+/// is shown escaped, and a good file runs.
+#[test]
+fn bad_files_are_refused_with_their_line() {
+    let good = TempFile::new("good.scn", PASSES.as_bytes());
+    let ok = ran(good.path());
+    assert_eq!(ok.status, 0, "{}", ok.err);
+    assert!(ok.out.ends_with("1 passed, 0 failed\n"), "{}", ok.out);
+    let latin1 = TempFile::new("latin1.scn", b"node a\n# caf\xe9\n");
+    let refused = ran(latin1.path());
+    assert_eq!((refused.status, refused.out.as_str()), (2, ""));
+    assert_eq!(
+        refused.err,
+        format!(
+            "{}:2: the text is not UTF-8 (byte 6 of the line is not part of a valid character)\n",
+            latin1.path()
+        )
+    );
+    let nul = TempFile::new("nul.scn", b"node a\0\n");
+    let refused = ran(nul.path());
+    assert_eq!(refused.status, 2);
+    assert_eq!(
+        refused.err,
+        format!(
+            "{}:1: `a\\0` is not a name: names cannot contain control characters\n",
+            nul.path()
+        )
     );
 }
 

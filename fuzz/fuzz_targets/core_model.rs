@@ -7,7 +7,7 @@ use arbitrary::Arbitrary;
 use attach_detach::sim::model::{PlanStep, StateOp, check_planner, check_state_ops};
 use std::time::Duration;
 
-use attach_detach::config::{BackendLoad, Config, RateLimit, UpstreamBugs};
+use attach_detach::config::{BackendLoad, Config, OverdueCalls, RateLimit, UpstreamBugs};
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]
@@ -15,7 +15,8 @@ enum Input {
     State(Vec<StateOp>),
     Plan(Vec<PlanStep>),
     /// A history under small backend load limits (attaches, detaches, a token every 100 ms
-    /// times the third, bursts of the fourth, none when zero): no class over its limit, and
+    /// times the third, bursts of the fourth, none when zero; calls overdue after 1 to 3 s):
+    /// no class over its limit (plus its overdue calls), and
     /// everything settles. When the fourth's top bit is set, a pass also looks at one or two
     /// marked volumes at most (its next bit; `Config::volumes_per_pass`), so that most marks
     /// make a round.
@@ -50,6 +51,11 @@ fuzz_target!(|input: Input| {
                 rate: (every % 20 != 0).then(|| RateLimit {
                     every: Duration::from_millis(100 * u64::from(every % 20)),
                     burst: 1 + u32::from(burst % 3),
+                }),
+                // Calls overdue after 1 to 3 s, at most 1 or 2 of them per class.
+                overdue: Some(OverdueCalls {
+                    after: Duration::from_secs(1 + u64::from(every / 20 % 3)),
+                    max: 1 + usize::from(attaches / 3 % 2),
                 }),
             };
             let volumes_per_pass = if burst & 0x80 != 0 {

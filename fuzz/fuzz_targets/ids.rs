@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use attach_detach::config::{BackendLoad, Config, RateLimit};
+use attach_detach::config::{BackendLoad, Config, OverdueCalls, RateLimit};
 use attach_detach::sim::id_kinds::{FromBytes, Seeded, Shape, Then, compare_kinds, history_config};
 use libfuzzer_sys::fuzz_target;
 
@@ -46,8 +46,8 @@ const CARRIED_ON: u32 = 8_000;
 
 /// The history's configuration from one byte: its low two bits cap a pass's volumes (none, or
 /// 1, 2 or 4: every mark then makes a round), the next two the attaches and detaches at once
-/// (none, or 1 to 3), and the next a rate of a call a second in bursts of two. (Bit 0x20 is
-/// the seed's, above.)
+/// (none, or 1 to 3), and the next a rate of a call a second in bursts of two; bit 0x40 makes
+/// calls overdue after a second instead of 15. (Bit 0x20 is the seed's, above.)
 fn config(pace: u8) -> Config {
     let base = history_config();
     let volumes_per_pass = match pace & 3 {
@@ -66,6 +66,12 @@ fn config(pace: u8) -> Config {
             rate: (pace & 0x10 != 0).then_some(RateLimit {
                 every: Duration::from_secs(1),
                 burst: 2,
+            }),
+            // Calls overdue after a second with bit 0x40: slots freed by time must be planned
+            // alike whatever the ids.
+            overdue: Some(OverdueCalls {
+                after: Duration::from_secs(if pace & 0x40 != 0 { 1 } else { 15 }),
+                max: 2,
             }),
         },
         ..base

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use arbitrary::Arbitrary;
-use attach_detach::config::{BackendLoad, RateLimit};
+use attach_detach::config::{BackendLoad, OverdueCalls, RateLimit};
 use attach_detach::core::Access;
 use attach_detach::sim::library::LIBRARY;
 use attach_detach::sim::run;
@@ -34,8 +34,10 @@ struct Input {
     status_latency_10ms: u8,
     seed: u8,
     /// Backend load limits, sometimes: attaches, detaches (1 to 3 each), and a token bucket
-    /// (a token every 100 ms times the third, bursts of 1 to 3; none when it is 0). The sim
-    /// checks I6 (no class over its limit) on every call, and I3 that everything settles.
+    /// (a token every 100 ms times the third, bursts of 1 to 3; none when it is 0); calls are
+    /// overdue after 1 to 3 s, 1 to 3 per class at most. The sim checks I6 (no class over its
+    /// limit, plus its overdue calls) on every call, I7 (no call past its overdue time holds a
+    /// slot others wait for) on every step, and I3 that everything settles.
     limits: Option<(u8, u8, u8, u8)>,
     /// Fencing without a human. Never together with `force_detach_on_timeout`: that lets I2
     /// excuse a detach from a crashed node, and with it a wrongly powered-off one.
@@ -235,6 +237,13 @@ fn build(input: &Input) -> Scenario {
             rate: (every % 20 != 0).then(|| RateLimit {
                 every: Duration::from_millis(100 * u64::from(every % 20)),
                 burst: 1 + u32::from(burst % 3),
+            }),
+            // Calls overdue after 1 to 3 s, 1 to 3 of them per class (the high bits of the
+            // limits' bytes): hung and slow calls give their slots back, and the bound is
+            // reached. The sim checks I6 and I7 against them.
+            overdue: Some(OverdueCalls {
+                after: Duration::from_secs(1 + u64::from(attaches / 3 % 3)),
+                max: 1 + usize::from(detaches / 3 % 3),
             }),
         };
     }

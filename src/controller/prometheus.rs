@@ -557,12 +557,14 @@ mod tests {
             QueueStats {
                 attach: ClassStats {
                     in_flight: 3,
+                    overdue: 0,
                     reserved: 0,
                     queued: 7,
                     oldest_wait: ms(1500),
                 },
                 detach: ClassStats {
                     in_flight: 1,
+                    overdue: 0,
                     reserved: 2,
                     queued: 0,
                     oldest_wait: Duration::ZERO,

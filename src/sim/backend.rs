@@ -2,7 +2,7 @@
 //! judge it. Effects run in their own task, so a controller that restarts mid-call loses the
 //! answer but not the effect, as with a real cloud API.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +16,7 @@ use super::panics::{Tasks, guarded};
 use super::scenario::CallOp;
 use super::timeline::{BarState, Happening};
 use super::world::{Power, World};
+use crate::admission::{OverdueCalls, QueueStats};
 use crate::backend::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 use crate::machine::MachineState;
 
@@ -39,42 +40,205 @@ pub(crate) struct SimBackend {
     pub(crate) load: CallLoad,
 }
 
-/// I6: the attach and detach calls one controller awaits at once stay within
-/// `Config::backend_load` (per class; with upstream-bug `l2`, their sum within the sum).
+/// I6 and I7: the attach and detach calls one controller awaits at once, per class, against
+/// its `Config::backend_load` (with upstream-bug `l2`, both classes in one).
+///
+/// I6, at each call's start: the calls of a class younger than `OverdueCalls::after` never
+/// exceed its limit, and all its calls never exceed its limit plus `OverdueCalls::max`.
+/// I7, on every step of the run: no call awaited past its overdue time holds a slot while
+/// calls of its class wait for one and the class has room for another overdue call, for
+/// longer than a second (the core notices an overdue call, or room freed among the overdue,
+/// at its next pass): a call that hangs holds back no other for much longer than `after`.
 #[derive(Clone, Debug)]
 pub(crate) struct CallLoad {
     /// `max_attaches`, `max_detaches`.
     limits: [Option<usize>; 2],
     shared: bool,
-    /// Attach and detach calls awaited now.
-    awaited: Arc<Mutex<[usize; 2]>>,
+    overdue: Option<OverdueCalls>,
+    epoch: Instant,
+    /// The calls awaited now, per class: when each began, by a number of its own.
+    awaited: Arc<Mutex<Awaiting>>,
+    /// Per lane, I7's episode under way (see [`stuck_slots`](Self::stuck_slots)).
+    breaches: Arc<Mutex<[Option<Episode>; 2]>>,
 }
 
+/// A call past its overdue time seen holding a slot others wait for (I7): since when, and
+/// whether it was reported (once per episode).
+#[derive(Clone, Copy, Debug)]
+struct Episode {
+    since: Duration,
+    /// The awaited call it follows (the youngest past its time when first seen).
+    call: u64,
+    reported: bool,
+}
+
+/// The calls a controller awaits, per class.
+#[derive(Debug, Default)]
+struct Awaiting {
+    next: u64,
+    calls: [BTreeMap<u64, Duration>; 2],
+}
+
+/// How long I7's breach may last before it is one: the core notices an overdue call, or room
+/// freed among the overdue ones, at its next pass (a reconcile period later at most), and
+/// publishes its queue after it.
+const OVERDUE_SLACK: Duration = Duration::from_secs(1);
+
 impl CallLoad {
-    pub(crate) fn new(config: &crate::config::Config) -> Self {
+    pub(crate) fn new(config: &crate::config::Config, epoch: Instant) -> Self {
         let load = config.backend_load;
+        let limited = load.max_attaches.is_some() || load.max_detaches.is_some();
         CallLoad {
             limits: [load.max_attaches, load.max_detaches],
-            shared: config.upstream_bugs.l2_shared_backend_queue,
+            shared: config.upstream_bugs.l2_shared_backend_queue && limited,
+            overdue: load.overdue,
+            epoch,
             awaited: Arc::default(),
+            breaches: Arc::default(),
         }
     }
 
-    /// A call of `op` begins: the breach it makes, if any.
-    fn begin(&self, op: CallOp) -> Option<String> {
-        let class = Self::class(op);
-        let mut awaited = self.awaited.lock();
-        awaited[class] += 1;
+    /// The classes as the controller counts them: each with its limit and its room for
+    /// overdue calls, and the classes of call it covers (both in one with `l2`).
+    fn lanes(&self) -> Vec<(usize, Option<usize>, usize, &'static [usize])> {
+        let max = self.overdue.map_or(0, |o| o.max);
         if self.shared {
             let limit = self.limits.iter().flatten().sum::<usize>();
-            let total = awaited[0] + awaited[1];
-            return (self.limits.iter().any(Option::is_some) && total > limit).then(|| {
-                format!("I6: {total} attach and detach calls under way, shared limit {limit}")
-            });
+            return vec![(0, Some(limit), max.saturating_mul(2), &[0, 1])];
         }
-        let limit = self.limits[class]?;
-        (awaited[class] > limit)
-            .then(|| format!("I6: {} {op} calls under way, limit {limit}", awaited[class]))
+        vec![
+            (0, self.limits[0], max, &[0]),
+            (1, self.limits[1], max, &[1]),
+        ]
+    }
+
+    /// A call of `op` begins: its number, and the breach it makes, if any.
+    fn begin(&self, op: CallOp) -> (u64, Option<String>) {
+        let now = self.epoch.elapsed();
+        let class = Self::class(op);
+        let mut awaited = self.awaited.lock();
+        let id = awaited.next;
+        awaited.next += 1;
+        awaited.calls[class].insert(id, now);
+        let after = self.overdue.map(|o| o.after);
+        for (lane, limit, max, classes) in self.lanes() {
+            let Some(limit) = limit.filter(|_| classes.contains(&class)) else {
+                continue;
+            };
+            let starts = || classes.iter().flat_map(|c| awaited.calls[*c].values());
+            let total = starts().count();
+            let young = starts()
+                .filter(|t| after.is_none_or(|after| now.saturating_sub(**t) < after))
+                .count();
+            let what = if self.shared {
+                "attach and detach".to_string()
+            } else {
+                [CallOp::Attach, CallOp::Detach][lane].to_string()
+            };
+            let breach = if young > limit {
+                Some(format!(
+                    "I6: {young} {what} calls under way that are not overdue, limit {limit}"
+                ))
+            } else if total > limit + max {
+                Some(format!(
+                    "I6: {total} {what} calls under way, limit {limit} and {max} overdue"
+                ))
+            } else {
+                None
+            };
+            return (id, breach);
+        }
+        (id, None)
+    }
+
+    /// Whether neither class has a limit: nothing to check.
+    pub(crate) fn is_unlimited(&self) -> bool {
+        self.limits.iter().all(Option::is_none)
+    }
+
+    /// I7 against the controller's last published queue: the breaches, if any.
+    ///
+    /// The core makes calls overdue oldest first, so the calls past their time it has not
+    /// made overdue are the youngest of them. An episode follows one such call: it lasts while
+    /// that call is still among them, and is a breach once it has lasted [`OVERDUE_SLACK`]
+    /// (the runner looks again then: [`recheck_at`](Self::recheck_at)). Steps may be far
+    /// apart; following a call, not only the condition, keeps two short breaches with no step
+    /// between them from counting as one long one.
+    pub(crate) fn stuck_slots(&self, queue: &QueueStats) -> Vec<String> {
+        let Some(overdue) = self.overdue else {
+            return Vec::new();
+        };
+        let now = self.epoch.elapsed();
+        let awaited = self.awaited.lock();
+        let mut episodes = self.breaches.lock();
+        let mut breaches = Vec::new();
+        for (lane, limit, max, classes) in self.lanes() {
+            let stats = if lane == 0 {
+                queue.attach
+            } else {
+                queue.detach
+            };
+            // The calls past their overdue time, oldest first.
+            let mut past: Vec<(Duration, u64)> = classes
+                .iter()
+                .flat_map(|c| awaited.calls[*c].iter())
+                .filter(|(_, t)| now.saturating_sub(**t) >= overdue.after)
+                .map(|(id, t)| (*t, *id))
+                .collect();
+            past.sort_unstable();
+            // Calls wait for a slot (not for a token), another call may be overdue, and a call
+            // past its time still holds a slot.
+            let breach = limit.is_some()
+                && stats.queued > 0
+                && queue.tokens != Some(0)
+                && stats.overdue < max
+                && past.len() > stats.overdue;
+            let episode = &mut episodes[lane];
+            if !breach {
+                *episode = None;
+                continue;
+            }
+            let unmarked = &past[stats.overdue..];
+            let followed = episode.filter(|e| unmarked.iter().any(|(_, id)| *id == e.call));
+            let e = followed.unwrap_or(Episode {
+                since: now,
+                call: unmarked.last().map_or(0, |(_, id)| *id),
+                reported: false,
+            });
+            let lasted = now.saturating_sub(e.since);
+            let reported = e.reported || lasted >= OVERDUE_SLACK;
+            *episode = Some(Episode { reported, ..e });
+            if e.reported || !reported {
+                continue;
+            }
+            let what = if self.shared {
+                "attach and detach".to_string()
+            } else {
+                [CallOp::Attach, CallOp::Detach][lane].to_string()
+            };
+            breaches.push(format!(
+                "I7: {} {what} calls past their overdue time ({:?}) have held slots for {lasted:?} \
+                 while {} wait (the oldest for {:?}); {} of {max} overdue calls hold none",
+                unmarked.len(),
+                overdue.after,
+                stats.queued,
+                stats.oldest_wait,
+                stats.overdue
+            ));
+        }
+        breaches
+    }
+
+    /// When an I7 episode not reported yet becomes a breach if it lasts: the runner looks again
+    /// then, whatever else happens.
+    pub(crate) fn recheck_at(&self) -> Option<Duration> {
+        self.breaches
+            .lock()
+            .iter()
+            .flatten()
+            .filter(|e| !e.reported)
+            .map(|e| e.since + OVERDUE_SLACK)
+            .min()
     }
 
     fn class(op: CallOp) -> usize {
@@ -90,12 +254,12 @@ impl CallLoad {
 struct Awaited {
     load: CallLoad,
     class: usize,
+    id: u64,
 }
 
 impl Drop for Awaited {
     fn drop(&mut self) {
-        let mut awaited = self.load.awaited.lock();
-        awaited[self.class] = awaited[self.class].saturating_sub(1);
+        self.load.awaited.lock().calls[self.class].remove(&self.id);
     }
 }
 
@@ -104,6 +268,7 @@ impl SimBackend {
     pub(crate) fn for_new_controller(&self) -> Self {
         let mut this = self.clone();
         this.load.awaited = Arc::default();
+        this.load.breaches = Arc::default();
         this
     }
 
@@ -116,8 +281,9 @@ impl SimBackend {
     /// Whether the store lists `volume` in `node`'s status now, read in place: a node's list
     /// can be long, and this runs for every detach.
     fn listed(&self, volume: &str, node: &String) -> bool {
-        self.store.with_status(node, |status| {
-            status.is_some_and(|s| s.attached.iter().any(|r| r.volume == volume))
+        self.store.with_listed(node, |listed| {
+            let mut listed = listed.map(String::as_str);
+            listed.any(|v| v == volume)
         })
     }
 
@@ -141,10 +307,11 @@ impl SimBackend {
             CallOp::Attach => self.attach_latency,
             CallOp::Detach => self.detach_latency,
         };
-        let breach = self.load.begin(op);
+        let (id, breach) = self.load.begin(op);
         let _awaited = Awaited {
             load: self.load.clone(),
             class: CallLoad::class(op),
+            id,
         };
         let (fault, latency, crashed_at_call) = {
             let mut w = self.lock();

@@ -30,6 +30,10 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/backend-partition-one-node.scn"),
     ),
     (
+        "claim-hidden-by-a-deleted-node-across-restarts",
+        include_str!("../../examples/scenarios/claim-hidden-by-a-deleted-node-across-restarts.scn"),
+    ),
+    (
         "claim-only-volume-held-by-a-crashed-agents-report",
         include_str!(
             "../../examples/scenarios/claim-only-volume-held-by-a-crashed-agents-report.scn"
@@ -82,6 +86,10 @@ pub const LIBRARY: &[(&str, &str)] = &[
         include_str!("../../examples/scenarios/force-detach-on-timeout-opt-in.scn"),
     ),
     (
+        "hung-nodes-hold-back-no-healthy-node",
+        include_str!("../../examples/scenarios/hung-nodes-hold-back-no-healthy-node.scn"),
+    ),
+    (
         "late-detach-after-verify",
         include_str!("../../examples/scenarios/late-detach-after-verify.scn"),
     ),
@@ -128,6 +136,10 @@ pub const LIBRARY: &[(&str, &str)] = &[
     (
         "pod-returns-within-cache-lag",
         include_str!("../../examples/scenarios/pod-returns-within-cache-lag.scn"),
+    ),
+    (
+        "release-dropped-when-the-attach-landed",
+        include_str!("../../examples/scenarios/release-dropped-when-the-attach-landed.scn"),
     ),
     (
         "release-refused-while-an-attach-may-land",

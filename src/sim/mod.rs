@@ -12,9 +12,8 @@
 //! - **I1** a single-node volume is never attached to two nodes at once, nor, if claim-only
 //!   (no backend call), mounted on two nodes at once (unless a controller started while the
 //!   first node's object was gone and no pod placed there used the volume: nothing it could
-//!   read recorded that claim, the gap the README names; or an operator released the first
-//!   attachment from its fenced node while the backend still held it: a release is the
-//!   operator's word, and the core has nothing else to go by);
+//!   read recorded that claim, the gap the README names); and an operator's release never
+//!   makes the controller forget an attachment the backend still holds;
 //! - **I2** no detach of a volume mounted on a node that is neither fenced nor allowed by
 //!   configuration (force-detach-on-timeout on and the node down);
 //! - **I3** at the end, every live node's reported list equals its real attachments, every pod
@@ -42,9 +41,12 @@
 //! simulator's own tasks or the runner) is a violation too, carrying the panic's message.
 //!
 //! Node agents pass every 100 ms of virtual time, as kubelet's volume manager does, but only
-//! over nodes where something changed since their last pass; with nothing changing the clock
-//! jumps to the next step. A run costs what happens in it, not how long it lasts, apart from
-//! the controller's own timers (its periodic sync while anything is attached).
+//! over nodes where something changed since their last pass, and a pass looks only at the
+//! volumes and pods that changed; with nothing changing the clock jumps to the next step. A run
+//! costs what happens in it, not how long it lasts nor how much a node holds, apart from the
+//! controller's own work (its periodic sync while anything is attached, and its status writes,
+//! each the node's whole list). A run keeps its trace and timeline only if asked
+//! ([`Recording`]): both list every status write's volumes.
 //!
 //! ```
 //! use attach_detach::sim::{run, scenario::parse};
@@ -60,6 +62,8 @@
 //! line. [`id_kinds`] drives one history through cores with ids of five kinds and compares
 //! what they plan, line by line.
 
+#[cfg(any(test, fuzzing))]
+mod agent_check;
 mod backend;
 pub mod cli;
 pub mod id_kinds;
@@ -73,7 +77,10 @@ mod store;
 pub mod timeline;
 mod world;
 
-pub use runner::{Report, SETTLE, config_of, run, summary_header, summary_line, violation_line};
+pub use runner::{
+    Recording, Report, SETTLE, config_of, run, run_recording, summary_header, summary_line,
+    violation_line,
+};
 pub use world::Violation;
 
 /// The identifiers the simulator uses: names for nodes, volumes and pods, no payload.

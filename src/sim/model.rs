@@ -558,6 +558,8 @@ pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
     let mut now = Duration::ZERO;
     let mut truth = Truth::default();
     let mut running: Vec<Operation<T>> = Vec::new();
+    // When each operation under way was planned, for `check_load`.
+    let mut planned: BTreeMap<OpId, Duration> = BTreeMap::new();
     let single = |v: u8| v < 3;
     for (i, step) in steps.iter().enumerate() {
         match step.clone() {
@@ -595,9 +597,12 @@ pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
                 for op in core.poll(now) {
                     check_plan(&op, &truth, &core, single)
                         .map_err(|e| format!("step {i} at {now:?}: {e}"))?;
+                    planned.insert(op.id(), now);
                     running.push(op);
                 }
-                check_load(&running, &config).map_err(|e| format!("step {i} at {now:?}: {e}"))?;
+                planned.retain(|id, _| running.iter().any(|op| op.id() == *id));
+                check_load(&running, &planned, now, &config)
+                    .map_err(|e| format!("step {i} at {now:?}: {e}"))?;
             }
             PlanStep::Finish(k, outcome) => {
                 if running.is_empty() {
@@ -672,16 +677,39 @@ pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
     settle(&mut core, now, &mut truth, running)
 }
 
-/// The attach and detach calls running stay within `Config::backend_load`, each class its own.
-fn check_load(running: &[Operation<T>], config: &Config) -> Result<(), String> {
+/// The attach and detach calls running stay within `Config::backend_load`, each class its own:
+/// those planned less than `OverdueCalls::after` before `now` within the limit, all of them
+/// within the limit plus `OverdueCalls::max`. `planned` has when each was planned.
+fn check_load(
+    running: &[Operation<T>],
+    planned: &BTreeMap<OpId, Duration>,
+    now: Duration,
+    config: &Config,
+) -> Result<(), String> {
     let load = config.backend_load;
+    let max = load.overdue.map_or(0, |o| o.max);
+    let young = |op: &Operation<T>| {
+        let after = load.overdue.map_or(Duration::MAX, |o| o.after);
+        planned
+            .get(&op.id())
+            .is_none_or(|at| now.saturating_sub(*at) < after)
+    };
     for (kind, limit) in [
         (OpKind::Attach, load.max_attaches),
         (OpKind::Detach, load.max_detaches),
     ] {
-        let count = running.iter().filter(|op| op.kind() == kind).count();
-        if limit.is_some_and(|limit| count > limit) {
-            return Err(format!("{count} {kind:?} calls running, limit {limit:?}"));
+        let Some(limit) = limit else { continue };
+        let calls = || running.iter().filter(|op| op.kind() == kind);
+        let (count, young) = (calls().count(), calls().filter(|op| young(op)).count());
+        if young > limit {
+            return Err(format!(
+                "{young} {kind:?} calls running that are not overdue, limit {limit}"
+            ));
+        }
+        if count > limit + max {
+            return Err(format!(
+                "{count} {kind:?} calls running, limit {limit} and {max} overdue"
+            ));
         }
     }
     Ok(())
@@ -708,12 +736,16 @@ fn settle(
             Some(due) if due <= end => now = now.max(due),
             _ => break,
         }
+        // Every operation is finished at once here: none is older than this pass.
+        let mut planned = BTreeMap::new();
         for op in core.poll(now) {
             check_plan(&op, truth, core, |v| v < 3)
                 .map_err(|e| format!("settling at {now:?}: {e}"))?;
+            planned.insert(op.id(), now);
             running.push(op);
         }
-        check_load(&running, core.config()).map_err(|e| format!("settling at {now:?}: {e}"))?;
+        check_load(&running, &planned, now, core.config())
+            .map_err(|e| format!("settling at {now:?}: {e}"))?;
     }
     let leaked: Vec<&(u8, u8)> = truth
         .attached
@@ -974,14 +1006,17 @@ mod tests {
             prop_assert_eq!(check_planner(&steps, Config::default()), Ok(()));
         }
 
-        /// Small backend load limits and a slow bucket: never more calls of a class running
-        /// than its limit, and everything still settles (no queue stalls with free capacity).
+        /// Small backend load limits, a slow bucket, and calls overdue after one to three
+        /// seconds: never more calls of a class running younger than that than its limit, nor
+        /// more in all than the limit plus the overdue bound, and everything still settles (no
+        /// queue stalls with free capacity).
         #[test]
         fn planner_under_backend_load_keeps_its_limits_and_settles(
             steps in proptest::collection::vec(plan_step(), 0..200),
             attaches in 1usize..3,
             detaches in 1usize..3,
             rate in proptest::option::of((1u64..20, 1u32..3)),
+            overdue in proptest::option::of((1u64..4, 1usize..3)),
         ) {
             let config = Config {
                 backend_load: crate::config::BackendLoad {
@@ -990,6 +1025,10 @@ mod tests {
                     rate: rate.map(|(every, burst)| crate::config::RateLimit {
                         every: Duration::from_millis(100 * every),
                         burst,
+                    }),
+                    overdue: overdue.map(|(after, max)| crate::config::OverdueCalls {
+                        after: Duration::from_secs(after),
+                        max,
                     }),
                 },
                 ..Config::default()

@@ -1,6 +1,7 @@
 //! Runs a scenario: the real controller and core on tokio's paused clock, against the simulated
 //! world, with invariants checked as things happen and expectations at their times.
 
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use super::panics::{self, Tasks};
 use super::scenario::{Action, CallOp, Expectation, MAX_DURATION, PodState, Scenario, UpstreamBug};
 use super::store::SimStore;
 use super::timeline::{Happening, NodeChange, PodPhase, Record};
-use super::world::{Phase, Power, SimNode, SimPod, Violation, World, fmt_time, join};
+use super::world::{Phase, Power, SimNode, Violation, World, fmt_time, join};
 use crate::actual::NodeFacts;
 use crate::config::{Config, MachineFencing, UpstreamBugs};
 use crate::controller::{
@@ -52,9 +53,14 @@ pub struct Report {
     pub detach_calls: u64,
     /// Status write attempts across all nodes.
     pub status_writes: u64,
-    /// Every step, one line each.
+    /// What the node agents' passes looked at, in volumes and pods considered and counts
+    /// moved: a measure of the simulator's own work, which follows what changed in the world
+    /// (a mount, a pod placed or deleted, a status write), not how much the world holds.
+    pub agent_work: u64,
+    /// Every step, one line each (empty unless [`Recording::trace`] asked for it).
     pub trace: Vec<String>,
-    /// What happened, structured, in the order seen: what [`render_svg`] draws.
+    /// What happened, structured, in the order seen: what [`render_svg`] draws (empty unless
+    /// [`Recording::timeline`] asked for it).
     ///
     /// [`render_svg`]: super::timeline::render_svg
     pub timeline: Vec<Record>,
@@ -65,6 +71,31 @@ impl Report {
     pub fn passed(&self) -> bool {
         self.violations.is_empty()
     }
+}
+
+/// What a run keeps of what happened, beyond its summary and violations: its trace, its
+/// timeline, both or neither. Both grow with everything that happens, a status write listing
+/// the node's volumes in each (a node gaining its 5,000th volume one by one writes 12.5
+/// million names), so a run whose trace or picture nobody reads keeps neither.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recording {
+    /// Keep [`Report::trace`].
+    pub trace: bool,
+    /// Keep [`Report::timeline`].
+    pub timeline: bool,
+}
+
+impl Recording {
+    /// The trace and the timeline: what [`run`] keeps.
+    pub const ALL: Recording = Recording {
+        trace: true,
+        timeline: true,
+    };
+    /// Neither: the summary and the violations only.
+    pub const NONE: Recording = Recording {
+        trace: false,
+        timeline: false,
+    };
 }
 
 /// Turns the scenario's settings into the core's configuration.
@@ -109,7 +140,22 @@ pub fn config_of(scenario: &Scenario) -> Config {
 /// A panic anywhere in the run fails it with the panic's message: in the controller's task, in
 /// the simulated backend or store, in the simulator's own tasks, or in the runner itself.
 pub fn run(scenario: &Scenario) -> Report {
-    run_with(scenario, Sabotage::None)
+    run_with(scenario, Sabotage::None, Recording::ALL)
+}
+
+/// [`run`], keeping of the trace and the timeline only what `recording` asks for: the rest of
+/// the report is the same.
+///
+/// ```
+/// use attach_detach::sim::{run, run_recording, Recording, scenario::parse};
+/// let scenario = parse("node n1\nvolume v single-node\nat 0s pod p on n1 uses v\nrun 10s\n").unwrap();
+/// let full = run(&scenario);
+/// let bare = run_recording(&scenario, Recording::NONE);
+/// assert!(bare.trace.is_empty() && bare.timeline.is_empty());
+/// assert_eq!((bare.converged, bare.attach_calls), (full.converged, full.attach_calls));
+/// ```
+pub fn run_recording(scenario: &Scenario, recording: Recording) -> Report {
+    run_with(scenario, Sabotage::None, recording)
 }
 
 /// Where [`run_with`] makes the simulator's own parts panic, for the runner's tests: a panic
@@ -129,7 +175,7 @@ pub(crate) enum Sabotage {
 }
 
 /// [`run`], with the simulator's own parts made to panic where `sabotage` says.
-pub(crate) fn run_with(scenario: &Scenario, sabotage: Sabotage) -> Report {
+pub(crate) fn run_with(scenario: &Scenario, sabotage: Sabotage, recording: Recording) -> Report {
     if let Err(error) = scenario.validate() {
         return failed_report(format!("not simulated: {error}"));
     }
@@ -143,7 +189,7 @@ pub(crate) fn run_with(scenario: &Scenario, sabotage: Sabotage) -> Report {
     };
     // The epoch must be read on the paused clock, inside the runtime.
     let run = catch_unwind(AssertUnwindSafe(|| {
-        runtime.block_on(async { Sim::new(scenario, sabotage).run(scenario).await })
+        runtime.block_on(async { Sim::new(scenario, sabotage, recording).run(scenario).await })
     }));
     run.unwrap_or_else(|payload| {
         failed_report(format!(
@@ -166,6 +212,7 @@ fn failed_report(message: String) -> Report {
         attach_calls: 0,
         detach_calls: 0,
         status_writes: 0,
+        agent_work: 0,
         trace: Vec::new(),
         timeline: Vec::new(),
     }
@@ -228,7 +275,10 @@ fn event_node(event: &Event<SimIds>) -> Option<&String> {
         | Event::WorkloadWaiting { node, .. }
         | Event::NodeFull { node, .. }
         | Event::DetachStuck { node, .. }
-        | Event::VolumeReleased { node, .. } => Some(node),
+        | Event::VolumeReleased { node, .. }
+        | Event::ReleaseRefused { node, .. }
+        | Event::ClaimGranted { node, .. }
+        | Event::ClaimReleased { node, .. } => Some(node),
         Event::NodePoweredOff { node } | Event::MachineCheckFailed { node, .. } => Some(node),
         Event::CallTimedOut { node, .. } => node.as_ref(),
         Event::ClaimInDoubt { .. } => None,
@@ -264,13 +314,19 @@ impl Recorder {
         if let Event::VolumeReleased { volume, node } = event {
             w.note_release(volume, node);
         }
-        w.log(format!("event {}: {event}", event.reason()));
-        w.record(Happening::Event {
-            node: event_node(event).cloned(),
-            reason: event.reason().to_string(),
-            message: event.to_string(),
-            warning: event.is_warning(),
-        });
+        // An event can name many pods (all those waiting for one node's attach slot): its
+        // message is written only for a trace or a timeline that is kept.
+        if w.tracing {
+            w.log(format!("event {}: {event}", event.reason()));
+        }
+        if w.timelining {
+            w.record(Happening::Event {
+                node: event_node(event).cloned(),
+                reason: event.reason().to_string(),
+                message: event.to_string(),
+                warning: event.is_warning(),
+            });
+        }
     }
 }
 
@@ -299,6 +355,8 @@ struct Sim {
     /// The lagging view an upstream-style status updater diffs against; only with `c6` on.
     cache: Option<Arc<dyn crate::store::NodeStatusStore<SimIds>>>,
     backend: SimBackend,
+    /// The calls the running controller awaits (I6, I7).
+    load: CallLoad,
     config: Config,
     status_latency: Duration,
     multi_attach: Arc<Mutex<BTreeSet<String>>>,
@@ -318,7 +376,7 @@ struct Sim {
 }
 
 impl Sim {
-    fn new(scenario: &Scenario, sabotage: Sabotage) -> Self {
+    fn new(scenario: &Scenario, sabotage: Sabotage, recording: Recording) -> Self {
         let epoch = Instant::now();
         let mut world = World {
             force_detach_on_timeout: scenario.settings.force_detach_on_timeout,
@@ -326,6 +384,8 @@ impl Sim {
             machine_fencing: scenario.settings.machine_fencing,
             // Any fixed non-zero state works for xorshift; a seed of 0 means no jitter.
             rng: scenario.settings.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            tracing: recording.trace,
+            timelining: recording.timeline,
             ..World::default()
         };
         let wake = Arc::clone(&world.wake);
@@ -357,8 +417,9 @@ impl Sim {
             detach_latency: scenario.settings.detach_latency,
             tasks: tasks.clone(),
             sabotaged: sabotage == Sabotage::BackendEffect,
-            load: CallLoad::new(&config_of(scenario)),
+            load: CallLoad::new(&config_of(scenario), epoch),
         };
+        let load = backend.load.clone();
         let (forward, forward_rx) = mpsc::unbounded_channel();
         Sim {
             epoch,
@@ -379,6 +440,7 @@ impl Sim {
             cache_lag: scenario.settings.cache_lag,
             generation: 0,
             sabotage,
+            load,
         }
     }
 
@@ -438,11 +500,13 @@ impl Sim {
             node_full: Arc::clone(&self.node_full),
             sabotaged: self.sabotage == Sabotage::Recorder,
         });
+        // Each controller counts the calls it awaits afresh: a restarted one's lost calls are
+        // no longer its own.
+        let backend = self.backend.for_new_controller();
+        self.load = backend.load.clone();
         let controller = match Controller::new(
             self.config.clone(),
-            // Each controller counts the calls it awaits afresh: a restarted one's lost calls
-            // are no longer its own.
-            Arc::new(self.backend.for_new_controller()),
+            Arc::new(backend),
             store,
             self.snapshot(),
         ) {
@@ -595,7 +659,11 @@ impl Sim {
             let dirty = !self.world.lock().dirty.is_empty();
             let tick = dirty.then(|| next_tick(now, last_tick));
             let step = steps.peek().map(|s| s.at);
-            let next = tick.into_iter().chain(step).min().filter(|at| *at <= end);
+            // And when a breach of I7 seen on the way would have lasted its slack.
+            let recheck = self.load.recheck_at();
+            let next = (tick.into_iter().chain(step).chain(recheck))
+                .min()
+                .filter(|at| *at <= end);
             let Some(next) = next else {
                 if self.wait(end, true).await {
                     break;
@@ -606,6 +674,9 @@ impl Sim {
                 continue;
             }
             self.refresh_listed();
+            // I7 as the step finds the world, before the step changes it (a restart starts a
+            // new count).
+            self.check_slots();
             while let Some(step) = steps.next_if(|s| s.at <= next) {
                 self.world.lock().now = next;
                 self.apply(step.line, &step.action).await;
@@ -616,11 +687,17 @@ impl Sim {
                 // A step may have let a write land (a restart awaits the old controller), so
                 // the lists agents read are refreshed again right before they look.
                 self.refresh_listed();
+                // A step may have ended a mount (a fence, a power-off): its excuse goes
+                // before an agent could mount the volume again.
+                self.world.lock().forget_ended_invisible_claims();
                 self.agents();
                 last_tick = Some(next);
             }
+            self.world.lock().forget_ended_invisible_claims();
+            self.check_slots();
         }
         self.refresh_listed();
+        self.check_slots();
         let multi = self.multi_attach.lock().clone();
         let full = self.node_full.lock().clone();
         let nodes: Vec<String> = self.world.lock().nodes.keys().cloned().collect();
@@ -664,21 +741,55 @@ impl Sim {
             attach_calls: w.total_calls(CallOp::Attach),
             detach_calls: w.total_calls(CallOp::Detach),
             status_writes: writes,
+            agent_work: w.agent_work,
             trace: std::mem::take(&mut w.trace),
             timeline: std::mem::take(&mut w.timeline),
         }
     }
 
+    /// I7 on this step: no call past its overdue time holds a slot that calls wait for.
+    fn check_slots(&self) {
+        if self.load.is_unlimited() {
+            return;
+        }
+        let handle = self.slot.lock().clone();
+        let Some(handle) = handle else { return };
+        let breaches = self.load.stuck_slots(&handle.metrics().backend_queue);
+        if breaches.is_empty() {
+            return;
+        }
+        let mut w = self.world.lock();
+        w.now = self.now();
+        for breach in breaches {
+            w.violation(breach);
+        }
+    }
+
     /// Refreshes the stores' lists the agents and expectations read, for the nodes written to
     /// since the last refresh.
+    ///
+    /// The store's list is read in place and walked beside the old one, both in volume order:
+    /// only the volumes that came onto the list or went off it are copied, and a node's agent
+    /// looks at those.
     fn refresh_listed(&self) {
         let mut w = self.world.lock();
         for node in std::mem::take(&mut w.stale_listed) {
-            let listed: BTreeSet<String> = self.store.with_status(&node, |status| {
-                status
-                    .map(|s| s.attached.iter().map(|r| r.volume.clone()).collect())
-                    .unwrap_or_default()
-            });
+            let mut listed = w.listed.remove(&node).unwrap_or_default();
+            let (came, gone) = self
+                .store
+                .with_listed(&node, |now| list_changes(&listed, now))
+                .unwrap_or_else(|| {
+                    self.store
+                        .with_listed(&node, |now| set_changes(&listed, now))
+                });
+            for v in &gone {
+                listed.remove(v);
+                w.touch(&node, v);
+            }
+            for v in came {
+                w.touch(&node, &v);
+                listed.insert(v);
+            }
             w.listed.insert(node, listed);
         }
     }
@@ -690,7 +801,19 @@ impl Sim {
             let pass = {
                 let mut w = self.world.lock();
                 w.now = self.now();
-                w.agent(&node)
+                // The crate's tests check every pass against the reference, and so do the
+                // fuzzers when asked (it takes them about twice as long a run).
+                #[cfg(test)]
+                let pass = w.agent_checked(&node);
+                #[cfg(all(fuzzing, not(test)))]
+                let pass = if super::agent_check::wanted() {
+                    w.agent_checked(&node)
+                } else {
+                    w.agent(&node)
+                };
+                #[cfg(not(any(test, fuzzing)))]
+                let pass = w.agent(&node);
+                pass
             };
             for pod in pass.gone {
                 self.tell(Input::WorkloadRemoved { workload: pod });
@@ -723,13 +846,10 @@ impl Sim {
             Action::Crash(node) => self.power(node, Power::Crashed, NodeChange::Crash),
             Action::Recover(node) => self.power(node, Power::Up, NodeChange::Recover),
             Action::Fence(node) => {
+                // The pods placed there that are not gone, in name order.
                 let pods: Vec<String> = {
                     let w = self.world.lock();
-                    w.pods
-                        .iter()
-                        .filter(|(_, p)| p.node == *node && p.phase != Phase::Gone)
-                        .map(|(name, _)| name.clone())
-                        .collect()
+                    w.pods_on.get(node).into_iter().flatten().cloned().collect()
                 };
                 for pod in pods {
                     self.force_delete(&pod);
@@ -826,6 +946,7 @@ impl Sim {
             let facts = facts_of(n);
             let object = n.object;
             w.changed();
+            w.touch_all(node);
             w.mark(node);
             w.record(Happening::Node {
                 node: node.to_string(),
@@ -899,6 +1020,7 @@ impl Sim {
             let facts = facts_of(n);
             let in_use: Vec<String> = n.in_use.iter().cloned().collect();
             w.changed();
+            w.touch_all(node);
             w.record(Happening::Node {
                 node: node.to_string(),
                 change: NodeChange::Create,
@@ -927,6 +1049,7 @@ impl Sim {
         }
         n.reporting = on;
         n.resync = on;
+        w.touch_all(node);
         w.mark(node);
         w.record(Happening::Node {
             node: node.to_string(),
@@ -953,6 +1076,7 @@ impl Sim {
         if !changed {
             return;
         }
+        w.touch(node, volume);
         w.mark(node);
         w.record(Happening::Node {
             node: node.to_string(),
@@ -978,6 +1102,9 @@ impl Sim {
         }
         if !cut {
             w.healed.notify_waiters();
+            // The backend answers for the node again: what was detached by hand there is
+            // known to it.
+            w.detached_by_hand.retain(|(_, n)| n != node);
         }
         w.record(Happening::Node {
             node: node.to_string(),
@@ -1093,19 +1220,64 @@ impl Sim {
     }
 }
 
+/// The volumes on `now` and not on `before` (came), and on `before` and not on `now` (gone),
+/// found walking the two side by side in volume order, each name compared once, only the
+/// changes copied. `None` if `now` is out of order (no store of this crate writes such a list):
+/// [`set_changes`] compares it as a set.
+fn list_changes(
+    before: &BTreeSet<String>,
+    now: &mut dyn Iterator<Item = &String>,
+) -> Option<(Vec<String>, Vec<String>)> {
+    let (mut came, mut gone) = (Vec::new(), Vec::new());
+    let mut old = before.iter().peekable();
+    let mut last: Option<&String> = None;
+    for v in now {
+        if last.is_some_and(|last| last >= v) {
+            return None;
+        }
+        last = Some(v);
+        loop {
+            match old.peek().map(|o| o.as_str().cmp(v)) {
+                Some(Ordering::Less) => gone.extend(old.next().cloned()),
+                Some(Ordering::Equal) => {
+                    old.next();
+                    break;
+                }
+                Some(Ordering::Greater) | None => {
+                    came.push(v.clone());
+                    break;
+                }
+            }
+        }
+    }
+    gone.extend(old.cloned());
+    Some((came, gone))
+}
+
+/// [`list_changes`] for a list in any order.
+fn set_changes(
+    before: &BTreeSet<String>,
+    now: &mut dyn Iterator<Item = &String>,
+) -> (Vec<String>, Vec<String>) {
+    let now: BTreeSet<&String> = now.collect();
+    let came = now
+        .iter()
+        .filter(|v| !before.contains(**v))
+        .map(|v| (*v).clone())
+        .collect();
+    let gone = before
+        .iter()
+        .filter(|v| !now.contains(v))
+        .cloned()
+        .collect();
+    (came, gone)
+}
+
 /// A delivery lands in the world; returns what the controller must be told.
 fn land(w: &mut World, delivery: Delivery) -> Option<Input<SimIds>> {
     match delivery {
         Delivery::Schedule { pod, node, volumes } => {
-            w.place(&pod, &node);
-            w.pods.insert(
-                pod.clone(),
-                SimPod {
-                    node: node.clone(),
-                    volumes: volumes.clone(),
-                    phase: Phase::Pending,
-                },
-            );
+            w.schedule(&pod, &node, volumes.clone());
             w.record(Happening::Pod {
                 pod: pod.clone(),
                 node: node.clone(),
@@ -1119,14 +1291,7 @@ fn land(w: &mut World, delivery: Delivery) -> Option<Input<SimIds>> {
             })
         }
         Delivery::Delete { pod } => {
-            let node = match w.pods.get_mut(&pod) {
-                Some(p) if p.phase != Phase::Gone => {
-                    p.phase = Phase::Terminating;
-                    p.node.clone()
-                }
-                _ => return None,
-            };
-            w.mark(&node);
+            let node = w.terminate(&pod)?;
             w.record(Happening::Pod {
                 pod,
                 node,
@@ -1135,14 +1300,7 @@ fn land(w: &mut World, delivery: Delivery) -> Option<Input<SimIds>> {
             None
         }
         Delivery::ForceDelete { pod } => {
-            let node = match w.pods.get_mut(&pod) {
-                Some(p) if p.phase != Phase::Gone => {
-                    p.phase = Phase::Gone;
-                    p.node.clone()
-                }
-                _ => return None,
-            };
-            w.unplace(&pod, &node);
+            let node = w.force_delete(&pod)?;
             w.record(Happening::Pod {
                 pod: pod.clone(),
                 node,
@@ -1208,7 +1366,7 @@ mod tests {
     #[test]
     fn a_panic_anywhere_fails_the_run_with_its_message() {
         let scenario = parse(SCENARIO).unwrap();
-        assert!(run_with(&scenario, Sabotage::None).passed());
+        assert!(run_with(&scenario, Sabotage::None, Recording::ALL).passed());
         let cases = [
             (
                 Sabotage::Recorder,
@@ -1228,7 +1386,7 @@ mod tests {
             ),
         ];
         for (sabotage, message) in cases {
-            let report = run_with(&scenario, sabotage);
+            let report = run_with(&scenario, sabotage, Recording::ALL);
             assert!(!report.passed(), "{sabotage:?}");
             let panic = report
                 .violations
@@ -1247,7 +1405,7 @@ mod tests {
         let text = "node a\nvolume v single-node\nvolume w single-node\n\
             at 0s pod p on a uses v\nat 6s restart controller\nat 6500ms pod q on a uses w\n\
             run 10s\n";
-        let report = run_with(&parse(text).unwrap(), Sabotage::Recorder);
+        let report = run_with(&parse(text).unwrap(), Sabotage::Recorder, Recording::ALL);
         let panics: Vec<Duration> = report
             .violations
             .iter()
@@ -1288,6 +1446,34 @@ mod tests {
         // The same run (its trace differs only in the step's line, which prints `times 0`).
         assert_eq!(zero.attach_calls, 2);
         assert_eq!(zero.converged, once.converged);
+    }
+
+    /// A list's changes are found walking it beside the old one, in order or not.
+    #[test]
+    fn list_changes_are_what_came_and_what_went() {
+        let set = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<BTreeSet<_>>();
+        let changes = |before: &[&str], now: &[&str]| {
+            let now: Vec<String> = now.iter().map(|n| n.to_string()).collect();
+            let as_set = set_changes(&set(before), &mut now.iter());
+            let walked = list_changes(&set(before), &mut now.iter());
+            if now.is_sorted() && now.windows(2).all(|w| w[0] != w[1]) {
+                assert_eq!(walked.as_ref(), Some(&as_set), "{now:?}");
+            } else {
+                assert_eq!(walked, None, "{now:?}");
+            }
+            as_set
+        };
+        let strings = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert_eq!(changes(&[], &[]), (vec![], vec![]));
+        assert_eq!(
+            changes(&["v1", "v3", "v5"], &["v0", "v1", "v4", "v5", "v6"]),
+            (strings(&["v0", "v4", "v6"]), strings(&["v3"]))
+        );
+        assert_eq!(
+            changes(&["a", "b"], &["c", "a", "c"]),
+            (strings(&["c"]), strings(&["b"]))
+        );
+        assert_eq!(changes(&["a", "b"], &[]), (vec![], strings(&["a", "b"])));
     }
 
     #[test]

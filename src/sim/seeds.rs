@@ -2,7 +2,7 @@
 //! call's latency between half and one and a half of its setting, reproducibly, so a sweep over
 //! seeds explores other interleavings of the same incident, and a failing seed replays exactly.
 
-use super::runner::{Report, run};
+use super::runner::{Recording, Report, run_recording};
 use super::scenario::Scenario;
 
 /// `scenario` with its jitter seed set to `seed` (0: the exact timeline, no jitter).
@@ -29,10 +29,25 @@ pub struct SeedFailure {
 /// assert!(sweep(&scenario, 3).is_empty());
 /// ```
 pub fn sweep(scenario: &Scenario, count: u64) -> Vec<SeedFailure> {
-    (1..=count)
-        .filter_map(|seed| {
-            let report = run(&with_seed(scenario, seed));
-            (!report.passed()).then_some(SeedFailure { seed, report })
-        })
-        .collect()
+    sweep_with_progress(scenario, count, Recording::ALL, |_, _| {})
+}
+
+/// [`sweep`], each run keeping what `recording` asks for, and calling `progress` after each
+/// seed's run with the seed and the failures so far, so that a long sweep can say how far it
+/// is.
+pub fn sweep_with_progress(
+    scenario: &Scenario,
+    count: u64,
+    recording: Recording,
+    mut progress: impl FnMut(u64, &[SeedFailure]),
+) -> Vec<SeedFailure> {
+    let mut failures = Vec::new();
+    for seed in 1..=count {
+        let report = run_recording(&with_seed(scenario, seed), recording);
+        if !report.passed() {
+            failures.push(SeedFailure { seed, report });
+        }
+        progress(seed, &failures);
+    }
+    failures
 }

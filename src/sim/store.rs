@@ -87,10 +87,13 @@ impl SimStore {
             if self.traced {
                 let mut w = self.world.lock();
                 w.now = self.epoch.elapsed();
-                w.record(Happening::StatusWrite {
-                    node: node.clone(),
-                    volumes: attached.volumes().to_vec(),
-                });
+                // A copy of the list, which can be long, only for a timeline that is kept.
+                if w.timelining {
+                    w.record(Happening::StatusWrite {
+                        node: node.clone(),
+                        volumes: attached.volumes().to_vec(),
+                    });
+                }
             }
             tokio::time::sleep(self.latency()).await;
             assert!(!self.sabotaged, "sabotaged store write of {node}");
@@ -111,10 +114,15 @@ impl SimStore {
                 w.stored_changed(node);
             }
             if self.traced {
-                let names: Vec<&str> = attached.volumes().iter().map(String::as_str).collect();
                 match &result {
                     Ok(_) => {
-                        w.log(format!("store: {node} reports [{}]", names.join(",")));
+                        // The line lists the node's volumes, which can be many: written only
+                        // for a trace that is kept.
+                        if w.tracing {
+                            let names: Vec<&str> =
+                                attached.volumes().iter().map(String::as_str).collect();
+                            w.log(format!("store: {node} reports [{}]", names.join(",")));
+                        }
                         w.changed();
                     }
                     Err(e) => w.log(format!("store: write of {node} failed: {e}")),

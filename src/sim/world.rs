@@ -44,6 +44,28 @@ pub(crate) struct SimNode {
     pub(crate) resync: bool,
     /// How many volumes the machine holds at most (`attach-limit`), if capped.
     pub(crate) attach_limit: Option<AttachLimit>,
+    /// Volume -> how many pods placed here, pending or running, use it: what the agent keeps
+    /// mounted and reports in use.
+    pub(crate) needed: BTreeMap<String, u32>,
+    /// Volume -> the pods placed here, not gone, that use it: the pods whose counts a mount,
+    /// an unmount or a hold moves.
+    pub(crate) users: BTreeMap<String, BTreeSet<String>>,
+    /// What the agent's last pass found held: mounted, needed by no pod here, its unmount hung.
+    pub(crate) held: BTreeSet<String>,
+    /// What changed since the agent's last pass, for its next one to look at.
+    pub(crate) touched: Touched,
+}
+
+/// What a node agent's next pass must look at: what changed since its last pass.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Touched {
+    /// Volumes whose need, mount, hang, attachment or listing on the node changed.
+    pub(crate) volumes: BTreeSet<String>,
+    /// Pods placed on the node, or deleted there.
+    pub(crate) pods: BTreeSet<String>,
+    /// Everything on the node: its power, its reporting or its object changed, or the last
+    /// pass could not report.
+    pub(crate) all: bool,
 }
 
 impl SimNode {
@@ -58,6 +80,10 @@ impl SimNode {
             hung: BTreeSet::new(),
             resync: false,
             attach_limit: None,
+            needed: BTreeMap::new(),
+            users: BTreeMap::new(),
+            held: BTreeSet::new(),
+            touched: Touched::default(),
         }
     }
 
@@ -90,6 +116,12 @@ pub(crate) struct SimPod {
     pub(crate) node: String,
     pub(crate) volumes: Vec<String>,
     pub(crate) phase: Phase,
+    /// How many of its volumes (each counted once) are not mounted on its node: it starts
+    /// when none is missing.
+    pub(crate) missing: usize,
+    /// Terminating, once its node's agent has looked: how many of its volumes the node holds
+    /// (see [`SimNode::held`]). It is gone when none is.
+    pub(crate) held: Option<usize>,
 }
 
 /// What an agent pass did that the controller must hear of.
@@ -125,8 +157,8 @@ pub(crate) struct World {
     pub(crate) nodes: BTreeMap<String, SimNode>,
     pub(crate) volumes: BTreeMap<String, Access>,
     pub(crate) pods: BTreeMap<String, SimPod>,
-    /// Node -> the pods placed there that are not gone: what its agent looks at, so that a pass
-    /// costs that node's pods, not every pod.
+    /// Node -> the pods placed there that are not gone, in name order: what the node's agent
+    /// looks at when it looks at everything, and what a fence deletes.
     pub(crate) pods_on: BTreeMap<String, BTreeSet<String>>,
     /// Nodes whose agent must look again: something it reads changed since its last pass (its
     /// pods, its power, its attachments, its status in the store). An agent pass over anything
@@ -173,20 +205,34 @@ pub(crate) struct World {
     pub(crate) restarted: bool,
     /// Volumes nodes reach without an attach (`claim-only`): mounted once listed.
     pub(crate) claim_only: BTreeSet<String>,
+    /// (volume, node): attachments an operator detached by hand while the backend could not
+    /// reach the node. The controller can learn of it only from the backend (a verify, a
+    /// detach call), so until the partition heals the volume is still attached there as far
+    /// as it can know, and I3 lets a pod wait for it as for a volume the node holds.
+    pub(crate) detached_by_hand: BTreeSet<(String, String)>,
     /// Volume -> the nodes a controller named in a `ClaimInDoubt` event: after a restart,
     /// several nodes reported it in use and no status listed it, so none was granted it.
     pub(crate) claims_in_doubt: BTreeMap<String, BTreeSet<String>>,
-    /// (node, volume): claims the running controller could not know of when it started. The
+    /// (node, volume): mounted claims some controller could not know of when it started. The
     /// node's object was gone (so its status, the claim's only record, too), and no pod placed
     /// there used the volume, yet the machine had it mounted: the gap the README names under
     /// "What is still not covered". A claim granted elsewhere meanwhile is excused from I1.
+    ///
+    /// The excuse rests on that start, not on the controller running now: it is kept across
+    /// restarts for as long as the mount it is about lasts (a pod placed on the node later, say,
+    /// mounts nothing on a node without an object, and is no evidence the next controller may
+    /// weigh against another node's recorded grant; see `Reconciler`'s claim recovery), and
+    /// dropped once the node no longer has the volume mounted, so that a later mount there is
+    /// held to I1 again.
     pub(crate) invisible_claims: BTreeSet<(String, String)>,
-    /// (volume, node): attachments an operator released from a fenced node while the backend
-    /// still held them (`release` with no `operator-detach` first). The release's contract is
-    /// the operator's word that the volume is no longer attached, and the core has nothing
-    /// else to go by (it exists for when the backend cannot reach the node): I1 excuses a
-    /// second attachment until the backend lets go of this one.
-    pub(crate) released_while_attached: BTreeSet<(String, String)>,
+    /// What the node agents' passes looked at: each volume and pod considered, each count a
+    /// mount or a release moved (see [`Report::agent_work`](super::Report::agent_work)).
+    pub(crate) agent_work: u64,
+    /// Whether [`log`](World::log) keeps the trace: a status write's line lists the node's
+    /// volumes, so a run that nobody reads the trace of skips them.
+    pub(crate) tracing: bool,
+    /// Whether [`record`](World::record) keeps the timeline, likewise.
+    pub(crate) timelining: bool,
 }
 
 pub(crate) fn fmt_time(d: Duration) -> String {
@@ -196,6 +242,9 @@ pub(crate) fn fmt_time(d: Duration) -> String {
 
 impl World {
     pub(crate) fn log(&mut self, line: impl AsRef<str>) {
+        if !self.tracing {
+            return;
+        }
         let mut s = String::new();
         let _ = write!(s, "{:>10}  {}", fmt_time(self.now), line.as_ref());
         self.trace.push(s);
@@ -220,6 +269,9 @@ impl World {
 
     /// Notes `what` in the timeline, now.
     pub(crate) fn record(&mut self, what: Happening) {
+        if !self.timelining {
+            return;
+        }
         self.timeline.push(Record { at: self.now, what });
     }
 
@@ -250,20 +302,154 @@ impl World {
         self.mark(node);
     }
 
-    /// `pod` is placed on `node` now (or moved there), not gone.
-    pub(crate) fn place(&mut self, pod: &str, node: &str) {
-        if let Some(old) = self.pods.get(pod).map(|p| p.node.clone()) {
+    /// `volume` on `node` changed in a way its agent reads (attached, detached, listed, its
+    /// unmount hung or released): its next pass looks at it.
+    pub(crate) fn touch(&mut self, node: &str, volume: &str) {
+        if let Some(n) = self.nodes.get_mut(node) {
+            if !n.touched.volumes.contains(volume) {
+                n.touched.volumes.insert(volume.to_string());
+            }
+        }
+    }
+
+    /// Something of `node` as a whole changed (its power, reporting or object): its agent's
+    /// next pass looks at everything there, and each pod's count of missing volumes is taken
+    /// again from what is mounted now.
+    pub(crate) fn touch_all(&mut self, node: &str) {
+        let Some(n) = self.nodes.get_mut(node) else {
+            return;
+        };
+        n.touched.all = true;
+        for name in self.pods_on.get(node).into_iter().flatten() {
+            if let Some(pod) = self.pods.get_mut(name) {
+                let distinct: BTreeSet<&String> = pod.volumes.iter().collect();
+                self.agent_work += distinct.len() as u64;
+                pod.missing = distinct
+                    .into_iter()
+                    .filter(|v| !n.mounted.contains(*v))
+                    .count();
+            }
+        }
+    }
+
+    /// `pod` is scheduled to `node` now with `volumes`, pending: placed again if it was placed
+    /// before, here or elsewhere.
+    pub(crate) fn schedule(&mut self, pod: &str, node: &str, volumes: Vec<String>) {
+        if let Some((old, phase)) = self.pods.get(pod).map(|p| (p.node.clone(), p.phase)) {
+            if phase != Phase::Gone {
+                self.unindex(pod, &old, matches!(phase, Phase::Pending | Phase::Running));
+            }
             self.unplace(pod, &old);
         }
+        let distinct: BTreeSet<&String> = volumes.iter().collect();
+        self.agent_work += distinct.len() as u64;
+        let missing = match self.nodes.get_mut(node) {
+            Some(n) => {
+                for v in &distinct {
+                    *n.needed.entry((*v).clone()).or_default() += 1;
+                    n.users
+                        .entry((*v).clone())
+                        .or_default()
+                        .insert(pod.to_string());
+                    n.touched.volumes.insert((*v).clone());
+                }
+                n.touched.pods.insert(pod.to_string());
+                distinct.iter().filter(|v| !n.mounted.contains(**v)).count()
+            }
+            None => distinct.len(),
+        };
         self.pods_on
             .entry(node.to_string())
             .or_default()
             .insert(pod.to_string());
         self.mark(node);
+        self.pods.insert(
+            pod.to_string(),
+            SimPod {
+                node: node.to_string(),
+                volumes,
+                phase: Phase::Pending,
+                missing,
+                held: None,
+            },
+        );
+    }
+
+    /// `pod` is deleted gracefully: terminating, no longer counted in what its node needs.
+    /// Returns its node, unless it is gone or unknown.
+    pub(crate) fn terminate(&mut self, pod: &str) -> Option<String> {
+        let (node, phase) = match self.pods.get(pod) {
+            Some(p) if p.phase != Phase::Gone => (p.node.clone(), p.phase),
+            _ => return None,
+        };
+        if phase != Phase::Terminating {
+            self.unneed(pod, &node);
+        }
+        if let Some(p) = self.pods.get_mut(pod) {
+            p.phase = Phase::Terminating;
+            p.held = None;
+        }
+        if let Some(n) = self.nodes.get_mut(&node) {
+            n.touched.pods.insert(pod.to_string());
+        }
+        self.mark(&node);
+        Some(node)
+    }
+
+    /// `pod` is gone from the API at once. Returns its node, unless it was gone or unknown.
+    pub(crate) fn force_delete(&mut self, pod: &str) -> Option<String> {
+        let (node, phase) = match self.pods.get(pod) {
+            Some(p) if p.phase != Phase::Gone => (p.node.clone(), p.phase),
+            _ => return None,
+        };
+        self.unindex(pod, &node, matches!(phase, Phase::Pending | Phase::Running));
+        if let Some(p) = self.pods.get_mut(pod) {
+            p.phase = Phase::Gone;
+        }
+        self.unplace(pod, &node);
+        Some(node)
+    }
+
+    /// Takes `pod`'s volumes out of `node`'s count of what it needs.
+    fn unneed(&mut self, pod: &str, node: &str) {
+        let (Some(p), Some(n)) = (self.pods.get(pod), self.nodes.get_mut(node)) else {
+            return;
+        };
+        let distinct: BTreeSet<&String> = p.volumes.iter().collect();
+        self.agent_work += distinct.len() as u64;
+        for v in distinct {
+            if let Some(count) = n.needed.get_mut(v) {
+                *count -= 1;
+                if *count == 0 {
+                    n.needed.remove(v);
+                }
+            }
+            n.touched.volumes.insert(v.clone());
+        }
+    }
+
+    /// Takes `pod` out of `node`'s indexes: out of what it needs if it was `live` (pending or
+    /// running), out of who uses what.
+    fn unindex(&mut self, pod: &str, node: &str, live: bool) {
+        if live {
+            self.unneed(pod, node);
+        }
+        let (Some(p), Some(n)) = (self.pods.get(pod), self.nodes.get_mut(node)) else {
+            return;
+        };
+        self.agent_work += p.volumes.len() as u64;
+        for v in &p.volumes {
+            if let Some(users) = n.users.get_mut(v) {
+                users.remove(pod);
+                if users.is_empty() {
+                    n.users.remove(v);
+                }
+            }
+        }
     }
 
     /// `pod` left `node` (moved or gone).
-    pub(crate) fn unplace(&mut self, pod: &str, node: &str) {
+    fn unplace(&mut self, pod: &str, node: &str) {
         if let Some(pods) = self.pods_on.get_mut(node) {
             pods.remove(pod);
             if pods.is_empty() {
@@ -271,6 +457,24 @@ impl World {
             }
         }
         self.mark(node);
+    }
+
+    /// `volume` is no longer mounted on `node`, whatever its agent did (detached under it,
+    /// or by an operator): the pods there that use it count it missing, and the agent looks.
+    fn unmounted(&mut self, node: &str, volume: &str) {
+        let Some(n) = self.nodes.get_mut(node) else {
+            return;
+        };
+        if !n.mounted.remove(volume) {
+            return;
+        }
+        n.touched.volumes.insert(volume.to_string());
+        for name in n.users.get(volume).into_iter().flatten() {
+            self.agent_work += 1;
+            if let Some(pod) = self.pods.get_mut(name) {
+                pod.missing += 1;
+            }
+        }
     }
 
     pub(crate) fn violation(&mut self, message: String) {
@@ -366,12 +570,7 @@ impl World {
             .get(volume)
             .into_iter()
             .flatten()
-            .filter(|n| {
-                *n != node
-                    && !self
-                        .released_while_attached
-                        .contains(&(volume.to_string(), (*n).clone()))
-            })
+            .filter(|n| *n != node)
             .cloned()
             .collect();
         if single && !others.is_empty() {
@@ -388,16 +587,20 @@ impl World {
         {
             self.log(format!("backend: {volume} attached to {node}"));
             self.changed();
+            self.touch(node, volume);
             self.mark(node);
         }
     }
 
     /// An operator detached `volume` from `node` behind the controller's back: no invariant
-    /// is the controller's to keep here.
+    /// is the controller's to keep here. While the backend cannot reach the node, nothing can
+    /// tell the controller (see [`detached_by_hand`](World::detached_by_hand)).
     pub(crate) fn operator_detach(&mut self, volume: &str, node: &str) {
-        if let Some(n) = self.nodes.get_mut(node) {
-            n.mounted.remove(volume);
+        if self.partitioned.contains(node) && self.is_attached(volume, node) {
+            self.detached_by_hand
+                .insert((volume.to_string(), node.to_string()));
         }
+        self.unmounted(node, volume);
         let removed = self
             .attached
             .get_mut(volume)
@@ -408,6 +611,7 @@ impl World {
         if removed {
             self.log(format!("operator: {volume} detached from {node}"));
             self.changed();
+            self.touch(node, volume);
         }
         self.mark(node);
     }
@@ -441,9 +645,7 @@ impl World {
                 "I4: {volume} detached from {node} while its status still lists it"
             ));
         }
-        if let Some(n) = self.nodes.get_mut(node) {
-            n.mounted.remove(volume);
-        }
+        self.unmounted(node, volume);
         let removed = self
             .attached
             .get_mut(volume)
@@ -454,24 +656,21 @@ impl World {
         if removed {
             self.log(format!("backend: {volume} detached from {node}"));
             self.changed();
+            self.touch(node, volume);
         }
-        self.released_while_attached
-            .remove(&(volume.to_string(), node.to_string()));
         self.mark(node);
     }
 
-    /// A controller accepted an operator's release of `volume` from `node`. If the backend
-    /// still holds the attachment, the operator's word was wrong: noted, and excused from I1
-    /// (see [`released_while_attached`](World::released_while_attached)). An attach still
-    /// under way there is not excused: the core must refuse that release, since the attach may
-    /// land after the volume went elsewhere.
+    /// A controller forgot the attachment of `volume` to `node` on an operator's release. It
+    /// may do so only once a verify started after the release found the volume gone: if the
+    /// backend still holds it (or is still attaching it), the core forgot an attachment the
+    /// backend has, which leaks it and lets the volume go to a second node.
     pub(crate) fn note_release(&mut self, volume: &str, node: &str) {
-        if self.is_attached(volume, node) {
-            self.log(format!(
-                "operator: released {volume} from {node} while the backend still holds it"
+        if self.may_be_attached(volume, node) {
+            self.violation(format!(
+                "I1: the controller forgot {volume} on {node} on a release while the backend \
+                 still holds it"
             ));
-            self.released_while_attached
-                .insert((volume.to_string(), node.to_string()));
         }
     }
 
@@ -495,84 +694,161 @@ impl World {
     /// mount what is both listed in the node's status and really attached, start the pods whose
     /// volumes are all mounted, and let terminating pods go.
     ///
-    /// It costs this node's pods and volumes, and a second pass with nothing changed in between
-    /// changes nothing, which is what lets the runner pass over nodes that are not
-    /// [`dirty`](World::dirty).
+    /// It looks only at what changed since its last pass ([`SimNode::touched`]): the volumes
+    /// whose need, mount, hang, attachment or listing moved, and the pods placed or deleted
+    /// there; a pod learns that its last volume was mounted, or that its node no longer holds
+    /// any of its volumes, from counts kept as mounts come and go. What it did not look at
+    /// would not have changed, so a pass does what a pass over everything on the node would
+    /// do (`World::agent_checked` compares the two in the crate's tests, and under the fuzzers
+    /// when `SIM_CHECK_AGENTS` is set), and a pass with nothing changed does nothing, which is
+    /// what lets the runner pass over nodes that are not [`dirty`](World::dirty).
     pub(crate) fn agent(&mut self, node: &str) -> AgentPass {
         let mut pass = AgentPass::default();
-        let Some(n) = self.nodes.get_mut(node) else {
+        let World {
+            nodes,
+            pods,
+            pods_on,
+            listed,
+            attached,
+            claim_only,
+            volumes: access,
+            agent_work,
+            ..
+        } = self;
+        let Some(n) = nodes.get_mut(node) else {
             return pass;
         };
         // A crashed agent does nothing; so does one cut off from the API (`stop-reporting`): it
-        // neither reports nor hears of changes, and its pods run on with their mounts.
+        // neither reports nor hears of changes, and its pods run on with their mounts. What
+        // changed meanwhile waits for its next pass.
         if n.power != Power::Up || !n.reporting {
             return pass;
         }
-        let no_pods = BTreeSet::new();
-        let here = self.pods_on.get(node).unwrap_or(&no_pods);
-        let needs: BTreeSet<&str> = here
-            .iter()
-            .filter_map(|pod| self.pods.get(pod))
-            .filter(|pod| matches!(pod.phase, Phase::Pending | Phase::Running))
-            .flat_map(|pod| pod.volumes.iter().map(String::as_str))
-            .collect();
+        let touched = std::mem::take(&mut n.touched);
+        let (volumes, mut candidates) = if touched.all {
+            let mut volumes = touched.volumes;
+            volumes.extend(n.mounted.iter().cloned());
+            volumes.extend(n.needed.keys().cloned());
+            volumes.extend(n.in_use.iter().cloned());
+            volumes.extend(n.held.iter().cloned());
+            let mut here = touched.pods;
+            here.extend(pods_on.get(node).into_iter().flatten().cloned());
+            (volumes, here)
+        } else {
+            (touched.volumes, touched.pods)
+        };
+        let mut work = volumes.len() + candidates.len();
+        let needed = |n: &SimNode, v: &String| n.needed.contains_key(v);
         let mut log = Vec::new();
-        let hung = &n.hung;
-        n.mounted.retain(|v| {
-            let keep = needs.contains(v.as_str()) || hung.contains(v);
-            if !keep {
+        // What no pod here needs any more is unmounted, unless its unmount hangs.
+        let mut unmounted = Vec::new();
+        for v in &volumes {
+            if n.mounted.contains(v) && !needed(n, v) && !n.hung.contains(v) {
+                n.mounted.remove(v);
                 log.push(format!("{node}: unmounted {v}"));
+                unmounted.push(v);
             }
-            keep
-        });
+        }
         // What is still mounted is needed or hangs, so in use is exactly what the pods need
         // and what cannot be unmounted.
-        let in_use: BTreeSet<&str> = needs
-            .iter()
-            .copied()
-            .chain(n.mounted.iter().map(String::as_str))
-            .collect();
+        let in_use = |n: &SimNode, v: &String| needed(n, v) || n.mounted.contains(v);
         // An agent whose node object is gone has nowhere to report (the store keeps nothing
-        // for it); it mounts nothing new, since it cannot confirm its status.
+        // for it); it mounts nothing new, since it cannot confirm its status. Its next pass
+        // looks at everything, since this one left its report and mounts behind.
         let reports = n.object;
-        let changed = !n
-            .in_use
-            .iter()
-            .map(String::as_str)
-            .eq(in_use.iter().copied());
+        let changed = volumes.iter().any(|v| n.in_use.contains(v) != in_use(n, v));
         if reports && (changed || n.resync) {
             n.resync = false;
-            n.in_use = in_use.iter().map(|v| (*v).to_string()).collect();
+            for v in &volumes {
+                if in_use(n, v) {
+                    if !n.in_use.contains(v) {
+                        n.in_use.insert(v.clone());
+                    }
+                } else {
+                    n.in_use.remove(v);
+                }
+            }
             pass.report = Some(n.in_use.iter().cloned().collect());
         }
         let no_volumes = BTreeSet::new();
-        let listed = self.listed.get(node).unwrap_or(&no_volumes);
+        let listed = listed.get(node).unwrap_or(&no_volumes);
         let mut claimed_twice = Vec::new();
-        for v in needs.iter().filter(|_| reports) {
-            let claim = self.claim_only.contains(*v);
-            let attached = claim || self.attached.get(*v).is_some_and(|on| on.contains(node));
-            if attached && listed.contains(*v) && !n.mounted.contains(*v) {
-                n.mounted.insert((*v).to_string());
+        let mut mounted = Vec::new();
+        for v in &volumes {
+            if !reports || !needed(n, v) {
+                continue;
+            }
+            let claim = claim_only.contains(v);
+            let is_attached = claim || attached.get(v).is_some_and(|on| on.contains(node));
+            if is_attached && listed.contains(v) && !n.mounted.contains(v) {
+                n.mounted.insert(v.clone());
                 log.push(format!("{node}: mounted {v}"));
-                if claim && self.volumes.get(*v) != Some(&Access::MultiNode) {
-                    claimed_twice.push((*v).to_string());
+                mounted.push(v);
+                if claim && access.get(v) != Some(&Access::MultiNode) {
+                    claimed_twice.push(v.clone());
                 }
             }
         }
+        if !reports {
+            n.touched.all = true;
+        }
         // Mounted only because their unmount hangs: the pods that used them cannot finish.
-        let held: BTreeSet<String> = n
-            .mounted
-            .iter()
-            .filter(|v| n.hung.contains(*v) && !needs.contains(v.as_str()))
-            .cloned()
-            .collect();
+        let mut held = Vec::new();
+        for v in &volumes {
+            let holds = n.mounted.contains(v) && n.hung.contains(v) && !needed(n, v);
+            if holds != n.held.contains(v) {
+                if holds {
+                    n.held.insert(v.clone());
+                } else {
+                    n.held.remove(v);
+                }
+                held.push((v, holds));
+            }
+        }
+        // The pods whose counts these moved: a pending pod whose last volume was mounted, a
+        // terminating pod whose node no longer holds any of its volumes.
+        let no_pods = BTreeSet::new();
+        let users = |v: &String| n.users.get(v).unwrap_or(&no_pods);
+        for (v, step) in unmounted
+            .into_iter()
+            .map(|v| (v, 1))
+            .chain(mounted.into_iter().map(|v| (v, -1)))
+        {
+            for name in users(v) {
+                work += 1;
+                if let Some(pod) = pods.get_mut(name) {
+                    pod.missing = pod.missing.saturating_add_signed(step);
+                    if pod.missing == 0 {
+                        candidates.insert(name.clone());
+                    }
+                }
+            }
+        }
+        for (v, holds) in held {
+            for name in users(v) {
+                work += 1;
+                let Some(count) = pods.get_mut(name).and_then(|pod| pod.held.as_mut()) else {
+                    continue;
+                };
+                if holds {
+                    *count += 1;
+                } else {
+                    *count = count.saturating_sub(1);
+                    if *count == 0 {
+                        candidates.insert(name.clone());
+                    }
+                }
+            }
+        }
+        let no_pods = BTreeSet::new();
+        let here = pods_on.get(node).unwrap_or(&no_pods);
         let mut phases = Vec::new();
-        for name in here {
-            let Some(pod) = self.pods.get_mut(name) else {
+        for name in candidates.iter().filter(|name| here.contains(*name)) {
+            let Some(pod) = pods.get_mut(name) else {
                 continue;
             };
             match pod.phase {
-                Phase::Pending if pod.volumes.iter().all(|v| n.mounted.contains(v)) => {
+                Phase::Pending if pod.missing == 0 => {
                     pod.phase = Phase::Running;
                     log.push(format!("pod {name} running on {node}"));
                     phases.push((name.clone(), PodPhase::Running));
@@ -580,15 +856,23 @@ impl World {
                 // Its volumes were unmounted above, unless another pod here still uses them
                 // or their unmount hangs: then it stays terminating, as kubelet keeps a pod
                 // whose volumes it cannot tear down.
-                Phase::Terminating if !pod.volumes.iter().any(|v| held.contains(v)) => {
-                    pod.phase = Phase::Gone;
-                    log.push(format!("pod {name} gone"));
-                    pass.gone.push(name.clone());
-                    phases.push((name.clone(), PodPhase::Gone));
+                Phase::Terminating => {
+                    let count = *pod.held.get_or_insert_with(|| {
+                        let distinct: BTreeSet<&String> = pod.volumes.iter().collect();
+                        work += distinct.len();
+                        distinct.into_iter().filter(|v| n.held.contains(*v)).count()
+                    });
+                    if count == 0 {
+                        pod.phase = Phase::Gone;
+                        log.push(format!("pod {name} gone"));
+                        pass.gone.push(name.clone());
+                        phases.push((name.clone(), PodPhase::Gone));
+                    }
                 }
                 _ => {}
             }
         }
+        *agent_work += work as u64;
         for (pod, phase) in phases {
             self.record(Happening::Pod {
                 pod,
@@ -597,6 +881,7 @@ impl World {
             });
         }
         for pod in &pass.gone {
+            self.unindex(pod, node, false);
             if let Some(pods) = self.pods_on.get_mut(node) {
                 pods.remove(pod);
             }
@@ -636,8 +921,10 @@ impl World {
     }
 
     /// Notes, as a controller starts, the claims it cannot know of (see
-    /// [`invisible_claims`](World::invisible_claims)).
+    /// [`invisible_claims`](World::invisible_claims)), beside those noted at earlier starts
+    /// whose mounts last.
     pub(crate) fn note_invisible_claims(&mut self) {
+        self.forget_ended_invisible_claims();
         let mut invisible = BTreeSet::new();
         for (name, n) in self.nodes.iter().filter(|(_, n)| !n.object) {
             let used: BTreeSet<&str> = self
@@ -656,7 +943,18 @@ impl World {
                 }
             }
         }
-        self.invisible_claims = invisible;
+        self.invisible_claims.extend(invisible);
+    }
+
+    /// Drops the invisible claims whose mount has ended (an unmount, a fence, a power-off):
+    /// called between agent passes, so that no remount can follow an unmount unseen.
+    pub(crate) fn forget_ended_invisible_claims(&mut self) {
+        if self.invisible_claims.is_empty() {
+            return;
+        }
+        let nodes = &self.nodes;
+        self.invisible_claims
+            .retain(|(node, v)| nodes.get(node).is_some_and(|n| n.mounted.contains(v)));
     }
 
     /// I3 at the end of a run: reports match reality on live nodes, every pod on a live node
@@ -736,6 +1034,13 @@ impl World {
                 .collect();
             holders.extend(claims.get(volume).into_iter().flatten());
             holders.extend(granted.get(volume).into_iter().flatten());
+            // Detached by hand where the backend cannot reach: the controller cannot know.
+            holders.extend(
+                self.detached_by_hand
+                    .iter()
+                    .filter(|(v, n)| v == volume && self.partitioned.contains(n))
+                    .map(|(_, n)| n.as_str()),
+            );
             self.volumes.get(volume) != Some(&Access::MultiNode)
                 && holders
                     .into_iter()
@@ -772,9 +1077,17 @@ impl World {
             let real = real.get(name.as_str()).unwrap_or(&nothing);
             let listed = self.listed.get(name).unwrap_or(&nothing);
             let unlisted_in_doubt = |v: &&String| !listed.contains(*v) && in_doubt(v, name);
+            // A claim the node mounted while a controller could not see it stays unlisted
+            // while another node holds the grant: the gap, not a report out of date.
+            let unlisted_invisible = |v: &&String| {
+                !listed.contains(*v)
+                    && self
+                        .invisible_claims
+                        .contains(&(name.clone(), (*v).clone()))
+            };
             if !real
                 .iter()
-                .filter(|v| !unlisted_in_doubt(v))
+                .filter(|v| !unlisted_in_doubt(v) && !unlisted_invisible(v))
                 .eq(listed.iter())
             {
                 problems.push(format!(

@@ -30,18 +30,20 @@ impl ParseError {
 #[non_exhaustive]
 pub enum ParseErrorKind {
     /// The first word of a line is not a statement.
-    #[error("unknown statement `{0}` (expected set, node, volume, at or run)")]
+    #[error("unknown statement `{}` (expected set, node, volume, at or run)", Escaped(.0))]
     UnknownStatement(String),
     /// The word after `at <time>` is not an action.
     #[error(
-        "unknown action `{0}` (expected pod, delete, force-delete, node, fail, hang, release, \
-         partition, heal, restart or expect)"
+        "unknown action `{}` (expected pod, delete, force-delete, node, fail, hang, release, \
+         partition, heal, restart or expect)",
+        Escaped(.0)
     )]
     UnknownAction(String),
     /// The word after `expect` is not an expectation.
     #[error(
-        "unknown expectation `{0}` (expected pod, attached, detached, reported, event, no-event, \
-         calls or writes)"
+        "unknown expectation `{}` (expected pod, attached, detached, reported, event, no-event, \
+         calls or writes)",
+        Escaped(.0)
     )]
     UnknownExpectation(String),
     /// The line ended too early.
@@ -51,7 +53,7 @@ pub enum ParseErrorKind {
         expected: String,
     },
     /// A token is not one of the words allowed here.
-    #[error("expected {expected}, found `{found}`")]
+    #[error("expected {expected}, found `{}`", Escaped(.found))]
     Unexpected {
         /// What should have come instead.
         expected: String,
@@ -59,33 +61,42 @@ pub enum ParseErrorKind {
         found: String,
     },
     /// The statement is complete but the line goes on.
-    #[error("unexpected `{0}` after the end of the statement")]
+    #[error("unexpected `{}` after the end of the statement", Escaped(.0))]
     Extra(String),
     /// A token is not a duration.
-    #[error("expected a duration like 150ms, 2s, 6m or 1h, found `{0}`")]
+    #[error("expected a duration like 150ms, 2s, 6m or 1h, found `{}`", Escaped(.0))]
     BadDuration(String),
     /// A duration is longer than [`MAX_DURATION`](super::MAX_DURATION), the longest the
     /// simulator can add up with others without overflowing.
     #[error(
-        "duration `{0}` is too long: a scenario's durations are at most {max} (100 years)",
+        "duration `{}` is too long: a scenario's durations are at most {max} (100 years)",
+        Escaped(.0),
         max = format_duration(MAX_DURATION)
     )]
     DurationTooLong(String),
     /// A token is not a whole number.
-    #[error("expected a whole number, found `{0}`")]
+    #[error("expected a whole number, found `{}`", Escaped(.0))]
     BadNumber(String),
     /// A number does not fit its field.
-    #[error("number `{0}` is too large")]
+    #[error("number `{}` is too large", Escaped(.0))]
     NumberOverflow(String),
     /// `times 0` would inject no failure, which is surely not what was meant.
     #[error("`times 0` injects nothing: use 1 or more")]
     ZeroTimes,
+    /// A line is not UTF-8: the byte at `column` (1-based, counted in bytes from the start of
+    /// the line) begins no valid character.
+    #[error("the text is not UTF-8 (byte {column} of the line is not part of a valid character)")]
+    InvalidUtf8 {
+        /// Where on the line, in bytes from 1.
+        column: usize,
+    },
     /// A `set` key is unknown.
     #[error(
-        "unknown setting `{0}` (expected reconcile-period, sync-period, max-wait-for-unmount, \
+        "unknown setting `{}` (expected reconcile-period, sync-period, max-wait-for-unmount, \
          force-detach-on-timeout, machine-fencing, cache-lag, status-cache-lag, attach-latency, detach-latency, \
          status-latency, seed, verify-batch, volumes-per-pass, max-attaches, max-detaches, \
-         backend-rate or upstream-bug)"
+         overdue-after, max-overdue, backend-rate or upstream-bug)",
+        Escaped(.0)
     )]
     UnknownSetting(String),
     /// A setting is given twice, so one of the two lines is a mistake.
@@ -103,7 +114,7 @@ pub enum ParseErrorKind {
         first_at_line: usize,
     },
     /// A node is declared twice.
-    #[error("node `{name}` is already declared on line {first_line}")]
+    #[error("node `{}` is already declared on line {first_line}", Escaped(.name))]
     DuplicateNode {
         /// The node.
         name: String,
@@ -111,7 +122,7 @@ pub enum ParseErrorKind {
         first_line: usize,
     },
     /// A volume is declared twice.
-    #[error("volume `{name}` is already declared on line {first_line}")]
+    #[error("volume `{}` is already declared on line {first_line}", Escaped(.name))]
     DuplicateVolume {
         /// The volume.
         name: String,
@@ -119,19 +130,26 @@ pub enum ParseErrorKind {
         first_line: usize,
     },
     /// A step names a node no earlier line declares.
-    #[error("node `{0}` is not declared (add `node {0}` before using it)")]
+    #[error("node `{n}` is not declared (add `node {n}` before using it)", n = Escaped(.0))]
     UndeclaredNode(String),
     /// A step names a volume no earlier line declares.
-    #[error("volume `{0}` is not declared (add `volume {0} single-node` before using it)")]
+    #[error(
+        "volume `{v}` is not declared (add `volume {v} single-node` before using it)",
+        v = Escaped(.0)
+    )]
     UndeclaredVolume(String),
     /// A name contains a comma.
-    #[error("`{0}` is not a name: names cannot contain commas")]
+    #[error("`{}` is not a name: names cannot contain commas", Escaped(.0))]
     BadName(String),
     /// A comma-separated list has an empty item.
-    #[error("`{0}` is not a list of names like `a,b,c` (no spaces, no empty items)")]
+    #[error("`{}` is not a list of names like `a,b,c` (no spaces, no empty items)", Escaped(.0))]
     BadList(String),
+    /// A name contains a control character (a NUL, an escape, ...): names go into traces,
+    /// violations and the timeline picture.
+    #[error("`{}` is not a name: names cannot contain control characters", Escaped(.0))]
+    ControlCharacter(String),
     /// A list names the same volume twice.
-    #[error("`{0}` appears twice in the list")]
+    #[error("`{}` appears twice in the list", Escaped(.0))]
     DuplicateInList(String),
     /// `none` is the empty list in `expect reported`, so it cannot be a volume.
     #[error("`none` cannot name a volume: `expect reported <node> none` means the empty list")]
@@ -187,6 +205,36 @@ pub enum ParseErrorKind {
         /// The `run` line.
         run_line: usize,
     },
+}
+
+/// A `str` shown in a message with its control and other invisible characters escaped as Rust
+/// writes them (`\0`, `\u{1b}`, `\u{202e}`) and a backslash doubled, so that a scenario's bytes
+/// never reach a terminal raw and no escape can be forged. Quotes and printable text, whatever
+/// the script, stay as they are.
+pub(crate) struct Escaped<'a>(pub(crate) &'a str);
+
+impl fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use fmt::Write as _;
+        // `escape_debug` starts every escape with a backslash followed by what it stands for;
+        // of those, only the quotes are given back as they were.
+        let mut chars = self.0.escape_debug();
+        while let Some(c) = chars.next() {
+            if c != '\\' {
+                f.write_char(c)?;
+                continue;
+            }
+            match chars.next() {
+                Some(quote @ ('\'' | '"')) => f.write_char(quote)?,
+                Some(kind) => {
+                    f.write_char('\\')?;
+                    f.write_char(kind)?;
+                }
+                None => f.write_char('\\')?,
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A scenario built in code, not parsed, that the simulator refuses to run: [`parse`] never

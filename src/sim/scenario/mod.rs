@@ -11,8 +11,10 @@
 //! One statement a line; `#` starts a comment that runs to the end of the line; blank lines are
 //! ignored; tokens are separated by whitespace. A `<time>` is a duration since the start of the
 //! scenario, written as a whole number and a unit: `150ms`, `2s`, `6m`, `1h` (a bare `0` is also
-//! accepted). Names are any token without whitespace, commas or `#`. The text is UTF-8; a
-//! byte-order mark at its start is skipped.
+//! accepted). Names are any token without whitespace, commas, `#` or control characters, words
+//! of the format included: `release unmount from a` releases a volume named `unmount`. The text
+//! is UTF-8 ([`parse_bytes`] says on which line it is not); a byte-order mark at its start is
+//! skipped. An error message shows the script's control characters escaped (`\0`).
 //!
 //! ```text
 //! set <key> <value>        keys and defaults: reconcile-period 100ms, sync-period 60s,
@@ -33,6 +35,9 @@
 //! set backend-rate <every> <burst>
 //!                          and a token bucket on both: one token every <every>, at most
 //!                          <burst> tokens (see `Config::backend_load`)
+//! set overdue-after <d>    a call still running after d is overdue and gives its slot
+//! set max-overdue <n>      back, at most n such calls per class (default 1s and 16;
+//!                          see `OverdueCalls`)
 //! set upstream-bug <c1..c6|l1|l2> on|off
 //!                          re-enable the reproduction of an upstream bug (l1: our
 //!                          own late-attach leak of issue 9; l2: one shared queue and
@@ -150,10 +155,11 @@ mod types;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use error::Escaped;
 pub use error::{ParseError, ParseErrorKind, ScenarioError};
-pub use parser::parse;
+pub use parser::{parse, parse_bytes};
 pub use printer::format_duration;
 pub use types::{
-    Action, AttachLimit, CallOp, Cmp, Expectation, MAX_DURATION, PodState, Scenario, Settings,
-    Step, UpstreamBug,
+    Action, AttachLimit, CallOp, Cmp, Expectation, MAX_DURATION, PodState, SIM_OVERDUE, Scenario,
+    Settings, Step, UpstreamBug,
 };

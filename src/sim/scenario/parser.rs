@@ -6,7 +6,9 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use super::keyword::Keyword;
-use super::types::{Action, AttachLimit, Expectation, MAX_DURATION, Scenario, Step, UpstreamBug};
+use super::types::{
+    Action, AttachLimit, Expectation, MAX_DURATION, SIM_OVERDUE, Scenario, Step, UpstreamBug,
+};
 use super::{ParseError, ParseErrorKind};
 use crate::volume::Access;
 
@@ -29,9 +31,53 @@ pub fn parse(text: &str) -> std::result::Result<Scenario, ParseError> {
     Ok(parser.scenario)
 }
 
+/// Parses a scenario script given as bytes, as read from a file: like [`parse`], and text that
+/// is not UTF-8 is refused with the line it is on ([`ParseErrorKind::InvalidUtf8`]), unless an
+/// earlier line has an error of its own, which comes first as it would in [`parse`].
+///
+/// ```
+/// use attach_detach::sim::scenario::{parse_bytes, ParseError, ParseErrorKind};
+/// let error = parse_bytes(b"node a\nnode b\xff\n").unwrap_err();
+/// assert_eq!(error, ParseError { line: 2, kind: ParseErrorKind::InvalidUtf8 { column: 7 } });
+/// ```
+pub fn parse_bytes(bytes: &[u8]) -> std::result::Result<Scenario, ParseError> {
+    let invalid = match std::str::from_utf8(bytes) {
+        Ok(text) => return parse(text),
+        Err(invalid) => invalid.valid_up_to(),
+    };
+    // The lines before the one with the bad byte are valid; their errors come first.
+    let line_start = bytes[..invalid]
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(0, |newline| newline + 1);
+    let before = std::str::from_utf8(&bytes[..line_start]).unwrap_or_default();
+    parse(before)?;
+    Err(ParseError {
+        line: before.lines().count().saturating_add(1),
+        kind: ParseErrorKind::InvalidUtf8 {
+            column: invalid - line_start + 1,
+        },
+    })
+}
+
 /// The action words, as a message lists them.
 const ACTIONS: &str = "an action (pod, delete, force-delete, node, fail, hang, release, partition, \
      heal, restart or expect)";
+
+/// Whether the tokens after `release` (or `operator-detach`) are the unmount form,
+/// `unmount <v> on <n>`, rather than `<v> from <n>`. A volume may be named `unmount`:
+/// `release unmount from <n>` is the second form, which the first cannot be (its third word is
+/// `on`). Any other line that starts with `unmount` is read as the first form, so that its
+/// errors say what that form expects.
+fn unmount_form(tokens: &Tokens<'_>) -> bool {
+    let mut rest = tokens.rest();
+    let first = rest.next();
+    let release_of_unmount = matches!(
+        (rest.next(), rest.next(), rest.next()),
+        (Some("from"), Some(_), None)
+    );
+    first == Some("unmount") && !release_of_unmount
+}
 
 /// What a node line does, parsed with the same table as the other closed word sets.
 #[derive(Clone, Copy, PartialEq)]
@@ -123,7 +169,7 @@ impl<'a> Tokens<'a> {
         if token.contains(',') {
             return Err(ParseErrorKind::BadName(token.to_string()));
         }
-        Ok(token.to_string())
+        checked_name(token)
     }
 
     /// The next token as a non-empty comma-separated list of distinct names.
@@ -139,7 +185,7 @@ impl<'a> Tokens<'a> {
             if !seen.insert(name) {
                 return Err(ParseErrorKind::DuplicateInList(name.to_string()));
             }
-            names.push(name.to_string());
+            names.push(checked_name(name)?);
         }
         Ok(names)
     }
@@ -177,6 +223,11 @@ impl<'a> Tokens<'a> {
         }
     }
 
+    /// The tokens left, without consuming them.
+    fn rest(&self) -> impl Iterator<Item = &'a str> {
+        self.0.clone()
+    }
+
     /// The next token, without consuming it.
     fn peek(&self) -> Option<&'a str> {
         self.0.clone().next()
@@ -189,6 +240,14 @@ impl<'a> Tokens<'a> {
             None => Ok(()),
         }
     }
+}
+
+/// `token` as a name, unless it has a control character.
+fn checked_name(token: &str) -> Result<String> {
+    if token.chars().any(char::is_control) {
+        return Err(ParseErrorKind::ControlCharacter(token.to_string()));
+    }
+    Ok(token.to_string())
 }
 
 /// The value of a string of ASCII digits, or `None` if it does not fit a `u64`.
@@ -317,6 +376,24 @@ impl Parser {
             }
             "max-detaches" => {
                 settings.backend_load.max_detaches = Some(tokens.limit()? as usize);
+                key.to_string()
+            }
+            "overdue-after" => {
+                let after = tokens.duration("a duration like 1s")?;
+                if after.is_zero() {
+                    return Err(ParseErrorKind::Unexpected {
+                        expected: "a duration longer than zero".to_string(),
+                        found: "0s".to_string(),
+                    });
+                }
+                let overdue = settings.backend_load.overdue.get_or_insert(SIM_OVERDUE);
+                overdue.after = after;
+                key.to_string()
+            }
+            "max-overdue" => {
+                let max = tokens.limit()? as usize;
+                let overdue = settings.backend_load.overdue.get_or_insert(SIM_OVERDUE);
+                overdue.max = max;
                 key.to_string()
             }
             "backend-rate" => {
@@ -502,7 +579,7 @@ impl Parser {
                     NodeEvent::PowerOn => Action::PowerOn(node),
                 }
             }
-            "release" | "operator-detach" if tokens.peek() != Some("unmount") => {
+            "release" | "operator-detach" if word != "release" || !unmount_form(tokens) => {
                 let volume = self.volume(tokens)?;
                 tokens.keyword("from")?;
                 let node = self.node(tokens)?;

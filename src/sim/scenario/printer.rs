@@ -77,6 +77,12 @@ impl fmt::Display for Scenario {
         if let Some(max) = load.max_detaches {
             writeln!(f, "set max-detaches {max}")?;
         }
+        if load.overdue != defaults.backend_load.overdue {
+            if let Some(overdue) = load.overdue {
+                writeln!(f, "set overdue-after {}", format_duration(overdue.after))?;
+                writeln!(f, "set max-overdue {}", overdue.max)?;
+            }
+        }
         if let Some(rate) = load.rate {
             writeln!(
                 f,

@@ -84,6 +84,8 @@ fn every_setting_parses() {
             set max-attaches 20
             set max-detaches 5
             set backend-rate 100ms 30
+            set overdue-after 3s
+            set max-overdue 2
             set verify-batch 7
             set volumes-per-pass 3
             set upstream-bug c1 on
@@ -109,6 +111,10 @@ fn every_setting_parses() {
                 every: ms(100),
                 burst: 30,
             }),
+            overdue: Some(crate::config::OverdueCalls {
+                after: ms(3000),
+                max: 2,
+            }),
         },
         verify_batch: Some(7),
         volumes_per_pass: Some(3),
@@ -123,6 +129,8 @@ fn every_setting_parses() {
         "set backend-rate 0s 5",
         "set backend-rate 1s 0",
         "set max-attaches 4294967296",
+        "set overdue-after 0s",
+        "set max-overdue 0",
     ] {
         assert!(parse(refused).is_err(), "{refused}");
     }
@@ -1079,6 +1087,10 @@ fn mutations_never_panic_and_errors_name_a_real_line() {
             }
             Err(error) => {
                 failed += 1;
+                assert!(
+                    !error.to_string().chars().any(char::is_control),
+                    "{error:?}"
+                );
                 let lines = text.lines().count();
                 assert!(
                     (1..=lines + 1).contains(&error.line),
@@ -1103,6 +1115,184 @@ fn arbitrary_bytes_never_panic() {
         let text = String::from_utf8_lossy(&bytes);
         if let Err(error) = parse(&text) {
             assert!(error.line >= 1 && error.line <= text.lines().count() + 1);
+            assert!(
+                !error.to_string().chars().any(char::is_control),
+                "{error:?}"
+            );
+        }
+    }
+}
+
+/// A volume may be named like a word of the grammar: `release unmount from a` releases the
+/// volume `unmount` (the unmount form has `on` where this one has `from`), and so does
+/// `operator-detach`. The grammar once read every `release unmount` as the unmount form, so
+/// such a volume could be declared and used but never released.
+#[test]
+fn a_volume_named_like_a_keyword_can_be_released() {
+    let header =
+        "node a\nnode from\nnode on\nvolume unmount single-node\nvolume from single-node\n";
+    let step = |line: &str| {
+        let scenario = ok(&format!("{header}{line}"));
+        assert_eq!(scenario.steps.len(), 1, "{line}");
+        scenario.steps[0].action.clone()
+    };
+    let release = |volume: &str, node: &str| Action::ReleaseVolume {
+        volume: s(volume),
+        node: s(node),
+    };
+    let unmount = |volume: &str, node: &str| Action::ReleaseUnmount {
+        volume: s(volume),
+        node: s(node),
+    };
+    let cases = [
+        ("at 1s release unmount from a", release("unmount", "a")),
+        (
+            "at 1s release unmount from from",
+            release("unmount", "from"),
+        ),
+        ("at 1s release unmount from on", release("unmount", "on")),
+        ("at 1s release from from a", release("from", "a")),
+        (
+            "at 1s release unmount unmount on a",
+            unmount("unmount", "a"),
+        ),
+        ("at 1s release unmount from on a", unmount("from", "a")),
+        (
+            "at 1s release unmount from on from",
+            unmount("from", "from"),
+        ),
+        (
+            "at 1s operator-detach unmount from a",
+            Action::OperatorDetach {
+                volume: s("unmount"),
+                node: s("a"),
+            },
+        ),
+        (
+            "at 1s hang unmount unmount on a",
+            Action::HangUnmount {
+                volume: s("unmount"),
+                node: s("a"),
+            },
+        ),
+    ];
+    for (line, action) in cases {
+        assert_eq!(step(line), action, "{line}");
+        // Printed, it reads back as the same step.
+        let printed = format!("at 1s {action}");
+        assert_eq!(step(&printed), action, "{printed}");
+    }
+    // A line that is neither form still says what the unmount form expected.
+    let error = err(&format!("{header}at 1s release unmount from")).kind;
+    assert_eq!(
+        error,
+        ParseErrorKind::Missing {
+            expected: s("`on`")
+        }
+    );
+}
+
+/// An error message shows a control character escaped (`\0`, `\u{1b}`), never raw: a NUL or an
+/// escape sequence from a scenario must not reach the terminal. The typed error keeps the token
+/// as it was.
+#[test]
+fn error_messages_escape_control_characters() {
+    let error = err("frob\0nicate\u{1b}[2J");
+    assert_eq!(
+        error.kind,
+        ParseErrorKind::UnknownStatement(s("frob\0nicate\u{1b}[2J"))
+    );
+    assert_eq!(
+        error.to_string(),
+        "line 1: unknown statement `frob\\0nicate\\u{1b}[2J` (expected set, node, volume, at or \
+         run)"
+    );
+    // Quotes and ordinary non-ASCII text stay as they are; a backslash is doubled so that an
+    // escape cannot be forged.
+    assert_eq!(
+        err("node a\nat 1s node \"b'é\\0 crash").to_string(),
+        "line 2: node `\"b'é\\\\0` is not declared (add `node \"b'é\\\\0` before using it)"
+    );
+    for text in [
+        "set seed 1\u{7}",
+        "set cache-lag 1\0s",
+        "node a\nat 1s node a reboot\u{0}",
+        "node a\nvolume v single-node\nat 1s pod p on a uses v,\u{85}",
+        "at 1s\u{0}",
+        "node \u{202e}a b",
+    ] {
+        let message = err(text).to_string();
+        assert!(
+            !message.chars().any(|c| c.is_control() || c == '\u{202e}'),
+            "{message:?}"
+        );
+    }
+}
+
+/// A name with a control character is refused: names go into traces, violations and the
+/// timeline picture, where a NUL or an escape sequence has no place.
+#[test]
+fn names_cannot_contain_control_characters() {
+    for (text, line) in [
+        ("node a\u{0}b", 1),
+        ("volume v\u{1b} single-node", 1),
+        (
+            "node a\nvolume v single-node\nat 1s pod p\u{7f} on a uses v",
+            3,
+        ),
+        ("node a\nat 1s delete pod \u{1}", 2),
+    ] {
+        let error = err(text);
+        assert_eq!(error.line, line, "{text:?}");
+        assert!(
+            matches!(error.kind, ParseErrorKind::ControlCharacter(_)),
+            "{text:?}: {error}"
+        );
+    }
+    assert_eq!(
+        err("node a\u{0}b").to_string(),
+        "line 1: `a\\0b` is not a name: names cannot contain control characters"
+    );
+}
+
+/// Text that is not UTF-8 is refused with the line it is on and a typed error, not as a file
+/// that cannot be read; an error on an earlier line comes first, and valid text parses as
+/// [`parse`] parses it.
+#[test]
+fn invalid_utf8_names_its_line() {
+    let error = parse_bytes(b"node a\n# caf\xc3\xa9\nnode b\xff\nnode c\n").unwrap_err();
+    assert_eq!(
+        error,
+        ParseError {
+            line: 3,
+            kind: ParseErrorKind::InvalidUtf8 { column: 7 }
+        }
+    );
+    assert_eq!(
+        error.to_string(),
+        "line 3: the text is not UTF-8 (byte 7 of the line is not part of a valid character)"
+    );
+    // CRLF line ends count as one.
+    assert_eq!(parse_bytes(b"node a\r\n\r\n\xe2\x82").unwrap_err().line, 3);
+    // The first error in line order wins.
+    assert_eq!(
+        parse_bytes(b"frob\nnode \xff").unwrap_err().kind,
+        ParseErrorKind::UnknownStatement(s("frob"))
+    );
+    let text = RICH.as_bytes();
+    assert_eq!(parse_bytes(text), parse(RICH));
+    assert_eq!(parse_bytes(b"\xef\xbb\xbfnode a"), parse("node a"));
+    let mut rng = XorShift(7);
+    for _ in 0..500 {
+        let bytes: Vec<u8> = (0..rng.below(200)).map(|_| rng.next() as u8).collect();
+        match (parse_bytes(&bytes), std::str::from_utf8(&bytes)) {
+            (result, Ok(text)) => assert_eq!(result, parse(text)),
+            (Err(error), Err(_)) => {
+                let lines = bytes.split(|b| *b == b'\n').count();
+                assert!((1..=lines).contains(&error.line), "{error}");
+                assert!(!error.to_string().chars().any(char::is_control), "{error}");
+            }
+            (Ok(scenario), Err(_)) => panic!("not UTF-8, yet parsed: {scenario:?}"),
         }
     }
 }

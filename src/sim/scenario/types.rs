@@ -16,6 +16,14 @@ use crate::volume::Access;
 /// period) fits with room to spare.
 pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
 
+/// When the simulator's controller counts a call overdue, unless a scenario says otherwise:
+/// after 1 s, five times the simulated backend's default latency (the core's default, 15 s,
+/// is meant for clouds whose calls take seconds), with room for 16 overdue calls per class.
+pub const SIM_OVERDUE: crate::config::OverdueCalls = crate::config::OverdueCalls {
+    after: Duration::from_secs(1),
+    max: 16,
+};
+
 /// A parsed incident script: what the simulator needs to replay it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Scenario {
@@ -81,6 +89,8 @@ pub struct Settings {
     pub upstream_bugs: BTreeSet<UpstreamBug>,
     /// The controller's backend load limits (`set max-attaches 20`, `set max-detaches 20`,
     /// `set backend-rate 100ms 20`: a token every 100 ms, bursts of 20); unbounded by default.
+    /// A call is overdue after 1 s by default ([`SIM_OVERDUE`]; `set overdue-after 3s`, `set
+    /// max-overdue 4`).
     pub backend_load: crate::config::BackendLoad,
     /// The most attachments one pass of the periodic verify takes (`set verify-batch 2`);
     /// `None` keeps the core's default ([`Config::verify_batch`](crate::config::Config)).
@@ -105,7 +115,10 @@ impl Default for Settings {
             status_latency: Duration::from_millis(10),
             seed: 0,
             upstream_bugs: BTreeSet::new(),
-            backend_load: crate::config::BackendLoad::UNBOUNDED,
+            backend_load: crate::config::BackendLoad {
+                overdue: Some(SIM_OVERDUE),
+                ..crate::config::BackendLoad::UNBOUNDED
+            },
             verify_batch: None,
             volumes_per_pass: None,
         }
@@ -428,6 +441,9 @@ impl Scenario {
         }
         if let Some(rate) = self.settings.backend_load.rate {
             check("`set backend-rate`".to_string(), rate.every)?;
+        }
+        if let Some(overdue) = self.settings.backend_load.overdue {
+            check("`set overdue-after`".to_string(), overdue.after)?;
         }
         for (index, step) in self.steps.iter().enumerate() {
             let what = format!("the time of step {} (line {})", index + 1, step.line);
