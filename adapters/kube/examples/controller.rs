@@ -15,7 +15,9 @@
 //!
 //! Every request goes through a client-side token bucket, as client-go's: `KUBE_API_QPS`
 //! (default 20) a second, bursts of `KUBE_API_BURST` (default 30), kube-controller-manager's
-//! `--kube-api-qps` and `--kube-api-burst`.
+//! `--kube-api-qps` and `--kube-api-burst`. The core's attach and detach calls are paced to a
+//! share of it (`ClientRateLimit::backend_load`), so that none waits in the bucket past its
+//! deadline when a zone fails.
 //!
 //! What stops it says so in one plain line on stderr: no cluster configured (exit 2), a
 //! setting that cannot work (exit 2), credentials refused or a request forbidden (exit 3). An
@@ -27,7 +29,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use attach_detach::config::Config;
+use attach_detach::config::{BackendLoad, Config};
 use attach_detach::controller::Controller;
 use attach_detach_kube::{
     ClientRateLimit, Informers, KubeEventRecorder, LeaderConfig, LeaderError, REPORTING_CONTROLLER,
@@ -40,7 +42,11 @@ use tokio::sync::watch;
 type BoxError = Box<dyn Error + Send + Sync>;
 
 /// Starts one term: informers synced, controller spawned, informers and events running.
-async fn start_term(client: Client, identity: String) -> Result<Term, BoxError> {
+async fn start_term(
+    client: Client,
+    identity: String,
+    backend_load: BackendLoad,
+) -> Result<Term, BoxError> {
     let mut informers = Informers::new(client.clone());
     let parts = wiring::parts(client.clone(), &informers)?;
     // Upstream's WaitForCacheSync: the controller starts from the whole cluster.
@@ -50,7 +56,12 @@ async fn start_term(client: Client, identity: String) -> Result<Term, BoxError> 
         instance: Some(identity),
     };
     let (recorder, publisher) = KubeEventRecorder::spawn(client, reporter, informers.index(), 1024);
-    let controller = Controller::new(Config::default(), parts.backend, parts.store, world)?
+    // The core's calls paced to the client's bucket, so none waits in it past its deadline.
+    let config = Config {
+        backend_load,
+        ..Config::default()
+    };
+    let controller = Controller::new(config, parts.backend, parts.store, world)?
         .with_recorder(Arc::new(recorder));
     let (handle, task) = controller.spawn();
     let feeder = tokio::spawn(informers.run(handle.clone()));
@@ -194,7 +205,7 @@ async fn main() -> ExitCode {
         let result = lead(
             client.clone(),
             leader.clone(),
-            || start_term(client.clone(), identity.clone()),
+            || start_term(client.clone(), identity.clone(), limit.backend_load()),
             until_stopped(stopping.clone()),
         )
         .await;

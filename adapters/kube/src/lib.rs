@@ -24,7 +24,7 @@ pub use events::{KubeEvent, KubeEventRecorder, REPORTING_CONTROLLER, kube_events
 pub use informers::{InformerState, Informers, ObjectIndex, PodRef, node_facts};
 pub use leader::{LeaderConfig, LeaderError, Term, lead};
 pub use nodes::{CONTROLLER_MANAGED_ANNOTATION, ManagedNodes, controller_managed};
-pub use ratelimit::{ClientRateLimit, RateLimited};
+pub use ratelimit::{ClientRateLimit, REQUESTS_PER_CALL, RateLimited};
 pub use store::{KubeStatusStore, StatusWriteStats};
 pub use translate::{
     CsiMigration, CsiSpec, InTreePlugin, MIGRATED_PLUGINS_ANNOTATION, MigratedNode,

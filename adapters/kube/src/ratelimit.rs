@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use attach_detach::config::BackendLoad;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use tower::{Layer, Service};
 
@@ -72,7 +73,32 @@ impl ClientRateLimit {
     pub fn burst(&self) -> u32 {
         self.burst
     }
+
+    /// The core's attach and detach calls bounded to what this bucket can serve, for
+    /// `Config::backend_load`.
+    ///
+    /// A call costs about [`REQUESTS_PER_CALL`] requests (the VolumeAttachment's create or
+    /// delete, the node's status patch, the fresh read before a detach, an event). Without a
+    /// bound the core starts every call a zone's failure asks for at once; their requests
+    /// queue in the bucket, and those that wait past the call's deadline (2 minutes) end
+    /// uncertain and are verified and sent again, which costs more requests than the calls
+    /// themselves. So each class runs at most half the burst's worth of calls at once: their
+    /// requests wait in the bucket for seconds, not minutes. Calls that finish together free
+    /// slots together, so a node's queued detaches go in one pass and share one fresh read.
+    /// Overdue calls keep the core's default.
+    pub fn backend_load(&self) -> BackendLoad {
+        let calls = (self.burst / 2).max(1) as usize;
+        BackendLoad {
+            max_attaches: Some(calls),
+            max_detaches: Some(calls),
+            ..BackendLoad::UNBOUNDED
+        }
+    }
 }
+
+/// About how many requests one attach or detach call of the core costs against the API
+/// server (see [`ClientRateLimit::backend_load`]).
+pub const REQUESTS_PER_CALL: u32 = 4;
 
 impl<S> Layer<S> for ClientRateLimit {
     type Service = RateLimited<S>;
@@ -154,5 +180,27 @@ mod tests {
         let limit = ClientRateLimit::new(1.0, 3).expect("a limit");
         let admitted = (0..10).filter(|_| limit.limiter.check().is_ok()).count();
         assert_eq!(admitted, 3);
+    }
+
+    #[test]
+    fn calls_are_bounded_to_a_share_of_the_bucket_the_core_accepts() {
+        let load = ClientRateLimit::new(20.0, 30)
+            .expect("a limit")
+            .backend_load();
+        assert_eq!(
+            (load.max_attaches, load.max_detaches, load.rate),
+            (Some(15), Some(15), None)
+        );
+        assert_eq!(load.overdue, BackendLoad::UNBOUNDED.overdue);
+        let config = attach_detach::config::Config {
+            backend_load: load,
+            ..Default::default()
+        };
+        config.validate().expect("valid");
+        // A tiny burst still lets one call go.
+        let small = ClientRateLimit::new(0.5, 1)
+            .expect("a limit")
+            .backend_load();
+        assert_eq!(small.max_detaches, Some(1));
     }
 }
