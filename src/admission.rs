@@ -840,8 +840,7 @@ impl<D: Domain> Admission<D> {
             if lane.overdue_calls.is_some() {
                 crate::gate::trim_map(&mut lane.tracked);
                 crate::gate::trim_map(&mut lane.suspects);
-                if lane.running.capacity() > 64
-                    && lane.running.len() * 4 <= lane.running.capacity()
+                if lane.running.capacity() > 64 && lane.running.len() * 4 <= lane.running.capacity()
                 {
                     lane.running.shrink_to(lane.running.len() * 2);
                 }
