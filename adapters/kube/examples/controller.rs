@@ -8,34 +8,60 @@
 //! ```
 //!
 //! Each term of leadership (Lease `attach-detach-controller` in `$POD_NAMESPACE`, default
-//! `kube-system`; identity `$HOSTNAME`): the informers list the cluster, a controller starts
-//! from that world with the Node status store and the VolumeAttachment backend, events go to
-//! the pods and nodes, and the informers feed the controller until the lease is lost or the
-//! process is told to stop (Ctrl-C, SIGTERM).
+//! `kube-system`; identity the hostname, `_` and a random UUID): the informers list the
+//! cluster, a controller starts from that world with the Node status store and the
+//! VolumeAttachment backend, events go to the pods and nodes, and the informers feed the
+//! controller until the lease is lost or the process is told to stop (Ctrl-C, SIGTERM).
 //!
+//! Every request goes through a client-side token bucket, as client-go's: `KUBE_API_QPS`
+//! (default 20) a second, bursts of `KUBE_API_BURST` (default 30), kube-controller-manager's
+//! `--kube-api-qps` and `--kube-api-burst`. The core's attach and detach calls are paced to a
+//! share of it (`ClientRateLimit::backend_load`), so that none waits in the bucket past its
+//! deadline when a zone fails.
+//!
+//! What stops it says so in one plain line on stderr: no cluster configured (exit 2), a
+//! setting that cannot work (exit 2), credentials refused or a request forbidden (exit 3). An
+//! API server it cannot reach is retried with backoff (1 s doubling to 1 min), one line each.
 //! Logs go to stderr through `tracing-subscriber`, filtered by `RUST_LOG` (default `info`).
 
 use std::error::Error;
+use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
-use attach_detach::config::Config;
+use attach_detach::config::{BackendLoad, Config};
 use attach_detach::controller::Controller;
 use attach_detach_kube::{
-    Informers, KubeEventRecorder, LeaderConfig, REPORTING_CONTROLLER, Term, lead,
+    ClientRateLimit, Informers, KubeEventRecorder, LeaderConfig, LeaderError, REPORTING_CONTROLLER,
+    Term, lead,
 };
 use kube::Client;
+use kube::runtime::events::Reporter;
+use tokio::sync::watch;
 
 type BoxError = Box<dyn Error + Send + Sync>;
 
 /// Starts one term: informers synced, controller spawned, informers and events running.
-async fn start_term(client: Client) -> Result<Term, BoxError> {
+async fn start_term(
+    client: Client,
+    identity: String,
+    backend_load: BackendLoad,
+) -> Result<Term, BoxError> {
     let mut informers = Informers::new(client.clone());
     let parts = wiring::parts(client.clone(), &informers)?;
     // Upstream's WaitForCacheSync: the controller starts from the whole cluster.
     let world = informers.initial_sync().await;
-    let (recorder, publisher) =
-        KubeEventRecorder::spawn(client, REPORTING_CONTROLLER.into(), informers.index(), 1024);
-    let controller = Controller::new(Config::default(), parts.backend, parts.store, world)?
+    let reporter = Reporter {
+        controller: REPORTING_CONTROLLER.into(),
+        instance: Some(identity),
+    };
+    let (recorder, publisher) = KubeEventRecorder::spawn(client, reporter, informers.index(), 1024);
+    // The core's calls paced to the client's bucket, so none waits in it past its deadline.
+    let config = Config {
+        backend_load,
+        ..Config::default()
+    };
+    let controller = Controller::new(config, parts.backend, parts.store, world)?
         .with_recorder(Arc::new(recorder));
     let (handle, task) = controller.spawn();
     let feeder = tokio::spawn(informers.run(handle.clone()));
@@ -61,8 +87,59 @@ async fn stopped() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
+/// A setting from the environment, `default` if unset.
+fn setting<T: std::str::FromStr>(name: &str, default: T) -> Result<T, String> {
+    match std::env::var(name) {
+        Err(_) => Ok(default),
+        Ok(text) => text
+            .trim()
+            .parse()
+            .map_err(|_| format!("{name}={text:?} is not a valid value")),
+    }
+}
+
+/// Why the campaign could not go on, as one line for the operator.
+enum Stop {
+    /// Worth another try later: the API server could not be reached, or failed.
+    Retry(String),
+    /// Nothing changes by trying again: the credentials or the permissions are wrong.
+    Refused(String),
+    /// The configuration cannot work.
+    Invalid(String),
+}
+
+fn judge(error: &LeaderError, url: &str) -> Stop {
+    if let LeaderError::Config(_) = error {
+        return Stop::Invalid(error.to_string());
+    }
+    let LeaderError::Lease(kube_lease_manager::LeaseManagerError::KubeError(error)) = error else {
+        return Stop::Retry(format!("the Lease could not be taken: {error}"));
+    };
+    match error {
+        kube::Error::Api(status) if status.code == 401 => Stop::Refused(format!(
+            "the API server at {url} refused the credentials (401 Unauthorized): check the kubeconfig's user or the service account token"
+        )),
+        kube::Error::Api(status) if status.code == 403 => Stop::Refused(format!(
+            "the API server at {url} forbids the controller: {} (apply deploy/rbac.yaml and run as its service account)",
+            status.message
+        )),
+        kube::Error::Api(status) => Stop::Retry(format!(
+            "the API server at {url} answered {}: {}",
+            status.code, status.message
+        )),
+        other => {
+            // The innermost cause says it plainly ("Connection refused", a DNS failure).
+            let mut cause: &dyn Error = other;
+            while let Some(source) = cause.source() {
+                cause = source;
+            }
+            Stop::Retry(format!("cannot reach the API server at {url}: {cause}"))
+        }
+    }
+}
+
 #[tokio::main]
-async fn main() -> Result<(), BoxError> {
+async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -70,24 +147,90 @@ async fn main() -> Result<(), BoxError> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let client = Client::try_default().await?;
+    let config = match kube::Config::infer().await {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!(
+                "attach-detach: no cluster to talk to: set KUBECONFIG to a kubeconfig, or run in a pod with a service account ({error})"
+            );
+            return ExitCode::from(2);
+        }
+    };
+    let url = config.cluster_url.to_string();
+    let limit = match (setting("KUBE_API_QPS", 20.0), setting("KUBE_API_BURST", 30)) {
+        (Ok(qps), Ok(burst)) => match ClientRateLimit::new(qps, burst) {
+            Some(limit) => limit,
+            None => {
+                eprintln!(
+                    "attach-detach: KUBE_API_QPS and KUBE_API_BURST must be positive (got {qps} and {burst})"
+                );
+                return ExitCode::from(2);
+            }
+        },
+        (Err(error), _) | (_, Err(error)) => {
+            eprintln!("attach-detach: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let client = match kube::client::ClientBuilder::try_from(config) {
+        Ok(builder) => builder.with_layer(&limit).build(),
+        Err(error) => {
+            eprintln!("attach-detach: the kubeconfig cannot be used: {error}");
+            return ExitCode::from(2);
+        }
+    };
     let leader = LeaderConfig {
         namespace: std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "kube-system".into()),
         ..LeaderConfig::default()
     };
     eprintln!(
-        "attach-detach: campaigning for Lease {}/{} as {}",
-        leader.namespace, leader.lease, leader.identity
+        "attach-detach: campaigning for Lease {}/{} as {} at {url} ({} requests/s, bursts of {})",
+        leader.namespace,
+        leader.lease,
+        leader.identity,
+        limit.qps(),
+        limit.burst()
     );
-    lead(
-        client.clone(),
-        leader,
-        || start_term(client.clone()),
-        stopped(),
-    )
-    .await?;
+    let (stop, stopping) = watch::channel(false);
+    tokio::spawn(async move {
+        stopped().await;
+        let _ = stop.send(true);
+    });
+    let until_stopped = |mut stopping: watch::Receiver<bool>| async move {
+        let _ = stopping.wait_for(|s| *s).await;
+    };
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        let identity = leader.identity.clone();
+        let result = lead(
+            client.clone(),
+            leader.clone(),
+            || start_term(client.clone(), identity.clone(), limit.backend_load()),
+            until_stopped(stopping.clone()),
+        )
+        .await;
+        let Err(error) = result else { break };
+        match judge(&error, &url) {
+            Stop::Refused(line) => {
+                eprintln!("attach-detach: {line}");
+                return ExitCode::from(3);
+            }
+            Stop::Invalid(line) => {
+                eprintln!("attach-detach: {line}");
+                return ExitCode::from(2);
+            }
+            Stop::Retry(line) => {
+                eprintln!("attach-detach: {line}; retrying in {}s", backoff.as_secs());
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = until_stopped(stopping.clone()) => break,
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(60));
+            }
+        }
+    }
     eprintln!("attach-detach: stopped");
-    Ok(())
+    ExitCode::SUCCESS
 }
 
 /// The status store and the backend (`KubeStatusStore`, `VolumeAttachmentBackend`), the

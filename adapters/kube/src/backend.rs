@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt::Debug;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -18,11 +19,12 @@ use k8s_openapi::api::storage::v1::{
     VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
 };
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams, WatchEvent, WatchParams};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use serde::de::DeserializeOwned;
 use tokio::time::{Instant, timeout_at};
 use tracing::{debug, warn};
 
+use crate::attachments::{AttachmentCache, Known};
 use crate::domain::{AttachSource, CsiVolume, Kube, attachment_name, unique_name};
 use crate::drivers::CsiDrivers;
 use crate::nodes::{ManagedNodes, controller_managed};
@@ -31,9 +33,8 @@ use crate::translate::translate_persistent_volume;
 /// The errors of this backend: its nodes are node names.
 type Error = BackendError<String>;
 
-/// How long to wait before watching again after a watch that ended without telling anything,
-/// so that a server closing every watch at once is not hammered. Upstream polls from 500 ms.
-const REWATCH_PAUSE: Duration = Duration::from_millis(500);
+/// How many GETs a verify sends at once, for the objects the cache cannot vouch for.
+const VERIFY_READS: usize = 8;
 
 /// Which VolumeAttachments [`VolumeAttachmentBackend::list`](AttachBackend::list) reports as
 /// this controller's.
@@ -99,19 +100,30 @@ impl Default for KubeBackendConfig {
 ///   driver, `spec.nodeName` the node, `spec.source` the payload's
 ///   [`AttachSource`](crate::AttachSource): `persistentVolumeName`, or for an inline in-tree
 ///   volume its translated spec in `inlineVolumeSpec`, as upstream's attacher), an existing
-///   one counting as created, then watches it until `status.attached` is true. It answers
-///   `device: None`: a CSI node plugin finds its volume from the publish context, not from a
-///   device path the controller hands over. It fails as [`BackendError::Transient`] if the
-///   object is being deleted (a detach of the pair is under way: the contract forbids
-///   reporting success before it ends) or disappears, and as [`BackendError::Uncertain`] on
-///   `status.attachError` (the external-attacher retries on its own, so the volume may still
-///   attach) or when the timeout passes.
-/// - **detach** deletes the object (already gone counts as done) and watches it until it is
-///   gone, which the external-attacher allows (by removing its finalizer) only after
+///   one counting as created (then read by a GET), and waits until `status.attached` is true.
+///   It answers `device: None`: a CSI node plugin finds its volume from the publish context,
+///   not from a device path the controller hands over. It fails as
+///   [`BackendError::Transient`] if the object is being deleted (a detach of the pair is
+///   under way: the contract forbids reporting success before it ends) or disappears, and as
+///   [`BackendError::Uncertain`] on `status.attachError` (the external-attacher retries on
+///   its own, so the volume may still attach) or when the timeout passes.
+/// - **detach** deletes the object (already gone counts as done) and waits until it is gone,
+///   which the external-attacher allows (by removing its finalizer) only after
 ///   ControllerUnpublish succeeded; `status.detachError` or the timeout fail it as
 ///   [`BackendError::Uncertain`].
-/// - **verify** reads the VolumeAttachments once; **list** reads them and the
-///   PersistentVolumes once each.
+/// - **verify** costs what it asks, not the cluster: an object the shared watch holds counts
+///   without a request, any other is read by a GET, so that "not attached" is never a stale
+///   answer (see [`verify`](AttachBackend::verify)).
+/// - **list** reads the VolumeAttachments and the PersistentVolumes once each (paged).
+///
+/// The waits read one watch of every VolumeAttachment, shared by all calls and kept by the
+/// backend (a LIST, then a WATCH from its resourceVersion; a new LIST after 410 Gone; a
+/// broken watch opened again after a backoff), started by the first attach, detach or verify
+/// and stopped when the last clone of the backend is dropped. A wait judges the object only
+/// once the watch has caught up with the revision of the create's or delete's answer (or of
+/// the read of an existing object), and only that incarnation of the name (its `uid`), so an
+/// object not delivered yet is not taken for gone, nor an older one of the name for it. A
+/// wait whose watch is down ends by the timeout, as uncertain, saying why the watch is down.
 ///
 /// Volumes of a driver that needs no attach ([`CsiDrivers::attach_required`] is false) are
 /// attached by nothing: attach succeeds without an API call, and verify counts them as
@@ -125,14 +137,6 @@ impl Default for KubeBackendConfig {
 /// refusal (5xx, no answer, a broken connection) may have landed and is
 /// [`Uncertain`](BackendError::Uncertain); a failed read is transient. Once the create or
 /// delete is done, anything that ends the wait early is uncertain.
-///
-/// The watches are of the one object (`fieldSelector=metadata.name=...`), from the
-/// resourceVersion of the create's or delete's answer. A watch that ends or breaks (410 Gone
-/// included) is followed by a new read of the object and a new watch, all within the call's
-/// timeout (after a pause of half a second unless the watch brought news). That read is a
-/// LIST of the one object rather than a GET, for the list's resourceVersion: an object's own
-/// is that of its last change, which may be older than the history the server keeps for
-/// watches, and watching from it would only earn another 410.
 ///
 /// ```no_run
 /// use attach_detach_kube::{CsiDrivers, VolumeAttachmentBackend};
@@ -152,6 +156,8 @@ pub struct VolumeAttachmentBackend {
     drivers: CsiDrivers,
     managed: ManagedNodes,
     config: KubeBackendConfig,
+    /// The shared watch of every VolumeAttachment, shared by the backend's clones.
+    cache: Arc<AttachmentCache>,
 }
 
 impl VolumeAttachmentBackend {
@@ -163,8 +169,10 @@ impl VolumeAttachmentBackend {
 
     /// A backend configured by `config`.
     pub fn with_config(client: Client, drivers: CsiDrivers, config: KubeBackendConfig) -> Self {
+        let attachments = Api::all(client.clone());
         VolumeAttachmentBackend {
-            attachments: Api::all(client.clone()),
+            cache: Arc::new(AttachmentCache::new(attachments.clone(), config.page_size)),
+            attachments,
             volumes: Api::all(client.clone()),
             nodes: Api::all(client),
             drivers,
@@ -202,118 +210,31 @@ impl VolumeAttachmentBackend {
             }
     }
 
-    /// The VolumeAttachment `name` (`None`: gone), read by a LIST of it alone, with the
-    /// version to watch from: the list's, which is current, where the object's own may be
-    /// older than the server keeps watch history for (and would answer 410 Gone).
-    async fn read_one(
-        &self,
-        name: &str,
-    ) -> Result<(Option<VolumeAttachment>, String), kube::Error> {
-        let params = ListParams::default().fields(&format!("metadata.name={name}"));
-        let list = self.attachments.list(&params).await?;
-        let version = list.metadata.resource_version.unwrap_or_default();
-        Ok((list.items.into_iter().next(), version))
-    }
-
-    /// Watches the VolumeAttachment `name` until `judge` decides or `deadline` passes,
-    /// starting from `current`, its state (`None`: gone) at `version`.
-    ///
-    /// `judge` sees each new state of the object (`None` once it is gone, which it must
-    /// decide) and answers `Some` when the wait is over. `what` names the call in errors.
+    /// Waits, by `deadline`, until `judge` decides on the VolumeAttachment `name` as the
+    /// shared cache holds it once caught up with revision `since` (see
+    /// [`AttachmentCache::wait`]). `what` names the call in the timeout's error, which says
+    /// why the cache does not follow the server if it does not.
     async fn wait(
         &self,
         name: &str,
         what: &str,
-        (mut current, mut version): (Option<VolumeAttachment>, String),
+        since: Option<u64>,
         deadline: Instant,
-        judge: impl Fn(Option<&VolumeAttachment>) -> Option<Result<(), Error>>,
+        judge: impl FnMut(Option<&Known>) -> Option<Result<(), Error>>,
     ) -> Result<(), Error> {
-        let timed_out = || {
-            BackendError::uncertain(format!(
-                "{what}: not done within {:?}; the external-attacher may still finish it",
-                self.config.timeout
-            ))
-        };
-        let lost = |error: kube::Error| {
-            BackendError::uncertain(format!("{what}: lost track of the VolumeAttachment"))
-                .with_source(error)
-        };
-        loop {
-            if let Some(done) = judge(current.as_ref()) {
-                return done;
-            }
-            let watched = timeout_at(deadline, self.watch(name, &version, deadline, &judge));
-            let progressed = match watched.await {
-                Err(_) => return Err(timed_out()),
-                Ok(Watched::Done(done)) => return done,
-                Ok(Watched::Failed(error)) => return Err(lost(error)),
-                Ok(Watched::Broken { progressed }) => progressed,
-            };
-            if !progressed {
-                let pause = tokio::time::sleep(REWATCH_PAUSE);
-                if timeout_at(deadline, pause).await.is_err() {
-                    return Err(timed_out());
+        match timeout_at(deadline, self.cache.wait(name, since, judge)).await {
+            Ok(done) => done,
+            Err(elapsed) => {
+                let mut message = format!(
+                    "{what}: not done within {:?}; the external-attacher may still finish it",
+                    self.config.timeout
+                );
+                if let Some(trouble) = self.cache.trouble() {
+                    message.push_str(&format!(" (and {trouble})"));
                 }
-            }
-            (current, version) = match timeout_at(deadline, self.read_one(name)).await {
-                Err(_) => return Err(timed_out()),
-                Ok(Ok(read)) => read,
-                Ok(Err(error)) => return Err(lost(error)),
-            };
-        }
-    }
-
-    /// One watch of the VolumeAttachment `name` from `version`, until `judge` decides or the
-    /// watch ends.
-    async fn watch(
-        &self,
-        name: &str,
-        version: &str,
-        deadline: Instant,
-        judge: &impl Fn(Option<&VolumeAttachment>) -> Option<Result<(), Error>>,
-    ) -> Watched {
-        // The server ends the watch by the deadline too (rounded up to a whole second).
-        let left = deadline.saturating_duration_since(Instant::now());
-        let seconds = left.as_secs() + u64::from(left.subsec_nanos() > 0);
-        let params = WatchParams::default()
-            .fields(&format!("metadata.name={name}"))
-            .timeout(u32::try_from(seconds.max(1)).unwrap_or(u32::MAX));
-        let stream = match self.attachments.watch(&params, version).await {
-            Ok(stream) => stream,
-            // The version is too old to watch from: read the object again.
-            Err(error) if status_code(&error) == Some(410) => {
-                debug!(name, %error, "watch expired; reading the VolumeAttachment again");
-                return Watched::Broken { progressed: false };
-            }
-            Err(error) => return Watched::Failed(error),
-        };
-        let mut stream = std::pin::pin!(stream);
-        let mut progressed = false;
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(WatchEvent::Added(va) | WatchEvent::Modified(va)) => {
-                    if let Some(done) = judge(Some(&va)) {
-                        return Watched::Done(done);
-                    }
-                    progressed = true;
-                }
-                Ok(WatchEvent::Deleted(_)) => match judge(None) {
-                    Some(done) => return Watched::Done(done),
-                    None => progressed = true,
-                },
-                Ok(WatchEvent::Bookmark(_)) => {}
-                // 410 Gone, most often: the version fell out of the server's history.
-                Ok(WatchEvent::Error(status)) => {
-                    debug!(name, ?status, "watch ended with an error");
-                    return Watched::Broken { progressed };
-                }
-                Err(error) => {
-                    debug!(name, %error, "watch broke");
-                    return Watched::Broken { progressed };
-                }
+                Err(BackendError::uncertain(message).with_source(elapsed))
             }
         }
-        Watched::Broken { progressed }
     }
 
     /// Which of `nodes` this controller manages, by [`ManagedNodes`], or, for a node it does
@@ -356,21 +277,6 @@ impl VolumeAttachmentBackend {
     }
 }
 
-/// How one watch ended.
-enum Watched {
-    /// The judge decided.
-    Done(Result<(), Error>),
-    /// The watch ended or broke before: read the object again and watch anew, after a pause
-    /// unless the watch brought news (so that a server ending or refusing every watch at
-    /// once is not hammered).
-    Broken {
-        /// Whether the watch brought a change of the object.
-        progressed: bool,
-    },
-    /// The watch could not be opened.
-    Failed(kube::Error),
-}
-
 /// The VolumeAttachment upstream's CSI attacher creates for `volume` on `node`.
 fn desired(name: &str, volume: &CsiVolume, node: &str) -> VolumeAttachment {
     VolumeAttachment {
@@ -396,46 +302,48 @@ fn desired(name: &str, volume: &CsiVolume, node: &str) -> VolumeAttachment {
     }
 }
 
-/// Where an attach stands, given the object's state, in upstream's order
-/// (`verifyAttachmentStatus`): gone or being deleted fails, attached succeeds, an attach
-/// error fails, anything else waits.
-fn attach_progress(what: &str, va: Option<&VolumeAttachment>) -> Option<Result<(), Error>> {
-    let Some(va) = va else {
+/// Where an attach of the object `uid` stands, given the state of its name (`None`: no
+/// object), in upstream's order (`verifyAttachmentStatus`): gone (or replaced by another
+/// object of the name) or being deleted fails, attached succeeds, an attach error fails,
+/// anything else waits.
+fn attach_progress(what: &str, uid: Option<&str>, va: Option<&Known>) -> Option<Result<(), Error>> {
+    let Some(va) = va.filter(|va| va.uid.as_deref() == uid) else {
         return Some(Err(BackendError::transient(format!(
             "{what}: the VolumeAttachment was deleted before the volume was attached"
         ))));
     };
-    if va.metadata.deletion_timestamp.is_some() {
+    if va.deleting {
         return Some(Err(BackendError::transient(format!(
             "{what}: the VolumeAttachment is being deleted (a detach is under way); \
              attach again once it is gone"
         ))));
     }
-    let status = va.status.as_ref()?;
-    if status.attached {
+    if va.attached {
         return Some(Ok(()));
     }
-    let error = status.attach_error.as_ref()?;
+    let error = va.attach_error.as_ref()?;
     Some(Err(BackendError::uncertain(format!(
-        "{what}: the external-attacher failed (it keeps trying): {}",
-        error.message.as_deref().unwrap_or("no message")
+        "{what}: the external-attacher failed (it keeps trying): {error}"
     ))))
 }
 
-/// Where a detach stands, given the object's state: gone succeeds, a detach error fails, an
-/// object no longer being deleted (created again by an attach since) fails, anything else
-/// waits.
-fn detach_progress(what: &str, va: Option<&VolumeAttachment>) -> Option<Result<(), Error>> {
+/// Where a detach of the object `uid` stands, given the state of its name (`None`: no
+/// object): gone succeeds, a detach error fails, an object no longer being deleted or
+/// another object of the name (created again by an attach since) fails, anything else waits.
+fn detach_progress(what: &str, uid: Option<&str>, va: Option<&Known>) -> Option<Result<(), Error>> {
     let Some(va) = va else {
         return Some(Ok(()));
     };
-    if let Some(error) = va.status.as_ref().and_then(|s| s.detach_error.as_ref()) {
+    if let Some(error) = va
+        .detach_error
+        .as_ref()
+        .filter(|_| va.uid.as_deref() == uid)
+    {
         return Some(Err(BackendError::uncertain(format!(
-            "{what}: the external-attacher failed (it keeps trying): {}",
-            error.message.as_deref().unwrap_or("no message")
+            "{what}: the external-attacher failed (it keeps trying): {error}"
         ))));
     }
-    if va.metadata.deletion_timestamp.is_none() {
+    if !va.deleting || va.uid.as_deref() != uid {
         return Some(Err(BackendError::uncertain(format!(
             "{what}: the VolumeAttachment was created again (an attach is under way)"
         ))));
@@ -468,19 +376,13 @@ impl AttachBackend<Kube> for VolumeAttachmentBackend {
         let (params, object) = (PostParams::default(), desired(&name, payload, node));
         let create = self.attachments.create(&params, &object);
         let current = match timeout_at(deadline, create).await {
-            Ok(Ok(created)) => {
-                let version = created
-                    .metadata
-                    .resource_version
-                    .clone()
-                    .unwrap_or_default();
-                (Some(created), version)
-            }
+            Ok(Ok(created)) => Some(created),
             // AlreadyExists: ours from an earlier call, or one a detach is deleting; which
-            // one, the object says. Nothing was written, so a failed read is transient.
+            // one, the object says, read now (the cache may not have it yet, or not as it is
+            // now). Nothing was written, so a failed read is transient.
             Ok(Err(error)) if status_code(&error) == Some(409) => {
                 debug!(name, "VolumeAttachment already exists");
-                match timeout_at(deadline, self.read_one(&name)).await {
+                match timeout_at(deadline, self.attachments.get_opt(&name)).await {
                     Ok(Ok(read)) => read,
                     Ok(Err(error)) => {
                         return Err(BackendError::transient(format!(
@@ -504,10 +406,24 @@ impl AttachBackend<Kube> for VolumeAttachmentBackend {
                 );
             }
         };
-        self.wait(&name, &what, current, deadline, |va| {
-            attach_progress(&what, va)
-        })
-        .await?;
+        // Gone already: no incarnation to wait on.
+        let Some(current) = current else {
+            return Err(BackendError::transient(format!(
+                "{what}: the VolumeAttachment was deleted before the volume was attached"
+            )));
+        };
+        // The object as the create or the read left it, then as the cache holds it once it
+        // has caught up with that revision: an absent object is then really gone.
+        let known = Known::of(&current);
+        let uid = known.uid.clone();
+        if let Some(done) = attach_progress(&what, uid.as_deref(), Some(&known)) {
+            done?;
+        } else {
+            self.wait(&name, &what, known.version, deadline, |va| {
+                attach_progress(&what, uid.as_deref(), va)
+            })
+            .await?;
+        }
         // CSI needs no device path: the node plugin learns where the volume is from the
         // publish context the external-attacher stores in `status.attachmentMetadata`.
         Ok(AttachInfo { device: None })
@@ -544,28 +460,46 @@ impl AttachBackend<Kube> for VolumeAttachmentBackend {
         // The server answers the object, or a Status once it is gone. An object without
         // finalizers is removed at once (VolumeAttachments have no graceful deletion); one
         // with the external-attacher's finalizer stays, marked deleted, until it detached.
-        let current = answer.left().filter(|va| {
+        let Some(current) = answer.left().filter(|va| {
             va.metadata
                 .finalizers
                 .as_ref()
                 .is_some_and(|f| !f.is_empty())
-        });
-        let version = current
-            .as_ref()
-            .and_then(|va| va.metadata.resource_version.clone())
-            .unwrap_or_default();
-        self.wait(&name, &what, (current, version), deadline, |va| {
-            detach_progress(&what, va)
+        }) else {
+            return Ok(());
+        };
+        // Then as the cache holds it once caught up with the delete's revision: an absent
+        // object is then really gone.
+        let known = Known::of(&current);
+        let uid = known.uid.clone();
+        if let Some(done) = detach_progress(&what, uid.as_deref(), Some(&known)) {
+            return done;
+        }
+        self.wait(&name, &what, known.version, deadline, |va| {
+            detach_progress(&what, uid.as_deref(), va)
         })
         .await
     }
 
-    /// One LIST of the VolumeAttachments: an asked volume counts as attached to `node` while
-    /// its object for `node` exists, whether its attach is still under way (as the contract
-    /// asks) or its detach is (the volume is attached until the external-attacher removed
-    /// its finalizer, so settling an uncertain detach as done before would let the core
-    /// attach a single-node volume elsewhere while it is still here). Volumes of a driver
-    /// needing no attach count as attached, without a LIST if all are.
+    /// Which asked volumes have their object for `node`, read at the cost of what is asked,
+    /// not of the cluster: an object the shared cache holds (while it follows the server)
+    /// counts without a request; each other one is read by a GET of its name (names are
+    /// deterministic), a few at a time.
+    ///
+    /// Why not the cache alone: a volume left out makes the core forget an attachment, which
+    /// is irreversible, so "not attached" must be at least as fresh as the call. A cache is
+    /// behind the server by however long its events take, so its absence decides nothing;
+    /// its presence may: an object it holds existed a moment ago, and reporting it a little
+    /// longer only delays the core noticing that it vanished. A GET is read from etcd at the
+    /// time of the call, so its 404 is fresh. In steady state every asked volume's object is
+    /// in the cache and a verify sends nothing; one that vanished costs one GET.
+    ///
+    /// An asked volume counts as attached to `node` while its object exists, whether its
+    /// attach is still under way (as the contract asks) or its detach is (the volume is
+    /// attached until the external-attacher removed its finalizer, so settling an uncertain
+    /// detach as done before would let the core attach a single-node volume elsewhere while
+    /// it is still here). Volumes of a driver needing no attach count as attached, without a
+    /// request.
     async fn verify(
         &self,
         node: &String,
@@ -581,19 +515,47 @@ impl AttachBackend<Kube> for VolumeAttachmentBackend {
                 (volume, name)
             })
             .collect();
-        let present: HashSet<String> = if asked.iter().any(|(_, name)| name.is_some()) {
-            self.read(
-                || format!("verify of {node}: list VolumeAttachments"),
-                list_all(&self.attachments, self.config.page_size),
+        let names: Vec<&str> = asked.iter().filter_map(|(_, n)| n.as_deref()).collect();
+        if names.is_empty() {
+            return Ok(asked.into_iter().map(|(v, _)| v.clone()).collect());
+        }
+        let cached = self.cache.present(names.iter().copied());
+        let (mut present, mut unsure) = (HashSet::new(), Vec::new());
+        for (i, name) in names.iter().enumerate() {
+            if cached.as_ref().is_some_and(|held| held[i]) {
+                present.insert(name.to_string());
+            } else {
+                unsure.push(name.to_string());
+            }
+        }
+        let api = &self.attachments;
+        let reads = futures::stream::iter(unsure)
+            .map(|name: String| async move {
+                let read = api.get_opt(&name).await;
+                (name, read)
+            })
+            .buffer_unordered(VERIFY_READS)
+            .collect::<Vec<_>>();
+        let reads = self
+            .read(
+                || format!("verify of {node}: read VolumeAttachments"),
+                async { Ok(reads.await) },
             )
-            .await?
-            .into_iter()
-            .filter(|va| va.spec.node_name == *node)
-            .filter_map(|va| va.metadata.name)
-            .collect()
-        } else {
-            HashSet::new()
-        };
+            .await?;
+        for (name, read) in reads {
+            match read {
+                Ok(Some(va)) if va.spec.node_name == *node => {
+                    present.insert(name);
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    return Err(BackendError::transient(format!(
+                        "verify of {node}: read VolumeAttachment {name}"
+                    ))
+                    .with_source(error));
+                }
+            }
+        }
         Ok(asked
             .into_iter()
             .filter(|(_, name)| name.as_ref().is_none_or(|name| present.contains(name)))

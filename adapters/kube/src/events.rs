@@ -3,21 +3,29 @@
 //! [`kube_events`] is the mapping, pure: a core [`Event`] becomes zero or more [`KubeEvent`]s
 //! (reason, type, message, the object it is about). [`KubeEventRecorder`] is the controller's
 //! [`EventRecorder`]: `record` runs on the controller's loop and must not block, so it only
-//! puts the mapped events in a bounded queue; a task publishes them through kube-runtime's
-//! [`Recorder`] (the `events.k8s.io/v1` API, with its series deduplication). A full queue
-//! drops the event and counts it ([`KubeEventRecorder::dropped`]): losing an event is better
-//! than stalling attaches and detaches behind a slow API server.
+//! puts the mapped events in a bounded queue; a task ([`publish`]) sends them as `core/v1`
+//! Events through client-go's event correlator, ported (see [`publish`]). A full queue drops
+//! the event and counts it ([`KubeEventRecorder::dropped`]): losing an event is better than
+//! stalling attaches and detaches behind a slow API server.
 
+use std::collections::HashSet;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use attach_detach::controller::EventRecorder;
 use attach_detach::core::Event;
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::Client;
-use kube::runtime::events::{Event as Note, EventType, Recorder, Reporter};
+use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::events::{EventType, Reporter};
+use kube::{Api, Client};
+use lru::LruCache;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::domain::Kube;
@@ -43,18 +51,6 @@ pub struct KubeEvent {
     pub note: String,
     /// What the controller was doing: `Attach`, `Detach`, `Wait` or `Call`.
     pub action: &'static str,
-}
-
-impl KubeEvent {
-    fn note(&self) -> Note {
-        Note {
-            type_: self.type_,
-            reason: self.reason.to_owned(),
-            note: Some(self.note.clone()),
-            action: self.action.to_owned(),
-            secondary: None,
-        }
-    }
 }
 
 fn pod_ref(pod: &PodRef) -> ObjectReference {
@@ -382,9 +378,9 @@ impl KubeEventRecorder {
         (recorder, rx)
     }
 
-    /// A recorder and the task that publishes its events through kube-runtime's [`Recorder`]
-    /// as `reporter` (upstream's is [`REPORTING_CONTROLLER`]). The task ends once every clone
-    /// of the recorder is dropped and the queue is drained.
+    /// A recorder and the task that [`publish`]es its events as `reporter` (upstream's
+    /// controller is [`REPORTING_CONTROLLER`]; the instance names the replica). The task ends
+    /// once every clone of the recorder is dropped and the queue is drained.
     pub fn spawn(
         client: Client,
         reporter: Reporter,
@@ -392,7 +388,7 @@ impl KubeEventRecorder {
         capacity: usize,
     ) -> (Self, JoinHandle<()>) {
         let (recorder, rx) = Self::new(index, capacity);
-        let task = tokio::spawn(publish(Recorder::new(client, reporter), rx));
+        let task = tokio::spawn(publish(client, reporter, rx));
         (recorder, task)
     }
 
@@ -416,11 +412,304 @@ impl EventRecorder<Kube> for KubeEventRecorder {
     }
 }
 
-/// Publishes every queued event through `recorder` until the queue closes. A refused event is
-/// logged and skipped: events are best effort.
-pub async fn publish(recorder: Recorder, mut queue: mpsc::Receiver<KubeEvent>) {
+/// client-go's event correlator defaults (`tools/record/events_cache.go`): per object, a
+/// token bucket of 25 that gains one every 5 minutes.
+const SPAM_BURST: f64 = 25.0;
+const SPAM_REFILL: Duration = Duration::from_secs(5 * 60);
+/// From the tenth distinct message of one reason on one object within 10 minutes, the
+/// messages go to one aggregate event.
+const AGGREGATE_AFTER: usize = 10;
+const AGGREGATE_WITHIN: Duration = Duration::from_secs(10 * 60);
+/// The aggregate event's message is this, then the latest message.
+const COMBINED: &str = "(combined from similar events): ";
+/// Each of the correlator's caches holds at most this many keys, least recently used out.
+const CACHE_ENTRIES: NonZeroUsize = NonZeroUsize::new(4096).expect("not zero");
+
+/// The object an event is about, as client-go's correlator keys it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct ObjectKey {
+    kind: Option<String>,
+    namespace: Option<String>,
+    name: Option<String>,
+    uid: Option<String>,
+    api_version: Option<String>,
+    field_path: Option<String>,
+}
+
+impl From<&ObjectReference> for ObjectKey {
+    fn from(r: &ObjectReference) -> Self {
+        ObjectKey {
+            kind: r.kind.clone(),
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+            uid: r.uid.clone(),
+            api_version: r.api_version.clone(),
+            field_path: r.field_path.clone(),
+        }
+    }
+}
+
+/// One reason of one type on one object; with a message, one event.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct EventKey {
+    object: ObjectKey,
+    warning: bool,
+    reason: &'static str,
+    /// `None`: the aggregate of that reason's messages.
+    message: Option<String>,
+}
+
+/// The distinct messages of one reason on one object seen lately.
+#[derive(Debug)]
+struct Similar {
+    messages: HashSet<String>,
+    last: Instant,
+}
+
+/// An event already sent: a repeat is a patch of it.
+#[derive(Clone, Debug)]
+struct Observed {
+    namespace: String,
+    name: String,
+    count: i32,
+    first: Timestamp,
+}
+
+/// A token bucket, refilled lazily (client-go's passive rate limiter).
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn try_take(&mut self, now: Instant) -> bool {
+        let refill =
+            now.saturating_duration_since(self.at).as_secs_f64() / SPAM_REFILL.as_secs_f64();
+        self.tokens = (self.tokens + refill).min(SPAM_BURST);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// What to send for one event.
+#[derive(Debug)]
+enum Step {
+    /// POST the event.
+    Create(CoreEvent),
+    /// PATCH the event's `count`, `lastTimestamp` and `message`; create it whole if it is
+    /// gone (events expire after an hour).
+    Patch(CoreEvent),
+    /// Nothing: the object's budget is spent.
+    Skip,
+}
+
+/// client-go's `EventCorrelator`, on `core/v1` Events: aggregation of similar messages, then
+/// the repeat of an event sent already as a patch of its count, then the per-object spam
+/// filter. Pure: time is passed in.
+#[derive(Debug)]
+struct Correlator {
+    reporter: Reporter,
+    similar: LruCache<EventKey, Similar>,
+    observed: LruCache<EventKey, Observed>,
+    budgets: LruCache<ObjectKey, Bucket>,
+    /// The last name suffix used: names stay unique however fast events come.
+    last_suffix: i128,
+}
+
+impl Correlator {
+    fn new(reporter: Reporter) -> Self {
+        Correlator {
+            reporter,
+            similar: LruCache::new(CACHE_ENTRIES),
+            observed: LruCache::new(CACHE_ENTRIES),
+            budgets: LruCache::new(CACHE_ENTRIES),
+            last_suffix: 0,
+        }
+    }
+
+    /// A fresh event for `event` with `message`, first seen at `wall`.
+    fn fresh(&mut self, event: &KubeEvent, message: String, wall: Timestamp) -> CoreEvent {
+        let suffix = wall.as_nanosecond().max(self.last_suffix + 1);
+        self.last_suffix = suffix;
+        let regarding = &event.regarding;
+        let object = regarding
+            .name
+            .as_deref()
+            .unwrap_or(&self.reporter.controller);
+        CoreEvent {
+            metadata: ObjectMeta {
+                name: Some(format!("{object}.{suffix:x}")),
+                // A cluster-scoped object's events go to `default`, as client-go's.
+                namespace: Some(
+                    regarding
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| "default".into()),
+                ),
+                ..ObjectMeta::default()
+            },
+            involved_object: regarding.clone(),
+            reason: Some(event.reason.to_owned()),
+            message: Some(message),
+            type_: Some(type_name(event.type_).to_owned()),
+            action: Some(event.action.to_owned()),
+            source: Some(EventSource {
+                component: Some(self.reporter.controller.clone()),
+                host: None,
+            }),
+            reporting_component: Some(self.reporter.controller.clone()),
+            reporting_instance: self.reporter.instance.clone(),
+            first_timestamp: Some(Time(wall)),
+            last_timestamp: Some(Time(wall)),
+            count: Some(1),
+            ..CoreEvent::default()
+        }
+    }
+
+    /// What to send for `event` at `now` (`wall` on the clock the API server reads).
+    fn correlate(&mut self, event: &KubeEvent, now: Instant, wall: Timestamp) -> Step {
+        let object = ObjectKey::from(&event.regarding);
+        let mut key = EventKey {
+            object: object.clone(),
+            warning: event.type_ == EventType::Warning,
+            reason: event.reason,
+            message: None,
+        };
+        // Aggregation (client-go's EventAggregate): count the distinct messages of this
+        // reason on this object within the window; from the tenth on, the event is the
+        // aggregate, under the key without a message.
+        let similar = self.similar.get_or_insert_mut(key.clone(), || Similar {
+            messages: HashSet::new(),
+            last: now,
+        });
+        if now.saturating_duration_since(similar.last) > AGGREGATE_WITHIN {
+            similar.messages.clear();
+        }
+        similar.messages.insert(event.note.clone());
+        similar.last = now;
+        let message = if similar.messages.len() < AGGREGATE_AFTER {
+            key.message = Some(event.note.clone());
+            event.note.clone()
+        } else {
+            // The set stays below the threshold, as client-go's: any one goes.
+            if let Some(any) = similar.messages.iter().next().cloned() {
+                similar.messages.remove(&any);
+            }
+            limit(format!("{COMBINED}{}", event.note))
+        };
+        // Observation (client-go's eventObserve): a key seen before is a patch of its event.
+        let mut out = self.fresh(event, message, wall);
+        let step = match self.observed.get(&key).cloned() {
+            Some(seen) => {
+                out.metadata.name = Some(seen.name.clone());
+                out.metadata.namespace = Some(seen.namespace.clone());
+                out.first_timestamp = Some(Time(seen.first));
+                out.count = Some(seen.count.saturating_add(1));
+                self.observed.put(
+                    key,
+                    Observed {
+                        count: seen.count.saturating_add(1),
+                        ..seen
+                    },
+                );
+                Step::Patch(out)
+            }
+            None => {
+                self.observed.put(
+                    key,
+                    Observed {
+                        namespace: out.metadata.namespace.clone().unwrap_or_default(),
+                        name: out.metadata.name.clone().unwrap_or_default(),
+                        count: 1,
+                        first: wall,
+                    },
+                );
+                Step::Create(out)
+            }
+        };
+        // The spam filter (client-go's EventSourceObjectSpamFilter), last, as there: a
+        // skipped event still counts in its event's `count`.
+        let budget = self.budgets.get_or_insert_mut(object, || Bucket {
+            tokens: SPAM_BURST,
+            at: now,
+        });
+        if budget.try_take(now) {
+            step
+        } else {
+            Step::Skip
+        }
+    }
+}
+
+fn type_name(type_: EventType) -> &'static str {
+    match type_ {
+        EventType::Normal => "Normal",
+        EventType::Warning => "Warning",
+    }
+}
+
+/// Sends one step; a patch of an event that is gone creates it.
+async fn send(client: &Client, step: Step) -> Result<(), kube::Error> {
+    let (event, patch) = match step {
+        Step::Skip => return Ok(()),
+        Step::Create(event) => (event, false),
+        Step::Patch(event) => (event, true),
+    };
+    let namespace = event.metadata.namespace.as_deref().unwrap_or("default");
+    let api: Api<CoreEvent> = Api::namespaced(client.clone(), namespace);
+    if patch {
+        let name = event.metadata.name.clone().unwrap_or_default();
+        let body = serde_json::json!({
+            "count": event.count,
+            "lastTimestamp": event.last_timestamp,
+            "message": event.message,
+        });
+        match api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+        {
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            other => return other.map(drop),
+        }
+    }
+    api.create(&PostParams::default(), &event).await.map(drop)
+}
+
+/// Publishes every queued event as a `core/v1` Event of `reporter` until the queue closes:
+/// client-go's `EventCorrelator`, as upstream's recorder runs it for the attach/detach
+/// controller.
+///
+/// - **Every distinct message reaches the API server.** An event is identified by its object,
+///   type, reason and message: a repeat PATCHes its event's `count`, `lastTimestamp` and
+///   `message`, a new message is a new event (kube-runtime's `Recorder` keys by reason alone,
+///   and sent a second `WaitingForUnmount` of another volume as a count of the first).
+/// - **Similar messages are aggregated**: from the tenth distinct message of one reason on one
+///   object within 10 minutes, they go to one event whose message is `(combined from similar
+///   events): ` and the latest message, patched at each.
+/// - **Per object, a burst of 25, then one every 5 minutes**: what is over is not sent, but
+///   counted in its event's `count`, which the next one sent carries.
+///
+/// Events are `core/v1` (`source.component` and `reportingComponent` are the reporter's
+/// controller, `reportingInstance` its instance) because the `events.k8s.io/v1` API refuses to
+/// change an event's note on update, where client-go's aggregate event carries the latest
+/// message. They are named `<object>.<hex nanoseconds>` in the object's namespace (`default`
+/// for a node), as client-go names them. A refused request is logged and skipped: events
+/// are best effort.
+pub async fn publish(client: Client, reporter: Reporter, mut queue: mpsc::Receiver<KubeEvent>) {
+    let mut correlator = Correlator::new(reporter);
     while let Some(event) = queue.recv().await {
-        match recorder.publish(&event.note(), &event.regarding).await {
+        let step = correlator.correlate(&event, Instant::now(), Timestamp::now());
+        if matches!(step, Step::Skip) {
+            debug!(reason = event.reason, object = ?event.regarding.name, "event over its object's budget: counted, not sent");
+            continue;
+        }
+        match send(&client, step).await {
             Ok(()) => debug!(reason = event.reason, "event published"),
             Err(error) => {
                 warn!(%error, reason = event.reason, object = ?event.regarding.name, "event not published")
@@ -448,7 +737,8 @@ mod tests {
         let pv: k8s_openapi::api::core::v1::PersistentVolume = serde_json::from_value(
             serde_json::json!({
                 "metadata": {"name": "pv-1"},
-                "spec": {"accessModes": ["ReadWriteOnce"], "csi": {"driver": "d", "volumeHandle": "h1"}}
+                "spec": {"accessModes": ["ReadWriteOnce"], "csi": {"driver": "d", "volumeHandle": "h1"},
+                         "claimRef": {"namespace": "ns", "name": "c", "uid": "uid-c"}}
             }),
         )
         .unwrap();
@@ -732,5 +1022,41 @@ mod tests {
         assert_eq!(recorder.dropped(), 2);
         assert_eq!(rx.try_recv().unwrap().reason, "SuccessfulDetachVolume");
         assert!(rx.try_recv().is_err());
+    }
+
+    fn failed(message: &str) -> KubeEvent {
+        kube_events(
+            &Event::AttachFailed {
+                volume: VOL.into(),
+                node: "n1".into(),
+                message: message.into(),
+            },
+            &index(),
+        )
+        .remove(0)
+    }
+
+    #[test]
+    fn similar_messages_are_aggregated_only_within_ten_minutes() {
+        let mut correlator = Correlator::new(REPORTING_CONTROLLER.into());
+        let start = Instant::now();
+        let wall = Timestamp::now();
+        let messages = |step: &Step| match step {
+            Step::Create(e) | Step::Patch(e) => e.message.clone().unwrap_or_default(),
+            Step::Skip => "skipped".into(),
+        };
+        for i in 1..=9 {
+            let step = correlator.correlate(&failed(&format!("e{i}")), start, wall);
+            assert!(matches!(step, Step::Create(_)));
+            assert!(!messages(&step).starts_with(COMBINED));
+        }
+        let tenth = correlator.correlate(&failed("e10"), start, wall);
+        assert!(messages(&tenth).starts_with(COMBINED), "{tenth:?}");
+        // Ten quiet minutes and more: the next distinct message stands alone again.
+        let later = start + AGGREGATE_WITHIN + Duration::from_secs(1);
+        let step = correlator.correlate(&failed("e11"), later, wall);
+        assert!(matches!(step, Step::Create(_)));
+        assert!(messages(&step).ends_with(": e11"), "{step:?}");
+        assert!(!messages(&step).starts_with(COMBINED));
     }
 }

@@ -220,13 +220,14 @@ enum Source {
 ///
 /// **Pods** (kind [`Kind::Workload`], workload `namespace/name`). A pod is *active* when it is
 /// scheduled (`spec.nodeName` set) and not terminated: `status.phase` is neither `Succeeded`
-/// nor `Failed`, and it is not a pod being deleted whose containers all stopped (upstream's
-/// `IsPodTerminated`). An active pod is [`Input::WorkloadScheduled`] on its node with the
+/// nor `Failed`, and it is not a pod being deleted whose containers, ephemeral ones included,
+/// all stopped: terminated or waiting, a container with no state counting as running
+/// (upstream's `IsPodTerminated`). An active pod is [`Input::WorkloadScheduled`] on its node with the
 /// volumes that resolve now, in its volume order, without repeats:
 /// - `persistentVolumeClaim.claimName` (or a generic ephemeral volume's claim
 ///   `{pod}-{volume}`, only if the pod controls it) → a PVC of the pod's namespace whose
-///   `status.phase` is `Bound` → its `spec.volumeName` → a PV (whose `claimRef.uid`, if set,
-///   is the PVC's) with `spec.csi`, or of an in-tree plugin CSI migration serves, translated
+///   `status.phase` is `Bound` → its `spec.volumeName` → a PV whose `claimRef.uid` is the
+///   PVC's, with `spec.csi`, or of an in-tree plugin CSI migration serves, translated
 ///   ([`translate_persistent_volume`](crate::translate_persistent_volume)) →
 ///   [`unique_name`](crate::unique_name);
 /// - an in-tree volume written inline in the pod (`awsElasticBlockStore`...), translated
@@ -836,10 +837,10 @@ impl InformerState {
             return None;
         }
         let pv = self.pvs.get(pvc.bound.as_ref()?)?;
-        if let Some(uid) = &pv.claim_uid
-            && !pvc.uid.is_empty()
-            && *uid != pvc.uid
-        {
+        // Upstream's getPVSpecFromCache: a PV whose `claimRef` is unset is not bound yet
+        // (the binder sets it before the claim's `volumeName`), and one naming another claim
+        // uid is someone else's.
+        if pv.claim_uid.as_deref() != Some(pvc.uid.as_str()) {
             return None;
         }
         pv.csi.as_ref()
@@ -1366,8 +1367,10 @@ fn scheduled_node(pod: &Pod) -> Option<String> {
         .filter(|node| !node.is_empty())
 }
 
-/// Upstream's `IsPodTerminated`: phase `Failed` or `Succeeded`, or deleted with no container
-/// running.
+/// Upstream's `IsPodTerminated`: phase `Failed` or `Succeeded`, or being deleted with every
+/// init, regular and ephemeral container stopped. A container has stopped only when its state
+/// says `terminated` or `waiting` (upstream's `notRunning`): one with no state yet may be
+/// running, and a debugging container still writes to the pod's volumes.
 fn is_terminated(pod: &Pod) -> bool {
     let Some(status) = &pod.status else {
         return pod.metadata.deletion_timestamp.is_some();
@@ -1380,8 +1383,13 @@ fn is_terminated(pod: &Pod) -> bool {
             .init_container_statuses
             .iter()
             .chain(status.container_statuses.iter())
+            .chain(status.ephemeral_container_statuses.iter())
             .flatten()
-            .all(|c| c.state.as_ref().is_none_or(|s| s.running.is_none()))
+            .all(|c| {
+                c.state
+                    .as_ref()
+                    .is_some_and(|s| s.terminated.is_some() || s.waiting.is_some())
+            })
 }
 
 /// What the pod's volumes may need attached, in the pod's order: its claims (a generic

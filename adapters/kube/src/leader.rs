@@ -22,12 +22,15 @@ pub struct LeaderConfig {
     pub lease: String,
     /// The Lease's namespace (the one the controller runs in).
     pub namespace: String,
-    /// This replica's identity (unique among replicas: the pod name).
+    /// This replica's identity, unique among replicas and among the runs of each:
+    /// [`LeaderConfig::unique_identity`] by default.
     pub identity: String,
     /// How long a lease lasts after its last renewal, in seconds (kube-controller-manager: 15).
     pub duration_seconds: u64,
-    /// How long before expiry the holder renews, and stops leading if it could not: the clock
-    /// skew tolerated between replicas, in seconds. Less than `duration_seconds`.
+    /// How long before expiry the holder renews, in seconds; it stops leading half of it before
+    /// expiry if no renewal showed by then, so half of it is the clock skew tolerated between
+    /// replicas, and the other half the time a renewal has to land. Less than
+    /// `duration_seconds`.
     pub grace_seconds: u64,
     /// How long a controller whose lease was lost may finish running calls.
     pub loss_grace: Duration,
@@ -36,14 +39,34 @@ pub struct LeaderConfig {
     pub shutdown_grace: Duration,
 }
 
+impl LeaderConfig {
+    /// The machine's hostname (the pod name, in a pod), `_`, and a random UUID, as
+    /// kube-controller-manager's leader election names itself.
+    ///
+    /// Unique per run: two replicas never share it, even where `HOSTNAME` is not exported (VMs,
+    /// systemd units) or two run on one machine. kube-lease-manager takes any holder with its
+    /// identity as itself, so a shared identity would make two leaders. The price: a restarted
+    /// replica does not recognise the Lease it held before, and waits until it expires (up to
+    /// `duration_seconds`) unless the old run released it at shutdown, as [`lead`] does.
+    pub fn unique_identity() -> String {
+        let host = hostname::get()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "attach-detach".into());
+        format!("{host}_{}", uuid::Uuid::new_v4())
+    }
+}
+
 impl Default for LeaderConfig {
-    /// Lease `attach-detach-controller` in `kube-system`, identity `$HOSTNAME` (the pod name),
-    /// 15 s with 5 s of grace, 1 s to finish on loss and 10 s at shutdown.
+    /// Lease `attach-detach-controller` in `kube-system`, identity
+    /// [`unique_identity`](Self::unique_identity), 15 s with 5 s of grace, 1 s to finish on loss
+    /// and 10 s at shutdown.
     fn default() -> Self {
         LeaderConfig {
             lease: "attach-detach-controller".into(),
             namespace: "kube-system".into(),
-            identity: std::env::var("HOSTNAME").unwrap_or_else(|_| "attach-detach".into()),
+            identity: Self::unique_identity(),
             duration_seconds: 15,
             grace_seconds: 5,
             loss_grace: Duration::from_secs(1),
@@ -87,7 +110,7 @@ enum End {
     ControllerStopped,
 }
 
-/// When the lease held by `identity` must be given up: `renewTime + duration - grace`, or
+/// When the lease held by `identity` must be given up: `renewTime + duration - grace / 2`, or
 /// `None` if the Lease says another holder (or none).
 async fn held_until(api: &Api<Lease>, config: &LeaderConfig) -> kube::Result<Option<Timestamp>> {
     let lease = api.get(&config.lease).await?;
@@ -97,11 +120,14 @@ async fn held_until(api: &Api<Lease>, config: &LeaderConfig) -> kube::Result<Opt
     if spec.holder_identity.as_deref() != Some(config.identity.as_str()) {
         return Ok(None);
     }
-    let margin = config.duration_seconds.saturating_sub(config.grace_seconds);
+    // kube-lease-manager renews at `duration - grace`: stepping down then would race every
+    // renewal, so the renewal gets half the grace to land.
+    let margin_ms =
+        config.duration_seconds.saturating_mul(1000) - config.grace_seconds.saturating_mul(500);
     Ok(spec.renew_time.and_then(|renewed| {
         renewed
             .0
-            .checked_add(SignedDuration::from_secs(margin as i64))
+            .checked_add(SignedDuration::from_millis(margin_ms as i64))
             .ok()
     }))
 }
@@ -158,9 +184,11 @@ async fn until_lost(api: &Api<Lease>, config: &LeaderConfig, mut deadline: Times
 ///
 /// What limits the damage here:
 /// - the holder steps down on its own before the lease can pass to another replica: it
-///   re-reads the Lease and stops its controller once `renewTime + duration - grace` (its own
+///   re-reads the Lease and stops its controller once `renewTime + duration - grace / 2` (its own
 ///   clock wrote `renewTime`) is past without a renewal it could see, even when it cannot
-///   reach the API server at all. `grace` is the clock skew tolerated between replicas;
+///   reach the API server at all. Half the grace is the clock skew tolerated between replicas
+///   (kube-lease-manager renews `grace` before expiry; the other half is for that renewal to
+///   land);
 /// - the status store writes `Node.status.volumesAttached` with a field-level compare-and-set
 ///   (a JSON patch whose `test` op carries the list the writer last read): a deposed leader's
 ///   late write of a node's status is refused (422) if the new leader changed that list
@@ -314,12 +342,15 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_lease_is_held_until_renewal_plus_duration_minus_grace() {
+    async fn the_lease_is_held_until_renewal_plus_duration_minus_half_the_grace() {
         let renewed = Timestamp::now();
         let (client, uri) = answering(lease("me", renewed));
         let api = Api::namespaced(client, "kube-system");
         let until = held_until(&api, &config()).await.unwrap().unwrap();
-        assert_eq!(until.duration_since(renewed), SignedDuration::from_secs(10));
+        assert_eq!(
+            until.duration_since(renewed),
+            SignedDuration::from_millis(12_500)
+        );
         assert_eq!(
             uri.await.unwrap(),
             "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/attach-detach-controller"

@@ -1,6 +1,7 @@
 //! Kubernetes for [`attach_detach`], through kube-rs.
 #![deny(missing_docs)]
 
+mod attachments;
 mod backend;
 mod domain;
 mod drivers;
@@ -9,6 +10,7 @@ mod events;
 mod informers;
 mod leader;
 mod nodes;
+mod ratelimit;
 mod store;
 mod translate;
 
@@ -22,6 +24,7 @@ pub use events::{KubeEvent, KubeEventRecorder, REPORTING_CONTROLLER, kube_events
 pub use informers::{InformerState, Informers, ObjectIndex, PodRef, node_facts};
 pub use leader::{LeaderConfig, LeaderError, Term, lead};
 pub use nodes::{CONTROLLER_MANAGED_ANNOTATION, ManagedNodes, controller_managed};
+pub use ratelimit::{ClientRateLimit, REQUESTS_PER_CALL, RateLimited};
 pub use store::{KubeStatusStore, StatusWriteStats};
 pub use translate::{
     CsiMigration, CsiSpec, InTreePlugin, MIGRATED_PLUGINS_ANNOTATION, MigratedNode,

@@ -102,8 +102,9 @@ fn pv(name: &str, modes: &[&str], claim: Option<&str>) -> PersistentVolume {
     }
 }
 
+/// A single-node CSI PV bound to claim `ns/c1`.
 fn rwo(name: &str) -> PersistentVolume {
-    pv(name, &["ReadWriteOnce"], None)
+    pv(name, &["ReadWriteOnce"], Some("c1"))
 }
 
 fn volume(pv: &str) -> String {
@@ -307,7 +308,11 @@ fn a_pv_claimed_by_another_claim_does_not_resolve() {
 #[test]
 fn a_generic_ephemeral_volume_resolves_only_through_a_claim_the_pod_owns() {
     let mut s = InformerState::new();
-    s.volumes(Event::Apply(rwo("pv-1")));
+    s.volumes(Event::Apply(pv(
+        "pv-1",
+        &["ReadWriteOnce"],
+        Some("p-scratch"),
+    )));
     let mut p = pod("p", Some("n1"), &[]);
     p.spec.as_mut().unwrap().volumes = Some(vec![Volume {
         name: "scratch".into(),
@@ -1243,7 +1248,8 @@ fn a_portworx_volume_needs_to_know_the_node_migrated_it() {
     let mut s = InformerState::new();
     let px: PersistentVolume = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "pv-px"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "portworxVolume": {"volumeID": "px-1"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "portworxVolume": {"volumeID": "px-1"},
+                 "claimRef": {"namespace": "ns", "name": "c-px", "uid": "uid-c-px"}},
     }))
     .unwrap();
     assert_eq!(
@@ -1278,7 +1284,8 @@ fn with_portworx() -> InformerState {
     let mut s = InformerState::new();
     let px: PersistentVolume = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "pv-px"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "portworxVolume": {"volumeID": "px-1"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "portworxVolume": {"volumeID": "px-1"},
+                 "claimRef": {"namespace": "ns", "name": "c-px", "uid": "uid-c-px"}},
     }))
     .unwrap();
     s.volumes(Event::Apply(px));
@@ -1373,7 +1380,8 @@ fn with_every_migration_complete_no_csinode_is_needed() {
     let mut s = InformerState::with_csi_migration(CsiMigration::complete(InTreePlugin::ALL));
     let px: PersistentVolume = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "pv-px"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "portworxVolume": {"volumeID": "px-1"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "portworxVolume": {"volumeID": "px-1"},
+                 "claimRef": {"namespace": "ns", "name": "c-px", "uid": "uid-c-px"}},
     }))
     .unwrap();
     s.volumes(Event::Apply(px));
@@ -1412,5 +1420,106 @@ fn a_pod_recreated_under_its_name_in_a_watch_gap_brings_its_own_inline_volumes()
                 volume: EBS_VOLUME.into()
             },
         ]
+    );
+}
+
+#[test]
+fn a_pv_without_a_claim_ref_is_not_used_until_it_names_the_claim() {
+    // Upstream's getPVSpecFromCache: a PV with no `claimRef` is not yet bound to the claim
+    // that names it (the binder sets `claimRef` first, then the claim's `volumeName`).
+    let mut s = InformerState::new();
+    let mut unclaimed = rwo("pv-1");
+    unclaimed.spec.as_mut().unwrap().claim_ref = None;
+    s.volumes(Event::Apply(unclaimed));
+    s.claims(Event::Apply(pvc("c1", Some("pv-1"))));
+    assert_eq!(
+        s.pods(Event::Apply(pod("p", Some("n1"), &["c1"]))),
+        vec![scheduled("p", "n1", &[])]
+    );
+    assert_eq!(
+        s.volumes(Event::Apply(rwo("pv-1"))),
+        vec![
+            Input::SetVolume {
+                volume: volume("pv-1"),
+                spec: spec("pv-1", Access::SingleNode)
+            },
+            scheduled("p", "n1", &[volume("pv-1")]),
+        ]
+    );
+}
+
+/// A pod of `with_volume` being deleted, whose one container stopped, and with `extra` for
+/// its other statuses.
+fn deleting_with(s: &mut InformerState, extra: impl FnOnce(&mut PodStatus)) -> Vec<Input<Kube>> {
+    s.pods(Event::Apply(pod("p", Some("n1"), &["c1"])));
+    let stopped = ContainerStatus {
+        name: "c".into(),
+        state: Some(ContainerState {
+            terminated: Some(ContainerStateTerminated::default()),
+            ..ContainerState::default()
+        }),
+        ..ContainerStatus::default()
+    };
+    let mut deleting = pod("p", Some("n1"), &["c1"]);
+    deleting.metadata.deletion_timestamp = Some(Time(Default::default()));
+    let status = deleting.status.as_mut().unwrap();
+    status.container_statuses = Some(vec![stopped]);
+    extra(status);
+    s.pods(Event::Apply(deleting))
+}
+
+#[test]
+fn a_running_ephemeral_container_keeps_a_deleted_pods_volumes() {
+    let mut s = with_volume();
+    let debugging = ContainerStatus {
+        name: "debugger".into(),
+        state: Some(ContainerState {
+            running: Some(ContainerStateRunning::default()),
+            ..ContainerState::default()
+        }),
+        ..ContainerStatus::default()
+    };
+    assert!(
+        deleting_with(&mut s, |status| {
+            status.ephemeral_container_statuses = Some(vec![debugging]);
+        })
+        .is_empty(),
+        "an ephemeral container still runs: the pod still needs its volumes"
+    );
+}
+
+#[test]
+fn a_container_without_a_state_is_not_terminated() {
+    // Upstream's notRunning: only a container that is terminated or waiting has stopped.
+    for state in [None, Some(ContainerState::default())] {
+        let mut s = with_volume();
+        let unknown = ContainerStatus {
+            name: "sidecar".into(),
+            state: state.clone(),
+            ..ContainerStatus::default()
+        };
+        assert!(
+            deleting_with(&mut s, |status| {
+                status.container_statuses.as_mut().unwrap().push(unknown);
+            })
+            .is_empty(),
+            "a container with state {state:?} may run: the pod still needs its volumes"
+        );
+    }
+    // Waiting counts as stopped.
+    let mut s = with_volume();
+    let waiting = ContainerStatus {
+        name: "sidecar".into(),
+        state: Some(ContainerState {
+            waiting: Some(Default::default()),
+            ..ContainerState::default()
+        }),
+        ..ContainerStatus::default()
+    };
+    assert_eq!(
+        deleting_with(&mut s, |status| {
+            status.container_statuses.as_mut().unwrap().push(waiting);
+        }),
+        vec![removed("p")]
     );
 }

@@ -330,7 +330,7 @@ impl State {
 
 /// Applies one JSON-patch op to `doc` as evanphx/json-patch v4 does (objects only: the store
 /// never patches inside an array).
-fn apply(doc: &mut Value, op: &Value, ignore_tests: bool) -> Result<(), String> {
+pub fn apply(doc: &mut Value, op: &Value, ignore_tests: bool) -> Result<(), String> {
     let kind = op["op"].as_str().ok_or("an op without \"op\"")?;
     let path = op["path"].as_str().ok_or("an op without \"path\"")?;
     let (parent, key) = path

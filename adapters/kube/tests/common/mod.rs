@@ -2,15 +2,20 @@
 //! (`tower_test::mock::pair` behind `kube::Client::new`): a scripted one that asserts each
 //! request exactly ([`script`]), and stateful ones that serve nodes ([`fake_api`]) and
 //! VolumeAttachments with PersistentVolumes and an external-attacher ([`fake_va`]), and both
-//! behind one client with a kubelet simulation ([`cluster`]).
+//! behind one client with a kubelet simulation ([`cluster`]); and a fake API server over HTTP
+//! on 127.0.0.1 that enforces `deploy/rbac.yaml` ([`apiserver`], [`rbac`]), for the example
+//! run as a child process.
 
 // Each test crate uses some of these helpers, not all.
 #![allow(dead_code)]
 
+pub mod apiserver;
 pub mod cluster;
 pub mod fake_api;
 pub mod fake_va;
+pub mod rbac;
 pub mod script;
+pub mod sims;
 
 use std::collections::BTreeMap;
 
