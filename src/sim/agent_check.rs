@@ -269,31 +269,7 @@ impl World {
         for line in log {
             self.log(line);
         }
-        // I1 for volumes claimed, not attached: a single-node one is mounted on one node at
-        // a time (the backend cannot refuse, so only the controller's grant keeps it so).
-        for v in claimed_twice {
-            // As I2 excuses a detach forced on timeout (opt-in, unsafe by design) from a node
-            // that is not up, a claim it moved from such a node is excused here.
-            let excused = |name: &String, n: &SimNode| {
-                (self.force_detach_on_timeout && n.power != Power::Up)
-                    || self.invisible_claims.contains(&(name.clone(), v.clone()))
-            };
-            let others: Vec<&String> = self
-                .nodes
-                .iter()
-                .filter(|(name, n)| {
-                    name.as_str() != node && n.mounted.contains(&v) && !excused(name, n)
-                })
-                .map(|(name, _)| name)
-                .collect();
-            if !others.is_empty() {
-                let others = others.into_iter().cloned().collect::<Vec<_>>().join(",");
-                self.violation(format!(
-                    "I1: claim-only single-node volume {v} mounted on {node} while mounted on \
-                     {others}"
-                ));
-            }
-        }
+        self.check_claims_mounted_once(node, claimed_twice);
         pass
     }
 }

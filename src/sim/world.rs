@@ -892,8 +892,17 @@ impl World {
         for line in log {
             self.log(line);
         }
-        // I1 for volumes claimed, not attached: a single-node one is mounted on one node at
-        // a time (the backend cannot refuse, so only the controller's grant keeps it so).
+        self.check_claims_mounted_once(node, claimed_twice);
+        pass
+    }
+
+    /// I1 for volumes claimed, not attached: a single-node one is mounted on one node at a
+    /// time (the backend cannot refuse, so only the controller's grant keeps it so).
+    pub(crate) fn check_claims_mounted_once(
+        &mut self,
+        node: &str,
+        claimed_twice: impl IntoIterator<Item = String>,
+    ) {
         for v in claimed_twice {
             // As I2 excuses a detach forced on timeout (opt-in, unsafe by design) from a node
             // that is not up, a claim it moved from such a node is excused here.
@@ -917,7 +926,6 @@ impl World {
                 ));
             }
         }
-        pass
     }
 
     /// Notes, as a controller starts, the claims it cannot know of (see
