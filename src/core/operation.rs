@@ -57,36 +57,7 @@ impl OpKind {
     ];
 }
 
-/// Why a detach goes ahead although the node still reports the volume mounted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ForceReason {
-    /// The node is fenced (`out-of-service`): it can no longer write. Safe.
-    OutOfService,
-    /// The unmount wait expired on an unhealthy node and `force_detach_on_timeout` is on. Unsafe
-    /// if the node is in fact still running.
-    Timeout,
-    /// The node object was deleted and `Config::deleted_node_is_fenced` says a deleted node's
-    /// machine is gone. The detach is confirmed by a fresh read that finds no such node.
-    NodeDeleted,
-    /// The node is unhealthy and the backend said twice, fresh, that its machine is powered
-    /// off (`Config::machine_fencing`): it cannot write. The detach is planned only while the
-    /// confirming answer is younger than `MachineFencing::max_age`, and after a fresh read of
-    /// the node that does not show it healthy again.
-    PoweredOff,
-}
-
-impl ForceReason {
-    /// Upstream's metric label for the reason.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ForceReason::OutOfService => "out-of-service",
-            ForceReason::Timeout => "timeout",
-            ForceReason::NodeDeleted => "node-deleted",
-            ForceReason::PoweredOff => "powered-off",
-        }
-    }
-}
+pub use crate::core::state::progress::ForceReason;
 
 /// Work for the driver. Each finishes with exactly one
 /// [`Reconciler::finish`](crate::core::Reconciler::finish) naming its id, with the

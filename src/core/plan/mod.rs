@@ -5,6 +5,7 @@
 //! May import everything below: `crate::domain`, `crate::config`, `core::tables`,
 //! `core::calls`, `core::state`, the vocabulary and `core::rules`.
 
+pub(crate) mod detaches;
 pub(crate) mod in_flight;
 pub(crate) mod recovery;
 pub(crate) mod schedule;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::Reconciler;
 use crate::core::operation::Operation;
 use crate::core::rules::admission::QueueStats;
+use crate::core::state::progress::DetachStage;
 use crate::domain::Domain;
 
 impl<D: Domain> Reconciler<D> {
@@ -60,13 +61,15 @@ impl<D: Domain> Reconciler<D> {
     /// unused). At the start of a pass, so that the slot is offered in it, and at its end, so
     /// that [`next_deadline`](Self::next_deadline) sees it free.
     pub(super) fn release_idle_slots(&mut self) {
-        let (checks, in_flight, cleared) = (&self.checks, &self.in_flight, &self.cleared);
+        let (actual, in_flight) = (&self.actual, &self.in_flight);
         self.admission.release_unless(|volume, node, read| {
             read.is_some_and(|id| in_flight.contains_key(&id))
-                || checks
-                    .get(node)
-                    .is_some_and(|waiting| waiting.iter().any(|(v, _)| v == volume))
-                || (!cleared.is_empty() && cleared.contains_key(&(volume.clone(), node.clone())))
+                || actual.get(volume, node).is_some_and(|a| {
+                    matches!(
+                        a.detach.stage,
+                        DetachStage::ReadWanted { .. } | DetachStage::Cleared { .. }
+                    )
+                })
         });
     }
 }

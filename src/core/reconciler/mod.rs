@@ -15,7 +15,7 @@ use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use hashbrown::Equivalent;
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashSet;
 use smallvec::SmallVec;
 use tracing::{debug, info, warn};
 
@@ -29,6 +29,7 @@ use crate::core::event::{Event, Holder};
 use crate::core::input::{Input, Kind, ReconcilerError, Rejection, ReleaseRefusal, Relists};
 use crate::core::operation::{ForceReason, InFlight, OpId, OpKind, Operation};
 use crate::core::outcome::Outcome;
+use crate::core::plan::detaches::DetachIndex;
 use crate::core::plan::in_flight::InFlightTable;
 use crate::core::plan::recovery::{Load, Recovery, SettledVolumes, Statuses, StoreListed};
 use crate::core::plan::schedule::Schedule;
@@ -42,10 +43,11 @@ use crate::core::rules::gate::{OperationGate, earliest};
 use crate::core::rules::machine::MachineWatch;
 use crate::core::state::actual::{ActualState, AttachState, Attachment, NodeFacts};
 use crate::core::state::desired::{DesiredState, WantedOn};
+use crate::core::state::progress::{DetachProgress, DetachStage, Release, Told};
 use crate::core::state::status::StatusBook;
 use crate::core::tables::dense_table::WARM_BATCH;
 use crate::core::tables::id_warm;
-use crate::core::tables::trim::{trim_map, trim_set};
+use crate::core::tables::trim::trim_set;
 use crate::domain::{Domain, Id};
 
 /// A detach wanted for longer than [`Config::stuck_after`]; see
@@ -62,15 +64,6 @@ pub struct StuckDetach<D: Domain> {
     /// starts after it (see [`Input::ReleaseVolume`]): none has answered yet, because the
     /// backend cannot reach the node, say.
     pub release_pending: bool,
-}
-
-/// An operator's release accepted and not yet decided ([`Input::ReleaseVolume`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct PendingRelease {
-    /// The last operation id planned when the release came: a verify with this id or a lower
-    /// one was planned before it, so its answer may be older than the operator's word and
-    /// decides nothing.
-    after: u64,
 }
 
 /// What must not run twice at once.
@@ -203,16 +196,14 @@ impl<D: Domain> Equivalent<GateKey<D>> for GateKeyRef<'_, D> {
     }
 }
 
+/// Debug builds check the detach indexes against every record after each pass of a world
+/// this small (the check scans every record).
+#[cfg(debug_assertions)]
+const DEBUG_CHECK_UP_TO: usize = 512;
+
 /// Why a detach of a volume with no spec is blocked.
 const UNREGISTERED: &str = "the volume is not registered, so the controller has no payload to \
                             detach it with; register it with set_volume";
-
-/// A detach waiting for a fresh read of its node: the volume, and the reason the detach would
-/// be forced for.
-type Check<D> = (<D as Domain>::Volume, Option<ForceReason>);
-
-/// A fresh read's word that a detach may go: the force reason it was checked for, and when.
-type Clearance = (Option<ForceReason>, Duration);
 
 /// The most events the core's own list keeps room for between drains
 /// ([`Reconciler::drain_events_into`]): a pass emits a few, and a start-up burst's list (an
@@ -285,12 +276,9 @@ pub struct Reconciler<D: Domain> {
     in_flight: InFlightTable<D>,
     /// The dirty volumes, the timers and the pacing of passes.
     schedule: Schedule<D>,
-    /// Per node, the volumes whose detach waits for the node's next acknowledged status write;
-    /// the write's result marks just those, instead of a scan of every volume on the node.
-    awaiting_ack: FxHashMap<D::Node, SmallVec<[D::Volume; 2]>>,
+    /// The per-node indexes of the detaches under way, derived from the records' states.
+    detaches: DetachIndex<D>,
     events: Vec<Event<D>>,
-    /// (node, volume) pairs whose blocked detach was reported; cleared when the episode ends.
-    blocked: BTreeSet<(D::Node, D::Volume)>,
     /// Volumes removed by the orchestrator whose spec is kept until they are detached.
     retiring: BTreeSet<D::Volume>,
     next_id: u64,
@@ -299,17 +287,6 @@ pub struct Reconciler<D: Domain> {
     changed_while_listing: Option<BTreeSet<(D::Volume, D::Node)>>,
     /// `Some` until both recovery listings are handed back: nothing else is planned before.
     recovery: Option<Recovery<D>>,
-    /// Per node, the detaches waiting for a fresh read of the node, with the reason each
-    /// would be forced for.
-    checks: FxHashMap<D::Node, SmallVec<[Check<D>; 2]>>,
-    /// Detaches a fresh read justified, with the force reason checked and the read's time;
-    /// taken by the next pass.
-    cleared: FxHashMap<(D::Volume, D::Node), Clearance>,
-    /// Per node, the facts its last acknowledged status write read, for the pass right after
-    /// it: the detaches that waited for the write are judged on them without a read.
-    written_facts: FxHashMap<D::Node, WrittenFacts<D>>,
-    /// (node, volume) pairs whose held-back detach was reported; cleared with the episode.
-    waiting_unmount: BTreeSet<(D::Node, D::Volume)>,
     /// Upstream's bug C6 only: nodes whose cached copy was read for the write now due.
     cache_consulted: BTreeSet<D::Node>,
     /// Nodes whose last store call was a read: a write wanted too goes next.
@@ -320,12 +297,6 @@ pub struct Reconciler<D: Domain> {
     removed_nodes: Vec<D::Node>,
     /// Per-node attach limits: attaches under way, and volumes waiting for room.
     capacity: NodeCapacity<D>,
-    /// Attachments an operator released from their fenced node, not yet decided: an
-    /// attachment is forgotten once a verify started after its release finds it gone, a claim
-    /// (which the backend knows nothing of) once a fresh read confirms the fence.
-    released: BTreeMap<(D::Volume, D::Node), PendingRelease>,
-    /// Detaches named in an [`Event::DetachStuck`], until their episode ends.
-    stuck: BTreeSet<(D::Node, D::Volume)>,
     /// Backend load: slots per class, the token bucket, the queues (`Config::backend_load`).
     admission: Admission<D>,
     /// Fencing without a human: the machine checks of unhealthy nodes
@@ -439,10 +410,6 @@ impl<D: Domain> Reconciler<D> {
     pub fn new(config: Config) -> Self {
         Reconciler {
             recovery: Some(Recovery::default()),
-            checks: FxHashMap::default(),
-            cleared: FxHashMap::default(),
-            written_facts: FxHashMap::default(),
-            waiting_unmount: BTreeSet::new(),
             cache_consulted: BTreeSet::new(),
             read_last: FxHashSet::default(),
             gate: OperationGate::new(config.backoff),
@@ -464,17 +431,14 @@ impl<D: Domain> Reconciler<D> {
             in_flight: InFlightTable::default(),
             // Until recovery ends, which marks what it cannot show settled.
             schedule: Schedule::holding_marks(),
-            awaiting_ack: FxHashMap::default(),
+            detaches: DetachIndex::default(),
             events: Vec::new(),
-            blocked: BTreeSet::new(),
             retiring: BTreeSet::new(),
             next_id: 0,
             changed_while_listing: None,
             relists: Relists::default(),
             removed_nodes: Vec::new(),
             capacity: NodeCapacity::default(),
-            released: BTreeMap::new(),
-            stuck: BTreeSet::new(),
             machine: MachineWatch::default(),
             verify_round: None,
             node_lists: NodeLists::default(),
@@ -518,7 +482,7 @@ impl<D: Domain> Reconciler<D> {
     /// a count kept as they are named, for metrics, where
     /// [`stuck_detaches`](Self::stuck_detaches) would scan every pending detach.
     pub fn stuck_detaches_named(&self) -> usize {
-        self.stuck.len()
+        self.detaches.stuck()
     }
 
     /// How many attaches wait for room on a node at its attach limit (or that the backend said
@@ -745,10 +709,19 @@ impl<D: Domain> Reconciler<D> {
         info!(volume = ?volume, node = ?node, "an operator released the volume from its fenced node; a verify decides it");
         // A release of a pair whose release is pending already changes nothing: the verify
         // that decides the first decides it too.
-        let after = self.next_id;
-        self.released
-            .entry((volume.clone(), node))
-            .or_insert(PendingRelease { after });
+        if self
+            .actual
+            .get(&volume, &node)
+            .is_some_and(|a| a.detach.release == Release::None)
+        {
+            // A verify running now was planned before the operator's word: the next decides.
+            let release = if self.gate.is_running(&GateKeyRef::<D>::Verify(&node)) {
+                Release::BehindVerify
+            } else {
+                Release::Pending
+            };
+            self.set_release(&volume, &node, release);
+        }
         self.schedule.mark(volume);
         Ok(())
     }
@@ -836,9 +809,11 @@ impl<D: Domain> Reconciler<D> {
         // if its workloads kept it in the core all along.
         let appeared = !self.actual.node_present(&node) || self.status.is_missing(&node);
         let old_limit = self.actual.node(&node).and_then(|n| n.attach_limit);
-        if !facts.fenced && !self.released.is_empty() {
+        if !facts.fenced && self.detaches.has_releases() {
             // A release was accepted for a fenced node only: unfenced, it is void.
-            self.released.retain(|(_, n), _| *n != node);
+            for volume in self.detaches.releases_on(&node).to_vec() {
+                self.set_release(&volume, &node, Release::None);
+            }
         }
         let new_limit = facts.attach_limit;
         if facts.healthy || facts.fenced {
@@ -873,8 +848,12 @@ impl<D: Domain> Reconciler<D> {
             self.room_freed(&node);
         }
         if appeared {
-            if !self.blocked.is_empty() {
-                self.blocked.retain(|(n, _)| *n != node);
+            if self.detaches.blocked() > 0 {
+                // Whatever kept its detaches from a human's reach may have changed: told again.
+                let volumes: Vec<D::Volume> = self.actual.volumes_on(&node).cloned().collect();
+                for volume in volumes {
+                    self.forget_told(&volume, &node, Told::BLOCKED);
+                }
             }
             self.status.node_appeared(node);
         }
@@ -894,9 +873,11 @@ impl<D: Domain> Reconciler<D> {
         self.status.node_gone(node);
         // Its volumes are looked at again anyway; no write will be acknowledged for it, and
         // their detaches ask for a read of their own.
-        self.awaiting_ack.remove(node);
-        self.checks.remove(node);
-        self.written_facts.remove(node);
+        for volume in self.detaches.node_gone(node) {
+            if let Some(a) = self.actual.get_mut(&volume, node) {
+                a.detach.stage = DetachStage::Idle;
+            }
+        }
         self.read_last.remove(node);
         self.cache_consulted.remove(node);
         self.capacity.forget_node(node);
@@ -1287,7 +1268,14 @@ impl<D: Domain> Reconciler<D> {
         // One wanted nowhere loses it, so that idle volumes hold none: the next look at a
         // volume that stops being wanted drops it (`reconcile_volume_with`).
         let keep_record = !self.desired.wanted_on(volume).is_empty();
-        self.actual.set_detached(volume, node, keep_record);
+        if let Some(gone) = self.actual.set_detached(volume, node, keep_record) {
+            // The record's states leave the indexes with it.
+            self.detaches
+                .moved(volume, node, gone.stage, DetachStage::Idle);
+            self.detaches
+                .release_changed(volume, node, gone.release, Release::None);
+            self.detaches.told_changed(gone.told, Told::default());
+        }
         // A volume left the node: whatever full answer it gave is over, and the volumes
         // waiting for room there look again.
         if self.capacity.clear_full(node) {
@@ -1295,18 +1283,62 @@ impl<D: Domain> Reconciler<D> {
                 .succeeded(&GateKeyRef::<D>::NodeCapacity(node), OpKind::Attach);
         }
         self.room_freed(node);
-        if !self.blocked.is_empty() {
-            self.blocked.remove(&(node.clone(), volume.clone()));
+    }
+
+    // ---- one attachment's detach: each change of its state, in one place -----------------
+
+    /// Moves the detach of (`volume`, `node`) to `to`, and its entry in the indexes with it.
+    /// No record, no detach: nothing changes.
+    fn move_detach(&mut self, volume: &D::Volume, node: &D::Node, to: DetachStage) {
+        if let Some(a) = self.actual.get_mut(volume, node) {
+            let from = std::mem::replace(&mut a.detach.stage, to);
+            self.detaches.moved(volume, node, from, to);
         }
-        if !self.waiting_unmount.is_empty() {
-            self.waiting_unmount.remove(&(node.clone(), volume.clone()));
+    }
+
+    /// The detach's stage, `Idle` without a record.
+    fn detach_stage(&self, volume: &D::Volume, node: &D::Node) -> DetachStage {
+        self.actual
+            .get(volume, node)
+            .map_or(DetachStage::Idle, |a| a.detach.stage)
+    }
+
+    /// Sets an operator's release of (`volume`, `node`).
+    fn set_release(&mut self, volume: &D::Volume, node: &D::Node, to: Release) {
+        if let Some(a) = self.actual.get_mut(volume, node) {
+            let from = std::mem::replace(&mut a.detach.release, to);
+            self.detaches.release_changed(volume, node, from, to);
         }
-        if !self.released.is_empty() {
-            self.released.remove(&(volume.clone(), node.clone()));
+    }
+
+    /// Notes that a human was told `what` of this detach; returns whether it is news in this
+    /// episode (and an event should go out). Without a record it is always news.
+    fn tell(&mut self, volume: &D::Volume, node: &D::Node, what: Told) -> bool {
+        let Some(a) = self.actual.get_mut(volume, node) else {
+            return true;
+        };
+        let from = a.detach.told;
+        let news = a.detach.told.tell(what);
+        self.detaches.told_changed(from, a.detach.told);
+        news
+    }
+
+    /// Forgets that a human was told `what`: the next episode tells it again.
+    fn forget_told(&mut self, volume: &D::Volume, node: &D::Node, what: Told) {
+        if let Some(a) = self.actual.get_mut(volume, node) {
+            let from = a.detach.told;
+            a.detach.told.forget(what);
+            self.detaches.told_changed(from, a.detach.told);
         }
-        if !self.stuck.is_empty() {
-            self.stuck.remove(&(node.clone(), volume.clone()));
-        }
+    }
+
+    /// Whether the indexes of detaches are exactly what the records' states derive; `Err`
+    /// names the first disagreement. Scans every record: for tests, the model check and the
+    /// fuzzers (debug builds of small worlds also check it after every pass).
+    #[cfg(any(test, feature = "internals"))]
+    #[doc(hidden)]
+    pub fn check_detach_indexes(&self) -> Result<(), String> {
+        self.detaches.check(&self.actual)
     }
 
     /// The call planned as `id` answered `outcome`: the one way results come back.
@@ -1468,6 +1500,7 @@ impl<D: Domain> Reconciler<D> {
                 });
             }
             Err(error) => {
+                self.move_detach(&volume, &node, DetachStage::Idle);
                 let retry = self.gate.failed(key.to_owned(), OpKind::Detach, now);
                 self.schedule.wake_volume_at(retry, volume.clone());
                 if error.may_have_taken_effect() {
@@ -1511,15 +1544,21 @@ impl<D: Domain> Reconciler<D> {
             unreachable!("kind checked by take_op");
         };
         // The releases on the node that this verify may decide: those that came before it was
-        // planned. (Most verifies meet none: no list is made then.)
-        let releases: Vec<D::Volume> = if self.released.is_empty() {
-            Vec::new()
-        } else {
-            (self.released.iter())
-                .filter(|((_, n), release)| *n == node && release.after < id.0)
-                .map(|((v, _), _)| v.clone())
-                .collect()
-        };
+        // planned. One that came while it ran waits for the next. (Most verifies meet none: no
+        // list is made then.)
+        let mut releases: Vec<D::Volume> = Vec::new();
+        for volume in self.detaches.releases_on(&node).to_vec() {
+            match self.actual.get(&volume, &node).map(|a| a.detach.release) {
+                Some(Release::Pending) => releases.push(volume),
+                Some(Release::BehindVerify) => {
+                    // Its wait for this verify's end is over: looked at again, it plans the
+                    // verify that decides it.
+                    self.set_release(&volume, &node, Release::Pending);
+                    self.schedule.mark(volume);
+                }
+                Some(Release::None) | None => {}
+            }
+        }
         let mut attached = match result {
             Ok(attached) => attached,
             Err(error) if !releases.is_empty() => {
@@ -1618,7 +1657,7 @@ impl<D: Domain> Reconciler<D> {
             }
         }
         for (volume, still) in decided {
-            self.released.remove(&(volume.clone(), node.clone()));
+            self.set_release(&volume, &node, Release::None);
             if still {
                 // The operator's word is older than the backend's: an attach may have landed
                 // since they looked. The detach goes ahead as any (forced while the node is
@@ -1738,10 +1777,10 @@ impl<D: Domain> Reconciler<D> {
                     // The detaches that waited for this write are judged on its facts, which
                     // serve only the next pass: their volumes are looked at there, even if
                     // it takes only a share of a round.
-                    if let Some(waiting) = self.awaiting_ack.remove(&node) {
+                    if let Some(waiting) = self.ack_ended(&node) {
                         self.schedule.mark_all_next(waiting);
                     }
-                    self.written_facts.insert(
+                    self.detaches.keep_written_facts(
                         node.clone(),
                         WrittenFacts {
                             facts,
@@ -1831,8 +1870,12 @@ impl<D: Domain> Reconciler<D> {
             self.gate.succeeded(&key, OpKind::ReadStatus);
             // As at the deletion: their volumes are looked at again, and their detaches ask
             // for a read of their own.
-            self.schedule
-                .mark_all(checks.into_iter().map(|(volume, _)| volume));
+            for (volume, _) in checks {
+                if let DetachStage::Reading { .. } = self.detach_stage(&volume, &node) {
+                    self.move_detach(&volume, &node, DetachStage::Idle);
+                }
+                self.schedule.mark(volume);
+            }
             self.status_settled(&node);
             return Ok(());
         }
@@ -1853,10 +1896,9 @@ impl<D: Domain> Reconciler<D> {
                 let retry = self.gate.failed(key.to_owned(), OpKind::ReadStatus, now);
                 self.schedule.wake_node_at(retry, node.clone());
                 // The detaches keep waiting for the next read, planned when the retry is due.
-                let waiting = self.checks.entry(node.clone()).or_default();
-                for check in checks {
-                    if !waiting.iter().any(|(v, _)| *v == check.0) {
-                        waiting.push(check);
+                for (volume, force) in checks {
+                    if let DetachStage::Reading { .. } = self.detach_stage(&volume, &node) {
+                        self.move_detach(&volume, &node, DetachStage::ReadWanted { force });
                     }
                 }
                 self.status_settled(&node);
@@ -1866,7 +1908,16 @@ impl<D: Domain> Reconciler<D> {
         // Upstream's C5 detaches whatever the store lists.
         let rewritable =
             self.actual.node_present(&node) && !self.bugs().c5_detach_before_status_ack;
+        self.detaches.read_answered(&node, now);
         for (volume, force) in checks {
+            // It answers the detaches still waiting for a read: not one wanted again since,
+            // or gone back to wait for the store.
+            match self.detach_stage(&volume, &node) {
+                DetachStage::Reading { .. } | DetachStage::ReadWanted { .. } => {
+                    self.move_detach(&volume, &node, DetachStage::Idle);
+                }
+                _ => continue,
+            }
             if rewritable
                 && status
                     .as_ref()
@@ -1881,14 +1932,14 @@ impl<D: Domain> Reconciler<D> {
             }
             match judge_detach(status.as_ref().map(Fresh::from), &volume, force) {
                 Ok(()) => {
-                    self.cleared
-                        .insert((volume.clone(), node.clone()), (force, now));
+                    self.move_detach(&volume, &node, DetachStage::Cleared { force });
                     // The clearance serves only the next pass.
                     self.schedule.mark_next(volume);
                 }
                 Err(reason) => self.hold_back(now, &volume, &node, reason),
             }
         }
+        self.detaches.read_judged(&node);
         self.status_settled(&node);
         Ok(())
     }
@@ -1899,7 +1950,7 @@ impl<D: Domain> Reconciler<D> {
     /// [`Event::WaitingForUnmount`] per episode.
     fn hold_back(&mut self, now: Duration, volume: &D::Volume, node: &D::Node, reason: String) {
         debug!(volume = ?volume, node = ?node, %reason, "detach held back by fresh facts");
-        if self.waiting_unmount.insert((node.clone(), volume.clone())) {
+        if self.tell(volume, node, Told::WAITING_FOR_UNMOUNT) {
             self.events.push(Event::WaitingForUnmount {
                 volume: volume.clone(),
                 node: node.clone(),
@@ -1932,10 +1983,7 @@ impl<D: Domain> Reconciler<D> {
         node: &D::Node,
         force: Option<ForceReason>,
     ) -> Option<Result<(), String>> {
-        if self.written_facts.is_empty() {
-            return None;
-        }
-        let written = self.written_facts.get(node)?;
+        let written = self.detaches.written_facts(node)?;
         let current = now <= self.fresh_until(written.at)
             && self.status.is_object(node, written.object)
             && self.status.revision(node) == Some(&written.revision)
@@ -1950,6 +1998,19 @@ impl<D: Domain> Reconciler<D> {
         ))
     }
 
+    /// The node's status call ended: the detaches that waited for the store's acknowledgement
+    /// stop waiting, and are returned to be looked at again (the store may or may not have
+    /// settled: the look decides).
+    fn ack_ended(&mut self, node: &D::Node) -> Option<SmallVec<[D::Volume; 2]>> {
+        let waiting = self.detaches.take_awaiting_ack(node)?;
+        for volume in &waiting {
+            if let Some(a) = self.actual.get_mut(volume, node) {
+                a.detach.stage = DetachStage::Idle;
+            }
+        }
+        Some(waiting)
+    }
+
     /// A status write or read of `node` ended: detaches waiting for the store to settle may
     /// go now, the node may need another write, and a node removed meanwhile is forgotten.
     fn status_settled(&mut self, node: &D::Node) {
@@ -1957,7 +2018,7 @@ impl<D: Domain> Reconciler<D> {
             // Removed while the call ran: nothing more is written for it.
             self.status.forget_idle(node);
         }
-        if let Some(waiting) = self.awaiting_ack.remove(node) {
+        if let Some(waiting) = self.ack_ended(node) {
             self.schedule.mark_all(waiting);
         }
         // A pass drops the marks of a node whose call is running, so the node is looked at
@@ -1966,7 +2027,7 @@ impl<D: Domain> Reconciler<D> {
         // That look was an empty pass at the end of every move; it also gave back the room a
         // burst's operations left, so a quiet end trims here, and at once: a pass trims only
         // once in `TRIM_EVERY_PASSES`, and none may follow.
-        let quiet = self.checks.get(node).is_none_or(|c| c.is_empty())
+        let quiet = !self.detaches.wants_read(node)
             && self
                 .status
                 .holds_report_at(node, self.actual.report_generation(node));
@@ -2223,13 +2284,20 @@ impl<D: Domain> Reconciler<D> {
         }
         self.plan_machine_checks(now, ops);
         // A clearance is for the pass right after its read: one this pass did not use (the
-        // detach was no longer wanted, or had to wait) is stale by the next.
-        if !self.cleared.is_empty() {
-            self.cleared.clear();
+        // detach was no longer wanted, or had to wait) is stale by the next. So are the facts
+        // a write read.
+        if self.detaches.has_fresh_facts() {
+            for (volume, node) in self.detaches.lapse() {
+                if let Some(a) = self.actual.get_mut(&volume, &node) {
+                    a.detach.stage = DetachStage::Idle;
+                }
+            }
         }
-        // So are the facts a write read.
-        if !self.written_facts.is_empty() {
-            self.written_facts.clear();
+        #[cfg(debug_assertions)]
+        if self.actual.len() <= DEBUG_CHECK_UP_TO {
+            if let Err(disagreement) = self.detaches.check(&self.actual) {
+                panic!("detach indexes disagree with the records: {disagreement}");
+            }
         }
         self.release_idle_slots();
     }
@@ -2241,11 +2309,8 @@ impl<D: Domain> Reconciler<D> {
         self.passes_since_trim = 0;
         self.schedule.trim();
         self.desired.trim();
-        trim_map(&mut self.cleared);
-        trim_map(&mut self.written_facts);
-        trim_map(&mut self.checks);
+        self.detaches.trim();
         self.in_flight.trim();
-        trim_map(&mut self.awaiting_ack);
         trim_set(&mut self.read_last);
         self.gate.trim();
         self.capacity.trim();
@@ -2409,24 +2474,23 @@ impl<D: Domain> Reconciler<D> {
     }
 
     /// Gathers what the core knows about a detach of (`volume`, `node`), decides it
-    /// ([`decide_detach`]) and applies the decision.
+    /// ([`decide_detach`]) and moves the detach on by one step.
     fn consider_detach(
         &mut self,
         now: Duration,
         volume: &D::Volume,
-        owned: D::Node,
+        node: D::Node,
         spec: SpecFacts,
         ops: &mut Vec<Operation<D>>,
     ) {
-        let node = &owned;
-        let key = gate_key_ref::<D>(spec.access, volume, node);
-        let released = !self.released.is_empty()
-            && self.released.contains_key(&(volume.clone(), node.clone()));
+        let released = self.detaches.has_releases()
+            && (self.actual.get(volume, &node)).is_some_and(|a| a.detach.release != Release::None);
         if released && spec.attach_required {
             // Forgetting an attachment is irreversible: a verify of the node started after
             // the release decides it, not this look.
-            return self.await_release_verify(now, volume, node, ops);
+            return self.await_release_verify(now, volume, &node, ops);
         }
+        let key = gate_key_ref::<D>(spec.access, volume, &node);
         let gate = if self.runs_as_single_node(&key, volume) {
             Err(None)
         } else {
@@ -2442,25 +2506,71 @@ impl<D: Domain> Reconciler<D> {
             Err(Some(_)) if released => {}
             Err(Some(retry)) => return self.schedule.wake_volume_at(retry, volume.clone()),
         }
-        let bugs = self.bugs();
-        let Some(a) = self.actual.get(volume, node) else {
+        let Some((facts, reported)) = self.detach_facts(now, volume, &node) else {
             return;
         };
+        let decision = decide_detach(&facts);
+        let (Detach::Wait { wake } | Detach::Blocked { wake, .. } | Detach::Go { wake, .. }) =
+            decision;
+        if let Some(at) = wake {
+            self.schedule.wake_volume_at(at, volume.clone());
+        }
+        let (force, step) = match decision {
+            Detach::Wait { .. } => return,
+            Detach::Blocked { reason, .. } => return self.report_blocked(volume, &node, reason),
+            Detach::Go { force, step, .. } => (force, step),
+        };
+        if reported {
+            // C5: first make the node stop listing it, so its agent does not start mounting it.
+            self.actual.set_withheld(volume, &node, true);
+        }
+        match step {
+            // Something certain ends the wait: marking the node makes the next status pass
+            // write it (the list now differs from what the store holds or is unknown), or a
+            // write already in flight is acknowledged, or a failed write's retry timer fires.
+            // An attach that landed after its workload left is never listed in the store, so
+            // it needs no write at all and is settled at once (issue 9, bug 1).
+            Step::AwaitStore => {
+                self.status.mark(node.clone());
+                self.move_detach(volume, &node, DetachStage::AwaitingAck);
+            }
+            Step::ReadNode => self.read_node_for(now, volume, node, spec, force, released, ops),
+            Step::Detach => self.plan_detach(now, volume, node, spec, force, released, ops),
+        }
+    }
+
+    /// What [`decide_detach`] needs of (`volume`, `node`), and whether the node reports the
+    /// volume now; `None` without a record. Takes the record's clearance, which serves this
+    /// look only.
+    fn detach_facts(
+        &mut self,
+        now: Duration,
+        volume: &D::Volume,
+        node: &D::Node,
+    ) -> Option<(DetachFacts, bool)> {
+        let bugs = self.bugs();
+        let a = self.actual.get(volume, node)?;
         let reported = a.is_reported();
+        let progress = a.detach;
         #[cfg(feature = "upstream-bugs")]
         let sticky_mount = bugs.c4_sticky_assumed_mount && a.assumed_mounted;
         #[cfg(not(feature = "upstream-bugs"))]
         let sticky_mount = false;
+        let clearance = match progress.stage {
+            DetachStage::Cleared { force } => {
+                let at = self.detaches.cleared_at(node).unwrap_or(now);
+                self.move_detach(volume, node, DetachStage::Idle);
+                Some((force, self.fresh_until(at)))
+            }
+            _ => None,
+        };
         let unmount_deadline = self
             .actual
             .request_detach(volume, node, now)
             .saturating_add(self.config.max_wait_for_unmount);
         let node_facts = self.actual.node(node);
         let present = node_facts.is_some_and(|n| n.present);
-        let held_back = !self.waiting_unmount.is_empty()
-            && self
-                .waiting_unmount
-                .contains(&(node.clone(), volume.clone()));
+        let held_back = progress.told.has(Told::WAITING_FOR_UNMOUNT);
         let facts = DetachFacts {
             now,
             unmount_deadline,
@@ -2486,90 +2596,74 @@ impl<D: Domain> Reconciler<D> {
                 // L1, our own leak put back: a volume never listed waits for a write anyway.
                 missing || ((reported || !bugs.l1_await_unplanned_ack) && absent)
             },
-            // A clearance is good for the pass right after its read. (Most passes have none:
-            // no key is built for the lookup then.)
-            clearance: if self.cleared.is_empty() {
-                None
-            } else {
-                self.cleared.remove(&(volume.clone(), node.clone()))
-            }
-            .map(|(force, at)| (force, self.fresh_until(at))),
+            clearance,
         };
-        let (force, step, wake) = match decide_detach(&facts) {
-            Detach::Wait { wake } => {
-                if let Some(at) = wake {
-                    self.schedule.wake_volume_at(at, volume.clone());
-                }
-                return;
-            }
-            Detach::Blocked { reason, wake } => {
-                if let Some(at) = wake {
-                    self.schedule.wake_volume_at(at, volume.clone());
-                }
-                return self.report_blocked(volume, node, reason);
-            }
-            Detach::Go { force, step, wake } => (force, step, wake),
-        };
-        if let Some(at) = wake {
-            self.schedule.wake_volume_at(at, volume.clone());
+        Some((facts, reported))
+    }
+
+    /// The store settled and the detach needs fresh facts: the facts the node's last status
+    /// write read, if they are current, else a fresh read of the node, planned by its next
+    /// status pass.
+    #[allow(clippy::too_many_arguments)]
+    fn read_node_for(
+        &mut self,
+        now: Duration,
+        volume: &D::Volume,
+        node: D::Node,
+        spec: SpecFacts,
+        force: Option<ForceReason>,
+        released: bool,
+        ops: &mut Vec<Operation<D>>,
+    ) {
+        // No longer waiting for the store's acknowledgement.
+        if self.detach_stage(volume, &node) == DetachStage::AwaitingAck {
+            self.move_detach(volume, &node, DetachStage::Idle);
         }
-        if reported {
-            // C5: first make the node stop listing it, so its agent does not start mounting it.
-            self.actual.set_withheld(volume, node, true);
+        // A claim makes no backend call: backend load does not hold it back.
+        if spec.attach_required && !self.admission.admit(Class::Detach, volume, &node, now) {
+            // Queued: a pass admits it to its read when its turn comes.
+            return;
         }
-        if step == Step::AwaitStore {
-            // Something certain ends the wait: marking the node makes the next status pass
-            // write it (the list now differs from what the store holds or is unknown), or a
-            // write already in flight is acknowledged, or a failed write's retry timer fires.
-            // An attach that landed after its workload left is never listed in the store, so
-            // it needs no write at all and is settled at once (issue 9, bug 1).
-            self.status.mark(node.clone());
-            return self.await_ack(volume, owned);
-        }
-        // The store settled: no longer waiting for its acknowledgement.
-        if let Some(waiting) = self.awaiting_ack.get_mut(node) {
-            waiting.retain(|v| v != volume);
-            if waiting.is_empty() {
-                self.awaiting_ack.remove(node);
+        match self.judge_on_written_facts(now, volume, &node, force) {
+            // The write that took the volume off the node's list read the facts: they justify
+            // the detach as a read after it would, and it goes in this pass.
+            Some(Ok(())) => self.plan_detach(now, volume, node, spec, force, released, ops),
+            Some(Err(reason)) => self.hold_back(now, volume, &node, reason),
+            None => {
+                // Nothing irreversible on a view of unknown age: the node's next status pass
+                // plans the read (this pass, if nothing runs for the node).
+                self.status.mark(node.clone());
+                self.move_detach(volume, &node, DetachStage::ReadWanted { force });
             }
         }
-        if step == Step::ReadNode {
-            // A claim makes no backend call: backend load does not hold it back.
-            if spec.attach_required && !self.admission.admit(Class::Detach, volume, node, now) {
-                // Queued: a pass admits it to its read when its turn comes.
-                return;
-            }
-            match self.judge_on_written_facts(now, volume, node, force) {
-                // The write that took the volume off the node's list read the facts: they
-                // justify the detach as a read after it would, and it goes in this pass.
-                Some(Ok(())) => {}
-                Some(Err(reason)) => return self.hold_back(now, volume, node, reason),
-                None => {
-                    // Nothing irreversible on a view of unknown age: the node's next status
-                    // pass plans the read (this pass, if nothing runs for the node).
-                    self.status.mark(node.clone());
-                    let waiting = self.checks.entry(node.clone()).or_default();
-                    match waiting.iter_mut().find(|(v, _)| v == volume) {
-                        Some(check) => check.1 = force,
-                        None => waiting.push((volume.clone(), force)),
-                    }
-                    return;
-                }
-            }
+    }
+
+    /// Fresh facts justified the detach (forced for `force`): plans its call, or releases a
+    /// claim, or forgets a released claim.
+    #[allow(clippy::too_many_arguments)]
+    fn plan_detach(
+        &mut self,
+        now: Duration,
+        volume: &D::Volume,
+        owned: D::Node,
+        spec: SpecFacts,
+        force: Option<ForceReason>,
+        released: bool,
+        ops: &mut Vec<Operation<D>>,
+    ) {
+        let node = &owned;
+        if self.detach_stage(volume, node) == DetachStage::AwaitingAck {
+            self.move_detach(volume, node, DetachStage::Idle);
         }
         if spec.attach_required && !self.admission.call_detach(volume, node, now) {
             // Its read began before an earlier episode of it ended: queued, it reads again.
             return;
         }
-        if !self.blocked.is_empty() {
-            self.blocked.remove(&(node.clone(), volume.clone()));
-        }
-        if !self.waiting_unmount.is_empty() {
-            self.waiting_unmount.remove(&(node.clone(), volume.clone()));
-        }
+        self.forget_told(volume, node, Told::BLOCKED);
+        self.forget_told(volume, node, Told::WAITING_FOR_UNMOUNT);
         if released {
             // A claim's (an attachment's release is decided by a verify, above).
-            self.released.remove(&(volume.clone(), node.clone()));
+            self.set_release(volume, node, Release::None);
             if force == Some(ForceReason::OutOfService) {
                 // The operator vouched the node no longer uses it, and a fresh read just
                 // showed the node still fenced: the backend knows nothing of a claim, so
@@ -2604,10 +2698,12 @@ impl<D: Domain> Reconciler<D> {
             self.admission.give_back(Class::Detach);
             return self.report_blocked(volume, node, UNREGISTERED);
         };
+        let key = gate_key_ref::<D>(spec.access, volume, node);
         self.take_key(&key);
         let id = self.next_op_id();
         self.admission.started(Class::Detach, id, node, now);
         debug!(%id, volume = ?volume, node = ?node, ?force, "planning detach");
+        self.move_detach(volume, node, DetachStage::Detaching);
         self.in_flight.insert(
             id,
             InFlight::Detach {
@@ -2661,37 +2757,21 @@ impl<D: Domain> Reconciler<D> {
         payload
     }
 
-    /// The detach of `volume` from `node` waits for the node's next acknowledged status write.
-    fn await_ack(&mut self, volume: &D::Volume, node: D::Node) {
-        let waiting = self.awaiting_ack.entry(node).or_default();
-        if !waiting.contains(volume) {
-            waiting.push(volume.clone());
-        }
-    }
-
-    /// Drops what a planned detach of (`volume`, `node`) waited on: a pending fresh read, a
-    /// clearance, a reported hold-back. A read already running for it may still clear it;
-    /// that clearance only serves a detach that stands again by the very next pass, and the
-    /// store never listed the volume in between (a returning workload's volume is listed only
-    /// after the read, which a later write would show).
+    /// Drops what a detach of (`volume`, `node`) waited on: a pending fresh read, a
+    /// clearance, a reported hold-back. A read already running for it decides nothing for it
+    /// any more (it answers only detaches still reading or wanting a read).
     fn forget_detach_checks(&mut self, volume: &D::Volume, node: &D::Node) {
-        if let Some(waiting) = self.checks.get_mut(node) {
-            waiting.retain(|(v, _)| v != volume);
-            if waiting.is_empty() {
-                self.checks.remove(node);
-            }
+        if let DetachStage::ReadWanted { .. } | DetachStage::Cleared { .. } =
+            self.detach_stage(volume, node)
+        {
+            self.move_detach(volume, node, DetachStage::Idle);
         }
-        if !self.cleared.is_empty() {
-            self.cleared.remove(&(volume.clone(), node.clone()));
-        }
-        if !self.waiting_unmount.is_empty() {
-            self.waiting_unmount.remove(&(node.clone(), volume.clone()));
-        }
+        self.forget_told(volume, node, Told::WAITING_FOR_UNMOUNT);
     }
 
     /// Tells a human, once per episode, that a detach waits for something only they can do.
     fn report_blocked(&mut self, volume: &D::Volume, node: &D::Node, reason: &str) {
-        if self.blocked.insert((node.clone(), volume.clone())) {
+        if self.tell(volume, node, Told::BLOCKED) {
             self.events.push(Event::DetachBlocked {
                 volume: volume.clone(),
                 node: node.clone(),
@@ -2720,8 +2800,8 @@ impl<D: Domain> Reconciler<D> {
         let here = list
             .iter()
             .find(|a| a.node == *node)
-            .map(|a| (a.state, a.withheld));
-        let attached_here = here.is_some_and(|(state, _)| state == AttachState::Attached);
+            .map(|a| (a.state, a.withheld, a.detach));
+        let attached_here = here.is_some_and(|(state, ..)| state == AttachState::Attached);
         let elsewhere = if single_node && !attached_here {
             list.iter()
                 .filter(|a| a.node != *node)
@@ -2730,18 +2810,14 @@ impl<D: Domain> Reconciler<D> {
         } else {
             SmallVec::new()
         };
-        if here.is_some() {
+        if let Some((.., progress)) = here {
             // Needed again: a later detach starts a new unmount wait, and a new episode.
             self.actual.cancel_detach_request(volume, node);
-            self.forget_detach_checks(volume, node);
-            if !self.released.is_empty() {
-                self.released.remove(&(volume.clone(), node.clone()));
-            }
-            if !self.stuck.is_empty() {
-                self.stuck.remove(&(node.clone(), volume.clone()));
-            }
-            if !self.blocked.is_empty() {
-                self.blocked.remove(&(node.clone(), volume.clone()));
+            if progress != DetachProgress::default() {
+                self.forget_detach_checks(volume, node);
+                self.set_release(volume, node, Release::None);
+                self.forget_told(volume, node, Told::STUCK);
+                self.forget_told(volume, node, Told::BLOCKED);
             }
         }
         let widened = self.runs_as_single_node(&key, volume);
@@ -2751,8 +2827,8 @@ impl<D: Domain> Reconciler<D> {
             self.may_start(&key, OpKind::Attach, now)
         };
         let facts = AttachFacts {
-            here: here.map(|(state, _)| state),
-            withheld: here.is_some_and(|(_, withheld)| withheld),
+            here: here.map(|(state, ..)| state),
+            withheld: here.is_some_and(|(_, withheld, _)| withheld),
             // The gate answers "wait" (no retry time) exactly when an operation on the key runs.
             running: gate == Err(None),
             gate,
@@ -2943,12 +3019,10 @@ impl<D: Domain> Reconciler<D> {
     /// Names, once per episode, every detach wanted for [`Config::stuck_after`] or longer and
     /// not done; looked at on each periodic sync.
     fn report_stuck(&mut self, now: Duration) {
+        let stuck_after = self.config.stuck_after;
         let stuck = self.stuck_detaches(now);
-        for s in stuck
-            .into_iter()
-            .filter(|s| s.waited >= self.config.stuck_after)
-        {
-            if self.stuck.insert((s.node.clone(), s.volume.clone())) {
+        for s in stuck.into_iter().filter(|s| s.waited >= stuck_after) {
+            if self.tell(&s.volume, &s.node, Told::STUCK) {
                 warn!(volume = ?s.volume, node = ?s.node, waited = ?s.waited, "a detach is stuck");
                 self.events.push(Event::DetachStuck {
                     volume: s.volume,
@@ -2973,8 +3047,9 @@ impl<D: Domain> Reconciler<D> {
             .detach_requests()
             .filter_map(|(volume, node, since)| {
                 let waited = now.saturating_sub(since);
-                let release_pending = !self.released.is_empty()
-                    && self.released.contains_key(&(volume.clone(), node.clone()))
+                let release_pending = self.detaches.has_releases()
+                    && (self.actual.get(volume, node))
+                        .is_some_and(|a| a.detach.release != Release::None)
                     && self.desired.spec(volume).is_none_or(|s| s.attach_required);
                 (waited >= self.config.stuck_after || release_pending).then(|| StuckDetach {
                     volume: volume.clone(),
@@ -3137,7 +3212,7 @@ impl<D: Domain> Reconciler<D> {
         }
         let mut nodes = self.status.take_dirty();
         for node in nodes.drain(..) {
-            let checks = self.checks.get(&node).is_some_and(|c| !c.is_empty());
+            let checks = self.detaches.wants_read(&node);
             let present = self.actual.node_present(&node);
             if !checks && !present {
                 // Nothing to write to; it is rewritten when it appears (50721).
@@ -3164,7 +3239,7 @@ impl<D: Domain> Reconciler<D> {
                     continue;
                 }
                 // A read also gives the revision to write against: one read serves both.
-                let checks = self.checks.remove(&node).unwrap_or_default().into_vec();
+                let checks = self.start_reading(&node);
                 self.read_last.insert(node.clone());
                 self.plan_read(node, checks, false, ops);
                 continue;
@@ -3198,7 +3273,7 @@ impl<D: Domain> Reconciler<D> {
                 },
             );
             self.status.start_write(&node, generation, report.clone());
-            let read_facts = self.awaiting_ack.get(&node).is_some_and(|w| !w.is_empty());
+            let read_facts = self.detaches.awaits_ack(&node);
             ops.push(Operation::WriteStatus {
                 id,
                 node,
@@ -3208,6 +3283,21 @@ impl<D: Domain> Reconciler<D> {
             });
         }
         self.status.recycle_dirty(nodes);
+    }
+
+    /// The detaches on `node` that wanted a fresh read are now reading: the read's checks,
+    /// each with the force reason it is checked for.
+    fn start_reading(&mut self, node: &D::Node) -> Vec<(D::Volume, Option<ForceReason>)> {
+        let mut checks = Vec::new();
+        for volume in self.detaches.take_reads_wanted(node) {
+            if let Some(a) = self.actual.get_mut(&volume, node) {
+                if let DetachStage::ReadWanted { force } = a.detach.stage {
+                    a.detach.stage = DetachStage::Reading { force };
+                    checks.push((volume, force));
+                }
+            }
+        }
+        checks
     }
 
     fn plan_read(

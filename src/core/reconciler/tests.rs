@@ -2068,7 +2068,7 @@ fn a_blocked_pair_is_forgotten_with_its_attachment() {
     h.unpod("p1");
     h.unnode("n1");
     h.run_ok(secs(1));
-    assert_eq!(h.r.blocked.len(), 1);
+    assert_eq!(h.r.detaches.blocked(), 1);
     let end = h.now + secs(120);
     while h.now < end {
         for op in h.tick() {
@@ -2081,7 +2081,7 @@ fn a_blocked_pair_is_forgotten_with_its_attachment() {
         }
     }
     assert!(h.r.actual().is_empty());
-    assert!(h.r.blocked.is_empty());
+    assert_eq!(h.r.detaches.blocked(), 0);
 }
 
 /// A volume only the store lists at recovery, with no spec anywhere, cannot be detached; a

@@ -7,6 +7,7 @@ use smallvec::SmallVec;
 
 use crate::core::calls::reported_volumes::ReportedVolume;
 use crate::core::calls::reported_volumes::{ListSpares, ReportedVolumes};
+use crate::core::state::progress::DetachProgress;
 use crate::core::tables::dense_table::{DenseTable, Keyed, WARM_BATCH};
 use crate::core::tables::device_paths::NodeDevicePaths;
 use crate::core::tables::id_search;
@@ -75,8 +76,9 @@ impl<V> Default for NodeFacts<V> {
 
 /// One attachment record.
 ///
-/// Kept small (8 bytes with `u32` ids): there is one per attachment in the cluster. What only
-/// some attachments have, a device path or a pending detach request, lives with the node (see
+/// Kept small (12 bytes with `u32` ids, 4 of them its detach's progress): there is one per
+/// attachment in the cluster. What only some attachments have, a device path or a pending
+/// detach request, lives with the node (see
 /// [`ActualState::device`] and [`ActualState::detach_requested_at`]), and so does the record's
 /// generation, which the periodic verify reads node by node.
 #[derive(Clone, Debug)]
@@ -92,6 +94,8 @@ pub struct Attachment<D: Domain> {
     /// no call in flight can attach it again behind an operator's back. Only such an
     /// attachment may be released ([`Input::ReleaseVolume`](crate::core::Input)).
     pub(crate) landed: bool,
+    /// How far its detach has come.
+    pub(crate) detach: DetachProgress,
 }
 
 impl<D: Domain> Attachment<D> {
@@ -102,6 +106,10 @@ impl<D: Domain> Attachment<D> {
     /// Attached or Uncertain.
     pub fn state(&self) -> AttachState {
         self.state
+    }
+    /// How far its detach has come ([`DetachProgress`]).
+    pub fn detach(&self) -> DetachProgress {
+        self.detach
     }
     /// Whether the node must list this volume in its status.
     pub fn is_reported(&self) -> bool {
@@ -119,6 +127,7 @@ impl<D: Domain> Attachment<D> {
             #[cfg(feature = "upstream-bugs")]
             assumed_mounted: on.in_use.is_none(),
             landed: state == AttachState::Attached,
+            detach: DetachProgress::default(),
         }
     }
 
@@ -965,12 +974,18 @@ impl<D: Domain> ActualState<D> {
     /// was about 1 % of a `u32` move's instructions. The caller keeps it only for a volume
     /// wanted elsewhere, and drops it with [`forget_volume`](Self::forget_volume) once the
     /// volume is wanted nowhere, so that idle volumes hold no entry.
-    pub(crate) fn set_detached(&mut self, volume: &D::Volume, node: &D::Node, keep_record: bool) {
+    /// Returns the forgotten record's detach progress, for the indexes derived from it.
+    pub(crate) fn set_detached(
+        &mut self,
+        volume: &D::Volume,
+        node: &D::Node,
+        keep_record: bool,
+    ) -> Option<DetachProgress> {
         let Some(VolumeAttachments { list, .. }) = self.volumes.get_mut(volume) else {
-            return;
+            return None;
         };
         let Some(i) = list.iter().position(|a| a.node == *node) else {
-            return;
+            return None;
         };
         let gone = list.swap_remove(i);
         if list.is_empty() && !keep_record {
@@ -1007,6 +1022,7 @@ impl<D: Domain> ActualState<D> {
         if gone.is_reported() {
             self.report_changed.mark(node.clone());
         }
+        Some(gone.detach)
     }
 
     /// Drops `volume`'s entry in the volume table if it is attached nowhere: the entry
@@ -1775,8 +1791,9 @@ mod tests {
     #[test]
     fn an_attachment_record_stays_small() {
         // One per attachment in the cluster: 150,000 of them at Kubernetes' limits.
+        // Eight bytes with `u32` ids, and four for its detach's progress.
         type Small = Ids<u32, u32, u32>;
-        assert!(std::mem::size_of::<Attachment<Small>>() <= 8);
+        assert!(std::mem::size_of::<Attachment<Small>>() <= 12);
     }
 
     #[test]
@@ -1824,7 +1841,9 @@ mod tests {
                     a.recover_reported(&n, &listed);
                 }
                 2 => a.set_uncertain(&v, &n),
-                3 => a.set_detached(&v, &n, (state >> 24) % 2 == 0),
+                3 => {
+                    a.set_detached(&v, &n, (state >> 24) % 2 == 0);
+                }
                 4 => a.set_withheld(&v, &n, (state >> 24) % 2 == 0),
                 5 => {
                     a.remove_node(&n);

@@ -7,4 +7,5 @@
 
 pub(crate) mod actual;
 pub(crate) mod desired;
+pub(crate) mod progress;
 pub(crate) mod status;
