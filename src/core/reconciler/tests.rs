@@ -19,6 +19,8 @@ mod admission_tests;
 
 mod claim_recovery_tests;
 
+mod detach_progress;
+
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
