@@ -177,24 +177,21 @@ impl<D: Domain> FakeStore<D> {
         attached: &ReportedVolumes<D>,
         expected: &Revision,
     ) -> Result<Revision, StoreError> {
-        if !self.nodes.contains_key(node) {
-            if !self.creates {
-                return Err(StoreError::not_found());
-            }
-            self.nodes.insert(
-                node.clone(),
-                StoredNode {
-                    attached: Vec::new(),
-                    facts: NodeFacts::default(),
-                    revision: 0,
-                },
-            );
+        if !self.creates && !self.nodes.contains_key(node) {
+            return Err(StoreError::not_found());
         }
-        let stored = self.nodes.get_mut(node).expect("held or created above");
-        let current = Revision::from(stored.revision);
+        let current = Revision::from(self.revision(node));
         if *expected != current {
             return Err(StoreError::conflict(current));
         }
+        let stored = self
+            .nodes
+            .entry(node.clone())
+            .or_insert_with(|| StoredNode {
+                attached: Vec::new(),
+                facts: NodeFacts::default(),
+                revision: 0,
+            });
         stored.attached = attached.to_vec();
         stored.revision += 1;
         Ok(Revision::from(stored.revision))
