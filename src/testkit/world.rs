@@ -256,3 +256,94 @@ impl<D: Domain, K: Clone> Held<D, K> {
         self.take_due(|_| true)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::OpId;
+    use crate::domain::Ids;
+
+    type D = Ids<&'static str, &'static str, &'static str, ()>;
+
+    fn list(volumes: &[&'static str]) -> ReportedVolumes<D> {
+        listed::<D>(volumes.iter().copied()).into()
+    }
+
+    #[test]
+    fn a_store_write_is_a_compare_and_set() {
+        let mut store = FakeStore::<D>::new(false);
+        assert_eq!(
+            store.write(&"n1", &list(&["v1"]), &Revision::from(0)),
+            Err(StoreError::not_found()),
+            "a store that does not create"
+        );
+        assert!(store.nodes.is_empty());
+        assert_eq!(store.read(&"n1"), Err(StoreError::not_found()));
+
+        let mut store = FakeStore::<D>::new(true);
+        assert_eq!(
+            store.write(&"n1", &list(&["v1"]), &Revision::from(3)),
+            Err(StoreError::conflict(Revision::from(0)))
+        );
+        assert!(store.nodes.is_empty(), "a refused write creates nothing");
+        assert_eq!(
+            store.write(&"n1", &list(&["v1"]), &Revision::from(0)),
+            Ok(Revision::from(1))
+        );
+        assert_eq!(
+            store.write(&"n1", &list(&[]), &Revision::from(0)),
+            Err(StoreError::conflict(Revision::from(1))),
+            "a stale revision"
+        );
+        store.nodes.get_mut("n1").unwrap().facts.fenced = true;
+        let read = store.read(&"n1").unwrap();
+        assert_eq!(read.attached, listed::<D>(["v1"]));
+        assert_eq!(
+            (read.fenced, read.revision.clone()),
+            (Some(true), Revision::from(1))
+        );
+        assert_eq!(store.list(), vec![("n1", read)]);
+    }
+
+    #[test]
+    fn held_operations_come_back_when_due_in_the_order_held() {
+        let op = |id| Operation::<D>::CheckMachine {
+            id: OpId(id),
+            node: "n1",
+        };
+        let mut held = Held::<D, usize>::default();
+        for (due, id) in [(2, 1), (1, 2), (3, 3), (1, 4)] {
+            held.hold(due, op(id));
+        }
+        let ids = |ops: Vec<Operation<D>>| ops.iter().map(Operation::id).collect::<Vec<_>>();
+        assert_eq!(ids(held.take_due(|due| *due <= 1)), [OpId(2), OpId(4)]);
+        assert_eq!(held.take(1).id(), OpId(3));
+        assert_eq!(held.len(), 1);
+        assert_eq!(ids(held.take_all()), [OpId(1)]);
+        assert!(held.is_empty());
+    }
+
+    #[test]
+    fn a_failure_answers_only_its_own_kind_of_call() {
+        let statuses = Operation::<D>::ListStatuses { id: OpId(1) };
+        let check = Operation::<D>::CheckMachine {
+            id: OpId(2),
+            node: "n1",
+        };
+        assert_eq!(
+            backend_failure(&statuses, BackendError::transient("x")),
+            None
+        );
+        assert_eq!(store_failure(&check, StoreError::transient("x")), None);
+        assert_eq!(
+            store_failure(&statuses, StoreError::not_found()),
+            Some(Outcome::ListStatuses(Err(StoreError::not_found())))
+        );
+        assert!(matches!(
+            backend_failure(&check, BackendError::transient("x")),
+            Some(Outcome::CheckMachine(Err(_)))
+        ));
+        assert_eq!(describe(&statuses), "list-statuses");
+        assert_eq!(describe(&check), "check-machine n1");
+    }
+}
