@@ -10,8 +10,8 @@ use std::time::Duration;
 use attach_detach::Ids;
 use attach_detach::config::Config;
 use attach_detach::core::{Event, Input, NodeFacts, Operation, Outcome, VolumeSpec};
-use attach_detach::testkit::Harness;
-use attach_detach::traits::{BackendAttachment, NodeStatus, ReportedVolume, Revision, StoreError};
+use attach_detach::testkit::{Harness, listed, node_status};
+use attach_detach::traits::{BackendAttachment, NodeStatus, Revision, StoreError};
 
 type D = Ids<&'static str, &'static str, &'static str, ()>;
 
@@ -23,21 +23,15 @@ struct Store {
 }
 
 impl Store {
+    /// What a read finds: the list, the agent's report of a healthy, unfenced node.
     fn status(&self) -> NodeStatus<D> {
-        NodeStatus {
-            attached: self
-                .attached
-                .iter()
-                .map(|v| ReportedVolume {
-                    volume: *v,
-                    device: None,
-                })
-                .collect(),
+        let facts = NodeFacts {
+            healthy: true,
+            fenced: false,
             in_use: Some(self.in_use.clone()),
-            fenced: Some(false),
-            healthy: Some(true),
-            revision: Revision::from(self.revision),
-        }
+            attach_limit: None,
+        };
+        node_status(listed(self.attached.iter().copied()), &facts, self.revision)
     }
 }
 

@@ -8,6 +8,11 @@
 //! doc comments included, are skipped: a doc may link anywhere). A new module gets a floor in
 //! [`FLOORS`]; a file outside every floor fails the check, so a new folder cannot slip in
 //! unplaced. docs/design.md ("Layout") describes the floors.
+//!
+//! A unit-test module in a file of its own (`#[cfg(test)] mod tests;`, private, and the files
+//! below it) may import from any floor: it is built only for the crate's own tests, nothing
+//! else can import it, and it drives its module through the crate's `testkit` like any other
+//! test. Everything else, test-only helpers that other modules import included, keeps its floor.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -198,9 +203,43 @@ fn target_module(modules: &BTreeSet<String>, segments: &[String]) -> String {
         .unwrap_or_default()
 }
 
+/// The unit-test modules among `files`: each one its parent declares private and test-only
+/// (`#[cfg(test)]` on the line before `mod name;`), and every module below one.
+fn test_modules(files: &BTreeMap<String, String>) -> BTreeSet<String> {
+    let mut declared = BTreeSet::new();
+    for (module, text) in files {
+        let mut test_only = false;
+        for line in text.lines().map(|l| code_of(l).trim()) {
+            if let Some(name) = line.strip_prefix("mod ").and_then(|r| r.strip_suffix(';')) {
+                if test_only {
+                    let name = name.trim();
+                    declared.insert(if module.is_empty() {
+                        name.to_string()
+                    } else {
+                        format!("{module}::{name}")
+                    });
+                }
+            }
+            if !line.is_empty() {
+                test_only = line == "#[cfg(test)]";
+            }
+        }
+    }
+    files
+        .keys()
+        .filter(|m| {
+            declared
+                .iter()
+                .any(|t| *m == t || m.starts_with(&format!("{t}::")))
+        })
+        .cloned()
+        .collect()
+}
+
 /// What the check finds wrong: imports running up a floor, files outside every floor, loops.
 fn violations(files: &BTreeMap<String, String>) -> Vec<String> {
     let modules: BTreeSet<String> = files.keys().cloned().collect();
+    let tests = test_modules(files);
     let mut wrong = Vec::new();
     let mut edges: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
     for (module, text) in files {
@@ -212,10 +251,12 @@ fn violations(files: &BTreeMap<String, String>) -> Vec<String> {
             let target = target_module(&modules, &import.segments);
             let path = import.segments.join("::");
             match floor_of(&target) {
-                Some(floor) if floor > own && !module.is_empty() => wrong.push(format!(
-                    "{module}:{}: imports crate::{path} from floor {:?}, above its own {:?}",
-                    import.line, FLOORS[floor], FLOORS[own]
-                )),
+                Some(floor) if floor > own && !module.is_empty() && !tests.contains(module) => {
+                    wrong.push(format!(
+                        "{module}:{}: imports crate::{path} from floor {:?}, above its own {:?}",
+                        import.line, FLOORS[floor], FLOORS[own]
+                    ))
+                }
                 None => wrong.push(format!(
                     "{module}:{}: imports crate::{path}, in no floor",
                     import.line
@@ -362,6 +403,40 @@ fn the_check_finds_an_import_up_a_loop_and_an_unplaced_file() {
             .iter()
             .any(|w| w
                 .starts_with("import circle: core::rules::a -> core::rules::b -> core::rules::a")),
+        "{found:?}"
+    );
+
+    // A private test module, in its own file or below one, may use the testkit; the module it
+    // tests, a test-only helper others import, and a module merely next to a `#[cfg(test)]`
+    // line may not.
+    let mut tested = clean.clone();
+    tested.insert(
+        "core::reconciler".into(),
+        "#[cfg(test)]\nmod tests;\n#[cfg(test)]\npub(crate) mod helper;\n#[cfg(test)]\nfn f() {}\nmod plain;\nfn g() { crate::testkit::Harness::new(); }\n".into(),
+    );
+    tested.insert("testkit".into(), String::new());
+    for module in [
+        "core::reconciler::tests",
+        "core::reconciler::tests::more",
+        "core::reconciler::helper",
+        "core::reconciler::plain",
+    ] {
+        tested.insert(module.into(), "use crate::testkit::Harness;\n".into());
+    }
+    let found = violations(&tested);
+    // Each finding starts `module:line: imports`.
+    let up: Vec<&str> = found
+        .iter()
+        .filter_map(|w| w.split_once(": imports")?.0.rsplit_once(':'))
+        .map(|(module, _)| module)
+        .collect();
+    assert_eq!(
+        up,
+        [
+            "core::reconciler",
+            "core::reconciler::helper",
+            "core::reconciler::plain"
+        ],
         "{found:?}"
     );
 

@@ -143,9 +143,10 @@ use attach_detach::core::{
     AttachState, Input, NodeFacts, OpId, Operation, Outcome, Reconciler, VolumeSpec,
 };
 use attach_detach::sim::{self, scenario};
+use attach_detach::testkit::{Harness, listed, node_status};
 use attach_detach::traits::{
-    AttachInfo, BackendAttachment, BackendError, MachineState, NodeStatus, ReportedVolume,
-    Revision, StoreError, WriteReceipt,
+    AttachInfo, BackendAttachment, BackendError, MachineState, NodeStatus, Revision, StoreError,
+    WriteReceipt,
 };
 use stateright::{Checker, HasDiscoveries, Model, Property, Representative};
 
@@ -482,20 +483,13 @@ struct Status {
 
 impl Status {
     fn real(&self) -> NodeStatus<T> {
-        NodeStatus {
-            attached: self
-                .attached
-                .iter()
-                .map(|v| ReportedVolume {
-                    volume: *v,
-                    device: None,
-                })
-                .collect(),
+        let facts = NodeFacts {
+            healthy: self.healthy,
+            fenced: self.fenced,
             in_use: self.in_use.clone(),
-            fenced: Some(self.fenced),
-            healthy: Some(self.healthy),
-            revision: Revision::from(self.revision),
-        }
+            ..NodeFacts::default()
+        };
+        node_status(listed(self.attached.iter().copied()), &facts, self.revision)
     }
 }
 
@@ -515,102 +509,79 @@ fn backend_error(may_have: bool) -> BackendError<u8> {
     }
 }
 
-/// Makes `call` on `core`; returns the operations a poll planned.
-fn apply(core: &mut Reconciler<T>, call: &Call) -> Vec<Operation<T>> {
+/// Makes `call` on the harness's core, at the call's time; returns the operations a poll
+/// planned.
+fn apply(h: &mut Harness<T>, call: &Call) -> Vec<Operation<T>> {
     let fed = match call.clone() {
-        Call::Handle(input) => core.handle(input),
-        Call::Poll(now) => return core.poll(now),
-        Call::Finish(now, id, answer) => match answer {
-            Answer::Attach(r) => core.finish(
-                now,
-                id,
-                Outcome::Attach(r.map(|()| AttachInfo::default()).map_err(backend_error)),
-            ),
-            Answer::Detach(r) => core.finish(now, id, Outcome::Detach(r.map_err(backend_error))),
-            Answer::Verify(r) => core.finish(
-                now,
-                id,
-                Outcome::Verify(r.ok_or_else(|| backend_error(false))),
-            ),
-            Answer::List(r) => core.finish(
-                now,
-                id,
-                Outcome::List(
-                    r.map(|l| {
-                        l.into_iter()
-                            .map(|(v, n)| BackendAttachment {
-                                volume: v,
-                                node: n,
-                                spec: spec_of(v),
-                            })
-                            .collect()
-                    })
-                    .ok_or_else(|| backend_error(false)),
-                ),
-            ),
-            Answer::Write(r) => core.finish(
-                now,
-                id,
-                Outcome::WriteStatus(
-                    (r.map(Revision::from).map_err(|e| match e {
-                        Some(true) => StoreError::uncertain("model: timed out"),
-                        _ => StoreError::transient("model: failed"),
-                    }))
-                    .map(Into::into),
-                ),
-            ),
-            Answer::WriteFacts(status) => {
-                let status = status.real();
-                core.finish(
-                    now,
-                    id,
-                    Outcome::WriteStatus(Ok(WriteReceipt {
-                        facts: Some(status.facts()),
-                        revision: status.revision,
-                    })),
-                )
-            }
-            Answer::WriteConflict(rev) => core.finish(
-                now,
-                id,
-                Outcome::WriteStatus(Err(StoreError::conflict(Revision::from(rev)))),
-            ),
-            Answer::Read(r) => core.finish(
-                now,
-                id,
-                Outcome::ReadStatus(
-                    r.map(|s| s.real())
-                        .ok_or_else(|| StoreError::transient("model: failed")),
-                ),
-            ),
-            Answer::ListStatuses(r) => core.finish(
-                now,
-                id,
-                Outcome::ListStatuses(
-                    r.map(|l| l.into_iter().map(|(n, s)| (n, s.real())).collect())
-                        .ok_or_else(|| StoreError::transient("model: failed")),
-                ),
-            ),
-            Answer::CheckMachine(r) => core.finish(
-                now,
-                id,
-                Outcome::CheckMachine(
-                    r.map(|off| {
-                        if off {
-                            MachineState::Off
-                        } else {
-                            MachineState::Running
-                        }
-                    })
-                    .ok_or_else(|| BackendError::transient("model: failed")),
-                ),
-            ),
-        },
+        Call::Handle(input) => h.handle(input),
+        Call::Poll(now) => return h.poll_at(now),
+        Call::Finish(now, id, answer) => {
+            h.now = now;
+            h.finish(id, outcome(answer))
+        }
     };
     if let Err(e) = fed {
         panic!("the core refused {call:?}: {e}");
     }
     Vec::new()
+}
+
+/// The outcome the core is handed for `answer`.
+fn outcome(answer: Answer) -> Outcome<T> {
+    match answer {
+        Answer::Attach(r) => {
+            Outcome::Attach(r.map(|()| AttachInfo::default()).map_err(backend_error))
+        }
+        Answer::Detach(r) => Outcome::Detach(r.map_err(backend_error)),
+        Answer::Verify(r) => Outcome::Verify(r.ok_or_else(|| backend_error(false))),
+        Answer::List(r) => Outcome::List(
+            r.map(|l| {
+                l.into_iter()
+                    .map(|(v, n)| BackendAttachment {
+                        volume: v,
+                        node: n,
+                        spec: spec_of(v),
+                    })
+                    .collect()
+            })
+            .ok_or_else(|| backend_error(false)),
+        ),
+        Answer::Write(r) => Outcome::WriteStatus(
+            (r.map(Revision::from).map_err(|e| match e {
+                Some(true) => StoreError::uncertain("model: timed out"),
+                _ => StoreError::transient("model: failed"),
+            }))
+            .map(Into::into),
+        ),
+        Answer::WriteFacts(status) => {
+            let status = status.real();
+            Outcome::WriteStatus(Ok(WriteReceipt {
+                facts: Some(status.facts()),
+                revision: status.revision,
+            }))
+        }
+        Answer::WriteConflict(rev) => {
+            Outcome::WriteStatus(Err(StoreError::conflict(Revision::from(rev))))
+        }
+        Answer::Read(r) => Outcome::ReadStatus(
+            r.map(|s| s.real())
+                .ok_or_else(|| StoreError::transient("model: failed")),
+        ),
+        Answer::ListStatuses(r) => Outcome::ListStatuses(
+            r.map(|l| l.into_iter().map(|(n, s)| (n, s.real())).collect())
+                .ok_or_else(|| StoreError::transient("model: failed")),
+        ),
+        Answer::CheckMachine(r) => Outcome::CheckMachine(
+            r.map(|off| {
+                if off {
+                    MachineState::Off
+                } else {
+                    MachineState::Running
+                }
+            })
+            .ok_or_else(|| BackendError::transient("model: failed")),
+        ),
+    }
 }
 
 /// The truth about one node.
@@ -829,14 +800,14 @@ impl Representative for State {
 struct Step<'a> {
     world: &'a World,
     env: Env,
-    core: Reconciler<T>,
-    now: Duration,
+    /// The live core on its virtual time.
+    h: Harness<T>,
     trace: Vec<Call>,
 }
 
 impl Step<'_> {
     fn call(&mut self, call: Call) -> Vec<Operation<T>> {
-        let ops = apply(&mut self.core, &call);
+        let ops = apply(&mut self.h, &call);
         self.trace.push(call);
         ops
     }
@@ -853,10 +824,10 @@ impl Step<'_> {
 
     /// A driver pass at the next deadline: the planned operations start, each checked.
     fn poll(&mut self) {
-        if let Some(due) = self.core.next_deadline() {
-            self.now = self.now.max(due);
+        if let Some(due) = self.h.core.next_deadline() {
+            self.h.now = self.h.now.max(due);
         }
-        for op in self.call(Call::Poll(self.now)) {
+        for op in self.call(Call::Poll(self.h.now)) {
             let desc = Op::of(&op);
             match &desc {
                 Op::Attach { v, n } if *v == SINGLE => {
@@ -1024,7 +995,7 @@ impl Step<'_> {
                     .collect()
             })),
         };
-        let now = self.now;
+        let now = self.h.now;
         self.call(Call::Finish(now, id, answer));
     }
 
@@ -1085,7 +1056,7 @@ impl Step<'_> {
     /// A new core, as a restarted controller builds it from the orchestrator's view: every
     /// volume, every node (not heard from yet), every workload placed.
     fn start(&mut self) {
-        self.core = Reconciler::new(self.world.config.clone());
+        self.h.core = Reconciler::new(self.world.config.clone());
         self.trace.clear();
         for v in self.world.volumes.clone() {
             self.handle(Input::SetVolume {
@@ -1112,7 +1083,7 @@ impl Step<'_> {
     }
 
     fn view(&self) -> CoreView {
-        let core = &self.core;
+        let core = &self.h.core;
         let cap = self.world.config.max_wait_for_unmount + Duration::from_secs(1);
         let mut pairs = Vec::new();
         for v in &self.world.volumes {
@@ -1121,7 +1092,7 @@ impl Step<'_> {
                 let since = core
                     .actual()
                     .detach_requested_at(v, &n)
-                    .map(|t| self.now.saturating_sub(t).min(cap));
+                    .map(|t| self.h.now.saturating_sub(t).min(cap));
                 pairs.push((
                     core.actual().state(v, &n),
                     reported,
@@ -1146,7 +1117,7 @@ impl Step<'_> {
             // apart states that differ only in how long ago they were reached.
             next_deadline: core
                 .next_deadline()
-                .map(|d| d.saturating_sub(self.now).min(FAR)),
+                .map(|d| d.saturating_sub(self.h.now).min(FAR)),
             pairs,
             status,
         }
@@ -1156,7 +1127,7 @@ impl Step<'_> {
         State {
             core: self.view(),
             env: self.env,
-            now: self.now,
+            now: self.h.now,
             trace: Arc::new(self.trace),
         }
     }
@@ -1164,15 +1135,16 @@ impl Step<'_> {
 
 impl World {
     fn step(&self, s: &State) -> Step<'_> {
-        let mut core = Reconciler::new(self.config.clone());
+        let mut h = Harness::new(self.config.clone());
         for call in s.trace.iter() {
-            apply(&mut core, call);
+            apply(&mut h, call);
         }
+        // The time may have moved on since the last call (a restart clears the trace).
+        h.now = s.now;
         Step {
             world: self,
             env: s.env.clone(),
-            core,
-            now: s.now,
+            h,
             trace: (*s.trace).clone(),
         }
     }
@@ -1200,8 +1172,7 @@ impl Model for World {
                 restarts: b.restarts,
                 ..Env::default()
             },
-            core: Reconciler::new(self.config.clone()),
-            now: Duration::ZERO,
+            h: Harness::new(self.config.clone()),
             trace: Vec::new(),
         };
         // A cluster already running: each such workload's volumes attached, listed in its
@@ -1432,7 +1403,7 @@ impl World {
             node.fenced = false;
         }
         step.env.faults = 0;
-        let end = step.now.saturating_add(SETTLE_FOR);
+        let end = step.h.now.saturating_add(SETTLE_FOR);
         let mut quiet = false;
         for _ in 0..SETTLE_STEPS {
             while !step.env.orphans.is_empty() {
@@ -1450,7 +1421,7 @@ impl World {
             if let Some(v) = step.env.violation.take() {
                 return Err(format!("while settling: {v}"));
             }
-            match step.core.next_deadline() {
+            match step.h.core.next_deadline() {
                 Some(due) if due <= end => step.poll(),
                 _ => {
                     quiet = step.env.running.is_empty();
@@ -1458,7 +1429,7 @@ impl World {
                 }
             }
         }
-        let (env, now) = (&step.env, step.now);
+        let (env, now) = (&step.env, step.h.now);
         if !quiet {
             return Err(format!(
                 "not quiescent after {SETTLE_STEPS} steps (virtual {now:?}): {} running",
@@ -1486,7 +1457,7 @@ impl World {
                         "stuck: workload {w} on node {n} waits for volume {v} (attached: {}, listed: {}, core: {:?}) at {now:?}",
                         env.attached.contains(&(v, n)),
                         env.nodes[usize::from(n)].stored.contains(&v),
-                        step.core.actual().state(&v, &n),
+                        step.h.core.actual().state(&v, &n),
                     ));
                 }
             }
@@ -1498,7 +1469,7 @@ impl World {
             {
                 return Err(format!(
                     "leak: volume {v} still attached to node {n} after settling, nothing needs it (core: {:?}) at {now:?}",
-                    step.core.actual().state(&v, &n),
+                    step.h.core.actual().state(&v, &n),
                 ));
             }
         }

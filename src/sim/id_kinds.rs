@@ -30,9 +30,9 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::core::{Input, NodeFacts, Operation, Outcome, Reconciler, VolumeSpec};
+use crate::testkit::{FakeStore, Harness, Held, node_status};
 use crate::traits::{
-    AttachInfo, BackendAttachment, BackendError, MachineState, NodeStatus, ReportedVolume,
-    Revision, StoreError,
+    AttachInfo, BackendAttachment, BackendError, MachineState, NodeStatus, StoreError,
 };
 use crate::{Domain, Ids, Name};
 
@@ -285,7 +285,8 @@ impl<const M: u64> Kind for Ids<Salted<M>, Salted<M>, Salted<M>, ()> {
 /// order of its own).
 struct World<D: Domain> {
     attached: BTreeSet<(D::Volume, D::Node)>,
-    stored: BTreeMap<D::Node, (Vec<ReportedVolume<D>>, u64)>,
+    /// The lists and revisions; the agents' facts are the maps below.
+    stored: FakeStore<D>,
     in_use: BTreeMap<D::Node, Vec<D::Volume>>,
     fenced: BTreeSet<D::Node>,
     /// The workloads the core took, by number: what an orchestrator's informers list again
@@ -295,14 +296,8 @@ struct World<D: Domain> {
 
 impl<D: Domain> World<D> {
     fn status(&self, node: &D::Node) -> NodeStatus<D> {
-        let (attached, revision) = self.stored.get(node).cloned().unwrap_or_default();
-        NodeStatus {
-            attached,
-            in_use: Some(self.in_use.get(node).cloned().unwrap_or_default()),
-            fenced: Some(self.fenced.contains(node)),
-            healthy: Some(!self.fenced.contains(node)),
-            revision: Revision::from(revision),
-        }
+        let attached = (self.stored.nodes.get(node)).map_or_else(Vec::new, |n| n.attached.clone());
+        node_status(attached, &self.facts(node), self.stored.revision(node))
     }
 
     fn facts(&self, node: &D::Node) -> NodeFacts<D::Volume> {
@@ -338,44 +333,34 @@ fn spec(v: u32) -> VolumeSpec<()> {
 pub fn history<D: Kind>(choices: &mut impl Choices, shape: Shape, config: &Config) -> Vec<String> {
     let shape = shape.at_least_one();
     let mut trace = Vec::new();
-    let mut core: Reconciler<D> = Reconciler::new(config.clone());
-    let mut world = World::<D> {
+    let world = World::<D> {
         attached: BTreeSet::new(),
-        stored: BTreeMap::new(),
+        // A status is created by its first write, as an annotation is.
+        stored: FakeStore::new(true),
         in_use: BTreeMap::new(),
         fenced: BTreeSet::new(),
         scheduled: BTreeMap::new(),
     };
-    tell_everything(&mut core, &world, shape, &mut trace);
-    let mut running: Vec<Operation<D>> = Vec::new();
-    let mut now = Duration::ZERO;
+    let mut h = Harness::with_world(Reconciler::new(config.clone()), world);
+    tell_everything(&mut h, shape, &mut trace);
+    // The calls under way, answered in the order the choices pick.
+    let mut running: Held<D> = Held::default();
     for _ in 0..shape.steps {
-        let step = step(
-            &mut core,
-            &mut world,
-            &mut running,
-            &mut now,
-            choices,
-            (shape, config),
-        );
+        let step = step(&mut h, &mut running, choices, (shape, config));
         let Some(line) = step else {
             break;
         };
         trace.extend(line);
-        trace.extend(core.take_events().iter().map(|e| format!("{e:?}")));
-        trace.push(format!("stuck: {:?}", core.stuck_detaches(now)));
+        trace.extend(h.core.take_events().iter().map(|e| format!("{e:?}")));
+        trace.push(format!("stuck: {:?}", h.core.stuck_detaches(h.now)));
     }
     trace
 }
 
 /// What the orchestrator tells a core as it starts: every volume, every node with what its
 /// agent last reported, and every workload the core took before (none, at the first start).
-fn tell_everything<D: Kind>(
-    core: &mut Reconciler<D>,
-    world: &World<D>,
-    shape: Shape,
-    trace: &mut Vec<String>,
-) {
+fn tell_everything<D: Kind>(h: &mut Harness<D, World<D>>, shape: Shape, trace: &mut Vec<String>) {
+    let (core, world) = (&mut h.core, &h.world);
     for v in 0..shape.volumes {
         let taken = core.handle(Input::SetVolume {
             volume: D::volume(v),
@@ -408,10 +393,8 @@ fn schedule<D: Kind>(workload: u32, node: u32, volumes: &[u32]) -> Input<D> {
 /// One step of a history: an input, a poll, a result or a restart. `None` when the choices
 /// ran out.
 fn step<D: Kind>(
-    core: &mut Reconciler<D>,
-    world: &mut World<D>,
-    running: &mut Vec<Operation<D>>,
-    now: &mut Duration,
+    h: &mut Harness<D, World<D>>,
+    running: &mut Held<D>,
     choices: &mut impl Choices,
     (shape, config): (Shape, &Config),
 ) -> Option<Vec<String>> {
@@ -424,19 +407,19 @@ fn step<D: Kind>(
             }
             let workload = choices.below(shape.workloads)?;
             let node = choices.below(shape.nodes)?;
-            let taken = core.handle(schedule::<D>(workload, node, &volumes));
+            let taken = h.handle(schedule::<D>(workload, node, &volumes));
             if taken.is_ok() {
-                world.scheduled.insert(workload, (node, volumes));
+                h.world.scheduled.insert(workload, (node, volumes));
             }
             vec![format!("scheduled: {taken:?}")]
         }
         15..=24 => {
             let workload = choices.below(shape.workloads)?;
-            let taken = core.handle(Input::WorkloadRemoved {
+            let taken = h.handle(Input::WorkloadRemoved {
                 workload: D::workload(workload),
             });
             if taken.is_ok() {
-                world.scheduled.remove(&workload);
+                h.world.scheduled.remove(&workload);
             }
             vec![format!("removed: {taken:?}")]
         }
@@ -444,15 +427,16 @@ fn step<D: Kind>(
             // The controller restarts: the calls it awaited are lost before they reach the
             // backend or the store, and a new core recovers from their listings, told again
             // what the orchestrator holds.
-            running.clear();
-            *core = Reconciler::new(config.clone());
+            running.take_all();
+            h.core = Reconciler::new(config.clone());
             let mut lines = vec!["restart".to_string()];
-            tell_everything(core, world, shape, &mut lines);
+            tell_everything(h, shape, &mut lines);
             lines
         }
         26..=32 => {
             // A node agent's report: what it has mounted, sometimes fenced.
             let node = D::node(choices.below(shape.nodes)?);
+            let world = &mut h.world;
             let mut mounted: Vec<D::Volume> = Vec::new();
             for (v, n) in &world.attached {
                 if *n == node && choices.chance(50)? {
@@ -465,18 +449,16 @@ fn step<D: Kind>(
             } else if choices.chance(30)? {
                 world.fenced.remove(&node);
             }
-            let taken = core.handle(Input::NodeUpdated {
-                facts: world.facts(&node),
-                node,
-            });
+            let facts = world.facts(&node);
+            let taken = h.handle(Input::NodeUpdated { facts, node });
             vec![format!("node: {taken:?}")]
         }
         33..=59 => {
-            *now += Duration::from_millis(u64::from(choices.below(3_000)?));
+            let at = h.now + Duration::from_millis(u64::from(choices.below(3_000)?));
             let mut lines = Vec::new();
-            for op in core.poll(*now) {
+            for op in h.poll_at(at) {
                 lines.push(format!("{op:?}"));
-                running.push(op);
+                running.hold(at, op);
             }
             lines
         }
@@ -486,43 +468,30 @@ fn step<D: Kind>(
             }
             let at = choices.below(running.len() as u32)? as usize;
             let ok = choices.chance(80)?;
-            let op = running.remove(at);
-            vec![format!("finished: {}", finish(core, world, *now, op, ok))]
+            let op = running.take(at);
+            vec![format!("finished: {}", finish(h, op, ok))]
         }
     })
 }
 
 /// Hands `op`'s result to the core, as the backend and the store would (a failure when not
 /// `ok`), and says how the core took it.
-fn finish<D: Kind>(
-    core: &mut Reconciler<D>,
-    world: &mut World<D>,
-    now: Duration,
-    op: Operation<D>,
-    ok: bool,
-) -> String {
+fn finish<D: Kind>(h: &mut Harness<D, World<D>>, op: Operation<D>, ok: bool) -> String {
+    let world = &mut h.world;
     let id = op.id();
     let failed = || BackendError::transient("harness");
-    let taken = match op {
+    let outcome = match op {
         Operation::Attach { volume, node, .. } => {
             if ok {
                 world.attached.insert((volume, node));
             }
-            core.finish(
-                now,
-                id,
-                Outcome::Attach(ok.then(AttachInfo::default).ok_or_else(failed)),
-            )
+            Outcome::Attach(ok.then(AttachInfo::default).ok_or_else(failed))
         }
         Operation::Detach { volume, node, .. } => {
             if ok {
                 world.attached.remove(&(volume, node));
             }
-            core.finish(
-                now,
-                id,
-                Outcome::Detach(ok.then_some(()).ok_or_else(failed)),
-            )
+            Outcome::Detach(ok.then_some(()).ok_or_else(failed))
         }
         Operation::Verify { node, volumes, .. } => {
             let still = volumes
@@ -530,7 +499,7 @@ fn finish<D: Kind>(
                 .map(|(v, _)| v)
                 .filter(|v| world.attached.contains(&(v.clone(), node.clone())))
                 .collect();
-            core.finish(now, id, Outcome::Verify(Ok(still)))
+            Outcome::Verify(Ok(still))
         }
         Operation::CheckMachine { node, .. } => {
             let state = if world.fenced.contains(&node) {
@@ -538,7 +507,7 @@ fn finish<D: Kind>(
             } else {
                 MachineState::Running
             };
-            core.finish(now, id, Outcome::CheckMachine(Ok(state)))
+            Outcome::CheckMachine(Ok(state))
         }
         Operation::WriteStatus {
             node,
@@ -550,25 +519,21 @@ fn finish<D: Kind>(
             let result = if expected != current {
                 Err(StoreError::conflict(current))
             } else if ok {
-                let entry = world.stored.entry(node).or_default();
-                entry.0 = attached.to_vec();
-                entry.1 += 1;
-                Ok(Revision::from(entry.1))
+                world.stored.write(&node, &attached, &expected)
             } else {
                 Err(StoreError::transient("harness"))
             };
-            core.finish(now, id, Outcome::WriteStatus(result.map(Into::into)))
+            Outcome::WriteStatus(result.map(Into::into))
         }
-        Operation::ReadStatus { node, .. } => {
-            core.finish(now, id, Outcome::ReadStatus(Ok(world.status(&node))))
-        }
+        Operation::ReadStatus { node, .. } => Outcome::ReadStatus(Ok(world.status(&node))),
         Operation::ListStatuses { .. } => {
             let statuses = world
                 .stored
+                .nodes
                 .keys()
                 .map(|n| (n.clone(), world.status(n)))
                 .collect();
-            core.finish(now, id, Outcome::ListStatuses(Ok(statuses)))
+            Outcome::ListStatuses(Ok(statuses))
         }
         Operation::ListAttachments { .. } => {
             let list = world
@@ -580,9 +545,10 @@ fn finish<D: Kind>(
                     spec: VolumeSpec::single_node(()),
                 })
                 .collect();
-            core.finish(now, id, Outcome::List(Ok(list)))
+            Outcome::List(Ok(list))
         }
     };
+    let taken = h.finish(id, outcome);
     format!("{taken:?}")
 }
 

@@ -12,7 +12,6 @@ use crate::Ids;
 use crate::config::Config;
 use crate::core::calls::backend::MachineState;
 use crate::core::calls::backend::{AttachInfo, BackendAttachment, BackendError};
-use crate::core::calls::reported_volumes::ReportedVolume;
 use crate::core::calls::reported_volumes::ReportedVolumes;
 use crate::core::calls::store::{NodeStatus, Revision, StoreError};
 use crate::core::calls::volume::VolumeSpec;
@@ -23,6 +22,7 @@ use crate::core::outcome::Outcome;
 use crate::core::reconciler::Reconciler;
 use crate::core::state::actual::{ActualState, AttachState, NodeFacts};
 use crate::core::state::desired::{DesiredState, Missing};
+use crate::testkit::{Harness, Held, listed};
 
 type T = Ids<u8, u8, u8, ()>;
 
@@ -417,16 +417,7 @@ impl Truth {
     /// report, its fence and health.
     fn status(&self, n: u8) -> NodeStatus<T> {
         NodeStatus {
-            attached: self
-                .stored
-                .get(&n)
-                .into_iter()
-                .flatten()
-                .map(|v| ReportedVolume {
-                    volume: *v,
-                    device: None,
-                })
-                .collect(),
+            attached: listed(self.stored.get(&n).into_iter().flatten().copied()),
             in_use: self.last_in_use.get(&n).cloned(),
             fenced: Some(self.fenced.contains(&n)),
             healthy: Some(!self.down.contains(&n)),
@@ -556,18 +547,15 @@ fn start(config: &Config, placements: &[(u8, u8, Vec<u8>)]) -> Result<Reconciler
 /// stuck workload is a violation). A restart loses the running operations, whose calls still
 /// land in the backend after the new core recovered.
 pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
-    let mut core = start(&config, &[])?;
-    let mut now = Duration::ZERO;
-    let mut truth = Truth::default();
-    let mut running: Vec<Operation<T>> = Vec::new();
-    // When each operation under way was planned, for `check_load`.
-    let mut planned: BTreeMap<OpId, Duration> = BTreeMap::new();
+    let mut h = Harness::with_world(start(&config, &[])?, Truth::default());
+    // The operations under way, with the time each was planned, for `check_load`.
+    let mut running: Held<T> = Held::default();
     let single = |v: u8| v < 3;
     for (i, step) in steps.iter().enumerate() {
         match step.clone() {
             PlanStep::Schedule(w, n, vs) => {
                 let vs: Vec<u8> = vs.iter().take(3).map(|v| volume(*v)).collect();
-                core.handle(Input::WorkloadScheduled {
+                h.handle(Input::WorkloadScheduled {
                     workload: w % 8,
                     node: node(n),
                     volumes: vs,
@@ -575,11 +563,12 @@ pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
                 .map_err(|e| format!("step {i}: {e}"))?;
             }
             PlanStep::Remove(w) => {
-                core.handle(Input::WorkloadRemoved { workload: w % 8 })
+                h.handle(Input::WorkloadRemoved { workload: w % 8 })
                     .map_err(|e| format!("step {i}: {e}"))?;
             }
             PlanStep::Facts(n, healthy, fence, report) => {
                 let n = node(n);
+                let truth = &mut h.world;
                 if fence {
                     truth.fenced.insert(n);
                     // A fenced node is powered off: nothing is mounted any more.
@@ -595,28 +584,25 @@ pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
                 truth.in_use_on.insert(n, report);
             }
             PlanStep::Advance(ticks) => {
-                now += Duration::from_millis(10 * u64::from(ticks));
-                for op in core.poll(now) {
-                    check_plan(&op, &truth, &core, single)
+                let now = h.now + Duration::from_millis(10 * u64::from(ticks));
+                for op in h.poll_at(now) {
+                    check_plan(&op, &h.world, &h.core, single)
                         .map_err(|e| format!("step {i} at {now:?}: {e}"))?;
-                    planned.insert(op.id(), now);
-                    running.push(op);
+                    running.hold(now, op);
                 }
-                planned.retain(|id, _| running.iter().any(|op| op.id() == *id));
-                check_load(&running, &planned, now, &config)
+                check_load(&running, now, &config)
                     .map_err(|e| format!("step {i} at {now:?}: {e}"))?;
             }
             PlanStep::Finish(k, outcome) => {
                 if running.is_empty() {
                     continue;
                 }
-                let op = running.remove(usize::from(k) % running.len());
-                finish(&mut core, now, op, outcome, &mut truth)
-                    .map_err(|e| format!("step {i}: {e}"))?;
+                let op = running.take(usize::from(k) % running.len());
+                finish(&mut h, op, outcome).map_err(|e| format!("step {i}: {e}"))?;
             }
             PlanStep::Restart => {
-                let lost = std::mem::take(&mut running);
-                core = start(&config, &placements(&core))?;
+                let lost = running.take_all();
+                h.core = start(&config, &placements(&h.core))?;
                 // The new core's first pass plans its recovery listings and nothing else.
                 // The backend lists what is attached and what is still attaching (the contract
                 // of `AttachBackend::list`): the calls the old controller lost are under way.
@@ -625,20 +611,23 @@ pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
                     _ => None,
                 });
                 let listed: BTreeSet<(u8, u8)> =
-                    truth.attached.iter().copied().chain(attaching).collect();
-                let due = core
+                    h.world.attached.iter().copied().chain(attaching).collect();
+                let due = h
+                    .core
                     .next_deadline()
                     .ok_or("a new core plans its recovery")?;
-                for op in core.poll(due.max(now)) {
+                // Polled at the deadline the new core asks for; the answers come at `now`.
+                for op in h.core.poll(due.max(h.now)) {
                     let id = op.id();
                     let fed = match op {
                         Operation::ListStatuses { .. } => {
+                            let truth = &h.world;
                             let statuses = truth
                                 .stored
                                 .keys()
                                 .map(|n| (*n, truth.status(*n)))
                                 .collect();
-                            core.finish(now, id, Outcome::ListStatuses(Ok(statuses)))
+                            h.finish(id, Outcome::ListStatuses(Ok(statuses)))
                         }
                         Operation::ListAttachments { .. } => {
                             let list = listed
@@ -649,7 +638,7 @@ pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
                                     spec: spec_of(*v),
                                 })
                                 .collect();
-                            core.finish(now, id, Outcome::List(Ok(list)))
+                            h.finish(id, Outcome::List(Ok(list)))
                         }
                         other => {
                             return Err(format!("step {i}: {other:?} planned while recovering"));
@@ -657,52 +646,45 @@ pub fn check_planner(steps: &[PlanStep], config: Config) -> Result<(), String> {
                     };
                     fed.map_err(|e| format!("step {i}: {e}"))?;
                 }
-                if core.is_recovering() {
+                if h.core.is_recovering() {
                     return Err(format!("step {i}: still recovering after both listings"));
                 }
                 // Then they land in the backend, after the new controller recovered.
                 for op in lost {
                     match op {
                         Operation::Attach { volume, node, .. } => {
-                            truth.attached.insert((volume, node));
+                            h.world.attached.insert((volume, node));
                         }
                         Operation::Detach { volume, node, .. } => {
-                            truth.attached.remove(&(volume, node));
+                            h.world.attached.remove(&(volume, node));
                         }
                         _ => {}
                     }
                 }
             }
         }
-        truth.agents(&mut core);
+        h.world.agents(&mut h.core);
     }
-    settle(&mut core, now, &mut truth, running)
+    settle(&mut h, running)
 }
 
 /// The attach and detach calls running stay within `Config::backend_load`, each class its own:
 /// those planned less than `OverdueCalls::after` before `now` within the limit, all of them
-/// within the limit plus `OverdueCalls::max`. `planned` has when each was planned.
-fn check_load(
-    running: &[Operation<T>],
-    planned: &BTreeMap<OpId, Duration>,
-    now: Duration,
-    config: &Config,
-) -> Result<(), String> {
+/// within the limit plus `OverdueCalls::max`. Each is held with the time it was planned.
+fn check_load(running: &Held<T>, now: Duration, config: &Config) -> Result<(), String> {
     let load = config.backend_load;
     let max = load.overdue.map_or(0, |o| o.max);
-    let young = |op: &Operation<T>| {
+    let young = |at: &Duration| {
         let after = load.overdue.map_or(Duration::MAX, |o| o.after);
-        planned
-            .get(&op.id())
-            .is_none_or(|at| now.saturating_sub(*at) < after)
+        now.saturating_sub(*at) < after
     };
     for (kind, limit) in [
         (OpKind::Attach, load.max_attaches),
         (OpKind::Detach, load.max_detaches),
     ] {
         let Some(limit) = limit else { continue };
-        let calls = || running.iter().filter(|op| op.kind() == kind);
-        let (count, young) = (calls().count(), calls().filter(|op| young(op)).count());
+        let calls = || running.iter().filter(|(_, op)| op.kind() == kind);
+        let (count, young) = (calls().count(), calls().filter(|(at, _)| young(at)).count());
         if young > limit {
             return Err(format!(
                 "{young} {kind:?} calls running that are not overdue, limit {limit}"
@@ -719,36 +701,31 @@ fn check_load(
 
 /// No more faults or inputs: every node recovers and every operation succeeds. Fails if an
 /// attachment no workload needs is still there after 15 virtual minutes.
-fn settle(
-    core: &mut Reconciler<T>,
-    mut now: Duration,
-    truth: &mut Truth,
-    mut running: Vec<Operation<T>>,
-) -> Result<(), String> {
+fn settle(h: &mut Harness<T, Truth>, mut running: Held<T>) -> Result<(), String> {
+    let truth = &mut h.world;
     truth.fenced.clear();
     truth.down.clear();
     truth.in_use_on.clear();
-    let end = now + Duration::from_secs(15 * 60);
+    let end = h.now + Duration::from_secs(15 * 60);
     loop {
-        for op in std::mem::take(&mut running) {
-            finish(core, now, op, Answer::Ok, truth)?;
+        for op in running.take_all() {
+            finish(h, op, Answer::Ok)?;
         }
-        truth.agents(core);
-        match core.next_deadline() {
-            Some(due) if due <= end => now = now.max(due),
+        h.world.agents(&mut h.core);
+        let now = match h.core.next_deadline() {
+            Some(due) if due <= end => h.now.max(due),
             _ => break,
-        }
+        };
         // Every operation is finished at once here: none is older than this pass.
-        let mut planned = BTreeMap::new();
-        for op in core.poll(now) {
-            check_plan(&op, truth, core, |v| v < 3)
+        for op in h.poll_at(now) {
+            check_plan(&op, &h.world, &h.core, |v| v < 3)
                 .map_err(|e| format!("settling at {now:?}: {e}"))?;
-            planned.insert(op.id(), now);
-            running.push(op);
+            running.hold(now, op);
         }
-        check_load(&running, &planned, now, core.config())
+        check_load(&running, now, h.core.config())
             .map_err(|e| format!("settling at {now:?}: {e}"))?;
     }
+    let (core, truth) = (&h.core, &h.world);
     let leaked: Vec<&(u8, u8)> = truth
         .attached
         .iter()
@@ -829,19 +806,14 @@ fn check_plan(
     Ok(())
 }
 
-fn finish(
-    core: &mut Reconciler<T>,
-    now: Duration,
-    op: Operation<T>,
-    outcome: Answer,
-    truth: &mut Truth,
-) -> Result<(), String> {
+fn finish(h: &mut Harness<T, Truth>, op: Operation<T>, outcome: Answer) -> Result<(), String> {
+    let truth = &mut h.world;
     let backend_error = |o: Answer| match o {
         Answer::Uncertain => BackendError::uncertain("model"),
         _ => BackendError::transient("model"),
     };
     let id: OpId = op.id();
-    let result = match op {
+    let answer = match op {
         Operation::ListAttachments { .. } => {
             let result = match outcome {
                 Answer::Ok => Ok(truth
@@ -855,7 +827,7 @@ fn finish(
                     .collect()),
                 o => Err(backend_error(o)),
             };
-            core.finish(now, id, Outcome::List(result))
+            Outcome::List(result)
         }
         Operation::Attach { volume, node, .. } => {
             if matches!(outcome, Answer::Ok | Answer::Uncertain) {
@@ -865,7 +837,7 @@ fn finish(
                 Answer::Ok => Ok(AttachInfo::default()),
                 o => Err(backend_error(o)),
             };
-            core.finish(now, id, Outcome::Attach(result))
+            Outcome::Attach(result)
         }
         Operation::Detach { volume, node, .. } => {
             if matches!(outcome, Answer::Ok | Answer::Uncertain) {
@@ -875,7 +847,7 @@ fn finish(
                 Answer::Ok => Ok(()),
                 o => Err(backend_error(o)),
             };
-            core.finish(now, id, Outcome::Detach(result))
+            Outcome::Detach(result)
         }
         Operation::CheckMachine { node, .. } => {
             // The model's machines are off exactly while fenced (powered off).
@@ -888,7 +860,7 @@ fn finish(
                 Answer::Ok => Ok(state),
                 o => Err(backend_error(o)),
             };
-            core.finish(now, id, Outcome::CheckMachine(result))
+            Outcome::CheckMachine(result)
         }
         Operation::Verify { node, volumes, .. } => {
             let still = volumes
@@ -896,7 +868,7 @@ fn finish(
                 .map(|(v, _)| v)
                 .filter(|v| truth.attached.contains(&(*v, node)))
                 .collect();
-            core.finish(now, id, Outcome::Verify(Ok(still)))
+            Outcome::Verify(Ok(still))
         }
         Operation::WriteStatus {
             node,
@@ -921,14 +893,14 @@ fn finish(
                     Err(StoreError::conflict(truth.store(node, &stored)))
                 }
             };
-            core.finish(now, id, Outcome::WriteStatus(result.map(Into::into)))
+            Outcome::WriteStatus(result.map(Into::into))
         }
         Operation::ReadStatus { node, .. } => {
             let result = match outcome {
                 Answer::Ok | Answer::Conflict => Ok(truth.status(node)),
                 _ => Err(StoreError::transient("model")),
             };
-            core.finish(now, id, Outcome::ReadStatus(result))
+            Outcome::ReadStatus(result)
         }
         Operation::ListStatuses { .. } => {
             let result = match outcome {
@@ -939,10 +911,10 @@ fn finish(
                     .collect()),
                 _ => Err(StoreError::transient("model")),
             };
-            core.finish(now, id, Outcome::ListStatuses(result))
+            Outcome::ListStatuses(result)
         }
     };
-    result.map_err(|e| e.to_string())
+    h.finish(id, answer).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -13,6 +13,11 @@
 //! where every call succeeds and the store holds what the core last wrote; [`echo_store`]
 //! lets the store's answers fail.
 //!
+//! For a world of its own, a test builds its answers from the pieces here: a [`FakeStore`]
+//! with compare-and-set revisions, [`backend_failure`] and [`store_failure`] for a call that
+//! fails, [`Held`] for operations answered later or out of order (answer each with
+//! [`Harness::finish`]), and [`describe`] for a log a test can compare against.
+//!
 //! ```
 //! use std::time::Duration;
 //! use attach_detach::config::Config;
@@ -31,18 +36,28 @@
 
 use std::time::Duration;
 
+mod world;
+
+pub use world::{
+    FakeStore, Held, StoredNode, backend_failure, describe, listed, node_status, store_failure,
+};
+
 use crate::config::Config;
 use crate::core::{Input, OpId, Operation, Outcome, Reconciler, ReconcilerError};
 use crate::domain::Domain;
 use crate::traits::{AttachInfo, MachineState, NodeStatus, Revision, StoreError};
 
-/// A [`Reconciler`] on virtual time, driven by hand or by a rule.
+/// A [`Reconciler`] on virtual time, driven by hand or by a rule, with the test's world `W`
+/// beside it: what the test's fake store and backend hold, its log, anything its answers need.
+/// A test adds its own steps as methods of `Harness<Its, World>`.
 #[derive(Debug)]
-pub struct Harness<D: Domain> {
+pub struct Harness<D: Domain, W = ()> {
     /// The core under test; read its views, or call it directly.
     pub core: Reconciler<D>,
     /// The virtual time of the last poll (or set by the test).
     pub now: Duration,
+    /// The test's world.
+    pub world: W,
 }
 
 impl<D: Domain> Harness<D> {
@@ -54,9 +69,17 @@ impl<D: Domain> Harness<D> {
 
     /// A harness around `core`, at time zero.
     pub fn from_core(core: Reconciler<D>) -> Self {
+        Harness::with_world(core, ())
+    }
+}
+
+impl<D: Domain, W> Harness<D, W> {
+    /// A harness around `core` and the test's `world`, at time zero.
+    pub fn with_world(core: Reconciler<D>, world: W) -> Self {
         Harness {
             core,
             now: Duration::ZERO,
+            world,
         }
     }
 

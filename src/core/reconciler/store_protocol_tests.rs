@@ -14,6 +14,7 @@ use super::*;
 #[cfg(feature = "upstream-bugs")]
 use crate::config::UpstreamBugs;
 use crate::domain::Ids;
+use crate::testkit::{FakeStore, Harness, Held, StoredNode, describe};
 
 type T = Ids<&'static str, &'static str, &'static str>;
 
@@ -78,36 +79,14 @@ fn using(in_use: &[&'static str]) -> NodeFacts<&'static str> {
     facts(true, false, Some(in_use))
 }
 
+/// The testkit's line for `op`, but a verify without its volumes, a write with the revision it
+/// expects, and a read from the cache marked.
 fn render(op: &Operation<T>) -> String {
     match op {
-        Operation::Attach { volume, node, .. } => format!("attach {volume} {node}"),
-        Operation::Detach {
-            volume,
-            node,
-            force: None,
-            ..
-        } => format!("detach {volume} {node}"),
-        Operation::Detach {
-            volume,
-            node,
-            force: Some(reason),
-            ..
-        } => format!("detach {volume} {node} forced:{}", reason.as_str()),
         Operation::Verify { node, .. } => format!("verify {node}"),
-        Operation::WriteStatus {
-            node,
-            attached,
-            expected,
-            ..
-        } => format!(
-            "write {node} [{}] @{expected}",
-            names(&attached.to_vec()).join(",")
-        ),
+        Operation::WriteStatus { expected, .. } => format!("{} @{expected}", describe(op)),
         Operation::ReadStatus { node, .. } if from_cache(op) => format!("read {node} (cache)"),
-        Operation::ReadStatus { node, .. } => format!("read {node}"),
-        Operation::ListAttachments { .. } => "list".to_string(),
-        Operation::ListStatuses { .. } => "list-statuses".to_string(),
-        Operation::CheckMachine { node, .. } => format!("check-machine {node}"),
+        _ => describe(op),
     }
 }
 
@@ -117,29 +96,14 @@ fn rendered(ops: &[Operation<T>]) -> Vec<String> {
 
 /// One node in the fake store. Its agent's facts change without a new revision (a test that
 /// wants another writer says so with [`P::other_writer`]).
-#[derive(Clone, Debug)]
-struct Record {
-    attached: Vec<ReportedVolume<T>>,
-    facts: NodeFacts<&'static str>,
-    revision: u64,
-}
+type Record = StoredNode<T>;
 
 impl Record {
     fn new(attached: &[&'static str], revision: u64) -> Self {
-        Record {
+        StoredNode {
             attached: attached.iter().map(|v| rv(v)).collect(),
             facts: using(&[]),
             revision,
-        }
-    }
-
-    fn status(&self) -> NodeStatus<T> {
-        NodeStatus {
-            attached: self.attached.clone(),
-            in_use: self.facts.in_use.clone(),
-            fenced: Some(self.facts.fenced),
-            healthy: Some(self.facts.healthy),
-            revision: rev(self.revision),
         }
     }
 }
@@ -164,13 +128,14 @@ enum Step {
     },
 }
 
-/// A core on virtual time with a fake store and backend.
-struct P {
-    r: Reconciler<T>,
-    now: Duration,
+/// What the harness keeps beside the core: a fake store and backend, and what was planned
+/// and answered.
+#[derive(Debug)]
+struct Protocol {
     /// Passes so far (calls of `poll`).
     pass: usize,
-    store: BTreeMap<&'static str, Record>,
+    /// The fake store: a write of a node it lacks fails `NotFound`, as a Node object's does.
+    store: FakeStore<T>,
     /// Upstream's C6 only: the orchestrator's cached copy of a node, where it lags; a node
     /// without one reads as the store.
     cache: BTreeMap<&'static str, NodeStatus<T>>,
@@ -180,31 +145,36 @@ struct P {
     store_calls: BTreeMap<&'static str, (OpId, usize)>,
     events: Vec<Event<T>>,
     /// Operations [`P::run_slow`] answers later, with the pass that answers them.
-    slow: Vec<(usize, Operation<T>)>,
+    slow: Held<T, usize>,
     /// The fake store answers a write that asks for them with the node's facts, read with
     /// the write ([`NodeStatusStore::write_reading_facts`](crate::traits::NodeStatusStore)).
     /// Off, it answers as a store that keeps the default: no facts.
     facts_with_writes: bool,
 }
 
+/// A core on virtual time with a fake store and backend.
+type P = Harness<T, Protocol>;
+
 impl P {
     /// A new core, still to recover. No periodic listing: the fake backend lists nothing.
     fn recovering(config: Config) -> Self {
-        P {
-            r: Reconciler::new(Config {
-                resync_period: None,
-                ..config
-            }),
-            now: Duration::ZERO,
-            pass: 0,
-            store: BTreeMap::new(),
-            cache: BTreeMap::new(),
-            trace: Vec::new(),
-            store_calls: BTreeMap::new(),
-            events: Vec::new(),
-            slow: Vec::new(),
-            facts_with_writes: false,
-        }
+        let core = Reconciler::new(Config {
+            resync_period: None,
+            ..config
+        });
+        P::with_world(
+            core,
+            Protocol {
+                pass: 0,
+                store: FakeStore::new(false),
+                cache: BTreeMap::new(),
+                trace: Vec::new(),
+                store_calls: BTreeMap::new(),
+                events: Vec::new(),
+                slow: Held::default(),
+                facts_with_writes: false,
+            },
+        )
     }
 
     /// A core recovered from an empty store and backend.
@@ -240,7 +210,10 @@ impl P {
     ) -> Self {
         let mut p = P::recovering(config);
         for (node, list, revision) in statuses {
-            p.store.insert(node, Record::new(list, *revision));
+            p.world
+                .store
+                .nodes
+                .insert(node, Record::new(list, *revision));
         }
         inputs(&mut p);
         let ops = p.poll();
@@ -248,9 +221,8 @@ impl P {
         for op in ops {
             match op {
                 Operation::ListStatuses { id } => {
-                    let listed = p.store.iter().map(|(n, r)| (*n, r.status())).collect();
-                    p.r.finish(p.now, id, Outcome::ListStatuses(Ok(listed)))
-                        .unwrap();
+                    let listed = p.world.store.list();
+                    p.finish(id, Outcome::ListStatuses(Ok(listed))).unwrap();
                 }
                 Operation::ListAttachments { id } => {
                     let listed = attachments
@@ -261,12 +233,12 @@ impl P {
                             spec: VolumeSpec::single_node(()),
                         })
                         .collect();
-                    p.r.finish(p.now, id, Outcome::List(Ok(listed))).unwrap();
+                    p.finish(id, Outcome::List(Ok(listed))).unwrap();
                 }
                 other => panic!("{} planned while recovering", render(&other)),
             }
         }
-        assert!(!p.r.is_recovering());
+        assert!(!p.core.is_recovering());
         p
     }
 
@@ -282,7 +254,7 @@ impl P {
             ["attach v1 n1", "read n1", "write n1 [v1] @1"]
         );
         assert_eq!(p.store_list("n1"), ["v1"]);
-        assert_eq!(p.store["n1"].revision, 2);
+        assert_eq!(p.world.store.nodes["n1"].revision, 2);
         p
     }
 
@@ -291,18 +263,20 @@ impl P {
     /// The node's agent reports `facts`, to the store and to the core.
     fn node(&mut self, node: &'static str, facts: NodeFacts<&'static str>) {
         self.store_facts(node, facts.clone());
-        self.r.node_updated(node, facts);
+        self.core.node_updated(node, facts);
     }
 
     /// Only the core hears of `facts` (the store holds something else).
     fn core_facts(&mut self, node: &'static str, facts: NodeFacts<&'static str>) {
-        self.r.node_updated(node, facts);
+        self.core.node_updated(node, facts);
     }
 
     /// Only the store holds `facts` (the core's view of the node lags), creating the node at
     /// revision 1 if it lacks it.
     fn store_facts(&mut self, node: &'static str, facts: NodeFacts<&'static str>) {
-        self.store
+        self.world
+            .store
+            .nodes
             .entry(node)
             .or_insert_with(|| Record::new(&[], 1))
             .facts = facts;
@@ -311,7 +285,7 @@ impl P {
     /// Someone else writes `node`'s status (say, a previous leader, or the node's agent): a new
     /// revision, and `list` if given.
     fn other_writer(&mut self, node: &'static str, list: Option<&[&'static str]>) {
-        let record = self.store.get_mut(node).expect("node in the store");
+        let record = (self.world.store.nodes.get_mut(node)).expect("node in the store");
         record.revision += 1;
         if let Some(list) = list {
             record.attached = list.iter().map(|v| rv(v)).collect();
@@ -321,40 +295,40 @@ impl P {
     }
 
     fn rwo(&mut self, volume: &'static str) {
-        self.r
+        self.core
             .set_volume(volume, VolumeSpec::single_node(()))
             .unwrap();
     }
 
     fn pod(&mut self, pod: &'static str, node: &'static str, volumes: &[&'static str]) {
         for v in volumes {
-            if self.r.desired().spec(v).is_none() {
+            if self.core.desired().spec(v).is_none() {
                 self.rwo(v);
             }
         }
-        self.r.add_workload(pod, node, volumes).unwrap();
+        self.core.add_workload(pod, node, volumes).unwrap();
     }
 
     fn unpod(&mut self, pod: &'static str) {
-        self.r.remove_workload(&pod);
+        self.core.remove_workload(&pod);
     }
 
     // ---- passes ----
 
     fn step(&mut self, step: Step) {
-        self.trace.push((self.pass, self.now, step));
+        self.world.trace.push((self.world.pass, self.now, step));
     }
 
     fn drain_events(&mut self) {
-        let events = self.r.take_events();
-        self.events.extend(events);
+        let events = self.core.take_events();
+        self.world.events.extend(events);
     }
 
     /// A pass at `now`. Checks that no store call is planned for a node while another runs,
     /// and that every detach follows a fresh read (see [`P::assert_read_before`]).
     fn poll(&mut self) -> Vec<Operation<T>> {
-        self.pass += 1;
-        let ops = self.r.poll(self.now);
+        self.world.pass += 1;
+        let ops = self.poll_at(self.now);
         for op in &ops {
             if let Operation::Detach { volume, node, .. } = op {
                 self.assert_read_before(volume, node);
@@ -362,8 +336,8 @@ impl P {
             if let Operation::ReadStatus { id, node, .. }
             | Operation::WriteStatus { id, node, .. } = op
             {
-                let planned = (*id, self.trace.len());
-                if let Some((other, _)) = self.store_calls.insert(node, planned) {
+                let planned = (*id, self.world.trace.len());
+                if let Some((other, _)) = self.world.store_calls.insert(node, planned) {
                     panic!(
                         "{} planned at {:?} while {other} runs on {node}",
                         render(op),
@@ -418,14 +392,11 @@ impl P {
                     OpKind::ReadStatus | OpKind::WriteStatus => store,
                     _ => backend,
                 };
-                self.slow.push((self.pass + delay, op));
+                let due = self.world.pass + delay;
+                self.world.slow.hold(due, op);
             }
-            let pass = self.pass;
-            let (due, later) = std::mem::take(&mut self.slow)
-                .into_iter()
-                .partition(|(at, _)| *at <= pass);
-            self.slow = later;
-            for (_, op) in due {
+            let pass = self.world.pass;
+            for op in self.world.slow.take_due(|due| *due <= pass) {
                 self.ok(op);
             }
         }
@@ -466,42 +437,18 @@ impl P {
     /// a compare-and-set on the store's revision, a read answers what the store (or, `from_cache`,
     /// the cached copy) holds.
     fn ok(&mut self, op: Operation<T>) {
-        let now = self.now;
-        match op {
-            Operation::Attach { id, .. } => self
-                .r
-                .finish(now, id, Outcome::Attach(Ok(AttachInfo { device: None })))
-                .unwrap(),
-            Operation::Detach { id, .. } => {
-                self.r.finish(now, id, Outcome::Detach(Ok(()))).unwrap()
+        let outcome = match op {
+            Operation::Attach { .. } => Outcome::Attach(Ok(AttachInfo { device: None })),
+            Operation::Detach { .. } => Outcome::Detach(Ok(())),
+            Operation::Verify { ref volumes, .. } => {
+                Outcome::Verify(Ok(volumes.iter().map(|(v, _)| *v).collect()))
             }
-            Operation::Verify { id, volumes, .. } => self
-                .r
-                .finish(
-                    now,
-                    id,
-                    Outcome::Verify(Ok(volumes.into_iter().map(|(v, _)| v).collect())),
-                )
-                .unwrap(),
-            Operation::ListAttachments { id } => self
-                .r
-                .finish(now, id, Outcome::List(Ok(Vec::new())))
-                .unwrap(),
-            Operation::ListStatuses { id } => {
-                let listed = self.store.iter().map(|(n, r)| (*n, r.status())).collect();
-                self.r
-                    .finish(now, id, Outcome::ListStatuses(Ok(listed)))
-                    .unwrap()
-            }
+            Operation::ListAttachments { .. } => Outcome::List(Ok(Vec::new())),
+            Operation::ListStatuses { .. } => Outcome::ListStatuses(Ok(self.world.store.list())),
             // This backend does not support the question, as a backend by default.
-            Operation::CheckMachine { id, .. } => self
-                .r
-                .finish(
-                    now,
-                    id,
-                    Outcome::CheckMachine(Ok(crate::core::calls::backend::MachineState::Unknown)),
-                )
-                .unwrap(),
+            Operation::CheckMachine { .. } => {
+                Outcome::CheckMachine(Ok(crate::core::calls::backend::MachineState::Unknown))
+            }
             Operation::WriteStatus {
                 node,
                 ref attached,
@@ -509,54 +456,46 @@ impl P {
                 read_facts,
                 ..
             } => {
-                let with_facts = read_facts && self.facts_with_writes;
-                let result = match self.store.get_mut(node) {
-                    None => Err(StoreError::not_found()),
-                    Some(r) if rev(r.revision) != *expected => {
-                        Err(StoreError::conflict(rev(r.revision)))
-                    }
-                    Some(r) => {
-                        r.attached = attached.to_vec();
-                        r.revision += 1;
-                        Ok(WriteReceipt {
-                            revision: rev(r.revision),
-                            facts: with_facts.then(|| r.status().facts()),
-                        })
-                    }
-                };
+                let with_facts = read_facts && self.world.facts_with_writes;
+                let store = &mut self.world.store;
+                let result = store
+                    .write(&node, attached, expected)
+                    .map(|revision| WriteReceipt {
+                        revision,
+                        facts: with_facts.then(|| store.nodes[node].status().facts()),
+                    });
                 self.answer_with(op, result);
+                return;
             }
             Operation::ReadStatus { node, .. } => {
                 let cached = if from_cache(&op) {
-                    self.cache.get(node).cloned()
+                    self.world.cache.get(node).cloned()
                 } else {
                     None
                 };
                 let status = match cached {
                     Some(status) => Ok(status),
-                    None => self
-                        .store
-                        .get(node)
-                        .map(Record::status)
-                        .ok_or_else(StoreError::not_found),
+                    None => self.world.store.read(&node),
                 };
                 self.answer_read(op, status);
+                return;
             }
-        }
+        };
+        self.finish(op.id(), outcome).unwrap();
         self.drain_events();
     }
 
     /// Fails a store call with `error`, leaving the fake store as it was.
     fn fail(&mut self, op: Operation<T>, error: StoreError) {
         match op {
-            Operation::WriteStatus { .. } => self.answer(op, Err(error)),
+            Operation::WriteStatus { .. } => self.answer_write(op, Err(error)),
             Operation::ReadStatus { .. } => self.answer_read(op, Err(error)),
             other => panic!("not a store call: {}", render(&other)),
         }
     }
 
     /// Answers a write with `result`.
-    fn answer(&mut self, op: Operation<T>, result: Result<Revision, StoreError>) {
+    fn answer_write(&mut self, op: Operation<T>, result: Result<Revision, StoreError>) {
         self.answer_with(op, result.map(WriteReceipt::from));
     }
 
@@ -569,7 +508,7 @@ impl P {
         else {
             panic!("not a write: {}", render(&op));
         };
-        self.store_calls.remove(node);
+        self.world.store_calls.remove(node);
         if result.as_ref().is_ok()
             || result
                 .as_ref()
@@ -581,7 +520,7 @@ impl P {
                 listed: listed.clone(),
             });
             if result.as_ref().is_ok_and(|r| r.facts.is_some()) {
-                let planned = self.trace.len() - 1;
+                let planned = self.world.trace.len() - 1;
                 self.step(Step::ReadDone {
                     node,
                     planned,
@@ -589,9 +528,7 @@ impl P {
                 });
             }
         }
-        self.r
-            .finish(self.now, id, Outcome::WriteStatus(result))
-            .unwrap();
+        self.finish(id, Outcome::WriteStatus(result)).unwrap();
         self.drain_events();
     }
 
@@ -600,7 +537,7 @@ impl P {
         let Operation::ReadStatus { id, node, .. } = op else {
             panic!("not a read: {}", render(&op));
         };
-        let (_, planned) = self.store_calls.remove(node).expect("a running read");
+        let (_, planned) = (self.world.store_calls.remove(node)).expect("a running read");
         let listed = match &result {
             Ok(status) => Some(names(&status.attached)),
             Err(StoreError::NotFound { .. }) => Some(Vec::new()),
@@ -613,9 +550,7 @@ impl P {
                 listed,
             });
         }
-        self.r
-            .finish(self.now, id, Outcome::ReadStatus(result))
-            .unwrap();
+        self.finish(id, Outcome::ReadStatus(result)).unwrap();
         self.drain_events();
     }
 
@@ -623,22 +558,25 @@ impl P {
 
     /// What the fake store lists for `node`.
     fn store_list(&self, node: &'static str) -> Vec<&'static str> {
-        names(&self.store[node].attached)
+        names(&self.world.store.nodes[node].attached)
     }
 
     /// What the core believes the store lists for `node`.
     fn stored(&self, node: &'static str) -> Option<Vec<&'static str>> {
-        self.r.status().stored(&node).map(|l| l.volumes().to_vec())
+        self.core
+            .status()
+            .stored(&node)
+            .map(|l| l.volumes().to_vec())
     }
 
     /// Trace index, to look at what came after.
     fn mark(&self) -> usize {
-        self.trace.len()
+        self.world.trace.len()
     }
 
     /// What was planned since `mark`, with the time.
     fn planned_since(&self, mark: usize) -> Vec<(Duration, String)> {
-        self.trace[mark..]
+        self.world.trace[mark..]
             .iter()
             .filter_map(|(_, at, s)| match s {
                 Step::Planned(op) if op.kind() != OpKind::Verify => Some((*at, render(op))),
@@ -662,7 +600,11 @@ impl P {
     }
 
     fn count_events(&self, reason: &str) -> usize {
-        self.events.iter().filter(|e| e.reason() == reason).count()
+        self.world
+            .events
+            .iter()
+            .filter(|e| e.reason() == reason)
+            .count()
     }
 
     /// The rule every detach obeys, checked whenever one is planned: an earlier pass planned a
@@ -670,23 +612,25 @@ impl P {
     /// started, no write that may have listed the volume there ended, and no detach of the pair
     /// was planned.
     fn assert_read_before(&self, volume: &'static str, node: &'static str) {
-        let justified = self.trace.iter().any(|(pass, _, s)| match s {
+        let justified = self.world.trace.iter().any(|(pass, _, s)| match s {
             Step::ReadDone {
                 node: n,
                 planned,
                 listed,
             } if *n == node && !listed.contains(&volume) => {
-                self.trace[*planned].0 < self.pass
-                    && self.trace[*planned..].iter().all(|(_, _, s)| match s {
-                        Step::MayHaveListed { node: n, listed } => {
-                            *n != node || !listed.contains(&volume)
-                        }
-                        Step::Planned(Operation::Detach {
-                            volume: v, node: n, ..
-                        }) => (*v, *n) != (volume, node),
-                        _ => true,
-                    })
-                    && *pass < self.pass
+                self.world.trace[*planned].0 < self.world.pass
+                    && self.world.trace[*planned..]
+                        .iter()
+                        .all(|(_, _, s)| match s {
+                            Step::MayHaveListed { node: n, listed } => {
+                                *n != node || !listed.contains(&volume)
+                            }
+                            Step::Planned(Operation::Detach {
+                                volume: v, node: n, ..
+                            }) => (*v, *n) != (volume, node),
+                            _ => true,
+                        })
+                    && *pass < self.world.pass
             }
             _ => false,
         });
@@ -709,20 +653,20 @@ fn recovery_plans_only_the_two_listings_until_both_are_in() {
     p.pod("p1", "n1", &["v1"]);
     let listings = p.poll();
     assert_eq!(rendered(&listings), ["list-statuses", "list"]);
-    assert_eq!(p.r.next_deadline(), None, "nothing to do but wait");
+    assert_eq!(p.core.next_deadline(), None, "nothing to do but wait");
     p.idle(secs(2));
     let mut listings = listings.into_iter();
     let statuses = listings.next().unwrap();
     p.ok(statuses);
-    assert!(p.r.is_recovering());
+    assert!(p.core.is_recovering());
     assert_eq!(
-        p.r.next_deadline(),
+        p.core.next_deadline(),
         None,
         "the backend's listing is still out"
     );
     p.idle(secs(2));
     p.ok(listings.next().unwrap());
-    assert!(!p.r.is_recovering());
+    assert!(!p.core.is_recovering());
     assert!(!p.tick().is_empty());
 }
 
@@ -748,7 +692,7 @@ fn recovery_with_failures(statuses_fail: bool, failures: usize) -> Vec<(Duration
     let mut failed = 0;
     let mut ops = p.poll();
     for _ in 0..50 {
-        if !p.r.is_recovering() {
+        if !p.core.is_recovering() {
             break;
         }
         for op in ops {
@@ -756,20 +700,21 @@ fn recovery_with_failures(statuses_fail: bool, failures: usize) -> Vec<(Duration
             match op {
                 Operation::ListStatuses { id } if statuses_fail && failed < failures => {
                     failed += 1;
-                    p.r.finish(now, id, Outcome::ListStatuses(Err(transient())))
+                    p.core
+                        .finish(now, id, Outcome::ListStatuses(Err(transient())))
                         .unwrap();
                 }
                 Operation::ListAttachments { id } if !statuses_fail && failed < failures => {
                     failed += 1;
                     let error = BackendError::transient("injected");
-                    p.r.finish(now, id, Outcome::List(Err(error))).unwrap();
+                    p.core.finish(now, id, Outcome::List(Err(error))).unwrap();
                 }
                 op => p.ok(op),
             }
         }
         ops = p.tick();
     }
-    assert!(!p.r.is_recovering(), "{:?}", p.planned_since(0));
+    assert!(!p.core.is_recovering(), "{:?}", p.planned_since(0));
     p.planned_since(0)
 }
 
@@ -832,7 +777,7 @@ fn the_first_writes_use_the_revisions_of_the_store_listing() {
 fn a_node_missing_from_the_store_listing_is_read_before_its_first_write() {
     let mut p = P::recovered_from(Config::default(), &[("n1", &[], 7)], &[]);
     // n2 joined the store after its listing.
-    p.store.insert("n2", Record::new(&[], 3));
+    p.world.store.nodes.insert("n2", Record::new(&[], 3));
     p.node("n1", using(&[]));
     p.node("n2", using(&[]));
     p.pod("p1", "n1", &["v1"]);
@@ -862,7 +807,7 @@ fn a_conflict_is_followed_by_a_fresh_read_and_a_write_on_its_revision() {
     let answered = p.now;
     p.ok(write);
     assert_eq!(
-        p.r.status().revision(&"n1"),
+        p.core.status().revision(&"n1"),
         None,
         "unknown after a conflict"
     );
@@ -879,7 +824,7 @@ fn a_conflict_is_followed_by_a_fresh_read_and_a_write_on_its_revision() {
         ],
         "read at once (no backoff), then write on the revision read"
     );
-    assert_eq!(p.store["n1"].revision, 4);
+    assert_eq!(p.world.store.nodes["n1"].revision, 4);
 }
 
 #[test]
@@ -895,8 +840,8 @@ fn a_read_that_shows_the_list_already_stored_ends_the_write() {
     p.ok(write);
     assert_eq!(p.run(secs(5)), ["read n1"], "no write after the read");
     assert_eq!(p.stored("n1"), Some(vec!["v1", "v2"]));
-    assert_eq!(p.r.status().revision(&"n1"), Some(&rev(3)));
-    assert_eq!(p.store["n1"].revision, 3);
+    assert_eq!(p.core.status().revision(&"n1"), Some(&rev(3)));
+    assert_eq!(p.world.store.nodes["n1"].revision, 3);
 }
 
 #[test]
@@ -952,7 +897,7 @@ fn a_write_that_may_have_landed_leaves_the_list_unknown_and_the_detach_waiting()
     assert_eq!(render(&write), "write n1 [] @2");
     p.fail(write, uncertain());
     assert_eq!(p.stored("n1"), None, "it may or may not have landed");
-    assert!(!p.r.status().confirmed_absent(&"n1", &"v1"));
+    assert!(!p.core.status().confirmed_absent(&"n1", &"v1"));
     // Backoff: nothing at all, and certainly no detach, until the write is retried.
     p.idle(ms(400));
     let m = p.mark();
@@ -970,7 +915,7 @@ fn a_transient_write_error_keeps_the_old_list_and_the_detach_waiting() {
     let write = p.one();
     p.fail(write, transient());
     assert_eq!(p.stored("n1"), Some(vec!["v1"]), "nothing was written");
-    assert!(!p.r.status().confirmed_absent(&"n1", &"v1"));
+    assert!(!p.core.status().confirmed_absent(&"n1", &"v1"));
     p.idle(ms(400));
     let m = p.mark();
     p.run(secs(1));
@@ -996,7 +941,7 @@ fn an_acknowledged_write_of_the_current_report_is_followed_by_no_pass() {
         }
     }
     assert_eq!(planned, ["attach v1 n1", "read n1", "write n1 [v1] @1"]);
-    let next = p.r.next_deadline();
+    let next = p.core.next_deadline();
     assert!(
         next.is_none_or(|at| at >= p.now + secs(30)),
         "{next:?} after the write acknowledged at {:?}",
@@ -1036,7 +981,7 @@ fn write_retries(error: fn() -> StoreError) -> Vec<(Duration, String)> {
         tries.push((p.now - failed_at, rendered(&ops).join(" ")));
         failed_at = p.now;
         p.fail(ops.pop().unwrap(), error());
-        assert_eq!(p.r.status().revision(&"n1"), Some(&rev(2)));
+        assert_eq!(p.core.status().revision(&"n1"), Some(&rev(2)));
         ops = p.next_ops(secs(5));
         assert_eq!(ops.len(), 1);
     }
@@ -1061,7 +1006,7 @@ fn a_write_that_landed_unacknowledged_is_found_out_by_the_next_conflict() {
     p.unpod("p1");
     let write = p.one();
     // The write lands, but its answer is lost.
-    let r = p.store.get_mut("n1").unwrap();
+    let r = p.world.store.nodes.get_mut("n1").unwrap();
     r.attached.clear();
     r.revision = 3;
     p.step(Step::MayHaveListed {
@@ -1089,14 +1034,14 @@ fn a_write_that_landed_unacknowledged_is_found_out_by_the_next_conflict() {
 fn not_found_on_a_write_stops_writes_until_the_node_reappears() {
     let mut p = P::attached(Config::default());
     // The store lost the node; the orchestrator has not said so.
-    p.store.remove("n1");
+    p.world.store.nodes.remove("n1");
     p.pod("p2", "n1", &["v2"]);
     assert_eq!(p.run(ms(200)), ["attach v2 n1", "write n1 [v1,v2] @2"]);
-    assert!(p.r.status().is_missing(&"n1"));
+    assert!(p.core.status().is_missing(&"n1"));
     p.pod("p3", "n1", &["v3"]);
     assert_eq!(p.run(secs(5)), ["attach v3 n1"], "nothing written or read");
     // The node comes back, empty: read, then written afresh.
-    p.store.insert("n1", Record::new(&[], 1));
+    p.world.store.nodes.insert("n1", Record::new(&[], 1));
     p.node("n1", using(&[]));
     assert_eq!(p.run(secs(1)), ["read n1", "write n1 [v1,v2,v3] @1"]);
 }
@@ -1107,9 +1052,9 @@ fn not_found_on_a_read_stops_writes_until_the_node_reappears() {
     p.core_facts("n1", using(&[]));
     p.pod("p1", "n1", &["v1"]);
     assert_eq!(p.run(ms(100)), ["attach v1 n1", "read n1"]);
-    assert!(p.r.status().is_missing(&"n1"));
+    assert!(p.core.status().is_missing(&"n1"));
     assert!(p.run(secs(5)).is_empty(), "nothing written or read");
-    p.store.insert("n1", Record::new(&[], 1));
+    p.world.store.nodes.insert("n1", Record::new(&[], 1));
     p.node("n1", using(&[]));
     assert_eq!(p.run(secs(1)), ["read n1", "write n1 [v1] @1"]);
 }
@@ -1120,7 +1065,7 @@ fn not_found_on_a_read_stops_writes_until_the_node_reappears() {
 #[test]
 fn a_detach_from_a_node_the_store_lacks_is_held_back_by_the_not_found_read() {
     let mut p = P::attached(Config::default());
-    p.store.remove("n1");
+    p.world.store.nodes.remove("n1");
     p.unpod("p1");
     assert_eq!(p.run(secs(1)), ["write n1 [] @2", "read n1"]);
     assert_eq!(p.count_events("WaitingForUnmount"), 1);
@@ -1135,10 +1080,10 @@ fn a_deleted_node_counted_as_fenced_is_detached_after_the_not_found_read() {
         deleted_node_is_fenced: true,
         ..Config::default()
     });
-    p.store.remove("n1");
+    p.world.store.nodes.remove("n1");
     p.unpod("p1");
     assert_eq!(p.run(secs(1)), ["write n1 [] @2", "read n1"]);
-    p.r.handle(Input::NodeRemoved { node: "n1" }).unwrap();
+    p.core.handle(Input::NodeRemoved { node: "n1" }).unwrap();
     assert_eq!(
         p.run(secs(10)),
         ["read n1", "detach v1 n1 forced:node-deleted"]
@@ -1154,7 +1099,7 @@ fn every_detach_follows_a_fresh_read_of_its_node_in_an_earlier_pass() {
     for n in ["n1", "n2", "n3"] {
         p.node(n, using(&[]));
     }
-    p.r.set_volume("v4", VolumeSpec::multi_node(())).unwrap();
+    p.core.set_volume("v4", VolumeSpec::multi_node(())).unwrap();
     p.pod("p1", "n1", &["v1"]);
     p.pod("p2", "n1", &["v2"]);
     p.pod("p3", "n2", &["v3"]);
@@ -1176,7 +1121,9 @@ fn every_detach_follows_a_fresh_read_of_its_node_in_an_earlier_pass() {
                 } if !failed => {
                     failed = true;
                     let error = BackendError::transient("injected");
-                    p.r.finish(p.now, id, Outcome::Detach(Err(error))).unwrap();
+                    p.core
+                        .finish(p.now, id, Outcome::Detach(Err(error)))
+                        .unwrap();
                 }
                 op => p.ok(op),
             }
@@ -1208,12 +1155,13 @@ fn every_detach_follows_a_fresh_read_of_its_node_in_an_earlier_pass() {
         ]
     );
     assert!(
-        p.r.desired()
+        p.core
+            .desired()
             .wanted_on(&"v2")
             .iter()
             .any(|w| w.node == "n2")
     );
-    assert_eq!(p.r.actual().state(&"v2", &"n2"), AttachState::Attached);
+    assert_eq!(p.core.actual().state(&"v2", &"n2"), AttachState::Attached);
 }
 
 /// n1 holds v1; the core's view of n1 is `core`, the store's `store`. p1 leaves: the removal
@@ -1242,8 +1190,9 @@ fn assert_held_back(p: &mut P, why: &str) {
     let m = p.mark();
     p.run(secs(3));
     assert_eq!(p.count_planned("detach"), 0, "{:?}", p.names_since(m));
-    assert_eq!(p.r.actual().state(&"v1", &"n1"), AttachState::Attached);
+    assert_eq!(p.core.actual().state(&"v1", &"n1"), AttachState::Attached);
     let waits: Vec<_> = p
+        .world
         .events
         .iter()
         .filter_map(|e| match e {
@@ -1255,7 +1204,7 @@ fn assert_held_back(p: &mut P, why: &str) {
             _ => None,
         })
         .collect();
-    assert_eq!(waits.len(), 1, "{:?}", p.events);
+    assert_eq!(waits.len(), 1, "{:?}", p.world.events);
     assert!(waits[0].contains(why), "{:?}", waits[0]);
 }
 
@@ -1361,7 +1310,12 @@ fn a_hold_back_is_reported_once_per_episode_across_rechecks() {
     p.run(secs(1));
     p.unpod("p1b");
     p.run(secs(11));
-    assert_eq!(p.count_events("WaitingForUnmount"), 2, "{:?}", p.events);
+    assert_eq!(
+        p.count_events("WaitingForUnmount"),
+        2,
+        "{:?}",
+        p.world.events
+    );
     assert_eq!(p.count_planned("detach"), 0);
 }
 
@@ -1372,7 +1326,10 @@ fn a_hold_back_is_no_failure_no_backoff_and_no_status_write() {
         ..Config::default()
     };
     let mut p = held_back(config, using(&[]), using(&["v1"]));
-    assert!(!p.r.operation_blocked(&"v1", &"n1", OpKind::Detach, p.now));
+    assert!(
+        !p.core
+            .operation_blocked(&"v1", &"n1", OpKind::Detach, p.now)
+    );
     // Eleven re-checks, every 5 s: a backoff doubling from 500 ms would be past 2 minutes by
     // now, and would hold the detach back once the agent unmounts.
     let m = p.mark();
@@ -1380,7 +1337,10 @@ fn a_hold_back_is_no_failure_no_backoff_and_no_status_write() {
     let since = p.names_since(m);
     assert_eq!(since, vec!["read n1"; 11], "only the re-checks");
     assert_eq!(p.count_events("FailedDetachVolume"), 0);
-    assert!(!p.r.operation_blocked(&"v1", &"n1", OpKind::Detach, p.now));
+    assert!(
+        !p.core
+            .operation_blocked(&"v1", &"n1", OpKind::Detach, p.now)
+    );
     // The agent unmounts; the next re-check lets the detach go, in the pass right after.
     p.store_facts("n1", using(&[]));
     let read = p.next_ops(secs(5));
@@ -1523,7 +1483,7 @@ fn a_failed_read_backs_off_then_reads_again() {
         Some(vec![]),
         "a failed read decides nothing"
     );
-    assert_eq!(p.r.status().revision(&"n1"), Some(&rev(3)));
+    assert_eq!(p.core.status().revision(&"n1"), Some(&rev(3)));
     let read = p.next_ops(secs(1));
     assert_eq!(
         (p.now - t0, rendered(&read)),
@@ -1550,7 +1510,10 @@ fn a_failed_read_is_no_detach_failure() {
     p.fail(read, transient());
     assert_eq!(p.count_events("FailedDetachVolume"), 0);
     assert_eq!(p.count_events("WaitingForUnmount"), 0);
-    assert!(!p.r.operation_blocked(&"v1", &"n1", OpKind::Detach, p.now));
+    assert!(
+        !p.core
+            .operation_blocked(&"v1", &"n1", OpKind::Detach, p.now)
+    );
     assert_eq!(p.run(secs(1)), ["read n1", "detach v1 n1"]);
     assert_eq!(p.count_events("FailedDetachVolume"), 0);
 }
@@ -1582,9 +1545,9 @@ fn one_store_call_per_node_at_a_time_under_slow_answers() {
         }
         p.run_slow(TICK, 3, 2);
     }
-    assert!(p.slow.is_empty());
+    assert!(p.world.slow.is_empty());
     assert_eq!(p.count_planned("detach"), 5, "{:?}", p.names_since(0));
-    assert!(p.r.actual().is_empty());
+    assert!(p.core.actual().is_empty());
     assert_eq!(p.store_list("n1"), Vec::<&str>::new());
 }
 
@@ -1625,14 +1588,16 @@ fn c6_scenario(bug: bool) -> (Vec<&'static str>, P) {
     p.run(secs(1));
     assert_eq!(p.store_list("n1"), ["v1"]);
     // The cache catches up with the write, then lags from here on.
-    p.cache.insert("n1", p.store["n1"].status());
+    p.world
+        .cache
+        .insert("n1", p.world.store.nodes["n1"].status());
     p.unpod("p1");
     p.run(secs(1));
     assert_eq!(p.store_list("n1"), Vec::<&str>::new());
-    assert_eq!(p.r.actual().state(&"v1", &"n1"), AttachState::Detached);
+    assert_eq!(p.core.actual().state(&"v1", &"n1"), AttachState::Detached);
     p.pod("p1b", "n1", &["v1"]);
     p.run(secs(2));
-    assert_eq!(p.r.actual().state(&"v1", &"n1"), AttachState::Attached);
+    assert_eq!(p.core.actual().state(&"v1", &"n1"), AttachState::Attached);
     (p.store_list("n1"), p)
 }
 
@@ -1710,7 +1675,7 @@ fn a_long_recovery_listing_takes_every_entry_in() {
     let listed: Vec<(&'static str, &'static str)> = volumes.iter().map(|v| (*v, "n1")).collect();
     let p = P::recovered_from(Config::default(), &[("n1", stored, 7)], &listed);
     for v in &volumes {
-        let state = p.r.actual().get(v, &"n1").map(|a| a.state);
+        let state = p.core.actual().get(v, &"n1").map(|a| a.state);
         let want = if stored.contains(v) {
             AttachState::Attached
         } else {
@@ -1718,7 +1683,7 @@ fn a_long_recovery_listing_takes_every_entry_in() {
         };
         assert_eq!(state, Some(want), "{v}");
     }
-    let reported: Vec<_> = p.r.actual().report(&"n1").volumes().to_vec();
+    let reported: Vec<_> = p.core.actual().report(&"n1").volumes().to_vec();
     assert_eq!(
         reported, stored,
         "what the store listed is reported, the rest not"
@@ -1730,15 +1695,25 @@ fn a_long_recovery_listing_takes_every_entry_in() {
 /// recovers.
 fn restarted_with_gone_unregistered(backend: &[&'static str]) -> P {
     let mut p = P::recovering(Config::default());
-    p.store.insert("n1", Record::new(&["gone", "v1"], 4));
+    p.world
+        .store
+        .nodes
+        .insert("n1", Record::new(&["gone", "v1"], 4));
     p.node("n1", using(&[]));
     p.rwo("v1");
     p.pod("p1", "n1", &["v1"]);
     for op in p.poll() {
         match op {
             Operation::ListStatuses { id } => {
-                let listed = p.store.iter().map(|(n, r)| (*n, r.status())).collect();
-                p.r.finish(p.now, id, Outcome::ListStatuses(Ok(listed)))
+                let listed = p
+                    .world
+                    .store
+                    .nodes
+                    .iter()
+                    .map(|(n, r)| (*n, r.status()))
+                    .collect();
+                p.core
+                    .finish(p.now, id, Outcome::ListStatuses(Ok(listed)))
                     .unwrap();
             }
             Operation::ListAttachments { id } => {
@@ -1749,12 +1724,12 @@ fn restarted_with_gone_unregistered(backend: &[&'static str]) -> P {
                         spec: VolumeSpec::single_node(()),
                     })
                     .collect();
-                p.r.finish(p.now, id, Outcome::List(Ok(listed))).unwrap();
+                p.core.finish(p.now, id, Outcome::List(Ok(listed))).unwrap();
             }
             other => panic!("{} planned while recovering", render(&other)),
         }
     }
-    assert!(!p.r.is_recovering());
+    assert!(!p.core.is_recovering());
     p
 }
 
@@ -1782,6 +1757,7 @@ fn a_volume_only_the_store_lists_and_no_one_registers_is_looked_at_after_a_resta
     let mut p = restarted_with_gone_unregistered(&["v1"]);
     p.run(secs(5));
     let blocked: Vec<_> = p
+        .world
         .events
         .iter()
         .filter_map(|e| match e {
@@ -1801,8 +1777,8 @@ fn a_restart_marks_a_volume_both_listings_hold_and_no_one_registers_once() {
     for backend in [&["gone", "v1"][..], &["v1"]] {
         let mut p = restarted_with_gone_unregistered(backend);
         let mut looked = Vec::new();
-        while p.r.schedule.has_dirty() {
-            looked.extend(p.r.schedule.take_dirty(1));
+        while p.core.schedule.has_dirty() {
+            looked.extend(p.core.schedule.take_dirty(1));
         }
         looked.sort_unstable();
         assert!(looked.contains(&"gone"), "{backend:?}: {looked:?}");
@@ -1814,8 +1790,8 @@ fn a_restart_marks_a_volume_both_listings_hold_and_no_one_registers_once() {
 
 /// The volumes the first pass after a restart looks at, taken and put back.
 fn marked_after_restart(p: &mut P) -> Vec<&'static str> {
-    let marked = p.r.schedule.take_dirty(usize::MAX);
-    p.r.schedule.mark_all(marked.iter().copied());
+    let marked = p.core.schedule.take_dirty(usize::MAX);
+    p.core.schedule.mark_all(marked.iter().copied());
     marked
 }
 
@@ -1877,7 +1853,7 @@ fn a_volume_wanted_on_a_node_it_is_not_attached_to_is_attached_after_a_restart()
         |p| {
             p.node("n1", using(&[]));
             p.node("n2", using(&[]));
-            p.r.set_volume("v1", VolumeSpec::multi_node(())).unwrap();
+            p.core.set_volume("v1", VolumeSpec::multi_node(())).unwrap();
             p.pod("p1", "n1", &["v1"]);
             p.pod("p2", "n2", &["v1"]);
         },
@@ -1953,7 +1929,7 @@ fn restart_case(case: &RestartCase, look_at_all: bool) -> (Vec<String>, Vec<Stri
                 } else {
                     VolumeSpec::single_node(())
                 };
-                p.r.set_volume(v, spec).unwrap();
+                p.core.set_volume(v, spec).unwrap();
             }
         }
         const PODS: [&str; 6] = ["p1", "p2", "p3", "p4", "p5", "p6"];
@@ -1967,11 +1943,11 @@ fn restart_case(case: &RestartCase, look_at_all: bool) -> (Vec<String>, Vec<Stri
         }
     });
     if look_at_all {
-        p.r.schedule.mark_all(CASE_VOLUMES);
+        p.core.schedule.mark_all(CASE_VOLUMES);
     }
     let planned = p.run(secs(10));
     p.drain_events();
-    let events = p.events.iter().map(|e| format!("{e:?}")).collect();
+    let events = p.world.events.iter().map(|e| format!("{e:?}")).collect();
     (planned, events)
 }
 
@@ -1998,7 +1974,8 @@ proptest::proptest! {
 
 /// Whether the trace shows `node`'s writes asking for facts, in order.
 fn facts_asked(p: &P, node: &'static str) -> Vec<bool> {
-    p.trace
+    p.world
+        .trace
         .iter()
         .filter_map(|(_, _, s)| match s {
             Step::Planned(Operation::WriteStatus {
@@ -2014,7 +1991,7 @@ fn facts_asked(p: &P, node: &'static str) -> Vec<bool> {
 #[test]
 fn a_write_that_read_the_facts_spares_the_detach_its_read() {
     let mut p = P::attached(Config::default());
-    p.facts_with_writes = true;
+    p.world.facts_with_writes = true;
     p.unpod("p1");
     // The detach goes in the pass right after the write's acknowledgement, on the facts the
     // write read: no read of its own.
@@ -2040,7 +2017,7 @@ fn a_store_that_reads_no_facts_with_a_write_gets_the_read_as_before() {
 #[test]
 fn facts_read_with_the_write_hold_the_detach_back_as_a_read_would() {
     let mut p = P::attached(Config::default());
-    p.facts_with_writes = true;
+    p.world.facts_with_writes = true;
     // The store shows v1 in use; the core's view of n1 does not yet.
     p.store_facts("n1", using(&["v1"]));
     p.unpod("p1");
@@ -2050,7 +2027,7 @@ fn facts_read_with_the_write_hold_the_detach_back_as_a_read_would() {
     // facts served one pass, and say nothing now.
     p.store_facts("n1", using(&[]));
     let m = p.mark();
-    p.run(p.r.config().unmount_recheck);
+    p.run(p.core.config().unmount_recheck);
     assert_eq!(p.names_since(m), ["read n1", "detach v1 n1"]);
 }
 
@@ -2060,7 +2037,7 @@ fn facts_read_with_the_write_hold_the_detach_back_as_a_read_would() {
 #[test]
 fn the_facts_a_write_read_serve_only_the_pass_right_after_it() {
     let mut p = P::attached(Config::default());
-    p.facts_with_writes = true;
+    p.world.facts_with_writes = true;
     // n1 stops answering and is fenced, still using v1: a forced detach, once the removal is
     // written.
     p.node("n1", facts(false, true, Some(&["v1"])));
@@ -2088,12 +2065,12 @@ fn the_facts_a_write_read_serve_only_the_pass_right_after_it() {
     p.run(secs(2));
     assert_eq!(p.count_planned("detach"), 0, "{:?}", p.names_since(m));
     assert!(
-        p.events.iter().any(|e| matches!(
+        p.world.events.iter().any(|e| matches!(
             e,
             Event::WaitingForUnmount { reason, .. } if reason.contains("no longer fenced")
         )),
         "{:?}",
-        p.events
+        p.world.events
     );
 }
 
@@ -2101,7 +2078,7 @@ fn the_facts_a_write_read_serve_only_the_pass_right_after_it() {
 /// Returns what it plans.
 fn written_facts_polled_late(late: Duration) -> Vec<String> {
     let mut p = P::attached(Config::default());
-    p.facts_with_writes = true;
+    p.world.facts_with_writes = true;
     p.unpod("p1");
     let write = p.one();
     p.ok(write);

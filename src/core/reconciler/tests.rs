@@ -10,6 +10,7 @@ use crate::config::UpstreamBugs;
 use crate::core::calls::store::StatusFacts;
 use crate::core::state::desired::{DesiredError, Missing};
 use crate::domain::Ids;
+use crate::testkit::{Harness, backend_failure, describe as render, node_status, store_failure};
 
 type T = Ids<&'static str, &'static str, &'static str>;
 
@@ -28,12 +29,11 @@ fn secs(s: u64) -> Duration {
 /// A node in the test store: its agent's facts, its list, its revision.
 type Stored = (NodeFacts<&'static str>, Vec<ReportedVolume<T>>, u64);
 
-/// A reconciler on virtual time, with helpers to finish operations, and a store whose reads
-/// answer with what the tests told the core about each node (its in-use list, fence, health)
-/// and what the core wrote.
-struct H {
-    r: Reconciler<T>,
-    now: Duration,
+/// What the harness keeps beside the core: a log, and a store whose reads answer with what the
+/// tests told the core about each node (its in-use list, fence, health) and what the core
+/// wrote.
+#[derive(Debug, Default)]
+struct World {
     /// Every operation planned so far, rendered.
     log: Vec<String>,
     /// The store: each node's facts as its agent last reported them, list and revision.
@@ -42,35 +42,9 @@ struct H {
     machines: BTreeMap<&'static str, crate::core::calls::backend::MachineState>,
 }
 
-fn render(op: &Operation<T>) -> String {
-    match op {
-        Operation::Attach { volume, node, .. } => format!("attach {volume} {node}"),
-        Operation::Detach {
-            volume,
-            node,
-            force: None,
-            ..
-        } => format!("detach {volume} {node}"),
-        Operation::Detach {
-            volume,
-            node,
-            force: Some(reason),
-            ..
-        } => format!("detach {volume} {node} forced:{}", reason.as_str()),
-        Operation::Verify { node, volumes, .. } => {
-            let names: Vec<_> = volumes.iter().map(|(v, _)| *v).collect();
-            format!("verify {node} [{}]", names.join(","))
-        }
-        Operation::WriteStatus { node, attached, .. } => {
-            let names = attached.volumes();
-            format!("write {node} [{}]", names.join(","))
-        }
-        Operation::ReadStatus { node, .. } => format!("read {node}"),
-        Operation::ListAttachments { .. } => "list".to_string(),
-        Operation::ListStatuses { .. } => "list-statuses".to_string(),
-        Operation::CheckMachine { node, .. } => format!("check-machine {node}"),
-    }
-}
+/// A reconciler on virtual time, with helpers to finish operations, and the [`World`] that
+/// answers them.
+type H = Harness<T, World>;
 
 fn transient() -> BackendError<&'static str> {
     BackendError::transient("injected")
@@ -93,34 +67,23 @@ impl H {
     /// A core that has recovered from an empty store and backend.
     fn with_resync(config: Config) -> Self {
         let mut h = H::recovering(config);
-        for op in h.r.poll(Duration::ZERO) {
+        for op in h.poll_at(Duration::ZERO) {
             h.ok(op);
         }
-        assert!(!h.r.is_recovering());
+        assert!(!h.core.is_recovering());
         h
     }
 
     /// A new core, still to recover.
     fn recovering(config: Config) -> Self {
-        H {
-            r: Reconciler::new(config),
-            now: Duration::ZERO,
-            log: Vec::new(),
-            store: BTreeMap::new(),
-            machines: BTreeMap::new(),
-        }
+        H::with_world(Reconciler::new(config), World::default())
     }
 
     /// What a fresh read of `node` finds.
     fn read(&self, node: &'static str) -> Result<NodeStatus<T>, StoreError> {
-        let (facts, attached, revision) = self.store.get(node).ok_or(StoreError::not_found())?;
-        Ok(NodeStatus {
-            attached: attached.clone(),
-            in_use: facts.in_use.clone(),
-            fenced: Some(facts.fenced),
-            healthy: Some(facts.healthy),
-            revision: Revision::from(*revision),
-        })
+        let (facts, attached, revision) =
+            self.world.store.get(node).ok_or(StoreError::not_found())?;
+        Ok(node_status(attached.clone(), facts, *revision))
     }
 
     /// A core with `bugs` switched back in (they need the `upstream-bugs` feature; without it
@@ -156,7 +119,8 @@ impl H {
             in_use: in_use.map(<[_]>::to_vec),
             attach_limit: None,
         };
-        self.store
+        self.world
+            .store
             .entry(node)
             .or_insert((facts.clone(), Vec::new(), 1))
             .0 = facts.clone();
@@ -165,7 +129,7 @@ impl H {
 
     /// Feeds one input; the core must take it.
     fn input(&mut self, input: Input<T>) {
-        self.r.handle(input).unwrap();
+        self.handle(input).unwrap();
     }
 
     fn rwo(&mut self, volume: &'static str) {
@@ -204,9 +168,8 @@ impl H {
 
     /// One reconcile period later, a pass, with every operation it plans.
     fn tick_raw(&mut self) -> Vec<Operation<T>> {
-        self.now += TICK;
-        let ops = self.r.poll(self.now);
-        self.log.extend(ops.iter().map(render));
+        let ops = self.poll_at(self.now + TICK);
+        self.world.log.extend(ops.iter().map(render));
         ops
     }
 
@@ -285,66 +248,40 @@ impl H {
     }
 
     fn ok(&mut self, op: Operation<T>) {
-        let now = self.now;
-        match op {
-            Operation::Attach { id, volume, .. } => self
-                .r
-                .finish(
-                    now,
-                    id,
-                    Outcome::Attach(Ok(AttachInfo {
-                        device: Some(format!("/dev/{volume}")),
-                    })),
-                )
-                .unwrap(),
-            Operation::Detach { id, .. } => {
-                self.r.finish(now, id, Outcome::Detach(Ok(()))).unwrap()
+        let outcome = match op {
+            Operation::Attach { volume, .. } => Outcome::Attach(Ok(AttachInfo {
+                device: Some(format!("/dev/{volume}")),
+            })),
+            Operation::Detach { .. } => Outcome::Detach(Ok(())),
+            Operation::Verify { ref volumes, .. } => {
+                Outcome::Verify(Ok(volumes.iter().map(|(v, _)| *v).collect()))
             }
-            Operation::Verify { id, volumes, .. } => self
-                .r
-                .finish(
-                    now,
-                    id,
-                    Outcome::Verify(Ok(volumes.into_iter().map(|(v, _)| v).collect())),
-                )
-                .unwrap(),
             Operation::WriteStatus {
-                id, node, attached, ..
+                node, ref attached, ..
             } => {
-                let entry = self
-                    .store
-                    .entry(node)
-                    .or_insert((NodeFacts::default(), Vec::new(), 1));
+                let entry =
+                    self.world
+                        .store
+                        .entry(node)
+                        .or_insert((NodeFacts::default(), Vec::new(), 1));
                 entry.1 = attached.to_vec();
                 entry.2 += 1;
-                let revision = Revision::from(entry.2);
-                self.r
-                    .finish(now, id, Outcome::WriteStatus(Ok(revision.into())))
-                    .unwrap()
+                Outcome::WriteStatus(Ok(Revision::from(entry.2).into()))
             }
-            Operation::ReadStatus { id, node, .. } => {
-                let status = self.read(node);
-                self.r.finish(now, id, Outcome::ReadStatus(status)).unwrap()
-            }
-            Operation::ListAttachments { id } => self
-                .r
-                .finish(now, id, Outcome::List(Ok(Vec::new())))
-                .unwrap(),
-            Operation::ListStatuses { id } => self
-                .r
-                .finish(now, id, Outcome::ListStatuses(Ok(Vec::new())))
-                .unwrap(),
-            Operation::CheckMachine { id, node } => {
+            Operation::ReadStatus { node, .. } => Outcome::ReadStatus(self.read(node)),
+            Operation::ListAttachments { .. } => Outcome::List(Ok(Vec::new())),
+            Operation::ListStatuses { .. } => Outcome::ListStatuses(Ok(Vec::new())),
+            Operation::CheckMachine { node, .. } => {
                 let state = self
+                    .world
                     .machines
                     .get(node)
                     .copied()
                     .unwrap_or(crate::core::calls::backend::MachineState::Running);
-                self.r
-                    .finish(now, id, Outcome::CheckMachine(Ok(state)))
-                    .unwrap()
+                Outcome::CheckMachine(Ok(state))
             }
-        }
+        };
+        self.finish(op.id(), outcome).unwrap();
     }
 
     /// Answers the verify `op`: of the volumes it asks about, the backend lists `attached`.
@@ -352,54 +289,39 @@ impl H {
         let Operation::Verify { id, .. } = op else {
             panic!("not a verify: {}", render(&op));
         };
-        self.r
-            .finish(self.now, id, Outcome::Verify(Ok(attached.to_vec())))
+        self.finish(id, Outcome::Verify(Ok(attached.to_vec())))
             .unwrap();
     }
 
     fn fail(&mut self, op: Operation<T>, error: BackendError<&'static str>) {
-        let now = self.now;
-        match op {
-            Operation::Attach { id, .. } => {
-                self.r.finish(now, id, Outcome::Attach(Err(error))).unwrap()
-            }
-            Operation::Detach { id, .. } => {
-                self.r.finish(now, id, Outcome::Detach(Err(error))).unwrap()
-            }
-            Operation::Verify { id, .. } => {
-                self.r.finish(now, id, Outcome::Verify(Err(error))).unwrap()
-            }
-            Operation::ListAttachments { id } => {
-                self.r.finish(now, id, Outcome::List(Err(error))).unwrap()
-            }
-            Operation::CheckMachine { id, .. } => self
-                .r
-                .finish(now, id, Outcome::CheckMachine(Err(error)))
-                .unwrap(),
-            other => panic!("use fail_status for {}", render(&other)),
-        }
+        let Some(outcome) = backend_failure(&op, error) else {
+            panic!("use fail_status for {}", render(&op));
+        };
+        self.finish(op.id(), outcome).unwrap();
     }
 
     fn fail_status(&mut self, op: Operation<T>, error: StoreError) {
-        match op {
-            Operation::WriteStatus { id, .. } => self
-                .r
-                .finish(self.now, id, Outcome::WriteStatus(Err(error)))
-                .unwrap(),
-            Operation::ReadStatus { id, .. } => self
-                .r
-                .finish(self.now, id, Outcome::ReadStatus(Err(error)))
-                .unwrap(),
-            other => panic!("not a store call: {}", render(&other)),
+        match store_failure(&op, error) {
+            Some(outcome) if op.kind() != OpKind::ListStatuses => {
+                self.finish(op.id(), outcome).unwrap()
+            }
+            _ => panic!("not a store call: {}", render(&op)),
         }
     }
 
     fn stored(&self, node: &'static str) -> Option<Vec<&'static str>> {
-        self.r.status().stored(&node).map(|l| l.volumes().to_vec())
+        self.core
+            .status()
+            .stored(&node)
+            .map(|l| l.volumes().to_vec())
     }
 
     fn count(&self, prefix: &str) -> usize {
-        self.log.iter().filter(|l| l.starts_with(prefix)).count()
+        self.world
+            .log
+            .iter()
+            .filter(|l| l.starts_with(prefix))
+            .count()
     }
 
     /// Replaces `from_pod` (using single-node `volume` on `from`) by `to_pod` on `to`, and
@@ -435,7 +357,7 @@ impl H {
         h.rwo("v1");
         h.pod("p1", "n1", &["v1"]);
         h.run_ok(secs(1));
-        assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Attached);
+        assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Attached);
         assert_eq!(h.stored("n1"), Some(vec!["v1"]));
         h
     }
@@ -446,15 +368,15 @@ impl H {
 #[test]
 fn nothing_desired_plans_nothing_and_sleeps() {
     let mut h = H::new(Config::default());
-    assert_eq!(h.r.next_deadline(), None);
+    assert_eq!(h.core.next_deadline(), None);
     assert!(h.tick().is_empty());
     h.node("n1", &[]);
     // The new node's status is read once (its revision is unknown); it already holds the
     // empty list, so nothing is written, and nothing is left to do.
     assert!(h.run_ok(secs(1)).is_empty());
-    assert_eq!(h.log, vec!["read n1"]);
+    assert_eq!(h.world.log, vec!["read n1"]);
     assert_eq!(
-        h.r.next_deadline(),
+        h.core.next_deadline(),
         None,
         "no attachment: not even a sync is due"
     );
@@ -477,11 +399,11 @@ fn one_desired_volume_attaches_then_is_reported() {
     }
     assert_eq!(h.tick_names(), vec!["write n1 [v1]"]);
     assert_eq!(
-        h.r.actual().report(&"n1").to_vec()[0].device.as_deref(),
+        h.core.actual().report(&"n1").to_vec()[0].device.as_deref(),
         Some("/dev/v1")
     );
     assert!(h.run_ok(secs(5)).is_empty(), "settled: no further work");
-    let deadline = h.r.next_deadline().unwrap();
+    let deadline = h.core.next_deadline().unwrap();
     assert!(
         deadline >= secs(60),
         "only the sync timer remains, got {deadline:?}"
@@ -497,8 +419,8 @@ fn attach_then_detach_when_unmounted() {
         vec!["write n1 []", "detach v1 n1"],
         "the removal is written before the detach"
     );
-    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
-    assert!(h.r.actual().is_empty());
+    assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Detached);
+    assert!(h.core.actual().is_empty());
 }
 
 #[test]
@@ -526,16 +448,16 @@ fn a_fresh_read_that_lists_the_volume_again_justifies_nothing() {
     h.ok(write);
     let read = h.tick_raw().pop().expect("the read before the detach");
     assert_eq!(render(&read), "read n1");
-    let n1 = h.store.get_mut("n1").unwrap();
+    let n1 = h.world.store.get_mut("n1").unwrap();
     n1.1 = vec![ReportedVolume {
         volume: "v1",
         device: None,
     }];
     n1.2 += 1;
     h.ok(read);
-    h.log.clear();
+    h.world.log.clear();
     h.run_ok(secs(1));
-    assert_eq!(h.log, vec!["write n1 []", "read n1", "detach v1 n1"]);
+    assert_eq!(h.world.log, vec!["write n1 []", "read n1", "detach v1 n1"]);
 }
 
 /// A clearance from a fresh read is for the next pass, however long the reconcile period: with
@@ -553,9 +475,9 @@ fn a_long_reconcile_period_still_detaches_after_the_fresh_read() {
     h.run_ok(secs(10));
     h.unpod("p1");
     h.run_ok(secs(30));
-    assert_eq!(h.count("read n1"), 2, "{:?}", h.log);
-    assert_eq!(h.count("detach"), 1, "{:?}", h.log);
-    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
+    assert_eq!(h.count("read n1"), 2, "{:?}", h.world.log);
+    assert_eq!(h.count("detach"), 1, "{:?}", h.world.log);
+    assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Detached);
 }
 
 #[test]
@@ -638,10 +560,10 @@ fn rwx_attaches_to_two_nodes_at_once() {
 #[test]
 fn rwo_on_two_nodes_reports_multi_attach_once_then_moves() {
     let mut h = H::attached_rwo(UpstreamBugs::default());
-    h.r.take_events();
+    h.core.take_events();
     h.pod("p2", "n2", &["v1"]);
     assert!(h.run_ok(secs(10)).is_empty());
-    let events = h.r.take_events();
+    let events = h.core.take_events();
     assert_eq!(events.len(), 1, "once per episode: {events:?}");
     let Event::MultiAttach {
         volume,
@@ -692,10 +614,10 @@ fn the_attach_a_look_planned_reports_the_multi_attach_it_left_when_it_lands() {
         unreachable!("taken by kind")
     };
     let other = if *first == "n1" { "n2" } else { "n1" };
-    h.r.take_events();
+    h.core.take_events();
     h.ok(attach);
     assert!(h.run_ok(secs(1)).iter().all(|op| op.starts_with("write")));
-    let events = h.r.take_events();
+    let events = h.core.take_events();
     let multi: Vec<_> = events
         .iter()
         .filter_map(|e| match e {
@@ -714,7 +636,7 @@ fn multi_attach_text_without_workloads_after_force_delete() {
     h.unpod("p1");
     h.pod("p1b", "n2", &["v1"]);
     h.run_ok(secs(1));
-    let events = h.r.take_events();
+    let events = h.core.take_events();
     let multi: Vec<_> = events
         .iter()
         .filter(|e| e.reason() == "MultiAttachVolume")
@@ -792,9 +714,9 @@ fn attach_timeout_is_uncertain_and_retried_after_backoff() {
     h.pod("p1", "n1", &["v1"]);
     let attach = h.tick_taking(OpKind::Attach);
     h.fail(attach, uncertain());
-    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Uncertain);
+    assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Uncertain);
     assert!(
-        h.r.actual().report(&"n1").is_empty(),
+        h.core.actual().report(&"n1").is_empty(),
         "uncertain is not reported"
     );
     assert!(
@@ -803,7 +725,7 @@ fn attach_timeout_is_uncertain_and_retried_after_backoff() {
             .all(|o| !o.starts_with("attach"))
     );
     assert!(h.run_ok(secs(1)).contains(&"attach v1 n1".to_string()));
-    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Attached);
+    assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Attached);
 }
 
 #[test]
@@ -828,7 +750,7 @@ fn dangling_attach_error_marks_the_named_node_uncertain() {
     h.pod("p1", "n2", &["v1"]);
     let attach = h.tick_taking(OpKind::Attach);
     h.fail(attach, BackendError::attached_elsewhere("n1", "dangling"));
-    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Uncertain);
+    assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Uncertain);
     // n1 does not need it and reports nothing in use: detach it there, then attach to n2.
     let seen = h.run_ok(secs(2));
     assert_eq!(seen, vec!["detach v1 n1", "attach v1 n2", "write n2 [v1]"]);
@@ -846,8 +768,10 @@ fn sync_verifies_and_reattaches_what_the_backend_lost() {
         unreachable!()
     };
     assert_eq!(volumes, vec![("v1", ())]);
-    h.r.finish(h.now, id, Outcome::Verify(Ok(vec![]))).unwrap();
-    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
+    h.core
+        .finish(h.now, id, Outcome::Verify(Ok(vec![])))
+        .unwrap();
+    assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Detached);
     assert_eq!(
         h.run_ok(secs(1)),
         vec!["attach v1 n1", "write n1 []", "write n1 [v1]"]
@@ -877,14 +801,16 @@ fn a_verify_answer_in_any_order_drops_exactly_the_volumes_it_leaves_out() {
     // Out of order, v3 left out, and names the core never asked about before, between and
     // after the node's own.
     let answer = vec!["v5", "v0", "v4", "v2", "v35", "v1", "v9", "v4"];
-    h.r.finish(h.now, id, Outcome::Verify(Ok(answer))).unwrap();
+    h.core
+        .finish(h.now, id, Outcome::Verify(Ok(answer)))
+        .unwrap();
     for volume in volumes {
         let expected = if volume == "v3" {
             AttachState::Detached
         } else {
             AttachState::Attached
         };
-        assert_eq!(h.r.actual().state(&volume, &"n1"), expected, "{volume}");
+        assert_eq!(h.core.actual().state(&volume, &"n1"), expected, "{volume}");
     }
 }
 
@@ -902,14 +828,16 @@ fn a_verify_answer_about_an_attachment_changed_since_it_was_planned_is_ignored()
     h.pod("p2", "n2", &["v1"]);
     let detach = h.run_until_taking(OpKind::Detach);
     h.fail(detach, uncertain());
-    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Uncertain);
+    assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Uncertain);
     let Operation::Verify { id, node, volumes } = verify else {
         unreachable!()
     };
     assert_eq!((node, volumes), ("n1", vec![("v1", ())]));
-    h.r.finish(h.now, id, Outcome::Verify(Ok(vec![]))).unwrap();
+    h.core
+        .finish(h.now, id, Outcome::Verify(Ok(vec![])))
+        .unwrap();
     assert_eq!(
-        h.r.actual().state(&"v1", &"n1"),
+        h.core.actual().state(&"v1", &"n1"),
         AttachState::Uncertain,
         "still held: only a detach or a later verify settles it"
     );
@@ -926,18 +854,20 @@ fn a_verify_answer_is_not_taken_for_an_attachment_made_again_since() {
     let verify = h.run_until_taking(OpKind::Verify);
     h.unpod("p1");
     h.run_ok(secs(5));
-    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
+    assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Detached);
     h.pod("p3", "n1", &["v1"]);
     h.run_ok(secs(1));
-    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Attached);
+    assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Attached);
     // The verify listed n1 while v1 was detached there, and says so.
     let Operation::Verify { id, volumes, .. } = verify else {
         unreachable!()
     };
     assert_eq!(volumes, vec![("v1", ())]);
-    h.r.finish(h.now, id, Outcome::Verify(Ok(vec![]))).unwrap();
+    h.core
+        .finish(h.now, id, Outcome::Verify(Ok(vec![])))
+        .unwrap();
     assert_eq!(
-        h.r.actual().state(&"v1", &"n1"),
+        h.core.actual().state(&"v1", &"n1"),
         AttachState::Attached,
         "the answer was about the record before the detach"
     );
@@ -962,7 +892,7 @@ fn a_verify_answer_is_not_taken_for_a_record_whose_generation_came_round_again()
     };
     assert_eq!(volumes, vec![("v1", ())]);
     let generation = |h: &H, volume: &str| {
-        let standings = h.r.actual.standings_on(&"n1");
+        let standings = h.core.actual.standings_on(&"n1");
         standings
             .iter()
             .find(|(v, _)| *v == volume)
@@ -975,19 +905,20 @@ fn a_verify_answer_is_not_taken_for_a_record_whose_generation_came_round_again()
     h.pod("p2", "n1", &["v0"]);
     let attach = h.tick_taking(OpKind::Attach);
     h.ok(attach);
-    assert_eq!(h.r.actual().state(&"v0", &"n1"), AttachState::Attached);
+    assert_eq!(h.core.actual().state(&"v0", &"n1"), AttachState::Attached);
     // Years of moves later, as far as n1's generations go: its 31 bits are spent, and v2's
     // new record (its attach answered) is the draw that renumbers n1's records, 1 up in
     // volume order: v0 takes 1, the number the verify listed for v1.
-    h.r.actual.set_generations(&"n1", (1 << 31) - 1);
+    h.core.actual.set_generations(&"n1", (1 << 31) - 1);
     h.pod("p3", "n1", &["v2"]);
     let attach = h.tick_taking(OpKind::Attach);
     h.ok(attach);
     assert_eq!(generation(&h, "v0"), 1);
-    h.r.finish(h.now, id, Outcome::Verify(Ok(vec!["v1"])))
+    h.core
+        .finish(h.now, id, Outcome::Verify(Ok(vec!["v1"])))
         .unwrap();
     assert_eq!(
-        h.r.actual().state(&"v0", &"n1"),
+        h.core.actual().state(&"v0", &"n1"),
         AttachState::Attached,
         "the verify never listed v0"
     );
@@ -1011,17 +942,22 @@ fn a_status_write_acknowledged_for_a_deleted_node_object_is_not_taken_for_its_su
     };
     // The object goes; a new one of the same name comes, with an empty status.
     h.unnode("n1");
-    h.store.remove("n1");
+    h.world.store.remove("n1");
     h.node("n1", &[]);
     // The write landed on the old object.
-    h.r.finish(
-        h.now,
-        id,
-        Outcome::WriteStatus(Ok(Revision::from(9).into())),
-    )
-    .unwrap();
+    h.core
+        .finish(
+            h.now,
+            id,
+            Outcome::WriteStatus(Ok(Revision::from(9).into())),
+        )
+        .unwrap();
     h.run_ok(secs(5));
-    assert_eq!(h.store["n1"].1.len(), 2, "the new object lists v1 and v2");
+    assert_eq!(
+        h.world.store["n1"].1.len(),
+        2,
+        "the new object lists v1 and v2"
+    );
     assert_eq!(h.stored("n1"), Some(vec!["v1", "v2"]));
 }
 
@@ -1056,14 +992,14 @@ fn a_status_read_answered_across_a_node_objects_deletion_is_not_taken_for_its_su
     assert_eq!(old.as_ref().map(|s| s.attached.len()), Ok(1));
     // The object goes; a new one of the same name comes, with an empty status.
     h.unnode("n1");
-    h.store.remove("n1");
+    h.world.store.remove("n1");
     h.node("n1", &[]);
     let Operation::ReadStatus { id, .. } = read else {
         unreachable!()
     };
-    h.r.finish(h.now, id, Outcome::ReadStatus(old)).unwrap();
+    h.core.finish(h.now, id, Outcome::ReadStatus(old)).unwrap();
     h.run_ok(secs(5));
-    assert_eq!(h.store["n1"].1.len(), 1, "the new object lists v1");
+    assert_eq!(h.world.store["n1"].1.len(), 1, "the new object lists v1");
     assert_eq!(h.stored("n1"), Some(vec!["v1"]));
 }
 
@@ -1083,26 +1019,27 @@ fn a_status_listed_at_a_restart_before_its_node_object_was_deleted_is_not_taken_
         volume: "v1",
         device: None,
     }];
-    h.store.get_mut("n1").unwrap().1 = listed;
-    h.store.get_mut("n1").unwrap().2 = 5;
+    h.world.store.get_mut("n1").unwrap().1 = listed;
+    h.world.store.get_mut("n1").unwrap().2 = 5;
     let old = h.read("n1").unwrap();
-    let ops = h.r.poll(h.now);
+    let ops = h.core.poll(h.now);
     // While the listings run, the object goes and a new one comes, with an empty status.
     h.unnode("n1");
-    h.store.remove("n1");
+    h.world.store.remove("n1");
     h.node("n1", &[]);
     for op in ops {
         match op {
-            Operation::ListStatuses { id } => {
-                h.r.finish(
+            Operation::ListStatuses { id } => h
+                .core
+                .finish(
                     h.now,
                     id,
                     Outcome::ListStatuses(Ok(vec![("n1", old.clone())])),
                 )
-                .unwrap()
-            }
-            Operation::ListAttachments { id } => {
-                h.r.finish(
+                .unwrap(),
+            Operation::ListAttachments { id } => h
+                .core
+                .finish(
                     h.now,
                     id,
                     Outcome::List(Ok(vec![BackendAttachment {
@@ -1111,15 +1048,14 @@ fn a_status_listed_at_a_restart_before_its_node_object_was_deleted_is_not_taken_
                         spec: VolumeSpec::single_node(()),
                     }])),
                 )
-                .unwrap()
-            }
+                .unwrap(),
             other => panic!("recovery planned {}", render(&other)),
         }
     }
-    assert!(!h.r.is_recovering());
+    assert!(!h.core.is_recovering());
     let seen = h.run_ok(secs(5));
     assert_eq!(
-        h.store["n1"].1.len(),
+        h.world.store["n1"].1.len(),
         1,
         "the new object lists v1: {seen:?}"
     );
@@ -1193,7 +1129,7 @@ fn api_misuse_is_a_typed_error_and_changes_nothing() {
     });
     // Out of order is no misuse: a workload on a node not seen yet waits for it.
     assert_eq!(
-        h.r.handle(Input::WorkloadScheduled {
+        h.core.handle(Input::WorkloadScheduled {
             workload: "p",
             node: "nowhere",
             volumes: vec![]
@@ -1202,7 +1138,7 @@ fn api_misuse_is_a_typed_error_and_changes_nothing() {
     );
     // But only so many may wait.
     assert_eq!(
-        h.r.handle(Input::WorkloadScheduled {
+        h.core.handle(Input::WorkloadScheduled {
             workload: "q",
             node: "n1",
             volumes: vec!["unknown"]
@@ -1213,16 +1149,17 @@ fn api_misuse_is_a_typed_error_and_changes_nothing() {
             limit: 1
         }))
     );
-    assert!(h.r.desired().pending(&"q").is_none(), "nothing changed");
+    assert!(h.core.desired().pending(&"q").is_none(), "nothing changed");
     h.unpod("p");
     // A relist cannot end that did not start.
     assert_eq!(
-        h.r.handle(Input::RelistDone { kind: Kind::Node }),
+        h.core.handle(Input::RelistDone { kind: Kind::Node }),
         Err(ReconcilerError::NoRelist { kind: Kind::Node })
     );
     h.node("n1", &[]);
     assert_eq!(
-        h.r.finish(h.now, OpId(99), Outcome::Attach(Ok(AttachInfo::default()))),
+        h.core
+            .finish(h.now, OpId(99), Outcome::Attach(Ok(AttachInfo::default()))),
         Err(ReconcilerError::UnknownOperation { id: OpId(99) })
     );
     h.rwo("v1");
@@ -1234,7 +1171,7 @@ fn api_misuse_is_a_typed_error_and_changes_nothing() {
         .unwrap();
     let id = attach.id();
     assert_eq!(
-        h.r.finish(h.now, id, Outcome::Detach(Ok(()))),
+        h.core.finish(h.now, id, Outcome::Detach(Ok(()))),
         Err(ReconcilerError::WrongResult {
             id,
             actual: OpKind::Attach,
@@ -1243,14 +1180,14 @@ fn api_misuse_is_a_typed_error_and_changes_nothing() {
     );
     // The attach is still running and can finish normally.
     h.ok(attach);
-    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Attached);
+    assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Attached);
     // Its node is deleted under it: accepted, and the workload waits for the node again.
     h.unnode("n1");
     assert_eq!(
-        h.r.desired().pending(&"p").map(|p| p.missing),
+        h.core.desired().pending(&"p").map(|p| p.missing),
         Some(vec![Missing::Node("n1")])
     );
-    assert!(!h.r.desired().is_desired(&"v1", &"n1"));
+    assert!(!h.core.desired().is_desired(&"v1", &"n1"));
 }
 
 #[test]
@@ -1265,7 +1202,7 @@ fn finish_refuses_every_other_kind_and_keeps_the_operation_waiting_unchanged() {
         .find(|o| o.kind() == OpKind::Attach)
         .unwrap();
     let id = attach.id();
-    let before = format!("{:?}", h.r);
+    let before = format!("{:?}", h.core);
     for kind in OpKind::ALL {
         if kind == OpKind::Attach {
             continue;
@@ -1274,7 +1211,7 @@ fn finish_refuses_every_other_kind_and_keeps_the_operation_waiting_unchanged() {
         let wrong = Outcome::<T>::panicked(kind);
         assert_eq!(wrong.kind(), kind);
         assert_eq!(
-            h.r.finish(h.now, id, wrong),
+            h.core.finish(h.now, id, wrong),
             Err(ReconcilerError::WrongResult {
                 id,
                 actual: OpKind::Attach,
@@ -1282,15 +1219,17 @@ fn finish_refuses_every_other_kind_and_keeps_the_operation_waiting_unchanged() {
             }),
             "{kind:?}"
         );
-        assert_eq!(format!("{:?}", h.r), before, "{kind:?} changed the core");
+        assert_eq!(format!("{:?}", h.core), before, "{kind:?} changed the core");
     }
-    assert!(h.r.take_events().is_empty(), "a refusal tells no one");
+    assert!(h.core.take_events().is_empty(), "a refusal tells no one");
     // The attach still waits for its answer, takes it once, and not twice.
-    h.r.finish(h.now, id, Outcome::Attach(Ok(AttachInfo::default())))
+    h.core
+        .finish(h.now, id, Outcome::Attach(Ok(AttachInfo::default())))
         .unwrap();
-    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Attached);
+    assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Attached);
     assert_eq!(
-        h.r.finish(h.now, id, Outcome::Attach(Ok(AttachInfo::default()))),
+        h.core
+            .finish(h.now, id, Outcome::Attach(Ok(AttachInfo::default()))),
         Err(ReconcilerError::UnknownOperation { id })
     );
 }
@@ -1300,7 +1239,7 @@ fn recovery_trusts_the_store_and_marks_unknown_attachments_uncertain() {
     let mut h = H::new(Config::default());
     h.rwo("v1");
     h.rwo("v2");
-    h.r.recover_status(
+    h.core.recover_status(
         "n1",
         vec![ReportedVolume {
             volume: "v1",
@@ -1308,10 +1247,10 @@ fn recovery_trusts_the_store_and_marks_unknown_attachments_uncertain() {
         }],
         Revision::from(1),
     );
-    recover_one(&mut h.r, "v1", "n1");
-    recover_one(&mut h.r, "v2", "n1");
-    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Attached);
-    assert_eq!(h.r.actual().state(&"v2", &"n1"), AttachState::Uncertain);
+    recover_one(&mut h.core, "v1", "n1");
+    recover_one(&mut h.core, "v2", "n1");
+    assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Attached);
+    assert_eq!(h.core.actual().state(&"v2", &"n1"), AttachState::Uncertain);
     h.node("n1", &[]);
     h.pod("p1", "n1", &["v1", "v2"]);
     // v1 is already reported; v2 is confirmed by an attach, then reported.
@@ -1326,7 +1265,7 @@ fn removed_node_is_rewritten_when_it_comes_back() {
     // The node object is deleted and recreated under the same name, with an empty status
     // (upstream 50721): what it must report is written afresh.
     h.unnode("n1");
-    h.store.remove("n1");
+    h.world.store.remove("n1");
     assert!(
         h.run_ok(secs(1)).is_empty(),
         "nothing to write to, nothing unmounted"
@@ -1378,7 +1317,7 @@ fn c1_bites_with_upstream_bug() {
 fn c1_backoff_causes_no_status_churn() {
     let mut h = H::attached_rwo(UpstreamBugs::default());
     h.unpod("p1");
-    let start = h.log.len();
+    let start = h.world.log.len();
     let end = h.now + secs(60);
     let mut detaches = 0;
     while h.now < end {
@@ -1391,7 +1330,7 @@ fn c1_backoff_causes_no_status_churn() {
             }
         }
     }
-    let writes = h.log[start..]
+    let writes = h.world.log[start..]
         .iter()
         .filter(|l| l.starts_with("write"))
         .count();
@@ -1424,7 +1363,7 @@ fn c2_scenario(bugs: UpstreamBugs) -> H {
 fn c2_uncertain_attachment_holds_a_single_node_volume() {
     let mut h = c2_scenario(UpstreamBugs::default());
     assert_eq!(h.count("attach v1 n2"), 0, "never on two nodes at once");
-    let events = h.r.take_events();
+    let events = h.core.take_events();
     assert!(
         events
             .iter()
@@ -1484,7 +1423,7 @@ fn c4_scenario(bugs: UpstreamBugs) -> H {
     // pod goes.
     let mut h = H::with_bugs(bugs);
     h.rwo("v1");
-    h.r.recover_status(
+    h.core.recover_status(
         "n1",
         vec![ReportedVolume {
             volume: "v1",
@@ -1505,7 +1444,7 @@ fn c4_scenario(bugs: UpstreamBugs) -> H {
 #[test]
 fn c4_first_in_use_report_is_followed() {
     let h = c4_scenario(UpstreamBugs::default());
-    assert_eq!(h.log, vec!["write n1 []", "read n1", "detach v1 n1"]);
+    assert_eq!(h.world.log, vec!["write n1 []", "read n1", "detach v1 n1"]);
 }
 
 #[test]
@@ -1538,7 +1477,7 @@ fn not_heard_from_leaves_the_detach_to_a_fresh_read() {
     // The core never heard from the node, but the store holds its agent's report, which the
     // fresh read before the detach finds: nothing in use.
     assert_eq!(
-        h.log,
+        h.world.log,
         vec![
             "attach v1 n1",
             "read n1",
@@ -1548,13 +1487,13 @@ fn not_heard_from_leaves_the_detach_to_a_fresh_read() {
         ],
         "no in-use report in the store either: held back"
     );
-    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Attached);
-    h.store.get_mut("n1").unwrap().0.in_use = Some(vec![]);
-    h.log.clear();
+    assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Attached);
+    h.world.store.get_mut("n1").unwrap().0.in_use = Some(vec![]);
+    h.world.log.clear();
     // Without a new report to the core, the re-check timer reads the node again.
-    h.run_ok(h.r.config().unmount_recheck);
-    assert_eq!(h.log, vec!["read n1", "detach v1 n1"]);
-    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
+    h.run_ok(h.core.config().unmount_recheck);
+    assert_eq!(h.world.log, vec!["read n1", "detach v1 n1"]);
+    assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Detached);
 }
 
 fn c5_scenario(bugs: UpstreamBugs) -> Vec<String> {
@@ -1586,10 +1525,10 @@ fn c5_bites_with_upstream_bug() {
 #[test]
 fn idle_pass_does_nothing_and_next_deadline_is_the_sync() {
     let mut h = H::attached_rwo(UpstreamBugs::default());
-    let deadline = h.r.next_deadline().unwrap();
+    let deadline = h.core.next_deadline().unwrap();
     assert!(deadline > h.now + secs(30));
-    assert!(h.r.poll(h.now + TICK).is_empty());
-    assert_eq!(h.r.next_deadline(), Some(deadline));
+    assert!(h.core.poll(h.now + TICK).is_empty());
+    assert_eq!(h.core.next_deadline(), Some(deadline));
 }
 
 #[test]
@@ -1639,15 +1578,15 @@ fn an_attach_landing_after_its_workload_left_is_detached_at_once() {
     h.unpod("p1");
     h.run_ok(secs(1));
     h.ok(attach);
-    h.log.clear();
+    h.world.log.clear();
     h.run_ok(secs(1));
     assert_eq!(
-        h.log,
+        h.world.log,
         vec!["read n1", "detach v1 n1"],
         "no write needed, none awaited: only the fresh read before the detach"
     );
-    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
-    assert_eq!(h.r.next_deadline(), None, "nothing left waiting");
+    assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Detached);
+    assert_eq!(h.core.next_deadline(), None, "nothing left waiting");
 }
 
 /// Bug 3: the detach keeps erroring after doing its work; the periodic verify says the volume
@@ -1659,7 +1598,7 @@ fn verify_settles_an_uncertain_detach_as_detached() {
     h.pod("p2", "n2", &["v1"]);
     let detach = h.run_until_taking(OpKind::Detach);
     h.fail(detach, uncertain());
-    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Uncertain);
+    assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Uncertain);
     // Every later detach errors the same way; the verify reports nothing attached on n1.
     let mut attached_on_n2 = false;
     for _ in 0..(70 * 10) {
@@ -1668,7 +1607,7 @@ fn verify_settles_an_uncertain_detach_as_detached() {
                 Operation::Detach { .. } => h.fail(op, uncertain()),
                 Operation::Verify { id, node: "n1", .. } => {
                     let now = h.now;
-                    h.r.finish(now, id, Outcome::Verify(Ok(vec![]))).unwrap();
+                    h.core.finish(now, id, Outcome::Verify(Ok(vec![]))).unwrap();
                 }
                 Operation::Attach { node: "n2", .. } => {
                     attached_on_n2 = true;
@@ -1678,7 +1617,7 @@ fn verify_settles_an_uncertain_detach_as_detached() {
             }
         }
     }
-    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
+    assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Detached);
     assert!(attached_on_n2, "the waiting workload got its volume");
 }
 
@@ -1691,32 +1630,37 @@ fn a_volume_removed_in_use_sends_its_workloads_back_to_waiting() {
     h.node("n1", &["v1"]);
     h.unvolume("v1");
     assert_eq!(
-        h.r.desired().pending(&"p1").map(|p| p.missing),
+        h.core.desired().pending(&"p1").map(|p| p.missing),
         Some(vec![Missing::Volume("v1")])
     );
-    assert!(!h.r.desired().is_desired(&"v1", &"n1"));
+    assert!(!h.core.desired().is_desired(&"v1", &"n1"));
     h.run_ok(secs(5));
-    assert_eq!(h.count("detach"), 0, "still mounted: {:?}", h.log);
+    assert_eq!(h.count("detach"), 0, "still mounted: {:?}", h.world.log);
     // Removing it again, or one never seen, is a no-op.
     h.unvolume("v1");
     h.unvolume("v9");
     // Registered again: the workload is placed again, and nothing moved.
     h.rwo("v1");
-    assert!(h.r.desired().is_desired(&"v1", &"n1"));
-    assert_eq!(h.r.desired().pending_len(), 0);
-    h.log.clear();
+    assert!(h.core.desired().is_desired(&"v1", &"n1"));
+    assert_eq!(h.core.desired().pending_len(), 0);
+    h.world.log.clear();
     h.run_ok(secs(5));
     assert_eq!(h.stored("n1"), Some(vec!["v1"]));
-    assert_eq!(h.count("attach") + h.count("detach"), 0, "{:?}", h.log);
+    assert_eq!(
+        h.count("attach") + h.count("detach"),
+        0,
+        "{:?}",
+        h.world.log
+    );
     // Removed for good, then its workload: the pod's deletion after its volume's.
     h.unvolume("v1");
     h.unpod("p1");
     h.node("n1", &[]);
     h.run_ok(secs(5));
     assert_eq!(h.count("detach v1 n1"), 1);
-    assert!(h.r.actual().is_empty());
+    assert!(h.core.actual().is_empty());
     assert!(
-        h.r.desired().spec(&"v1").is_none(),
+        h.core.desired().spec(&"v1").is_none(),
         "forgotten once detached"
     );
 }
@@ -1730,26 +1674,29 @@ fn a_removed_volume_is_detached_then_forgotten() {
     h.unvolume("v1");
     h.pod("p2", "n2", &["v1"]);
     assert_eq!(
-        h.r.desired().pending(&"p2").map(|p| p.missing),
+        h.core.desired().pending(&"p2").map(|p| p.missing),
         Some(vec![Missing::Volume("v1")])
     );
-    assert!(h.r.desired().spec(&"v1").is_some(), "kept for the detach");
+    assert!(
+        h.core.desired().spec(&"v1").is_some(),
+        "kept for the detach"
+    );
     let detach = h.run_until_taking(OpKind::Detach);
     h.fail(detach, transient());
     h.run_ok(secs(5));
     assert_eq!(h.count("detach v1 n1"), 2);
-    assert!(h.r.actual().is_empty());
+    assert!(h.core.actual().is_empty());
     assert!(
-        h.r.desired().spec(&"v1").is_none(),
+        h.core.desired().spec(&"v1").is_none(),
         "forgotten once detached"
     );
-    assert_eq!(h.r.actual().volumes_with_records(), 0, "no entry left");
+    assert_eq!(h.core.actual().volumes_with_records(), 0, "no entry left");
     assert_eq!(h.count("attach v1 n2"), 0, "p2 waits");
     // Registered again, it is a fresh volume with no backoff left from before, and the
     // workload that waited for it gets it.
     h.rwo("v1");
-    assert_eq!(h.r.desired().pending_len(), 0);
-    h.log.clear();
+    assert_eq!(h.core.desired().pending_len(), 0);
+    h.world.log.clear();
     h.run_ok(secs(1));
     assert_eq!(h.count("attach v1 n2"), 1);
 }
@@ -1767,16 +1714,16 @@ fn a_volume_removed_while_its_attach_runs_is_detached_then_forgotten() {
     h.unvolume("v1");
     h.run_ok(secs(1));
     assert!(
-        h.r.desired().spec(&"v1").is_some(),
+        h.core.desired().spec(&"v1").is_some(),
         "kept while its attach runs"
     );
     h.ok(attach);
-    h.log.clear();
+    h.world.log.clear();
     h.run_ok(secs(5));
-    assert_eq!(h.count("detach v1 n1"), 1, "{:?}", h.log);
-    assert!(h.r.actual().is_empty());
+    assert_eq!(h.count("detach v1 n1"), 1, "{:?}", h.world.log);
+    assert!(h.core.actual().is_empty());
     assert!(
-        h.r.desired().spec(&"v1").is_none(),
+        h.core.desired().spec(&"v1").is_none(),
         "forgotten once detached"
     );
 }
@@ -1794,38 +1741,42 @@ fn a_moving_volume_keeps_its_entry_and_an_idle_one_does_not() {
     h.pod("p1", "n1", &["v1"]);
     h.pod("p2", "n1", &["v2"]);
     h.run_ok(secs(1));
-    assert_eq!(h.r.actual().volumes_with_records(), 2);
+    assert_eq!(h.core.actual().volumes_with_records(), 2);
     // A move: between its detach and its attach, v1 is attached nowhere and keeps its entry.
     h.unpod("p1");
     h.pod("p1b", "n2", &["v1"]);
     let detach = h.run_until_taking(OpKind::Detach);
     h.ok(detach);
-    assert_eq!(h.r.actual().len(), 1, "only v2 attached");
-    assert_eq!(h.r.actual().volumes_with_records(), 2, "v1's entry kept");
+    assert_eq!(h.core.actual().len(), 1, "only v2 attached");
+    assert_eq!(h.core.actual().volumes_with_records(), 2, "v1's entry kept");
     h.run_ok(secs(1));
     assert_eq!(h.count("attach v1 n2"), 1);
-    assert_eq!(h.r.actual().len(), 2);
+    assert_eq!(h.core.actual().len(), 2);
     // Idle: v2 is wanted nowhere when its detach lands, and its entry goes with it.
     h.unpod("p2");
     h.run_ok(secs(5));
-    assert_eq!(h.r.actual().len(), 1);
-    assert_eq!(h.r.actual().volumes_with_records(), 1, "v2's entry dropped");
+    assert_eq!(h.core.actual().len(), 1);
+    assert_eq!(
+        h.core.actual().volumes_with_records(),
+        1,
+        "v2's entry dropped"
+    );
     // Wanted at its detach, then wanted nowhere before its attach: the next look drops it.
     h.unpod("p1b");
     h.pod("p1c", "n1", &["v1"]);
     let detach = h.run_until_taking(OpKind::Detach);
     h.ok(detach);
     assert_eq!(
-        h.r.actual().volumes_with_records(),
+        h.core.actual().volumes_with_records(),
         1,
         "kept for the attach"
     );
     h.unpod("p1c");
-    h.log.clear();
+    h.world.log.clear();
     h.run_ok(secs(5));
     assert_eq!(h.count("attach v1 n1"), 0);
-    assert!(h.r.actual().is_empty());
-    assert_eq!(h.r.actual().volumes_with_records(), 0, "no entry left");
+    assert!(h.core.actual().is_empty());
+    assert_eq!(h.core.actual().volumes_with_records(), 0, "no entry left");
 }
 
 #[test]
@@ -1838,7 +1789,7 @@ fn a_volume_attached_twice_cannot_become_single_node() {
     h.pod("p2", "n2", &["v1"]);
     h.run_ok(secs(1));
     assert_eq!(
-        h.r.handle(Input::SetVolume {
+        h.core.handle(Input::SetVolume {
             volume: "v1",
             spec: VolumeSpec::single_node(())
         }),
@@ -1848,7 +1799,7 @@ fn a_volume_attached_twice_cannot_become_single_node() {
         })
     );
     assert_eq!(
-        h.r.desired().spec(&"v1").map(|s| s.access),
+        h.core.desired().spec(&"v1").map(|s| s.access),
         Some(Access::MultiNode),
         "unchanged"
     );
@@ -1867,11 +1818,12 @@ fn a_deleted_node_pins_its_volume_and_says_so_once() {
     h.pod("p2", "n2", &["v1"]);
     h.run_ok(secs(60));
     assert_eq!(h.count("detach"), 0);
-    let blocked: Vec<_> =
-        h.r.take_events()
-            .into_iter()
-            .filter(|e| e.reason() == "DetachBlocked")
-            .collect();
+    let blocked: Vec<_> = h
+        .core
+        .take_events()
+        .into_iter()
+        .filter(|e| e.reason() == "DetachBlocked")
+        .collect();
     assert_eq!(blocked.len(), 1, "{blocked:?}");
     // The node comes back and reports nothing in use: the volume is freed.
     h.node("n1", &[]);
@@ -1896,13 +1848,13 @@ fn a_deleted_node_counts_as_fenced_when_configured() {
     h.unpod("p1");
     h.unnode("n1");
     h.pod("p2", "n2", &["v1"]);
-    h.log.clear();
+    h.world.log.clear();
     h.run_ok(secs(1));
     assert_eq!(
         h.count("detach v1 n1 forced:node-deleted"),
         1,
         "{:?}",
-        h.log
+        h.world.log
     );
     assert_eq!(h.count("attach v1 n2"), 1);
 }
@@ -1927,19 +1879,19 @@ fn huge_durations_do_not_overflow() {
     let attach = h.tick_taking(OpKind::Attach);
     h.fail(attach, transient());
     assert_eq!(
-        h.r.next_deadline(),
+        h.core.next_deadline(),
         Some(Duration::MAX),
         "saturated, not wrapped"
     );
-    let retried = h.r.poll(Duration::MAX);
+    let retried = h.core.poll(Duration::MAX);
     assert_eq!(retried.len(), 1, "the attach is retried at the end of time");
     h.ok(retried.into_iter().next().unwrap_or_else(|| unreachable!()));
     h.now = Duration::MAX - TICK;
     h.tick();
     h.unpod("p1");
     h.facts("n1", false, false, Some(&["v1"]));
-    let _ = h.r.poll(Duration::MAX);
-    let _ = h.r.next_deadline();
+    let _ = h.core.poll(Duration::MAX);
+    let _ = h.core.next_deadline();
 }
 
 // ---- review findings (issue 9): each asserted the broken behaviour before its fix ---------------
@@ -1964,10 +1916,10 @@ fn an_access_change_during_an_attach_leaks_no_gate_key() {
     h.rwo("v1");
     h.unpod("p1");
     h.pod("p2", "n2", &["v1"]);
-    h.log.clear();
+    h.world.log.clear();
     h.run_ok(secs(60));
-    assert_eq!(h.count("detach v1 n1"), 1, "{:?}", h.log);
-    assert_eq!(h.count("attach v1 n2"), 1, "{:?}", h.log);
+    assert_eq!(h.count("detach v1 n1"), 1, "{:?}", h.world.log);
+    assert_eq!(h.count("attach v1 n2"), 1, "{:?}", h.world.log);
 }
 
 /// Narrowing is refused while attaches run; before, both finished and the single-node volume
@@ -1987,7 +1939,7 @@ fn narrowing_is_refused_while_attaches_run() {
         .collect();
     assert_eq!(attaches.len(), 2);
     assert!(matches!(
-        h.r.handle(Input::SetVolume {
+        h.core.handle(Input::SetVolume {
             volume: "v1",
             spec: VolumeSpec::single_node(())
         }),
@@ -2000,7 +1952,7 @@ fn narrowing_is_refused_while_attaches_run() {
         .unwrap_or_else(|| unreachable!());
     assert!(
         matches!(
-            h.r.handle(Input::SetVolume {
+            h.core.handle(Input::SetVolume {
                 volume: "v1",
                 spec: VolumeSpec::single_node(())
             }),
@@ -2028,7 +1980,7 @@ fn a_node_never_heard_from_is_still_force_detached_on_timeout() {
     h.facts("n1", false, false, None);
     h.unpod("p1");
     h.pod("p2", "n2", &["v1"]);
-    h.log.clear();
+    h.world.log.clear();
     let end = h.now + secs(1800);
     while h.now < end {
         for op in h.tick() {
@@ -2038,7 +1990,12 @@ fn a_node_never_heard_from_is_still_force_detached_on_timeout() {
             }
         }
     }
-    assert_eq!(h.count("detach v1 n1 forced:timeout"), 1, "{:?}", h.log);
+    assert_eq!(
+        h.count("detach v1 n1 forced:timeout"),
+        1,
+        "{:?}",
+        h.world.log
+    );
     assert_eq!(h.count("attach v1 n2"), 1);
 }
 
@@ -2059,8 +2016,8 @@ fn node_churn_leaves_no_status_record_or_backoff_behind() {
         h.unnode(leak(format!("m{i}")));
     }
     h.run_ok(secs(1));
-    assert_eq!(h.r.status().len(), 0);
-    assert_eq!(h.r.gate.len(), 0);
+    assert_eq!(h.core.status().len(), 0);
+    assert_eq!(h.core.gate.len(), 0);
 }
 
 /// A deleted node's blocked episode ends when the verify settles the attachment.
@@ -2070,20 +2027,20 @@ fn a_blocked_pair_is_forgotten_with_its_attachment() {
     h.unpod("p1");
     h.unnode("n1");
     h.run_ok(secs(1));
-    assert_eq!(h.r.detaches.blocked(), 1);
+    assert_eq!(h.core.detaches.blocked(), 1);
     let end = h.now + secs(120);
     while h.now < end {
         for op in h.tick() {
             if let Operation::Verify { id, .. } = op {
                 let now = h.now;
-                h.r.finish(now, id, Outcome::Verify(Ok(vec![]))).unwrap();
+                h.core.finish(now, id, Outcome::Verify(Ok(vec![]))).unwrap();
             } else {
                 h.ok(op);
             }
         }
     }
-    assert!(h.r.actual().is_empty());
-    assert_eq!(h.r.detaches.blocked(), 0);
+    assert!(h.core.actual().is_empty());
+    assert_eq!(h.core.detaches.blocked(), 0);
 }
 
 /// A volume only the store lists at recovery, with no spec anywhere, cannot be detached; a
@@ -2092,7 +2049,7 @@ fn a_blocked_pair_is_forgotten_with_its_attachment() {
 fn a_recovered_volume_without_a_spec_is_reported_blocked() {
     let mut h = H::new(Config::default());
     h.node("n1", &[]);
-    h.r.recover_status(
+    h.core.recover_status(
         "n1",
         vec![ReportedVolume {
             volume: "gone",
@@ -2101,11 +2058,12 @@ fn a_recovered_volume_without_a_spec_is_reported_blocked() {
         Revision::from(1),
     );
     h.run_ok(secs(600));
-    let blocked: Vec<_> =
-        h.r.take_events()
-            .into_iter()
-            .filter(|e| e.reason() == "DetachBlocked")
-            .collect();
+    let blocked: Vec<_> = h
+        .core
+        .take_events()
+        .into_iter()
+        .filter(|e| e.reason() == "DetachBlocked")
+        .collect();
     assert_eq!(blocked.len(), 1, "{blocked:?}");
 }
 
@@ -2114,11 +2072,11 @@ fn a_recovered_volume_without_a_spec_is_reported_blocked() {
 fn a_volume_only_the_backend_knows_is_detached_then_forgotten() {
     let mut h = H::new(Config::default());
     h.node("n1", &[]);
-    recover_one(&mut h.r, "stray", "n1");
+    recover_one(&mut h.core, "stray", "n1");
     h.run_ok(secs(5));
-    assert_eq!(h.count("detach stray n1"), 1, "{:?}", h.log);
+    assert_eq!(h.count("detach stray n1"), 1, "{:?}", h.world.log);
     assert!(
-        h.r.desired().spec(&"stray").is_none(),
+        h.core.desired().spec(&"stray").is_none(),
         "forgotten once detached"
     );
 }
@@ -2145,7 +2103,11 @@ fn a_waiting_volume_keeps_one_timer() {
         h.unpod("p2");
         h.tick();
     }
-    assert!(h.r.schedule.timers() <= 2, "{}", h.r.schedule.timers());
+    assert!(
+        h.core.schedule.timers() <= 2,
+        "{}",
+        h.core.schedule.timers()
+    );
 }
 
 /// An unhealthy node that still reports the volume in use, with forcing off, says why the
@@ -2155,9 +2117,9 @@ fn an_unhealthy_unfenced_node_says_why_its_volume_stays() {
     let mut h = H::attached_rwo(UpstreamBugs::default());
     h.facts("n1", false, false, Some(&["v1"]));
     h.unpod("p1");
-    h.r.take_events();
+    h.core.take_events();
     h.run_ok(secs(60));
-    let reasons: Vec<_> = h.r.take_events().iter().map(|e| e.reason()).collect();
+    let reasons: Vec<_> = h.core.take_events().iter().map(|e| e.reason()).collect();
     assert_eq!(reasons, vec!["DetachBlocked"]);
 }
 
@@ -2181,7 +2143,7 @@ fn recover_one(r: &mut Reconciler<T>, volume: &'static str, node: &'static str) 
 }
 
 fn waiting_for(h: &H, w: &'static str) -> Option<Vec<Missing<T>>> {
-    h.r.desired().pending(&w).map(|p| p.missing)
+    h.core.desired().pending(&w).map(|p| p.missing)
 }
 
 /// A pod seen before its node and its volume plans nothing until both are known, then attaches
@@ -2198,12 +2160,17 @@ fn a_workload_before_its_node_and_volume_waits_then_attaches() {
     h.node("n1", &[]);
     assert_eq!(waiting_for(&h, "p1"), Some(vec![Missing::Volume("v1")]));
     assert!(h.run_ok(secs(1)).is_empty(), "nothing to attach yet");
-    assert_eq!(h.log, vec!["read n1"], "only the new node's status is read");
+    assert_eq!(
+        h.world.log,
+        vec!["read n1"],
+        "only the new node's status is read"
+    );
     h.rwo("v1");
     assert_eq!(waiting_for(&h, "p1"), None);
     assert_eq!(h.run_ok(secs(1)), vec!["attach v1 n1", "write n1 [v1]"]);
     assert!(
-        h.r.take_events()
+        h.core
+            .take_events()
             .iter()
             .all(|e| e.reason() != "WorkloadWaiting")
     );
@@ -2218,30 +2185,34 @@ fn a_long_wait_is_named_once_in_an_event() {
     let mut h = H::new(Config::default());
     h.node("n1", &[]);
     h.run_ok(secs(1));
-    assert_eq!(h.r.next_deadline(), None);
+    assert_eq!(h.core.next_deadline(), None);
     h.pod("quick", "n2", &[]);
     h.pod("p1", "n1", &["v9"]);
-    let seen_at = h.r.next_deadline().unwrap();
+    let seen_at = h.core.next_deadline().unwrap();
     let stamped = h.now + TICK;
     assert!(seen_at <= stamped, "the next pass stamps the waits");
     h.tick();
-    assert_eq!(h.r.desired().pending(&"p1").unwrap().since, Some(stamped));
     assert_eq!(
-        h.r.next_deadline(),
+        h.core.desired().pending(&"p1").unwrap().since,
+        Some(stamped)
+    );
+    assert_eq!(
+        h.core.next_deadline(),
         Some(stamped + warn),
         "wakes for the warning"
     );
     h.node("n2", &[]);
     h.run_ok(secs(1));
-    assert_eq!(h.r.next_deadline(), Some(stamped + warn));
+    assert_eq!(h.core.next_deadline(), Some(stamped + warn));
     // A driver sleeps until the deadline and polls then.
     h.now = stamped + warn;
-    h.r.poll(h.now);
-    let waiting: Vec<_> =
-        h.r.take_events()
-            .into_iter()
-            .filter(|e| e.reason() == "WorkloadWaiting")
-            .collect();
+    h.core.poll(h.now);
+    let waiting: Vec<_> = h
+        .core
+        .take_events()
+        .into_iter()
+        .filter(|e| e.reason() == "WorkloadWaiting")
+        .collect();
     assert_eq!(
         waiting,
         vec![Event::WorkloadWaiting {
@@ -2258,12 +2229,12 @@ fn a_long_wait_is_named_once_in_an_event() {
          the controller; its volumes are attached once they are known"
     );
     assert_eq!(
-        h.r.next_deadline(),
+        h.core.next_deadline(),
         None,
         "reported once, then nothing to wake for"
     );
     h.run_ok(secs(600));
-    assert!(h.r.take_events().is_empty());
+    assert!(h.core.take_events().is_empty());
     // The volume comes: the wait ends, the volume attaches.
     h.rwo("v9");
     assert_eq!(h.run_ok(secs(1)), vec!["attach v9 n1", "write n1 [v9]"]);
@@ -2275,14 +2246,14 @@ fn a_long_wait_is_named_once_in_an_event() {
 #[test]
 fn a_node_deleted_under_its_workloads_gets_them_back_when_it_returns() {
     let mut h = H::attached_rwo(UpstreamBugs::default());
-    h.r.take_events();
+    h.core.take_events();
     h.unnode("n1");
     assert_eq!(waiting_for(&h, "p1"), Some(vec![Missing::Node("n1")]));
-    assert!(!h.r.desired().is_desired(&"v1", &"n1"));
-    h.log.clear();
+    assert!(!h.core.desired().is_desired(&"v1", &"n1"));
+    h.world.log.clear();
     h.run_ok(secs(60));
     assert_eq!(h.count("detach"), 0);
-    let blocked = h.r.take_events();
+    let blocked = h.core.take_events();
     assert_eq!(
         blocked.iter().map(Event::reason).collect::<Vec<_>>(),
         vec!["DetachBlocked"]
@@ -2291,9 +2262,14 @@ fn a_node_deleted_under_its_workloads_gets_them_back_when_it_returns() {
     h.unnode("n1");
     h.node("n1", &["v1"]);
     assert_eq!(waiting_for(&h, "p1"), None);
-    assert!(h.r.desired().is_desired(&"v1", &"n1"));
+    assert!(h.core.desired().is_desired(&"v1", &"n1"));
     h.run_ok(secs(5));
-    assert_eq!(h.count("detach") + h.count("attach"), 0, "{:?}", h.log);
+    assert_eq!(
+        h.count("detach") + h.count("attach"),
+        0,
+        "{:?}",
+        h.world.log
+    );
     assert_eq!(
         h.stored("n1"),
         Some(vec!["v1"]),
@@ -2316,13 +2292,13 @@ fn a_deleted_node_with_workloads_counts_as_fenced_when_configured() {
     h.run_ok(secs(1));
     h.unnode("n1");
     h.pod("p2", "n2", &["v1"]);
-    h.log.clear();
+    h.world.log.clear();
     h.run_ok(secs(1));
     assert_eq!(
         h.count("detach v1 n1 forced:node-deleted"),
         1,
         "{:?}",
-        h.log
+        h.world.log
     );
     assert_eq!(h.count("attach v1 n2"), 1);
 }
@@ -2331,7 +2307,7 @@ fn relist(h: &mut H, kind: Kind, upserts: Vec<Input<T>>) {
     let inputs = std::iter::once(Input::RelistStarted { kind })
         .chain(upserts)
         .chain([Input::RelistDone { kind }]);
-    let refused = h.r.handle_all(inputs);
+    let refused = h.core.handle_all(inputs);
     assert!(refused.is_empty(), "{refused:?}");
 }
 
@@ -2377,14 +2353,14 @@ fn a_workload_relist_removes_the_workloads_not_listed() {
         Kind::Workload,
         vec![workload_input("p2", "n2", &["v2"])],
     );
-    assert!(h.r.desired().placement(&"p1").is_none());
-    assert!(h.r.desired().placement(&"p2").is_some());
-    assert_eq!(h.r.desired().pending_len(), 0, "a waiting one goes too");
-    assert!(h.r.desired().has_node(&"n1") && h.r.desired().is_registered(&"v1"));
-    assert!(h.r.removed_nodes().is_empty());
-    h.log.clear();
+    assert!(h.core.desired().placement(&"p1").is_none());
+    assert!(h.core.desired().placement(&"p2").is_some());
+    assert_eq!(h.core.desired().pending_len(), 0, "a waiting one goes too");
+    assert!(h.core.desired().has_node(&"n1") && h.core.desired().is_registered(&"v1"));
+    assert!(h.core.removed_nodes().is_empty());
+    h.world.log.clear();
     h.run_ok(secs(1));
-    assert_eq!(h.log, vec!["write n1 []", "read n1", "detach v1 n1"]);
+    assert_eq!(h.world.log, vec!["write n1 []", "read n1", "detach v1 n1"]);
 }
 
 /// A relist of volumes unregisters those not listed: their workloads wait for them, and they
@@ -2401,15 +2377,15 @@ fn a_volume_relist_removes_the_volumes_not_listed() {
         Kind::Volume,
         vec![volume_input("v2"), volume_input("v3")],
     );
-    assert!(!h.r.desired().is_registered(&"v1"));
-    assert!(h.r.desired().is_registered(&"v2") && h.r.desired().is_registered(&"v3"));
+    assert!(!h.core.desired().is_registered(&"v1"));
+    assert!(h.core.desired().is_registered(&"v2") && h.core.desired().is_registered(&"v3"));
     assert_eq!(waiting_for(&h, "p1"), Some(vec![Missing::Volume("v1")]));
-    assert!(h.r.desired().placement(&"p2").is_some());
-    h.log.clear();
+    assert!(h.core.desired().placement(&"p2").is_some());
+    h.world.log.clear();
     h.run_ok(secs(1));
-    assert_eq!(h.log, vec!["write n1 []", "read n1", "detach v1 n1"]);
+    assert_eq!(h.world.log, vec!["write n1 []", "read n1", "detach v1 n1"]);
     h.run_ok(secs(1));
-    assert!(h.r.desired().spec(&"v1").is_none(), "forgotten");
+    assert!(h.core.desired().spec(&"v1").is_none(), "forgotten");
 }
 
 /// A relist of nodes removes those not listed, with the same effect as their removal: the
@@ -2420,13 +2396,13 @@ fn a_node_relist_drops_a_node_with_workloads_on_it() {
     h.node("n3", &[]);
     h.run_ok(secs(1));
     relist(&mut h, Kind::Node, vec![node_input("n2")]);
-    assert_eq!(h.r.removed_nodes(), &["n1", "n3"], "in id order");
-    assert!(!h.r.desired().has_node(&"n1") && !h.r.desired().has_node(&"n3"));
-    assert!(h.r.desired().has_node(&"n2"));
+    assert_eq!(h.core.removed_nodes(), &["n1", "n3"], "in id order");
+    assert!(!h.core.desired().has_node(&"n1") && !h.core.desired().has_node(&"n3"));
+    assert!(h.core.desired().has_node(&"n2"));
     assert_eq!(waiting_for(&h, "p1"), Some(vec![Missing::Node("n1")]));
-    assert!(!h.r.desired().is_desired(&"v1", &"n1"));
+    assert!(!h.core.desired().is_desired(&"v1", &"n1"));
     assert!(
-        h.r.desired().is_registered(&"v1"),
+        h.core.desired().is_registered(&"v1"),
         "other kinds are unaffected"
     );
     // The volume stays on the deleted node (its machine may still run), and says so.
@@ -2434,11 +2410,11 @@ fn a_node_relist_drops_a_node_with_workloads_on_it() {
     assert_eq!(h.count("detach"), 0);
     // The next input call starts a fresh list of removed nodes.
     h.pod("p9", "n2", &[]);
-    assert!(h.r.removed_nodes().is_empty());
+    assert!(h.core.removed_nodes().is_empty());
     // The node comes back: its workload is placed again.
     h.node("n1", &["v1"]);
     assert_eq!(waiting_for(&h, "p1"), None);
-    assert!(h.r.desired().is_desired(&"v1", &"n1"));
+    assert!(h.core.desired().is_desired(&"v1", &"n1"));
 }
 
 /// A second `RelistStarted` before the `RelistDone` starts over: what the first saw no longer
@@ -2450,7 +2426,7 @@ fn a_restarted_relist_forgets_what_the_first_saw() {
         h.node(n, &[]);
     }
     h.rwo("v1");
-    let refused = h.r.handle_all([
+    let refused = h.core.handle_all([
         Input::RelistStarted { kind: Kind::Node },
         node_input("n1"),
         node_input("n2"),
@@ -2461,17 +2437,17 @@ fn a_restarted_relist_forgets_what_the_first_saw() {
         Input::RelistDone { kind: Kind::Node },
     ]);
     assert!(refused.is_empty());
-    let mut nodes: Vec<_> = h.r.desired().nodes().copied().collect();
+    let mut nodes: Vec<_> = h.core.desired().nodes().copied().collect();
     nodes.sort();
     assert_eq!(nodes, vec!["n2"]);
-    assert!(h.r.desired().is_registered(&"v1"));
+    assert!(h.core.desired().is_registered(&"v1"));
     // Done ends it: another Done needs another Start.
     assert_eq!(
-        h.r.handle(Input::RelistDone { kind: Kind::Node }),
+        h.core.handle(Input::RelistDone { kind: Kind::Node }),
         Err(ReconcilerError::NoRelist { kind: Kind::Node })
     );
     assert_eq!(
-        h.r.desired().node_count(),
+        h.core.desired().node_count(),
         1,
         "nothing removed by the refused one"
     );
@@ -2488,7 +2464,7 @@ fn a_refused_upsert_during_a_relist_still_counts_as_seen() {
     h.pod("p1", "n1", &["v1"]);
     h.pod("p2", "n2", &["v1"]);
     h.run_ok(secs(1));
-    let refused = h.r.handle_all([
+    let refused = h.core.handle_all([
         Input::RelistStarted { kind: Kind::Volume },
         volume_input("v1"),
         Input::RelistDone { kind: Kind::Volume },
@@ -2499,8 +2475,8 @@ fn a_refused_upsert_during_a_relist_still_counts_as_seen() {
         refused[0].error,
         ReconcilerError::AccessConflict { .. }
     ));
-    assert!(h.r.desired().is_registered(&"v1"));
-    assert_eq!(h.r.desired().len(), 2, "both still want it");
+    assert!(h.core.desired().is_registered(&"v1"));
+    assert_eq!(h.core.desired().len(), 2, "both still want it");
 }
 
 // ---- per-node attach limits (issue 13) ----------------------------------------------------------
@@ -2513,7 +2489,8 @@ impl H {
             attach_limit: limit,
             ..NodeFacts::default()
         };
-        self.store
+        self.world
+            .store
             .entry(node)
             .or_insert((facts.clone(), Vec::new(), 1))
             .0 = facts.clone();
@@ -2528,7 +2505,7 @@ impl H {
     }
 
     fn node_full_events(&mut self) -> Vec<(String, Vec<&'static str>)> {
-        self.r
+        self.core
             .take_events()
             .into_iter()
             .filter_map(|e| match e {
@@ -2556,7 +2533,7 @@ fn attach_limit_counts_attaching_and_uncertain_and_is_never_passed() {
         vec![("v3".to_string(), vec!["p3"])],
         "the waiting workload is named once"
     );
-    assert_eq!(h.r.waiting_for_room(), 1);
+    assert_eq!(h.core.waiting_for_room(), 1);
     let mut ops = ops.into_iter().filter(|op| op.kind() == OpKind::Attach);
     let (a1, a2) = (ops.next().unwrap(), ops.next().unwrap());
     // An attach that may have taken effect keeps its room: v1 is Uncertain on n1.
@@ -2578,14 +2555,14 @@ fn attach_limit_counts_attaching_and_uncertain_and_is_never_passed() {
     }
     // v2, retried after its backoff, now waits for room in turn, named once.
     h.run_ok(secs(5));
-    assert_eq!(h.r.actual().volumes_on(&"n1").count(), 2);
+    assert_eq!(h.core.actual().volumes_on(&"n1").count(), 2);
     assert_eq!(h.count("attach v2 n1"), 1, "no attach past the limit");
     assert_eq!(h.node_full_events(), vec![("v2".to_string(), vec!["p2"])]);
     // The pod using v3 leaves: v3 is detached, and v2 gets its room.
     h.unpod("p3");
     let planned = h.run_ok(secs(5));
     assert!(planned.contains(&"attach v2 n1".to_string()), "{planned:?}");
-    assert_eq!(h.r.waiting_for_room(), 0);
+    assert_eq!(h.core.waiting_for_room(), 0);
 }
 
 #[test]
@@ -2605,7 +2582,7 @@ fn a_raised_limit_lets_the_waiting_attach_go_at_once() {
     h.rwo("v3");
     h.pod("p3", "n1", &["v3"]);
     assert!(h.run_ok(secs(2)).is_empty());
-    assert_eq!(h.r.actual().volumes_on(&"n1").count(), 2);
+    assert_eq!(h.core.actual().volumes_on(&"n1").count(), 2);
 }
 
 #[test]
@@ -2637,7 +2614,7 @@ fn a_node_full_answer_backs_off_the_node_not_the_volume() {
         h.now
     );
     h.ok(again);
-    assert_eq!(h.r.waiting_for_room(), 0);
+    assert_eq!(h.core.waiting_for_room(), 0);
 }
 
 #[test]
@@ -2669,12 +2646,16 @@ fn a_claim_is_granted_and_released_without_a_backend_call() {
     });
     h.pod("p1", "n1", &["share"]);
     assert_eq!(h.run_ok(secs(1)), vec!["write n1 [share]"]);
-    assert_eq!(h.r.actual().state(&"share", &"n1"), AttachState::Attached);
+    assert_eq!(
+        h.core.actual().state(&"share", &"n1"),
+        AttachState::Attached
+    );
     // A second node waits, with a Multi-Attach event, while the first holds the claim.
     h.pod("p2", "n2", &["share"]);
     h.run_ok(secs(1));
     assert!(
-        h.r.take_events()
+        h.core
+            .take_events()
             .iter()
             .any(|e| matches!(e, Event::MultiAttach { node: "n2", .. }))
     );
@@ -2684,11 +2665,17 @@ fn a_claim_is_granted_and_released_without_a_backend_call() {
     assert!(h.run_ok(secs(2)).is_empty(), "n1 still uses it");
     h.node("n1", &[]);
     assert_eq!(h.run_ok(secs(2)), vec!["write n1 []", "write n2 [share]"]);
-    assert_eq!(h.r.actual().state(&"share", &"n1"), AttachState::Detached);
-    assert!(h.log.iter().any(|l| l == "read n1"), "a fresh read first");
+    assert_eq!(
+        h.core.actual().state(&"share", &"n1"),
+        AttachState::Detached
+    );
+    assert!(
+        h.world.log.iter().any(|l| l == "read n1"),
+        "a fresh read first"
+    );
     assert_eq!(h.count("attach") + h.count("detach") + h.count("verify"), 0);
     // Whether it needs an attach cannot change while it is claimed.
-    let refused = h.r.handle(Input::SetVolume {
+    let refused = h.core.handle(Input::SetVolume {
         volume: "share",
         spec: VolumeSpec::single_node(()),
     });
@@ -2699,7 +2686,7 @@ fn a_claim_is_granted_and_released_without_a_backend_call() {
             nodes: vec!["n2"]
         })
     );
-    assert!(!h.r.desired().spec(&"share").unwrap().attach_required);
+    assert!(!h.core.desired().spec(&"share").unwrap().attach_required);
 }
 
 // ---- stuck detaches and an operator's release (issue 13) -------------------------------------
@@ -2711,7 +2698,7 @@ fn a_stuck_detach_is_named_once_and_released_only_from_a_fenced_node() {
     h.facts("n1", false, false, Some(&["v1"]));
     h.unpod("p1");
     let release = |h: &mut H| {
-        h.r.handle(Input::ReleaseVolume {
+        h.core.handle(Input::ReleaseVolume {
             volume: "v1",
             node: "n1",
         })
@@ -2725,7 +2712,7 @@ fn a_stuck_detach_is_named_once_and_released_only_from_a_fenced_node() {
     };
     assert_eq!(release(&mut h), refused(ReleaseRefusal::NotFenced));
     assert_eq!(
-        h.r.handle(Input::ReleaseVolume {
+        h.core.handle(Input::ReleaseVolume {
             volume: "v2",
             node: "n1"
         }),
@@ -2736,13 +2723,17 @@ fn a_stuck_detach_is_named_once_and_released_only_from_a_fenced_node() {
         })
     );
     h.run_ok(secs(9 * 60));
-    assert!(h.r.stuck_detaches(h.now).is_empty(), "not yet ten minutes");
+    assert!(
+        h.core.stuck_detaches(h.now).is_empty(),
+        "not yet ten minutes"
+    );
     h.run_ok(secs(2 * 60));
-    let stuck = h.r.stuck_detaches(h.now);
+    let stuck = h.core.stuck_detaches(h.now);
     assert_eq!(stuck.len(), 1);
     assert!(stuck[0].waited >= secs(10 * 60));
     let named = |h: &mut H| {
-        h.r.take_events()
+        h.core
+            .take_events()
             .iter()
             .filter(|e| matches!(e, Event::DetachStuck { volume: "v1", .. }))
             .count()
@@ -2769,16 +2760,17 @@ fn a_stuck_detach_is_named_once_and_released_only_from_a_fenced_node() {
     // answers, no detach is planned and the release is listed as pending.
     let verify = h.run_until_taking(OpKind::Verify);
     assert_eq!(render(&verify), "verify n1 [v1]");
-    let stuck = h.r.stuck_detaches(h.now);
+    let stuck = h.core.stuck_detaches(h.now);
     assert!(stuck[0].release_pending, "{stuck:?}");
     // The operator detached it by hand: the backend no longer lists it.
     h.verified(verify, &[]);
-    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
+    assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Detached);
     h.run_ok(secs(1));
     assert_eq!(h.count("detach v1 n1"), before, "no detach call");
-    assert!(h.r.stuck_detaches(h.now).is_empty());
+    assert!(h.core.stuck_detaches(h.now).is_empty());
     assert!(
-        h.r.take_events()
+        h.core
+            .take_events()
             .iter()
             .any(|e| matches!(e, Event::VolumeReleased { volume: "v1", .. }))
     );
@@ -2800,8 +2792,8 @@ fn a_release_the_backend_contradicts_is_dropped_and_the_detach_goes_ahead() {
     });
     let verify = h.run_until_taking(OpKind::Verify);
     h.verified(verify, &["v1"]);
-    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Attached);
-    let events = h.r.take_events();
+    assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Attached);
+    let events = h.core.take_events();
     assert!(
         events.iter().any(|e| matches!(
             e,
@@ -2823,7 +2815,7 @@ fn a_release_the_backend_contradicts_is_dropped_and_the_detach_goes_ahead() {
         planned.contains(&"detach v1 n1 forced:out-of-service".to_string()),
         "{planned:?}"
     );
-    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
+    assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Detached);
 }
 
 /// A verify planned before the release came may have looked at the backend before the
@@ -2838,7 +2830,7 @@ fn only_a_verify_planned_after_the_release_decides_it() {
     let detach = h.run_until_taking(OpKind::Detach);
     h.fail(detach, transient());
     let release = |h: &mut H| {
-        h.r.handle(Input::ReleaseVolume {
+        h.core.handle(Input::ReleaseVolume {
             volume: "v1",
             node: "n1",
         })
@@ -2852,7 +2844,8 @@ fn only_a_verify_planned_after_the_release_decides_it() {
     assert_eq!(release(&mut h), Ok(()));
     h.verified(early, &["v1"]);
     assert!(
-        !h.r.take_events()
+        !h.core
+            .take_events()
             .iter()
             .any(|e| matches!(e, Event::ReleaseRefused { .. })),
         "the early verify decides nothing"
@@ -2860,7 +2853,7 @@ fn only_a_verify_planned_after_the_release_decides_it() {
     // The next verify fails (the backend cannot reach the node): still pending, and visible.
     let failed = h.run_until_taking(OpKind::Verify);
     h.fail(failed, transient());
-    let stuck = h.r.stuck_detaches(h.now);
+    let stuck = h.core.stuck_detaches(h.now);
     assert_eq!(
         stuck
             .iter()
@@ -2869,7 +2862,8 @@ fn only_a_verify_planned_after_the_release_decides_it() {
         vec![("v1", "n1", true)]
     );
     assert!(
-        !h.r.take_events()
+        !h.core
+            .take_events()
             .iter()
             .any(|e| matches!(e, Event::DetachStuck { .. })),
         "named as stuck only after stuck_after"
@@ -2881,9 +2875,10 @@ fn only_a_verify_planned_after_the_release_decides_it() {
     let retry = h.run_until_taking(OpKind::Verify);
     assert_eq!(h.count("detach v1 n1"), detaches);
     h.verified(retry, &[]);
-    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
+    assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Detached);
     assert!(
-        h.r.take_events()
+        h.core
+            .take_events()
             .iter()
             .any(|e| matches!(e, Event::VolumeReleased { volume: "v1", .. }))
     );
@@ -2899,17 +2894,19 @@ fn a_release_whose_fence_was_lifted_before_the_read_forgets_nothing() {
     h.unpod("p1");
     let detach = h.run_until_taking(OpKind::Detach);
     h.fail(detach, transient());
-    h.r.handle(Input::ReleaseVolume {
-        volume: "v1",
-        node: "n1",
-    })
-    .unwrap();
+    h.core
+        .handle(Input::ReleaseVolume {
+            volume: "v1",
+            node: "n1",
+        })
+        .unwrap();
     // The fence is lifted in the store before the fresh read, and the core hears it late.
-    h.store.get_mut("n1").unwrap().0.fenced = false;
+    h.world.store.get_mut("n1").unwrap().0.fenced = false;
     h.run_ok(secs(3));
-    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Attached);
+    assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Attached);
     assert!(
-        !h.r.take_events()
+        !h.core
+            .take_events()
             .iter()
             .any(|e| matches!(e, Event::VolumeReleased { .. }))
     );
@@ -2925,7 +2922,7 @@ fn a_release_is_refused_while_the_detach_runs() {
     h.unpod("p1");
     let detach = h.run_until_taking(OpKind::Detach);
     let release = |h: &mut H| {
-        h.r.handle(Input::ReleaseVolume {
+        h.core.handle(Input::ReleaseVolume {
             volume: "v1",
             node: "n1",
         })
@@ -2952,7 +2949,7 @@ fn an_attach_that_may_still_land_cannot_be_released() {
     h.fail(attach, uncertain());
     h.facts("n1", false, true, Some(&[]));
     h.unpod("p1");
-    let refused = h.r.handle(Input::ReleaseVolume {
+    let refused = h.core.handle(Input::ReleaseVolume {
         volume: "v1",
         node: "n1",
     });
@@ -2988,7 +2985,10 @@ fn claims_and_releases_leave_no_backend_slot_taken() {
     for (pod, node) in [("p1", "n1"), ("p2", "n2"), ("p3", "n1")] {
         h.pod(pod, node, &["share"]);
         h.run_ok(secs(2));
-        assert_eq!(h.r.actual().state(&"share", &node), AttachState::Attached);
+        assert_eq!(
+            h.core.actual().state(&"share", &node),
+            AttachState::Attached
+        );
         h.unpod(pod);
     }
     // An operator's release from a fenced node gives its slot back too.
@@ -3003,8 +3003,8 @@ fn claims_and_releases_leave_no_backend_slot_taken() {
         node: "n1",
     });
     h.run_ok(secs(2));
-    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
-    let q = h.r.backend_queue(h.now);
+    assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Detached);
+    let q = h.core.backend_queue(h.now);
     assert_eq!(
         (q.detach.in_flight, q.detach.reserved, q.detach.queued),
         (0, 0, 0)
@@ -3036,7 +3036,7 @@ fn six_nodes(config: Config) -> H {
         }
     }
     h.run_ok(secs(1));
-    assert_eq!(h.r.actual().len(), 12);
+    assert_eq!(h.core.actual().len(), 12);
     h
 }
 
@@ -3117,12 +3117,12 @@ fn verify_times_at_deadlines(config: Config) -> Vec<(Duration, &'static str)> {
     let mut h = six_nodes(config);
     let mut verifies = Vec::new();
     let mut start = None;
-    while let Some(due) = h.r.next_deadline() {
+    while let Some(due) = h.core.next_deadline() {
         if start.is_some_and(|at| due >= at + period) {
             break;
         }
         h.now = h.now.max(due);
-        for op in h.r.poll(h.now) {
+        for op in h.core.poll(h.now) {
             if let Operation::Verify { node, .. } = &op {
                 if start.is_none() && *node == "n1" {
                     start = Some(h.now);
@@ -3191,9 +3191,9 @@ fn a_verify_slice_between_two_passes_plans_the_slice_alone() {
     // Poll at each deadline until a round starts: its first slice (n1) is planned by the
     // pass that starts it.
     let pass = loop {
-        let due = h.r.next_deadline().expect("a round is under way");
+        let due = h.core.next_deadline().expect("a round is under way");
         h.now = h.now.max(due);
-        let ops = h.r.poll(h.now);
+        let ops = h.core.poll(h.now);
         let started = ops
             .iter()
             .any(|op| matches!(op, Operation::Verify { node: "n1", .. }));
@@ -3206,25 +3206,25 @@ fn a_verify_slice_between_two_passes_plans_the_slice_alone() {
     };
     h.rwo("v13");
     h.pod("v13", "n1", &["v13"]);
-    let slice = h.r.next_deadline().expect("the next slice");
+    let slice = h.core.next_deadline().expect("the next slice");
     assert_eq!(
         slice,
         pass + Duration::from_millis(50),
         "the slice comes first"
     );
     h.now = slice;
-    let planned: Vec<String> = h.r.poll(h.now).iter().map(render).collect();
+    let planned: Vec<String> = h.core.poll(h.now).iter().map(render).collect();
     assert!(
         planned.iter().all(|op| op.starts_with("verify")) && !planned.is_empty(),
         "only the slice: {planned:?}"
     );
     assert_eq!(
-        h.r.next_deadline(),
+        h.core.next_deadline(),
         Some(pass + Duration::from_millis(100)),
         "the pass is still a reconcile period after the last"
     );
     h.now = pass + Duration::from_millis(100);
-    let planned: Vec<String> = h.r.poll(h.now).iter().map(render).collect();
+    let planned: Vec<String> = h.core.poll(h.now).iter().map(render).collect();
     assert!(
         planned.contains(&"attach v13 n1".to_string()),
         "the pass plans the attach: {planned:?}"
@@ -3265,15 +3265,15 @@ fn a_round_still_under_way_when_the_next_is_due_goes_on_from_where_it_was() {
         verify_batch: 4,
         ..Config::default()
     });
-    let start = h.r.next_deadline().expect("the sync is due") - h.now;
+    let start = h.core.next_deadline().expect("the sync is due") - h.now;
     assert_eq!(verified_in_pass_at(&mut h, start), ["n1", "n2"]);
     assert_eq!(verified_in_pass_at(&mut h, secs(65)), ["n3", "n4"]);
     // Slices are counted from the round's (re)start, not from the late pass.
-    let next = h.r.next_deadline().expect("the round's next slice");
+    let next = h.core.next_deadline().expect("the round's next slice");
     assert_eq!(next, h.now + secs(20));
     assert_eq!(verified_in_pass_at(&mut h, secs(20)), ["n5", "n6"]);
     // That round is done; the next one starts from the first node again.
-    let again = h.r.next_deadline().expect("the next sync") - h.now;
+    let again = h.core.next_deadline().expect("the next sync") - h.now;
     assert_eq!(verified_in_pass_at(&mut h, again), ["n1", "n2"]);
 }
 
@@ -3291,9 +3291,9 @@ fn poll_into_and_drain_events_into_append_what_poll_and_take_events_return() {
         let mut ops = vec![Operation::ListAttachments { id: OpId(u64::MAX) }];
         h.now += TICK;
         if reuse {
-            h.r.poll_into(h.now, &mut ops);
+            h.core.poll_into(h.now, &mut ops);
         } else {
-            ops.extend(h.r.poll(h.now));
+            ops.extend(h.core.poll(h.now));
         }
         let planned: Vec<String> = ops.iter().map(render).collect();
         for op in ops.into_iter().skip(1) {
@@ -3301,11 +3301,11 @@ fn poll_into_and_drain_events_into_append_what_poll_and_take_events_return() {
         }
         let mut events = vec![Event::NodePoweredOff { node: "before" }];
         if reuse {
-            h.r.drain_events_into(&mut events);
+            h.core.drain_events_into(&mut events);
         } else {
-            events.extend(h.r.take_events());
+            events.extend(h.core.take_events());
         }
-        assert!(h.r.take_events().is_empty(), "nothing left behind");
+        assert!(h.core.take_events().is_empty(), "nothing left behind");
         (planned, events)
     };
     let (planned, events) = run(true);
@@ -3322,13 +3322,14 @@ fn drained_events_leave_room_for_a_pass_not_a_burst() {
     let mut h = H::new(Config::default());
     let mut out = Vec::new();
     for (burst, kept) in [(10, true), (KEPT_EVENTS + 1, false)] {
-        h.r.events
+        h.core
+            .events
             .extend((0..burst).map(|_| Event::NodePoweredOff { node: "n1" }));
-        h.r.drain_events_into(&mut out);
+        h.core.drain_events_into(&mut out);
         assert_eq!(out.len(), burst);
         out.clear();
-        assert_eq!(h.r.events.capacity() >= burst, kept, "burst of {burst}");
-        assert!(h.r.events.capacity() <= KEPT_EVENTS);
+        assert_eq!(h.core.events.capacity() >= burst, kept, "burst of {burst}");
+        assert!(h.core.events.capacity() <= KEPT_EVENTS);
     }
 }
 
@@ -3350,14 +3351,14 @@ fn a_settled_burst_gives_back_the_room_of_its_operations() {
     let end = h.now + Duration::from_secs(5);
     while h.now < end {
         let ops = h.tick();
-        peak = peak.max(h.r.in_flight.capacity());
+        peak = peak.max(h.core.in_flight.capacity());
         for op in ops {
             h.ok(op);
         }
     }
     assert!(peak >= 300, "the burst ran at once: room for {peak}");
     assert_eq!(h.stored("n299"), Some(vec!["v299"]), "settled");
-    let room = h.r.in_flight.capacity();
+    let room = h.core.in_flight.capacity();
     assert!(
         room <= 64,
         "room for {room} running operations kept after the burst"
@@ -3381,13 +3382,13 @@ fn room_grown_by_inputs_alone_goes_back_within_a_few_passes() {
     for i in 0..300 {
         h.pod(name(i), "nowhere", &[]);
     }
-    assert_eq!(h.r.desired().pending_len(), 300);
-    let peak = h.r.desired().pending_capacity();
+    assert_eq!(h.core.desired().pending_len(), 300);
+    let peak = h.core.desired().pending_capacity();
     for i in 0..300 {
         h.unpod(name(i));
     }
     h.run_ok(secs(u64::from(TRIM_EVERY_PASSES) + 2));
-    let room = h.r.desired().pending_capacity();
+    let room = h.core.desired().pending_capacity();
     assert!(
         room <= 64,
         "room for {room} waiting workloads kept (peak {peak}) after the passes"
@@ -3422,7 +3423,7 @@ fn a_long_pass_reconciles_every_volume_once_in_order() {
         // Each finished attach marked its volume again: the next long pass finds them settled.
         let settled = h.run_ok(secs(5));
         assert_eq!(settled, vec![format!("write n1 [{}]", volumes.join(","))]);
-        assert_eq!(h.r.actual().report(&"n1").len(), count);
+        assert_eq!(h.core.actual().report(&"n1").len(), count);
     }
 }
 
@@ -3562,10 +3563,10 @@ fn a_round_of_marks_is_looked_at_a_budget_a_pass_and_written_once_at_its_end() {
             h.ok(op);
         }
         // The round's next pass is due now, not a reconcile period later.
-        if h.r.next_deadline() != Some(h.now) {
+        if h.core.next_deadline() != Some(h.now) {
             break;
         }
-        ops = h.r.poll(h.now);
+        ops = h.core.poll(h.now);
         assert!(passes.len() < 10, "the round never ends: {passes:?}");
     }
     let attaches = |from: usize, to: usize| -> Vec<String> {
@@ -3636,11 +3637,11 @@ fn planned(ops: &[Operation<T>]) -> Vec<String> {
 /// The round's next pass, due at once.
 fn next_pass_of_the_round(h: &mut H) -> Vec<Operation<T>> {
     assert_eq!(
-        h.r.next_deadline(),
+        h.core.next_deadline(),
         Some(h.now),
         "the round goes on at once"
     );
-    h.r.poll(h.now)
+    h.core.poll(h.now)
 }
 
 /// Answers `ops` and runs on: every `fresh` volume ends attached to `n2` and listed in its
@@ -3655,9 +3656,13 @@ fn answer_and_settle(
     }
     h.run_ok(secs(5));
     for v in fresh {
-        assert_eq!(h.r.actual().state(v, &"n2"), AttachState::Attached, "{v}");
+        assert_eq!(
+            h.core.actual().state(v, &"n2"),
+            AttachState::Attached,
+            "{v}"
+        );
     }
-    assert_eq!(h.r.actual().state(&"vd", &"n1"), AttachState::Detached);
+    assert_eq!(h.core.actual().state(&"vd", &"n1"), AttachState::Detached);
     assert_eq!(h.stored("n2"), Some(fresh.to_vec()));
 }
 
@@ -3708,7 +3713,7 @@ fn a_write_s_facts_arriving_during_a_round_join_the_next_pass_not_the_rest_of_th
     h.pod("p1", "n2", &fresh);
     let first = h.tick_raw();
     assert_eq!(planned(&first), ["attach v0 n2", "attach v1 n2"]);
-    let entry = h.store.get_mut("n1").expect("n1 was written");
+    let entry = h.world.store.get_mut("n1").expect("n1 was written");
     entry.1 = attached.to_vec();
     entry.2 += 1;
     let revision = Revision::from(entry.2);
@@ -3721,7 +3726,8 @@ fn a_write_s_facts_arriving_during_a_round_join_the_next_pass_not_the_rest_of_th
         revision,
         facts: Some(facts),
     };
-    h.r.finish(h.now, id, Outcome::WriteStatus(Ok(receipt)))
+    h.core
+        .finish(h.now, id, Outcome::WriteStatus(Ok(receipt)))
         .unwrap();
     let next = next_pass_of_the_round(&mut h);
     assert_eq!(
@@ -3765,7 +3771,10 @@ fn a_claim_raises_claim_events_not_attach_or_detach_events() {
     h.run_ok(secs(1));
     h.unpod("p1");
     h.run_ok(secs(2));
-    assert_eq!(h.r.actual().state(&"share", &"n1"), AttachState::Detached);
-    let reasons: Vec<&str> = h.r.take_events().iter().map(|e| e.reason()).collect();
+    assert_eq!(
+        h.core.actual().state(&"share", &"n1"),
+        AttachState::Detached
+    );
+    let reasons: Vec<&str> = h.core.take_events().iter().map(|e| e.reason()).collect();
     assert_eq!(reasons, vec!["ClaimGranted", "ClaimReleased"]);
 }

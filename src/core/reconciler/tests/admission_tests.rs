@@ -32,7 +32,7 @@ impl Slow {
     }
 
     fn limits(&self) -> BackendLoad {
-        self.h.r.config().backend_load
+        self.h.core.config().backend_load
     }
 
     /// One pass a period on: fresh reads, writes and verifies answered at once, attaches and detaches
@@ -55,7 +55,7 @@ impl Slow {
         };
         let (attaching, detaching) = (count(OpKind::Attach), count(OpKind::Detach));
         self.peak = (self.peak.0.max(attaching), self.peak.1.max(detaching));
-        let stats = self.h.r.backend_queue(self.h.now);
+        let stats = self.h.core.backend_queue(self.h.now);
         assert_eq!(
             (stats.attach.in_flight, stats.detach.in_flight),
             (attaching, detaching),
@@ -93,7 +93,7 @@ impl Slow {
     }
 
     fn attached(&self, volume: &'static str, node: &'static str) -> bool {
-        self.h.r.actual().state(&volume, &node) == AttachState::Attached
+        self.h.core.actual().state(&volume, &node) == AttachState::Attached
     }
 }
 
@@ -136,7 +136,7 @@ fn moves_during_a_burst(config: Config) -> (usize, usize) {
         assert!(s.attached(name("w", i), "n3"), "w{i:02} attached");
     }
     assert!(s.pending.is_empty());
-    let stats = s.h.r.backend_queue(s.h.now);
+    let stats = s.h.core.backend_queue(s.h.now);
     assert_eq!((stats.attach.queued, stats.detach.queued), (0, 0));
     assert_eq!(stats.detach.reserved, 0, "no slot left held");
     s.peak
@@ -166,7 +166,7 @@ fn queued_attaches_go_in_arrival_order_not_name_order() {
         s.h.pod(name("p", i), "n1", &[v]);
         s.tick();
     }
-    let stats = s.h.r.backend_queue(s.h.now);
+    let stats = s.h.core.backend_queue(s.h.now);
     assert_eq!(stats.attach.in_flight, 1);
     assert_eq!(stats.attach.queued, 5);
     assert_eq!(
@@ -207,15 +207,15 @@ fn the_rate_limit_paces_calls_on_virtual_time() {
     s.tick();
     let start = s.calls[0].0;
     assert_eq!(s.calls.len(), 2, "the burst");
-    assert_eq!(s.h.r.backend_queue(start).tokens, Some(0));
-    assert_eq!(s.h.r.backend_queue(start).attach.queued, 4);
+    assert_eq!(s.h.core.backend_queue(start).tokens, Some(0));
+    assert_eq!(s.h.core.backend_queue(start).attach.queued, 4);
     // The two attached are written; then the core sleeps until the next token, not a pass
     // every period.
     for _ in 0..3 {
         s.tick();
     }
     assert_eq!(s.calls.len(), 2);
-    assert_eq!(s.h.r.next_deadline(), Some(start + secs(1)));
+    assert_eq!(s.h.core.next_deadline(), Some(start + secs(1)));
     // Jump straight to each token: one call per token.
     for k in 1..=4 {
         s.h.now = start + secs(k) - TICK;
@@ -230,7 +230,7 @@ fn the_rate_limit_paces_calls_on_virtual_time() {
     assert_eq!(s.calls.len(), 6);
     assert!((0..6).all(|i| s.attached(name("v", i), "n1")));
     // Idle, the bucket fills again to its burst.
-    assert_eq!(s.h.r.backend_queue(s.h.now + secs(10)).tokens, Some(2));
+    assert_eq!(s.h.core.backend_queue(s.h.now + secs(10)).tokens, Some(2));
 }
 
 #[test]
@@ -245,7 +245,7 @@ fn a_detach_held_back_by_its_read_gives_its_slot_to_the_next() {
     assert!(s.attached("v1", "n1") && s.attached("v2", "n1"));
     // Both pods go. The core's view says the node mounts nothing, but its agent still
     // reports v1 in use: v1's fresh read holds it back, again and again.
-    s.h.store.get_mut("n1").unwrap().0.in_use = Some(vec!["v1"]);
+    s.h.world.store.get_mut("n1").unwrap().0.in_use = Some(vec!["v1"]);
     s.h.unpod(name("p", 2));
     s.h.unpod(name("p", 3));
     s.run(secs(12));
@@ -254,14 +254,14 @@ fn a_detach_held_back_by_its_read_gives_its_slot_to_the_next() {
         "v2 got the slot v1's read gave back"
     );
     assert!(s.attached("v1", "n1"));
-    let stats = s.h.r.backend_queue(s.h.now);
+    let stats = s.h.core.backend_queue(s.h.now);
     assert_eq!(stats.detach.in_flight, 0);
     assert!(stats.detach.reserved <= 1);
     // The agent lets go: v1 goes too.
     s.h.node("n1", &[]);
     s.run(secs(10));
     assert!(!s.attached("v1", "n1"));
-    assert_eq!(s.h.r.backend_queue(s.h.now).detach.reserved, 0);
+    assert_eq!(s.h.core.backend_queue(s.h.now).detach.reserved, 0);
 }
 
 #[test]

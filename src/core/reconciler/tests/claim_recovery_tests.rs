@@ -40,21 +40,23 @@ fn restarting(nodes: &[(&'static str, Seen, &'static str)]) -> H {
 
 /// Recovers with the store listing `listed` as it holds them, and the backend nothing.
 fn recover(h: &mut H, listed: &[&'static str]) {
-    for op in h.r.poll(h.now) {
+    for op in h.core.poll(h.now) {
         match op {
             Operation::ListStatuses { id } => {
                 let statuses = listed.iter().map(|n| (*n, h.read(n).unwrap())).collect();
-                h.r.finish(h.now, id, Outcome::ListStatuses(Ok(statuses)))
+                h.core
+                    .finish(h.now, id, Outcome::ListStatuses(Ok(statuses)))
                     .unwrap();
             }
             Operation::ListAttachments { id } => {
-                h.r.finish(h.now, id, Outcome::List(Ok(Vec::new())))
+                h.core
+                    .finish(h.now, id, Outcome::List(Ok(Vec::new())))
                     .unwrap();
             }
             other => panic!("recovery planned {}", render(&other)),
         }
     }
-    assert!(!h.r.is_recovering());
+    assert!(!h.core.is_recovering());
 }
 
 fn in_doubt(events: &[Event<T>]) -> Vec<(&'static str, Vec<&'static str>)> {
@@ -74,7 +76,7 @@ fn granted(planned: &[String], node: &str) -> bool {
 
 /// The events so far, after checking that `node` waits for `share` with a Multi-Attach event.
 fn waits(h: &mut H, node: &'static str) -> Vec<Event<T>> {
-    let events = h.r.take_events();
+    let events = h.core.take_events();
     assert!(
         events
             .iter()
@@ -101,7 +103,10 @@ fn a_restart_grants_a_claim_no_status_lists_to_none_of_the_nodes_using_it() {
         "granted to a node while the other may have it mounted: {planned:?}"
     );
     for node in ["n1", "n2"] {
-        assert_eq!(h.r.actual().state(&"share", &node), AttachState::Uncertain);
+        assert_eq!(
+            h.core.actual().state(&"share", &node),
+            AttachState::Uncertain
+        );
     }
     let events = waits(&mut h, "n1");
     assert_eq!(in_doubt(&events), vec![("share", vec!["n1", "n2"])]);
@@ -110,9 +115,18 @@ fn a_restart_grants_a_claim_no_status_lists_to_none_of_the_nodes_using_it() {
     assert!(!granted(&h.run_ok(secs(2)), "n2"), "n1 still uses it");
     h.node("n1", &[]);
     assert_eq!(h.run_ok(secs(2)), vec!["write n2 [share]"]);
-    assert!(h.log.iter().any(|l| l == "read n1"), "a fresh read first");
-    assert_eq!(h.r.actual().state(&"share", &"n1"), AttachState::Detached);
-    assert_eq!(h.r.actual().state(&"share", &"n2"), AttachState::Attached);
+    assert!(
+        h.world.log.iter().any(|l| l == "read n1"),
+        "a fresh read first"
+    );
+    assert_eq!(
+        h.core.actual().state(&"share", &"n1"),
+        AttachState::Detached
+    );
+    assert_eq!(
+        h.core.actual().state(&"share", &"n2"),
+        AttachState::Attached
+    );
     assert_eq!(h.count("attach") + h.count("detach"), 0);
 }
 
@@ -130,7 +144,10 @@ fn a_restart_keeps_a_claim_for_the_one_node_using_it() {
         granted(&planned, "n2") && !granted(&planned, "n0"),
         "{planned:?}"
     );
-    assert_eq!(h.r.actual().state(&"share", &"n0"), AttachState::Detached);
+    assert_eq!(
+        h.core.actual().state(&"share", &"n0"),
+        AttachState::Detached
+    );
     assert!(
         in_doubt(&waits(&mut h, "n0")).is_empty(),
         "one node: no doubt"
@@ -145,15 +162,21 @@ fn a_listed_claim_is_not_put_in_doubt_by_a_waiting_node() {
         ("n1", Seen::Reports(&["share"]), "p1"),
         ("n2", Seen::Reports(&["share"]), "p2"),
     ]);
-    h.store.get_mut("n1").unwrap().1 = vec![ReportedVolume {
+    h.world.store.get_mut("n1").unwrap().1 = vec![ReportedVolume {
         volume: "share",
         device: None,
     }];
     recover(&mut h, &["n1", "n2"]);
     h.run_ok(secs(5));
-    assert_eq!(h.r.actual().state(&"share", &"n1"), AttachState::Attached);
-    assert_eq!(h.r.actual().state(&"share", &"n2"), AttachState::Detached);
-    assert!(in_doubt(&h.r.take_events()).is_empty());
+    assert_eq!(
+        h.core.actual().state(&"share", &"n1"),
+        AttachState::Attached
+    );
+    assert_eq!(
+        h.core.actual().state(&"share", &"n2"),
+        AttachState::Detached
+    );
+    assert!(in_doubt(&h.core.take_events()).is_empty());
 }
 
 /// After recovery, a node the controller hears of reporting a claim no node holds (registered
@@ -164,20 +187,29 @@ fn a_node_reporting_an_unheld_claim_holds_it() {
     recover(&mut h, &[]);
     h.node("n0", &[]);
     h.node("n2", &["share"]);
-    assert_eq!(h.r.actual().state(&"share", &"n2"), AttachState::Uncertain);
+    assert_eq!(
+        h.core.actual().state(&"share", &"n2"),
+        AttachState::Uncertain
+    );
     h.pod("p0", "n0", &["share"]);
     assert!(!granted(&h.run_ok(secs(5)), "n0"));
     // Its agent stops using it: released, and n0 is granted it.
     h.node("n2", &[]);
     let planned = h.run_ok(secs(5));
     assert!(granted(&planned, "n0"), "{planned:?}");
-    assert_eq!(h.r.actual().state(&"share", &"n2"), AttachState::Detached);
+    assert_eq!(
+        h.core.actual().state(&"share", &"n2"),
+        AttachState::Detached
+    );
     // Attach-required and multi-node volumes are the backend's to tell, or shared: no hold.
     h.rwo("disk");
     h.rwx("files");
     h.node("n3", &["disk", "files"]);
-    assert_eq!(h.r.actual().state(&"disk", &"n3"), AttachState::Detached);
-    assert_eq!(h.r.actual().state(&"files", &"n3"), AttachState::Detached);
+    assert_eq!(h.core.actual().state(&"disk", &"n3"), AttachState::Detached);
+    assert_eq!(
+        h.core.actual().state(&"files", &"n3"),
+        AttachState::Detached
+    );
 }
 
 /// The same loss with the node still gone at the restart: the orchestrator no longer lists n2,
@@ -189,7 +221,10 @@ fn a_restart_keeps_a_claim_for_a_gone_node_a_workload_is_placed_on() {
     let mut h = restarting(&[("n0", Seen::Reports(&[]), "p0"), ("n2", Seen::Gone, "p2")]);
     recover(&mut h, &["n0"]);
     assert!(!granted(&h.run_ok(secs(5)), "n0"));
-    assert_eq!(h.r.actual().state(&"share", &"n2"), AttachState::Uncertain);
+    assert_eq!(
+        h.core.actual().state(&"share", &"n2"),
+        AttachState::Uncertain
+    );
     let events = waits(&mut h, "n0");
     assert!(in_doubt(&events).is_empty(), "one node: no doubt");
     assert!(
@@ -200,7 +235,10 @@ fn a_restart_keeps_a_claim_for_a_gone_node_a_workload_is_placed_on() {
     );
     h.node("n2", &["share"]);
     assert!(granted(&h.run_ok(secs(5)), "n2"));
-    assert_eq!(h.r.actual().state(&"share", &"n0"), AttachState::Detached);
+    assert_eq!(
+        h.core.actual().state(&"share", &"n0"),
+        AttachState::Detached
+    );
 }
 
 /// A node whose agent has not reported (no in-use report at all) and on which a workload using

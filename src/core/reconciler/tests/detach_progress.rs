@@ -6,7 +6,7 @@ use super::*;
 use crate::core::state::progress::{DetachProgress, DetachStage, Release, Told};
 
 fn progress(h: &H, volume: &'static str, node: &'static str) -> Option<DetachProgress> {
-    h.r.actual().get(&volume, &node).map(|a| a.detach())
+    h.core.actual().get(&volume, &node).map(|a| a.detach())
 }
 
 /// A pod leaves a healthy node: its volume's detach walks Idle, AwaitingAck (the store drops it
@@ -22,7 +22,7 @@ fn a_detach_walks_its_stages_on_the_record() {
         if seen.last() != Some(&stage) {
             seen.push(stage);
         }
-        h.r.check_detach_indexes().unwrap();
+        h.core.check_detach_indexes().unwrap();
     };
     let mut debug_awaiting = None;
     for _ in 0..50 {
@@ -30,14 +30,14 @@ fn a_detach_walks_its_stages_on_the_record() {
         let ops = h.tick_raw();
         note(&h, &mut seen);
         if debug_awaiting.is_none() && seen.last() == Some(&DetachStage::AwaitingAck) {
-            debug_awaiting = Some(format!("{:?}", h.r.actual().get(&"v1", &"n1").unwrap()));
+            debug_awaiting = Some(format!("{:?}", h.core.actual().get(&"v1", &"n1").unwrap()));
         }
         for op in ops {
             h.ok(op);
             note(&h, &mut seen);
         }
         h.now += TICK;
-        if h.r.actual().get(&"v1", &"n1").is_none() {
+        if h.core.actual().get(&"v1", &"n1").is_none() {
             break;
         }
     }
@@ -76,22 +76,22 @@ fn a_detach_walks_its_stages_on_the_record() {
 #[test]
 fn the_check_names_an_index_that_disagrees_with_a_record() {
     let mut h = H::attached_rwo(UpstreamBugs::default());
-    assert_eq!(h.r.check_detach_indexes(), Ok(()));
-    h.r.detaches.moved(
+    assert_eq!(h.core.check_detach_indexes(), Ok(()));
+    h.core.detaches.moved(
         &"v1",
         &"n1",
         DetachStage::Idle,
         DetachStage::ReadWanted { force: None },
     );
-    let error = h.r.check_detach_indexes().unwrap_err();
+    let error = h.core.check_detach_indexes().unwrap_err();
     assert!(
         error.contains("\"v1\" on \"n1\"") && error.contains("lists it wanting a read"),
         "{error}"
     );
     // And the counts, for a flag told without its record.
     let mut h = H::attached_rwo(UpstreamBugs::default());
-    h.r.detaches.told_changed(Told::default(), Told::STUCK);
-    let error = h.r.check_detach_indexes().unwrap_err();
+    h.core.detaches.told_changed(Told::default(), Told::STUCK);
+    let error = h.core.check_detach_indexes().unwrap_err();
     assert!(error.contains("stuck"), "{error}");
 }
 
@@ -107,7 +107,7 @@ fn a_release_behind_a_running_verify_is_decided_by_the_next_at_once() {
     let detach = h.run_until_taking(OpKind::Detach);
     h.fail(detach, transient());
     let release = |h: &mut H| {
-        h.r.handle(Input::ReleaseVolume {
+        h.core.handle(Input::ReleaseVolume {
             volume: "v1",
             node: "n1",
         })
@@ -124,7 +124,8 @@ fn a_release_behind_a_running_verify_is_decided_by_the_next_at_once() {
     );
     h.verified(early, &["v1"]);
     assert!(
-        !h.r.take_events()
+        !h.core
+            .take_events()
             .iter()
             .any(|e| matches!(e, Event::ReleaseRefused { .. })),
         "the early verify decides nothing"
@@ -141,6 +142,6 @@ fn a_release_behind_a_running_verify_is_decided_by_the_next_at_once() {
         h.now - ended
     );
     h.verified(next, &[]);
-    assert_eq!(h.r.actual().state(&"v1", &"n1"), AttachState::Detached);
-    h.r.check_detach_indexes().unwrap();
+    assert_eq!(h.core.actual().state(&"v1", &"n1"), AttachState::Detached);
+    h.core.check_detach_indexes().unwrap();
 }

@@ -26,7 +26,7 @@ fn dead_node(config: Config) -> H {
     h.facts("n1", false, false, Some(&["v"]));
     h.unpod("p1");
     h.pod("p2", "n2", &["v"]);
-    h.r.take_events();
+    h.core.take_events();
     h
 }
 
@@ -53,12 +53,13 @@ fn named<'a>(seen: &'a [(Duration, String)], prefix: &str) -> Vec<&'a (Duration,
 #[test]
 fn off_by_default_nothing_is_asked_and_the_detach_waits_for_a_human() {
     let mut h = dead_node(Config::default());
-    h.machines.insert("n1", MachineState::Off);
+    h.world.machines.insert("n1", MachineState::Off);
     let seen = run_timed(&mut h, secs(120));
     assert!(named(&seen, "check-machine").is_empty(), "{seen:?}");
     assert!(named(&seen, "detach").is_empty(), "{seen:?}");
     assert!(
-        h.r.take_events()
+        h.core
+            .take_events()
             .iter()
             .any(|e| matches!(e, Event::DetachBlocked { .. }))
     );
@@ -67,7 +68,7 @@ fn off_by_default_nothing_is_asked_and_the_detach_waits_for_a_human() {
 #[test]
 fn a_powered_off_node_is_fenced_by_two_fresh_answers_and_its_volume_moves_in_seconds() {
     let mut h = dead_node(fencing());
-    h.machines.insert("n1", MachineState::Off);
+    h.world.machines.insert("n1", MachineState::Off);
     let start = h.now;
     let seen = run_timed(&mut h, secs(30));
     let checks = named(&seen, "check-machine n1");
@@ -88,7 +89,7 @@ fn a_powered_off_node_is_fenced_by_two_fresh_answers_and_its_volume_moves_in_sec
         .position(|(_, s)| s == "write n1 []")
         .expect("n1 stops reporting v");
     assert!(seen[withheld].0 <= detach[0].0);
-    let events = h.r.take_events();
+    let events = h.core.take_events();
     assert_eq!(
         events
             .iter()
@@ -112,20 +113,20 @@ fn a_powered_off_node_is_fenced_by_two_fresh_answers_and_its_volume_moves_in_sec
 #[test]
 fn a_single_off_answer_followed_by_running_never_fences() {
     let mut h = dead_node(fencing());
-    h.machines.insert("n1", MachineState::Off);
+    h.world.machines.insert("n1", MachineState::Off);
     // Up to the first answer only.
     let mut seen = Vec::new();
     while named(&seen, "check-machine").is_empty() {
         seen.extend(run_timed(&mut h, TICK));
     }
-    h.machines.insert("n1", MachineState::Running);
+    h.world.machines.insert("n1", MachineState::Running);
     seen.extend(run_timed(&mut h, secs(60)));
     assert!(named(&seen, "detach").is_empty(), "{seen:?}");
     // It keeps asking while the detach waits, once per interval.
     let checks = named(&seen, "check-machine n1").len();
     assert!((12..=14).contains(&checks), "{checks} checks in a minute");
     // Off again: it takes two answers again.
-    h.machines.insert("n1", MachineState::Off);
+    h.world.machines.insert("n1", MachineState::Off);
     let seen = run_timed(&mut h, secs(20));
     let checks = named(&seen, "check-machine n1");
     let detach = named(&seen, "detach v n1");
@@ -137,11 +138,11 @@ fn a_single_off_answer_followed_by_running_never_fences() {
 fn a_merely_unreachable_node_is_never_fenced_this_way() {
     for state in [MachineState::Running, MachineState::Unknown] {
         let mut h = dead_node(fencing());
-        h.machines.insert("n1", state);
+        h.world.machines.insert("n1", state);
         let seen = run_timed(&mut h, secs(10 * 60));
         assert!(named(&seen, "detach").is_empty(), "{state:?}: {seen:?}");
         assert!(named(&seen, "attach v n2").is_empty());
-        let events = h.r.take_events();
+        let events = h.core.take_events();
         assert!(
             events
                 .iter()
@@ -158,7 +159,7 @@ fn a_merely_unreachable_node_is_never_fenced_this_way() {
 #[test]
 fn a_failed_check_resets_the_run_and_is_announced_once() {
     let mut h = dead_node(fencing());
-    h.machines.insert("n1", MachineState::Off);
+    h.world.machines.insert("n1", MachineState::Off);
     let mut seen = Vec::new();
     let mut checks = 0;
     // Off, two failures, then Off answers again.
@@ -180,7 +181,7 @@ fn a_failed_check_resets_the_run_and_is_announced_once() {
     assert_eq!(detach.len(), 1, "{seen:?}");
     // Off (1), failed (2, 3), then two more Offs (4, 5) before the detach.
     assert!(detach[0].0 > checks[4].0, "{seen:?}");
-    let events = h.r.take_events();
+    let events = h.core.take_events();
     assert_eq!(
         events
             .iter()
@@ -194,7 +195,7 @@ fn a_failed_check_resets_the_run_and_is_announced_once() {
 #[test]
 fn a_stale_confirmation_is_checked_again_before_the_detach() {
     let mut h = dead_node(fencing());
-    h.machines.insert("n1", MachineState::Off);
+    h.world.machines.insert("n1", MachineState::Off);
     // Two Offs confirm it; the status write that withholds v then hangs, and so does the
     // next check, past max_age.
     let mut write = None;
@@ -249,7 +250,7 @@ fn rendered(ops: &[Operation<T>]) -> Vec<String> {
 #[test]
 fn a_node_healthy_again_starts_over_and_the_fresh_read_holds_a_healthy_one() {
     let mut h = dead_node(fencing());
-    h.machines.insert("n1", MachineState::Off);
+    h.world.machines.insert("n1", MachineState::Off);
     let mut seen = Vec::new();
     while named(&seen, "check-machine").is_empty() {
         seen.extend(run_timed(&mut h, TICK));
@@ -266,11 +267,11 @@ fn a_node_healthy_again_starts_over_and_the_fresh_read_holds_a_healthy_one() {
 
     // The core's view says unhealthy, the store says healthy again: held back.
     let mut h = dead_node(fencing());
-    h.machines.insert("n1", MachineState::Off);
-    h.store.get_mut("n1").unwrap().0.healthy = true;
+    h.world.machines.insert("n1", MachineState::Off);
+    h.world.store.get_mut("n1").unwrap().0.healthy = true;
     let seen = run_timed(&mut h, secs(20));
     assert!(named(&seen, "detach").is_empty(), "{seen:?}");
-    let events = h.r.take_events();
+    let events = h.core.take_events();
     assert!(
         events.iter().any(|e| matches!(
             e,
@@ -283,7 +284,7 @@ fn a_node_healthy_again_starts_over_and_the_fresh_read_holds_a_healthy_one() {
 #[test]
 fn no_check_for_a_node_with_nothing_to_free_or_removed() {
     let mut h = H::new(fencing());
-    h.machines.insert("n1", MachineState::Off);
+    h.world.machines.insert("n1", MachineState::Off);
     h.rwo("v");
     h.node("n1", &[]);
     h.pod("p1", "n1", &["v"]);
@@ -293,21 +294,21 @@ fn no_check_for_a_node_with_nothing_to_free_or_removed() {
     assert!(named(&seen, "check-machine").is_empty(), "{seen:?}");
     // Removed while a check runs: the answer counts for nothing and is taken.
     let mut h = dead_node(fencing());
-    h.machines.insert("n1", MachineState::Off);
+    h.world.machines.insert("n1", MachineState::Off);
     let check = h.run_until_taking(OpKind::CheckMachine);
     h.unnode("n1");
     h.ok(check);
-    assert_eq!(h.r.machine.len(), 0);
+    assert_eq!(h.core.machine.len(), 0);
 }
 
 #[test]
 fn machine_checked_refuses_unknown_ids_and_other_kinds() {
     let mut h = dead_node(fencing());
-    h.machines.insert("n1", MachineState::Off);
+    h.world.machines.insert("n1", MachineState::Off);
     let check = h.run_until_taking(OpKind::CheckMachine);
     let id = check.id();
     assert_eq!(
-        h.r.finish(
+        h.core.finish(
             h.now,
             OpId(999_999),
             Outcome::CheckMachine(Ok(MachineState::Off))
@@ -315,7 +316,7 @@ fn machine_checked_refuses_unknown_ids_and_other_kinds() {
         Err(ReconcilerError::UnknownOperation { id: OpId(999_999) })
     );
     assert_eq!(
-        h.r.finish(h.now, id, Outcome::Detach(Ok(()))),
+        h.core.finish(h.now, id, Outcome::Detach(Ok(()))),
         Err(ReconcilerError::WrongResult {
             id,
             actual: OpKind::CheckMachine,
@@ -323,11 +324,12 @@ fn machine_checked_refuses_unknown_ids_and_other_kinds() {
         })
     );
     // Still running after both refusals.
-    h.r.finish(h.now, id, Outcome::CheckMachine(Ok(MachineState::Off)))
+    h.core
+        .finish(h.now, id, Outcome::CheckMachine(Ok(MachineState::Off)))
         .unwrap();
     let write = h.run_until_taking(OpKind::WriteStatus);
     assert_eq!(
-        h.r.finish(
+        h.core.finish(
             h.now,
             write.id(),
             Outcome::CheckMachine(Ok(MachineState::Off))
@@ -355,7 +357,7 @@ fn a_detach_a_fresh_read_holds_back_on_an_unhealthy_node_asks_about_its_machine(
             attach_limit: None,
         },
     });
-    h.machines.insert("n1", MachineState::Off);
+    h.world.machines.insert("n1", MachineState::Off);
     let seen = run_timed(&mut h, secs(20));
     let checks = named(&seen, "check-machine n1");
     let detach = named(&seen, "detach v n1");
