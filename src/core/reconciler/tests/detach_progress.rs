@@ -122,6 +122,9 @@ fn a_release_behind_a_running_verify_is_decided_by_the_next_at_once() {
         progress(&h, "v1", "n1").map(|p| p.release),
         Some(Release::BehindVerify)
     );
+    // Every other timer of the volume (the failed detach's backoff) fires while it runs.
+    let planned = h.run_ok(secs(20));
+    assert!(planned.is_empty(), "{planned:?}");
     h.verified(early, &["v1"]);
     assert!(
         !h.core
