@@ -12,6 +12,7 @@ use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
 use crate::core::rules::fresh_read::WrittenFacts;
+#[cfg(any(test, debug_assertions, feature = "internals"))]
 use crate::core::state::actual::ActualState;
 use crate::core::state::progress::{DetachStage, Release, Told};
 use crate::core::tables::trim::trim_map;

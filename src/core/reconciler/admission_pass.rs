@@ -19,7 +19,7 @@ impl<D: Domain> Reconciler<D> {
     /// A queue that stays long, or an oldest wait that keeps growing, means the limits are
     /// below what the cluster asks of the backend: raise them if the backend allows.
     pub fn backend_queue(&self, now: Duration) -> QueueStats {
-        self.admission.stats(now)
+        self.calls.admission.stats(now)
     }
 
     /// Offers the capacity free at `now` to the queued detaches and attaches, a head of each
@@ -36,20 +36,20 @@ impl<D: Domain> Reconciler<D> {
         // Slots whose detach no longer needs them are offered too, and those of calls that
         // hang past their time (see `OverdueCalls`).
         self.release_idle_slots();
-        self.admission.mark_overdue(now);
+        self.calls.admission.mark_overdue(now);
         // The classes take turns (detaches first at the start), across passes too: under a
         // shared bucket neither takes every token while the other waits.
         let mut offered = true;
         while offered {
             offered = false;
-            for class in self.admission.order() {
-                if let Some((volume, _node)) = self.admission.offer(class, now) {
+            for class in self.calls.admission.order() {
+                if let Some((volume, _node)) = self.calls.admission.offer(class, now) {
                     offered = true;
                     if let Ok(i) = dirty.binary_search(&volume) {
                         dirty.remove(i);
                     }
                     self.reconcile_volume(now, &volume, ops);
-                    self.admission.withdraw(class);
+                    self.calls.admission.withdraw(class);
                 }
             }
         }
@@ -61,8 +61,8 @@ impl<D: Domain> Reconciler<D> {
     /// unused). At the start of a pass, so that the slot is offered in it, and at its end, so
     /// that [`next_deadline`](Self::next_deadline) sees it free.
     pub(super) fn release_idle_slots(&mut self) {
-        let (actual, in_flight) = (&self.actual, &self.in_flight);
-        self.admission.release_unless(|volume, node, read| {
+        let (actual, in_flight) = (&self.actual, &self.calls.in_flight);
+        self.calls.admission.release_unless(|volume, node, read| {
             read.is_some_and(|id| in_flight.contains_key(&id))
                 || actual.get(volume, node).is_some_and(|a| {
                     matches!(

@@ -50,7 +50,7 @@ impl<D: Domain> Reconciler<D> {
         let Some(config) = self.config.machine_fencing else {
             return;
         };
-        for node in self.machine.due(now, config.max_age) {
+        for node in self.calls.machine.due(now, config.max_age) {
             let still_held = self
                 .actual
                 .node(&node)
@@ -60,13 +60,13 @@ impl<D: Domain> Reconciler<D> {
                     .volumes_on(&node)
                     .any(|v| !self.desired.is_desired(v, &node));
             if !still_held {
-                self.machine.reset(&node);
+                self.calls.machine.reset(&node);
                 continue;
             }
             let id = self.next_op_id();
             debug!(%id, node = ?node, "planning a machine check");
-            self.machine.started(&node, id);
-            self.in_flight.insert(
+            self.calls.machine.started(&node, id);
+            self.calls.in_flight.insert(
                 id,
                 InFlight::CheckMachine {
                     node: node.clone(),
@@ -109,7 +109,11 @@ impl<D: Domain> Reconciler<D> {
             Ok(MachineState::Running | MachineState::Unknown) => Some(false),
             Err(_) => None,
         };
-        match self.machine.answered(&node, id, asked, now, off, &config) {
+        match self
+            .calls
+            .machine
+            .answered(&node, id, asked, now, off, &config)
+        {
             Answered::Quiet => {}
             Answered::Fenced => {
                 warn!(node = ?node, "the node's machine is powered off (twice, fresh): it counts as fenced");

@@ -272,44 +272,74 @@ pub struct Reconciler<D: Domain> {
     desired: DesiredState<D>,
     actual: ActualState<D>,
     status: StatusBook<D>,
-    gate: OperationGate<GateKey<D>>,
-    in_flight: InFlightTable<D>,
-    /// The dirty volumes, the timers and the pacing of passes.
-    schedule: Schedule<D>,
     /// The per-node indexes of the detaches under way, derived from the records' states.
     detaches: DetachIndex<D>,
-    events: Vec<Event<D>>,
+    /// The operations under way and what may start next.
+    calls: Calls<D>,
+    /// The dirty volumes, the timers and the pacing of passes.
+    schedule: Schedule<D>,
+    /// Recovery, relists, the periodic listing and verify.
+    listings: Listings<D>,
+    /// Whose turn it is on a node's store calls.
+    status_turns: StatusTurns<D>,
     /// Volumes removed by the orchestrator whose spec is kept until they are detached.
     retiring: BTreeSet<D::Volume>,
+    events: Vec<Event<D>>,
+    /// Room kept between calls, so that a move allocates nothing.
+    scratch: Scratch<D>,
+}
+
+/// The operations under way, and what decides whether another may start.
+#[derive(Debug)]
+struct Calls<D: Domain> {
+    /// One operation per key at a time, and each key's backoff.
+    gate: OperationGate<GateKey<D>>,
+    in_flight: InFlightTable<D>,
+    /// The last operation id handed out.
     next_id: u64,
+    /// Backend load: slots per class, the token bucket, the queues (`Config::backend_load`).
+    admission: Admission<D>,
+    /// Per-node attach limits: attaches under way, and volumes waiting for room.
+    capacity: NodeCapacity<D>,
+    /// Fencing without a human: the machine checks of unhealthy nodes
+    /// (`Config::machine_fencing`; see `machine.rs`).
+    machine: MachineWatch<D>,
+}
+
+/// What the core lists whole, and what it keeps while a listing runs.
+#[derive(Debug)]
+struct Listings<D: Domain> {
+    /// `Some` until both recovery listings are handed back: nothing else is planned before.
+    recovery: Option<Recovery<D>>,
+    /// The relists under way.
+    relists: Relists<D>,
     /// While a listing runs: the attachments whose state an operation's result changed since
     /// it started, whose listed state is older than the core's.
     changed_while_listing: Option<BTreeSet<(D::Volume, D::Node)>>,
-    /// `Some` until both recovery listings are handed back: nothing else is planned before.
-    recovery: Option<Recovery<D>>,
-    /// Upstream's bug C6 only: nodes whose cached copy was read for the write now due.
-    cache_consulted: BTreeSet<D::Node>,
-    /// Nodes whose last store call was a read: a write wanted too goes next.
-    read_last: FxHashSet<D::Node>,
-    /// The relists under way.
-    relists: Relists<D>,
-    /// The nodes the last input call removed, for [`removed_nodes`](Self::removed_nodes).
+    /// The nodes the last input call removed, for [`removed_nodes`](Reconciler::removed_nodes).
     removed_nodes: Vec<D::Node>,
-    /// Per-node attach limits: attaches under way, and volumes waiting for room.
-    capacity: NodeCapacity<D>,
-    /// Backend load: slots per class, the token bucket, the queues (`Config::backend_load`).
-    admission: Admission<D>,
-    /// Fencing without a human: the machine checks of unhealthy nodes
-    /// (`Config::machine_fencing`; see `reconciler_machine.rs`).
-    machine: MachineWatch<D>,
     /// The periodic verify's round under way, spread over the sync period in slices.
     verify_round: Option<VerifyRound>,
-    /// Room for the nodes `reconcile_volume` looks at, kept between its calls.
+}
+
+/// Whose turn it is on a node's store calls.
+#[derive(Debug)]
+struct StatusTurns<D: Domain> {
+    /// Nodes whose last store call was a read: a write wanted too goes next.
+    read_last: FxHashSet<D::Node>,
+    /// Upstream's bug C6 only: nodes whose cached copy was read for the write now due.
+    cache_consulted: BTreeSet<D::Node>,
+}
+
+/// Room kept between calls.
+#[derive(Debug)]
+struct Scratch<D: Domain> {
+    /// For the nodes `reconcile_volume` looks at.
     node_lists: NodeLists<D>,
     /// Status lists the store and the core have done with, for the next writes to fill.
     list_spares: ListSpares<D>,
-    /// Room for the volumes a workload's input changes, on their way to the marks: kept
-    /// between inputs, so that a move allocates no list for them.
+    /// For the volumes a workload's input changes, on their way to the marks, so that a move
+    /// allocates no list for them.
     changed_volumes: Vec<D::Volume>,
     /// Passes since the last trim ([`TRIM_EVERY_PASSES`]).
     passes_since_trim: u32,
@@ -409,42 +439,50 @@ impl<D: Domain> Reconciler<D> {
     /// meanwhile. A brand-new cluster recovers from two empty lists.
     pub fn new(config: Config) -> Self {
         Reconciler {
-            recovery: Some(Recovery::default()),
-            cache_consulted: BTreeSet::new(),
-            read_last: FxHashSet::default(),
-            gate: OperationGate::new(config.backoff),
-            admission: Admission::new(
-                config.backend_load,
-                {
-                    #[cfg(feature = "upstream-bugs")]
-                    let shared = config.upstream_bugs.l2_shared_backend_queue;
-                    #[cfg(not(feature = "upstream-bugs"))]
-                    let shared = false;
-                    shared
-                },
-                [config.call_timeouts.attach, config.call_timeouts.detach],
-            ),
+            calls: Calls {
+                gate: OperationGate::new(config.backoff),
+                in_flight: InFlightTable::default(),
+                next_id: 0,
+                admission: Admission::new(
+                    config.backend_load,
+                    {
+                        #[cfg(feature = "upstream-bugs")]
+                        let shared = config.upstream_bugs.l2_shared_backend_queue;
+                        #[cfg(not(feature = "upstream-bugs"))]
+                        let shared = false;
+                        shared
+                    },
+                    [config.call_timeouts.attach, config.call_timeouts.detach],
+                ),
+                capacity: NodeCapacity::default(),
+                machine: MachineWatch::default(),
+            },
+            listings: Listings {
+                recovery: Some(Recovery::default()),
+                relists: Relists::default(),
+                changed_while_listing: None,
+                removed_nodes: Vec::new(),
+                verify_round: None,
+            },
+            status_turns: StatusTurns {
+                read_last: FxHashSet::default(),
+                cache_consulted: BTreeSet::new(),
+            },
             desired: DesiredState::new(&config),
             config,
             actual: ActualState::default(),
             status: StatusBook::default(),
-            in_flight: InFlightTable::default(),
             // Until recovery ends, which marks what it cannot show settled.
             schedule: Schedule::holding_marks(),
             detaches: DetachIndex::default(),
             events: Vec::new(),
             retiring: BTreeSet::new(),
-            next_id: 0,
-            changed_while_listing: None,
-            relists: Relists::default(),
-            removed_nodes: Vec::new(),
-            capacity: NodeCapacity::default(),
-            machine: MachineWatch::default(),
-            verify_round: None,
-            node_lists: NodeLists::default(),
-            list_spares: ListSpares::default(),
-            changed_volumes: Vec::new(),
-            passes_since_trim: 0,
+            scratch: Scratch {
+                node_lists: NodeLists::default(),
+                list_spares: ListSpares::default(),
+                changed_volumes: Vec::new(),
+                passes_since_trim: 0,
+            },
         }
     }
 
@@ -470,12 +508,12 @@ impl<D: Domain> Reconciler<D> {
 
     /// Whether the core still waits for its recovery listings.
     pub fn is_recovering(&self) -> bool {
-        self.recovery.is_some()
+        self.listings.recovery.is_some()
     }
 
     /// Number of operations planned and not yet finished.
     pub fn in_flight(&self) -> usize {
-        self.in_flight.len()
+        self.calls.in_flight.len()
     }
 
     /// How many detaches were named in an [`Event::DetachStuck`] and have not ended since:
@@ -488,7 +526,7 @@ impl<D: Domain> Reconciler<D> {
     /// How many attaches wait for room on a node at its attach limit (or that the backend said
     /// is full), over all nodes: each was named in an [`Event::NodeFull`].
     pub fn waiting_for_room(&self) -> usize {
-        self.capacity.waiting_len()
+        self.calls.capacity.waiting_len()
     }
 
     /// Spends every node's record generations, as years of moves on each would: its next
@@ -557,7 +595,7 @@ impl<D: Domain> Reconciler<D> {
     /// core.handle(Input::WorkloadRemoved { workload: "pod-1" }).unwrap();
     /// ```
     pub fn handle(&mut self, input: Input<D>) -> Result<(), ReconcilerError<D>> {
-        self.removed_nodes.clear();
+        self.listings.removed_nodes.clear();
         self.apply(input)
     }
 
@@ -582,7 +620,7 @@ impl<D: Domain> Reconciler<D> {
     /// ```
     #[must_use = "the inputs the core refused"]
     pub fn handle_all(&mut self, inputs: impl IntoIterator<Item = Input<D>>) -> Vec<Rejection<D>> {
-        self.removed_nodes.clear();
+        self.listings.removed_nodes.clear();
         let mut refused = Vec::new();
         for (index, input) in inputs.into_iter().enumerate() {
             if let Err(error) = self.apply(input) {
@@ -597,13 +635,13 @@ impl<D: Domain> Reconciler<D> {
     /// a driver that keeps per-node state of its own drops it for these, since a node object
     /// of the same name later is a new object.
     pub fn removed_nodes(&self) -> &[D::Node] {
-        &self.removed_nodes
+        &self.listings.removed_nodes
     }
 
     fn apply(&mut self, input: Input<D>) -> Result<(), ReconcilerError<D>> {
         match input {
             Input::SetVolume { volume, spec } => {
-                if let Some(seen) = &mut self.relists.volumes {
+                if let Some(seen) = &mut self.listings.relists.volumes {
                     seen.insert(volume.clone());
                 }
                 self.set_volume(volume, spec)
@@ -613,7 +651,7 @@ impl<D: Domain> Reconciler<D> {
                 Ok(())
             }
             Input::NodeUpdated { node, facts } => {
-                if let Some(seen) = &mut self.relists.nodes {
+                if let Some(seen) = &mut self.listings.relists.nodes {
                     seen.insert(node.clone());
                 }
                 self.node_updated(node, facts);
@@ -628,7 +666,7 @@ impl<D: Domain> Reconciler<D> {
                 node,
                 volumes,
             } => {
-                if let Some(seen) = &mut self.relists.workloads {
+                if let Some(seen) = &mut self.listings.relists.workloads {
                     seen.insert(workload.clone());
                 }
                 self.add_workload(workload, node, &volumes)
@@ -638,7 +676,7 @@ impl<D: Domain> Reconciler<D> {
                 Ok(())
             }
             Input::RelistStarted { kind } => {
-                self.relists.start(kind);
+                self.listings.relists.start(kind);
                 Ok(())
             }
             Input::RelistDone { kind } => self.relist_done(kind),
@@ -648,26 +686,26 @@ impl<D: Domain> Reconciler<D> {
 
     /// Removes every object of `kind` not seen since its relist started, in id order.
     fn relist_done(&mut self, kind: Kind) -> Result<(), ReconcilerError<D>> {
-        if !self.relists.listing(kind) {
+        if !self.listings.relists.listing(kind) {
             return Err(ReconcilerError::NoRelist { kind });
         }
         match kind {
             Kind::Volume => {
-                let seen = self.relists.volumes.take().unwrap_or_default();
+                let seen = self.listings.relists.volumes.take().unwrap_or_default();
                 let gone = unseen(self.desired.registered_volumes(), &seen);
                 for volume in gone {
                     self.remove_volume(&volume);
                 }
             }
             Kind::Node => {
-                let seen = self.relists.nodes.take().unwrap_or_default();
+                let seen = self.listings.relists.nodes.take().unwrap_or_default();
                 let gone = unseen(self.desired.nodes(), &seen);
                 for node in gone {
                     self.node_removed(&node);
                 }
             }
             Kind::Workload => {
-                let seen = self.relists.workloads.take().unwrap_or_default();
+                let seen = self.listings.relists.workloads.take().unwrap_or_default();
                 let gone = unseen(self.desired.workloads(), &seen);
                 for workload in gone {
                     self.remove_workload(&workload);
@@ -715,7 +753,7 @@ impl<D: Domain> Reconciler<D> {
             .is_some_and(|a| a.detach.release == Release::None)
         {
             // A verify running now was planned before the operator's word: the next decides.
-            let release = if self.gate.is_running(&GateKeyRef::<D>::Verify(&node)) {
+            let release = if self.calls.gate.is_running(&GateKeyRef::<D>::Verify(&node)) {
                 Release::BehindVerify
             } else {
                 Release::Pending
@@ -768,7 +806,7 @@ impl<D: Domain> Reconciler<D> {
             .map(|a| a.node.clone())
             .collect();
         let mut running = false;
-        for op in self.in_flight.values() {
+        for op in self.calls.in_flight.values() {
             if let InFlight::Attach {
                 volume: v, node, ..
             }
@@ -818,12 +856,12 @@ impl<D: Domain> Reconciler<D> {
         let new_limit = facts.attach_limit;
         if facts.healthy || facts.fenced {
             // A machine check's run of answers starts over (fencing without a human).
-            self.machine.reset(&node);
+            self.calls.machine.reset(&node);
         }
         let placed = self.desired.add_node(node.clone());
         self.schedule.mark_all(placed);
         // Newly reported in use: an unchanged report was looked at when it came.
-        let newly: Vec<D::Volume> = match (&facts.in_use, self.recovery.is_none()) {
+        let newly: Vec<D::Volume> = match (&facts.in_use, self.listings.recovery.is_none()) {
             (Some(list), true) => {
                 let old = self.actual.node(&node).and_then(|n| n.in_use.as_deref());
                 let old = old.unwrap_or(&[]);
@@ -862,8 +900,8 @@ impl<D: Domain> Reconciler<D> {
     /// The node object is gone. Workloads placed on it wait for it again, and their volumes
     /// are no longer desired there.
     pub(crate) fn node_removed(&mut self, node: &D::Node) {
-        self.removed_nodes.push(node.clone());
-        if let Some(recovery) = &mut self.recovery {
+        self.listings.removed_nodes.push(node.clone());
+        if let Some(recovery) = &mut self.listings.recovery {
             recovery.removed.insert(node.clone());
         }
         let changed = self.desired.remove_node(node);
@@ -878,14 +916,14 @@ impl<D: Domain> Reconciler<D> {
                 a.detach.stage = DetachStage::Idle;
             }
         }
-        self.read_last.remove(node);
-        self.cache_consulted.remove(node);
-        self.capacity.forget_node(node);
-        self.machine.forget(node);
-        self.admission.forget_node(node);
+        self.status_turns.read_last.remove(node);
+        self.status_turns.cache_consulted.remove(node);
+        self.calls.capacity.forget_node(node);
+        self.calls.machine.forget(node);
+        self.calls.admission.forget_node(node);
         // Nor is any retry of its status write or verify due: a node of the same name later
         // is a new object.
-        self.gate.forget_where(|key| match key {
+        self.calls.gate.forget_where(|key| match key {
             GateKey::Status(n) | GateKey::Verify(n) | GateKey::NodeCapacity(n) => n == node,
             GateKey::Volume(_) | GateKey::Attachment(..) | GateKey::List | GateKey::StoreList => {
                 false
@@ -901,22 +939,22 @@ impl<D: Domain> Reconciler<D> {
         node: D::Node,
         volumes: &[D::Volume],
     ) -> Result<(), ReconcilerError<D>> {
-        let mut changed = std::mem::take(&mut self.changed_volumes);
+        let mut changed = std::mem::take(&mut self.scratch.changed_volumes);
         let added = self
             .desired
             .add_workload_into(workload, node, volumes, &mut changed);
         self.schedule.mark_all(changed.drain(..));
-        self.changed_volumes = changed;
+        self.scratch.changed_volumes = changed;
         Ok(added?)
     }
 
     /// The workload is gone (a no-op if unknown): its volumes are no longer needed on its node
     /// by it.
     pub(crate) fn remove_workload(&mut self, workload: &D::Workload) {
-        let mut changed = std::mem::take(&mut self.changed_volumes);
+        let mut changed = std::mem::take(&mut self.scratch.changed_volumes);
         self.desired.remove_workload_into(workload, &mut changed);
         self.schedule.mark_all(changed.drain(..));
-        self.changed_volumes = changed;
+        self.scratch.changed_volumes = changed;
     }
 
     /// Stamps the waits of workloads that began since the last pass, and names in an event
@@ -1163,7 +1201,8 @@ impl<D: Domain> Reconciler<D> {
         id: OpId,
         given: OpKind,
     ) -> Result<(InFlight<D>, bool), ReconcilerError<D>> {
-        self.in_flight
+        self.calls
+            .in_flight
             .take(id, given)
             .map_err(|actual| match actual {
                 None => ReconcilerError::UnknownOperation { id },
@@ -1202,17 +1241,18 @@ impl<D: Domain> Reconciler<D> {
     /// a million clones per round at a million attachments.
     fn busy(&self, volume: &D::Volume, node: &D::Node) -> bool {
         let attachment = || {
-            self.gate
+            self.calls
+                .gate
                 .is_running(&GateKeyRef::<D>::Attachment(volume, node))
         };
-        if !self.in_flight.runs_on(volume) {
+        if !self.calls.in_flight.runs_on(volume) {
             debug_assert!(
                 !attachment(),
                 "the gate holds an attachment's key only while its operation runs"
             );
             return false;
         }
-        self.in_flight.holds_volume(volume) || attachment()
+        self.calls.in_flight.holds_volume(volume) || attachment()
     }
 
     /// Whether a multi-node look at `volume` (asking the gate under `key`) must wait for an
@@ -1221,7 +1261,7 @@ impl<D: Domain> Reconciler<D> {
     /// node's status again under that detach, and could be detached twice. (The other way,
     /// narrowing, is refused while any of its operations runs.)
     fn runs_as_single_node(&self, key: &GateKeyRef<'_, D>, volume: &D::Volume) -> bool {
-        matches!(key, GateKeyRef::Attachment(..)) && self.in_flight.holds_volume(volume)
+        matches!(key, GateKeyRef::Attachment(..)) && self.calls.in_flight.holds_volume(volume)
     }
 
     // A single-node volume's gate key is held by its running attach or detach in the
@@ -1239,9 +1279,9 @@ impl<D: Domain> Reconciler<D> {
         now: Duration,
     ) -> Result<(), Option<Duration>> {
         match key {
-            GateKeyRef::Volume(volume) if self.in_flight.holds_volume(volume) => Err(None),
-            GateKeyRef::Volume(_) => self.gate.backed_off(key, kind, now),
-            _ => self.gate.may_start(key, kind, now),
+            GateKeyRef::Volume(volume) if self.calls.in_flight.holds_volume(volume) => Err(None),
+            GateKeyRef::Volume(_) => self.calls.gate.backed_off(key, kind, now),
+            _ => self.calls.gate.may_start(key, kind, now),
         }
     }
 
@@ -1249,15 +1289,15 @@ impl<D: Domain> Reconciler<D> {
     /// volume's key is taken by that record.
     fn take_key(&mut self, key: &GateKeyRef<'_, D>) {
         if !matches!(key, GateKeyRef::Volume(_)) {
-            self.gate.start(key.to_owned());
+            self.calls.gate.start(key.to_owned());
         }
     }
 
     /// [`OperationGate::succeeded`] for `key`, whose operation's record is already gone.
     fn key_succeeded(&mut self, key: &GateKeyRef<'_, D>, kind: OpKind) {
         match key {
-            GateKeyRef::Volume(_) => self.gate.cleared(key, kind),
-            _ => self.gate.succeeded(key, kind),
+            GateKeyRef::Volume(_) => self.calls.gate.cleared(key, kind),
+            _ => self.calls.gate.succeeded(key, kind),
         }
     }
 
@@ -1278,8 +1318,9 @@ impl<D: Domain> Reconciler<D> {
         }
         // A volume left the node: whatever full answer it gave is over, and the volumes
         // waiting for room there look again.
-        if self.capacity.clear_full(node) {
-            self.gate
+        if self.calls.capacity.clear_full(node) {
+            self.calls
+                .gate
                 .succeeded(&GateKeyRef::<D>::NodeCapacity(node), OpKind::Attach);
         }
         self.room_freed(node);
@@ -1391,20 +1432,21 @@ impl<D: Domain> Reconciler<D> {
         let succeeded = result.is_ok();
         self.changed(&volume, &node);
         if slot {
-            self.capacity.attach_ended(&node);
+            self.calls.capacity.attach_ended(&node);
         }
-        self.admission.finished(Class::Attach, id, succeeded);
+        self.calls.admission.finished(Class::Attach, id, succeeded);
         // The key the attach holds, from the access mode it was planned under.
         let key = gate_key_ref::<D>(access, &volume, &node);
         match result {
             Ok(info) => {
                 self.key_succeeded(&key, OpKind::Attach);
                 // The node took a volume: whatever full answer it gave before is over.
-                if self.capacity.clear_full(&node) {
-                    self.gate
+                if self.calls.capacity.clear_full(&node) {
+                    self.calls
+                        .gate
                         .succeeded(&GateKeyRef::<D>::NodeCapacity(&node), OpKind::Attach);
                 }
-                self.capacity.stop_waiting(&node, &volume);
+                self.calls.capacity.stop_waiting(&node, &volume);
                 self.actual
                     .set_attached(&volume, &node, info.device.as_deref());
                 self.events.push(Event::AttachSucceeded {
@@ -1419,10 +1461,12 @@ impl<D: Domain> Reconciler<D> {
                 if slot {
                     self.room_freed(&node);
                 }
-                self.capacity.set_full(&node);
-                let retry =
-                    self.gate
-                        .failed(GateKey::NodeCapacity(node.clone()), OpKind::Attach, now);
+                self.calls.capacity.set_full(&node);
+                let retry = self.calls.gate.failed(
+                    GateKey::NodeCapacity(node.clone()),
+                    OpKind::Attach,
+                    now,
+                );
                 self.schedule.wake_volume_at(retry, volume.clone());
                 self.wait_for_room(
                     &volume,
@@ -1434,7 +1478,7 @@ impl<D: Domain> Reconciler<D> {
                 );
             }
             Err(error) => {
-                let retry = self.gate.failed(key.to_owned(), OpKind::Attach, now);
+                let retry = self.calls.gate.failed(key.to_owned(), OpKind::Attach, now);
                 self.schedule.wake_volume_at(retry, volume.clone());
                 if slot && !error.may_have_taken_effect() {
                     // Nothing was attached: the room it held is free again.
@@ -1487,7 +1531,9 @@ impl<D: Domain> Reconciler<D> {
         // Every detach's end has its volume looked at (below), asked or not: its relook flag
         // was taken with it and is not needed.
         self.changed(&volume, &node);
-        self.admission.finished(Class::Detach, id, result.is_ok());
+        self.calls
+            .admission
+            .finished(Class::Detach, id, result.is_ok());
         let key = gate_key_ref::<D>(access, &volume, &node);
         match result {
             Ok(()) => {
@@ -1501,7 +1547,7 @@ impl<D: Domain> Reconciler<D> {
             }
             Err(error) => {
                 self.move_detach(&volume, &node, DetachStage::Idle);
-                let retry = self.gate.failed(key.to_owned(), OpKind::Detach, now);
+                let retry = self.calls.gate.failed(key.to_owned(), OpKind::Detach, now);
                 self.schedule.wake_volume_at(retry, volume.clone());
                 if error.may_have_taken_effect() {
                     self.actual.set_uncertain(&volume, &node);
@@ -1563,22 +1609,25 @@ impl<D: Domain> Reconciler<D> {
             Ok(attached) => attached,
             Err(error) if !releases.is_empty() => {
                 warn!(node = ?node, %error, "verifying attachments failed; a release waits for a verify, trying again after a backoff");
-                let retry = self
-                    .gate
-                    .failed(GateKey::Verify(node.clone()), OpKind::Verify, now);
+                let retry =
+                    self.calls
+                        .gate
+                        .failed(GateKey::Verify(node.clone()), OpKind::Verify, now);
                 for volume in releases {
                     self.schedule.wake_volume_at(retry, volume);
                 }
                 return Ok(());
             }
             Err(error) => {
-                self.gate
+                self.calls
+                    .gate
                     .succeeded(&GateKeyRef::<D>::Verify(&node), OpKind::Verify);
                 warn!(node = ?node, %error, "verifying attachments failed; trying again next sync");
                 return Ok(());
             }
         };
-        self.gate
+        self.calls
+            .gate
             .succeeded(&GateKeyRef::<D>::Verify(&node), OpKind::Verify);
         // Each release this verify leaves undecided is looked at again, and plans another.
         self.schedule.mark_all(releases.iter().cloned());
@@ -1699,22 +1748,30 @@ impl<D: Domain> Reconciler<D> {
         let InFlight::List = self.take_op(id, OpKind::List)? else {
             unreachable!("kind checked by take_op");
         };
-        if let Some(recovery) = &mut self.recovery {
+        if let Some(recovery) = &mut self.listings.recovery {
             recovery.attachments = match listed {
                 Ok(list) => {
-                    self.gate.succeeded(&GateKeyRef::<D>::List, OpKind::List);
+                    self.calls
+                        .gate
+                        .succeeded(&GateKeyRef::<D>::List, OpKind::List);
                     Load::Loaded(list)
                 }
                 Err(error) => {
                     warn!(%error, "listing the backend's attachments for recovery failed; retrying");
-                    Load::Due(self.gate.failed(GateKey::List, OpKind::List, now))
+                    Load::Due(self.calls.gate.failed(GateKey::List, OpKind::List, now))
                 }
             };
             self.finish_recovery();
             return Ok(());
         }
-        self.gate.succeeded(&GateKeyRef::<D>::List, OpKind::List);
-        let changed = self.changed_while_listing.take().unwrap_or_default();
+        self.calls
+            .gate
+            .succeeded(&GateKeyRef::<D>::List, OpKind::List);
+        let changed = self
+            .listings
+            .changed_while_listing
+            .take()
+            .unwrap_or_default();
         let listed = match listed {
             Ok(listed) => listed,
             Err(error) => {
@@ -1765,14 +1822,14 @@ impl<D: Domain> Reconciler<D> {
             // Written to a node object deleted since: this one's list is still unknown, and
             // the next look reads it and writes it afresh.
             debug!(node = ?node, "a status write answered for a node object deleted since");
-            self.gate.succeeded(&key, OpKind::WriteStatus);
+            self.calls.gate.succeeded(&key, OpKind::WriteStatus);
             self.status.write_superseded(&node);
             self.status_settled(&node);
             return Ok(());
         }
         match result {
             Ok(WriteReceipt { revision, facts }) => {
-                self.gate.succeeded(&key, OpKind::WriteStatus);
+                self.calls.gate.succeeded(&key, OpKind::WriteStatus);
                 if let Some(facts) = facts {
                     // The detaches that waited for this write are judged on its facts, which
                     // serve only the next pass: their volumes are looked at there, even if
@@ -1792,25 +1849,31 @@ impl<D: Domain> Reconciler<D> {
                 }
                 // The list the store held before: given back for a later write to fill.
                 if let Some(replaced) = self.status.write_acked(&node, revision) {
-                    replaced.give_back(&mut self.list_spares);
+                    replaced.give_back(&mut self.scratch.list_spares);
                 }
             }
             Err(StoreError::NotFound { .. }) => {
-                self.gate.succeeded(&key, OpKind::WriteStatus);
+                self.calls.gate.succeeded(&key, OpKind::WriteStatus);
                 self.status.not_found(&node);
             }
             Err(StoreError::Conflict { .. }) => {
                 debug!(node = ?node, "status write conflicted; reading the node fresh");
                 if self.status.write_conflicted(&node) >= CONFLICTS_BEFORE_BACKOFF {
-                    let retry = self.gate.failed(key.to_owned(), OpKind::WriteStatus, now);
+                    let retry = self
+                        .calls
+                        .gate
+                        .failed(key.to_owned(), OpKind::WriteStatus, now);
                     self.schedule.wake_node_at(retry, node.clone());
                 } else {
-                    self.gate.succeeded(&key, OpKind::WriteStatus);
+                    self.calls.gate.succeeded(&key, OpKind::WriteStatus);
                 }
             }
             Err(error) => {
                 warn!(node = ?node, %error, "writing node status failed");
-                let retry = self.gate.failed(key.to_owned(), OpKind::WriteStatus, now);
+                let retry = self
+                    .calls
+                    .gate
+                    .failed(key.to_owned(), OpKind::WriteStatus, now);
                 self.schedule.wake_node_at(retry, node.clone());
                 self.status
                     .write_failed(&node, error.may_have_taken_effect());
@@ -1846,7 +1909,7 @@ impl<D: Domain> Reconciler<D> {
         };
         let key = GateKeyRef::<D>::Status(&node);
         if from_cache {
-            self.gate.succeeded(&key, OpKind::ReadStatus);
+            self.calls.gate.succeeded(&key, OpKind::ReadStatus);
             if let Ok(cached) = result {
                 // `report` is in volume order already.
                 let report = self.actual.report(&node);
@@ -1855,7 +1918,7 @@ impl<D: Domain> Reconciler<D> {
                     // The copy matches: upstream clears its "update needed" flag and writes
                     // nothing, whatever the store really holds (122413).
                     debug!(node = ?node, "C6: status write skipped on a cached copy");
-                    self.cache_consulted.remove(&node);
+                    self.status_turns.cache_consulted.remove(&node);
                     self.status
                         .read_owned(node.clone(), report.to_vec(), &cached.revision);
                 }
@@ -1867,7 +1930,7 @@ impl<D: Domain> Reconciler<D> {
             // Read across the deletion of the node object it was planned for: what it found
             // may be the old object's. It decides nothing.
             debug!(node = ?node, "a status read answered across its node object's deletion");
-            self.gate.succeeded(&key, OpKind::ReadStatus);
+            self.calls.gate.succeeded(&key, OpKind::ReadStatus);
             // As at the deletion: their volumes are looked at again, and their detaches ask
             // for a read of their own.
             for (volume, _) in checks {
@@ -1881,19 +1944,22 @@ impl<D: Domain> Reconciler<D> {
         }
         let status = match result {
             Ok(status) => {
-                self.gate.succeeded(&key, OpKind::ReadStatus);
+                self.calls.gate.succeeded(&key, OpKind::ReadStatus);
                 self.status
                     .read(node.clone(), &status.attached, &status.revision);
                 Some(status)
             }
             Err(StoreError::NotFound { .. }) => {
-                self.gate.succeeded(&key, OpKind::ReadStatus);
+                self.calls.gate.succeeded(&key, OpKind::ReadStatus);
                 self.status.not_found(&node);
                 None
             }
             Err(error) => {
                 warn!(node = ?node, %error, "reading node status failed");
-                let retry = self.gate.failed(key.to_owned(), OpKind::ReadStatus, now);
+                let retry = self
+                    .calls
+                    .gate
+                    .failed(key.to_owned(), OpKind::ReadStatus, now);
                 self.schedule.wake_node_at(retry, node.clone());
                 // The detaches keep waiting for the next read, planned when the retry is due.
                 for (volume, force) in checks {
@@ -2034,7 +2100,7 @@ impl<D: Domain> Reconciler<D> {
         if quiet {
             // Only when a burst of operations left room to give back (the trim's own rule,
             // applied to the table of running operations): a move one at a time leaves none.
-            if self.in_flight.has_room_to_give_back() {
+            if self.calls.in_flight.has_room_to_give_back() {
                 self.trim();
             }
         } else {
@@ -2055,19 +2121,21 @@ impl<D: Domain> Reconciler<D> {
         };
         let load = match result {
             Ok(list) => {
-                self.gate
+                self.calls
+                    .gate
                     .succeeded(&GateKeyRef::<D>::StoreList, OpKind::ListStatuses);
                 Load::Loaded(list)
             }
             Err(error) => {
                 warn!(%error, "listing node statuses for recovery failed; retrying");
                 Load::Due(
-                    self.gate
+                    self.calls
+                        .gate
                         .failed(GateKey::StoreList, OpKind::ListStatuses, now),
                 )
             }
         };
-        if let Some(recovery) = &mut self.recovery {
+        if let Some(recovery) = &mut self.listings.recovery {
             recovery.statuses = load;
         }
         self.finish_recovery();
@@ -2077,11 +2145,20 @@ impl<D: Domain> Reconciler<D> {
     /// Takes in both recovery listings once both are loaded: the store's first, so that what
     /// a node was told it has counts as Attached, then the backend's.
     fn finish_recovery(&mut self) {
-        let Some((statuses, attachments)) = self.recovery.as_mut().and_then(|r| r.take_loaded())
+        let Some((statuses, attachments)) = self
+            .listings
+            .recovery
+            .as_mut()
+            .and_then(|r| r.take_loaded())
         else {
             return;
         };
-        let removed = self.recovery.take().map(|r| r.removed).unwrap_or_default();
+        let removed = self
+            .listings
+            .recovery
+            .take()
+            .map(|r| r.removed)
+            .unwrap_or_default();
         info!(
             nodes = statuses.len(),
             attachments = attachments.len(),
@@ -2154,7 +2231,7 @@ impl<D: Domain> Reconciler<D> {
     /// When [`poll`](Self::poll) next has work, or `None` when nothing can happen until an input
     /// arrives. A driver sleeps until then.
     pub fn next_deadline(&self) -> Option<Duration> {
-        if let Some(recovery) = &self.recovery {
+        if let Some(recovery) = &self.listings.recovery {
             // Only the recovery listings, and their retries, until both are in.
             return recovery.wake_at();
         }
@@ -2172,8 +2249,8 @@ impl<D: Domain> Reconciler<D> {
             || {
                 earliest([
                     self.desired.next_pending_wake(),
-                    self.admission.wake(),
-                    self.machine.next_wake(),
+                    self.calls.admission.wake(),
+                    self.calls.machine.next_wake(),
                 ])
             },
             self.config.reconcile_period,
@@ -2184,7 +2261,8 @@ impl<D: Domain> Reconciler<D> {
     /// period: between two passes a poll plans just the slice ([`MIN_VERIFY_SLICE_GAP`]).
     /// Nothing to verify once nothing is attached (as the round's start).
     fn next_verify_slice(&self) -> Option<Duration> {
-        self.verify_round
+        self.listings
+            .verify_round
             .filter(|_| !self.actual.is_empty())
             .map(|round| round.next_at())
     }
@@ -2222,7 +2300,7 @@ impl<D: Domain> Reconciler<D> {
     /// ```
     pub fn poll_into(&mut self, now: Duration, ops: &mut Vec<Operation<D>>) {
         let due = |at: Option<Duration>| at.is_some_and(|at| at <= now);
-        if let Some(recovery) = &self.recovery {
+        if let Some(recovery) = &self.listings.recovery {
             if due(recovery.wake_at()) {
                 self.plan_recovery(now, ops);
             }
@@ -2236,8 +2314,8 @@ impl<D: Domain> Reconciler<D> {
             }
             return;
         }
-        self.passes_since_trim += 1;
-        if self.passes_since_trim >= TRIM_EVERY_PASSES {
+        self.scratch.passes_since_trim += 1;
+        if self.scratch.passes_since_trim >= TRIM_EVERY_PASSES {
             self.trim();
         }
         let managing = self.desired.node_count() > 0;
@@ -2252,11 +2330,12 @@ impl<D: Domain> Reconciler<D> {
         }
         self.warn_pending(now);
         if due.sync {
-            self.gate.forget_stale(now);
+            self.calls.gate.forget_stale(now);
             self.start_verify_round(now);
             self.report_stuck(now);
         }
         if self
+            .listings
             .verify_round
             .is_some_and(|round| round.next_at() <= now)
         {
@@ -2306,20 +2385,20 @@ impl<D: Domain> Reconciler<D> {
     /// timer heaps keep their peak capacity otherwise (at 150,000 attachments, a start-up burst
     /// of attaches left about 95 bytes per attachment behind).
     fn trim(&mut self) {
-        self.passes_since_trim = 0;
+        self.scratch.passes_since_trim = 0;
         self.schedule.trim();
         self.desired.trim();
         self.detaches.trim();
-        self.in_flight.trim();
-        trim_set(&mut self.read_last);
-        self.gate.trim();
-        self.capacity.trim();
-        self.admission.trim();
+        self.calls.in_flight.trim();
+        trim_set(&mut self.status_turns.read_last);
+        self.calls.gate.trim();
+        self.calls.capacity.trim();
+        self.calls.admission.trim();
     }
 
     fn next_op_id(&mut self) -> OpId {
-        self.next_id += 1;
-        OpId(self.next_id)
+        self.calls.next_id += 1;
+        OpId(self.calls.next_id)
     }
 
     /// Reconciles each of `volumes`, and empties the list. A long list (a restart's first pass,
@@ -2390,11 +2469,11 @@ impl<D: Domain> Reconciler<D> {
     fn reconcile_volume(&mut self, now: Duration, volume: &D::Volume, ops: &mut Vec<Operation<D>>) {
         // The two lists of nodes are the core's own, kept between calls: collected afresh on
         // each of the five calls a move makes, they cost about a twentieth of the move.
-        let mut lists = std::mem::take(&mut self.node_lists);
+        let mut lists = std::mem::take(&mut self.scratch.node_lists);
         self.reconcile_volume_with(now, volume, &mut lists, ops);
         lists.clear();
         // What took the lists' place during the look never had room.
-        let NodeLists { wanted, attached } = std::mem::replace(&mut self.node_lists, lists);
+        let NodeLists { wanted, attached } = std::mem::replace(&mut self.scratch.node_lists, lists);
         crate::core::tables::marks::drop_list(wanted);
         crate::core::tables::marks::drop_list(attached);
     }
@@ -2407,7 +2486,7 @@ impl<D: Domain> Reconciler<D> {
         ops: &mut Vec<Operation<D>>,
     ) {
         // What an operation already running on the volume changes is decided at its end.
-        self.in_flight.relook_when_done(volume);
+        self.calls.in_flight.relook_when_done(volume);
         // Both lists are filled last node first and taken from the end (below), so that each
         // node's copy can be handed on in order, to be kept where the decision keeps one (the
         // operation it plans, the wait it starts): a clone fewer for each.
@@ -2445,7 +2524,8 @@ impl<D: Domain> Reconciler<D> {
                 self.consider_detach(now, volume, node, spec, ops);
             }
         }
-        self.capacity
+        self.calls
+            .capacity
             .forget_unwanted(volume, |node| wanted.contains(node));
         if wanted.is_empty() {
             // Wanted nowhere: an entry its last detach kept for an attach that no longer
@@ -2457,12 +2537,12 @@ impl<D: Domain> Reconciler<D> {
         }
         if self.retiring.contains(volume)
             && self.actual.attachments(volume).is_empty()
-            && !self.in_flight.runs_on(volume)
+            && !self.calls.in_flight.runs_on(volume)
         {
             // Removed and no longer attached anywhere: forget it, backoff included.
             self.retiring.remove(volume);
             self.desired.forget_volume(volume);
-            self.gate.forget_where(|key| match key {
+            self.calls.gate.forget_where(|key| match key {
                 GateKey::Volume(v) | GateKey::Attachment(v, _) => v == volume,
                 GateKey::Status(_)
                 | GateKey::Verify(_)
@@ -2581,7 +2661,7 @@ impl<D: Domain> Reconciler<D> {
             force_allowed: self.config.force_detach_on_timeout || bugs.c3_force_detach_unfenced,
             deleted_node_is_fenced: self.config.deleted_node_is_fenced,
             machine_off: machine::held_detach(
-                &mut self.machine,
+                &mut self.calls.machine,
                 self.config.machine_fencing.as_ref(),
                 now,
                 (volume, node),
@@ -2620,7 +2700,12 @@ impl<D: Domain> Reconciler<D> {
             self.move_detach(volume, &node, DetachStage::Idle);
         }
         // A claim makes no backend call: backend load does not hold it back.
-        if spec.attach_required && !self.admission.admit(Class::Detach, volume, &node, now) {
+        if spec.attach_required
+            && !self
+                .calls
+                .admission
+                .admit(Class::Detach, volume, &node, now)
+        {
             // Queued: a pass admits it to its read when its turn comes.
             return;
         }
@@ -2655,7 +2740,7 @@ impl<D: Domain> Reconciler<D> {
         if self.detach_stage(volume, node) == DetachStage::AwaitingAck {
             self.move_detach(volume, node, DetachStage::Idle);
         }
-        if spec.attach_required && !self.admission.call_detach(volume, node, now) {
+        if spec.attach_required && !self.calls.admission.call_detach(volume, node, now) {
             // Its read began before an earlier episode of it ended: queued, it reads again.
             return;
         }
@@ -2695,16 +2780,16 @@ impl<D: Domain> Reconciler<D> {
         let Some(payload) = self.payload_for_call(volume, spec.at) else {
             // Not reached (see `payload_for_call`); handled as `reconcile_volume` handles a
             // volume with no spec, with the detach slot given back.
-            self.admission.give_back(Class::Detach);
+            self.calls.admission.give_back(Class::Detach);
             return self.report_blocked(volume, node, UNREGISTERED);
         };
         let key = gate_key_ref::<D>(spec.access, volume, node);
         self.take_key(&key);
         let id = self.next_op_id();
-        self.admission.started(Class::Detach, id, node, now);
+        self.calls.admission.started(Class::Detach, id, node, now);
         debug!(%id, volume = ?volume, node = ?node, ?force, "planning detach");
         self.move_detach(volume, node, DetachStage::Detaching);
-        self.in_flight.insert(
+        self.calls.in_flight.insert(
             id,
             InFlight::Detach {
                 volume: volume.clone(),
@@ -2739,6 +2824,7 @@ impl<D: Domain> Reconciler<D> {
         // The detach is wanted, whatever decides it: its wait counts from now at the latest.
         self.actual.request_detach(volume, node, now);
         match self
+            .calls
             .gate
             .may_start(&GateKeyRef::<D>::Verify(node), OpKind::Verify, now)
         {
@@ -2839,7 +2925,7 @@ impl<D: Domain> Reconciler<D> {
         };
         if facts.running {
             // Whatever waits on it (a report again, an attach here) is decided at its end.
-            self.in_flight.relook_when_done(volume);
+            self.calls.in_flight.relook_when_done(volume);
         }
         match decide_attach(&facts) {
             Attach::Attached { report_again } => {
@@ -2871,25 +2957,25 @@ impl<D: Domain> Reconciler<D> {
                         return self.wait_for_room(volume, node, reason);
                     }
                 }
-                if !self.admission.admit(Class::Attach, volume, node, now) {
+                if !self.calls.admission.admit(Class::Attach, volume, node, now) {
                     // Queued: a pass offers it capacity when its turn comes.
                     return;
                 }
                 let Some(payload) = self.payload_for_call(volume, spec.at) else {
                     // Not reached (see `payload_for_call`); the attach slot is given back.
-                    self.admission.give_back(Class::Attach);
+                    self.calls.admission.give_back(Class::Attach);
                     return;
                 };
                 if slot {
-                    self.capacity.attach_started(node);
+                    self.calls.capacity.attach_started(node);
                 } else {
                     self.actual.attach_planned(volume, node);
                 }
                 self.take_key(&key);
                 let id = self.next_op_id();
-                self.admission.started(Class::Attach, id, node, now);
+                self.calls.admission.started(Class::Attach, id, node, now);
                 debug!(%id, volume = ?volume, node = ?node, "planning attach");
-                self.in_flight.insert(
+                self.calls.in_flight.insert(
                     id,
                     InFlight::Attach {
                         volume: volume.clone(),
@@ -2918,7 +3004,7 @@ impl<D: Domain> Reconciler<D> {
             .count();
         u32::try_from(held)
             .unwrap_or(u32::MAX)
-            .saturating_add(self.capacity.attaching(node))
+            .saturating_add(self.calls.capacity.attaching(node))
     }
 
     /// Why an attach of a volume not yet on `node` must wait for room there, if it must: the
@@ -2926,8 +3012,9 @@ impl<D: Domain> Reconciler<D> {
     /// volume then wakes when the backoff ends).
     fn no_room(&mut self, now: Duration, volume: &D::Volume, node: &D::Node) -> Option<String> {
         // Only a node the backend said is full has a backoff to look at (no key built else).
-        let backoff = if self.capacity.said_full(node) {
-            self.gate
+        let backoff = if self.calls.capacity.said_full(node) {
+            self.calls
+                .gate
                 .may_start(&GateKeyRef::<D>::NodeCapacity(node), OpKind::Attach, now)
         } else {
             Ok(())
@@ -2960,7 +3047,7 @@ impl<D: Domain> Reconciler<D> {
             .find(|w| w.node == *node)
             .map(|w| w.workloads.to_vec())
             .unwrap_or_default();
-        if !self.capacity.wait(node, volume, &workloads) {
+        if !self.calls.capacity.wait(node, volume, &workloads) {
             return;
         }
         debug!(volume = ?volume, node = ?node, %reason, "attach waits for room on the node");
@@ -2976,10 +3063,10 @@ impl<D: Domain> Reconciler<D> {
     /// volumes waiting for room there (and still wanted there) look again.
     fn room_freed(&mut self, node: &D::Node) {
         let (desired, actual) = (&self.desired, &self.actual);
-        self.capacity.retain(node, |v| {
+        self.calls.capacity.retain(node, |v| {
             desired.is_desired(v, node) && actual.get(v, node).is_none()
         });
-        let waiting = self.capacity.waiting(node);
+        let waiting = self.calls.capacity.waiting(node);
         self.schedule.mark_all(waiting);
     }
 
@@ -3079,17 +3166,17 @@ impl<D: Domain> Reconciler<D> {
     /// started over but goes on from where it is, paced anew: started over, the nodes at its
     /// end could be skipped round after round for ever.
     fn start_verify_round(&mut self, now: Duration) {
-        if self.verify_round.is_none() || self.actual.verify_round_done() {
+        if self.listings.verify_round.is_none() || self.actual.verify_round_done() {
             self.actual.restart_verify_round();
         }
-        self.verify_round = Some(VerifyRound::paced(now, self.actual.len(), &self.config));
+        self.listings.verify_round = Some(VerifyRound::paced(now, self.actual.len(), &self.config));
     }
 
     /// Plans the verifies of the round's next slice: the next nodes it has not reached, whole,
     /// until they hold the slice's attachments, in node order (a round of one slice plans every
     /// node in order, as a round in one pass did).
     fn plan_verify_slice(&mut self, ops: &mut Vec<Operation<D>>) {
-        let Some(round) = self.verify_round else {
+        let Some(round) = self.listings.verify_round else {
             return;
         };
         let mut nodes = Vec::new();
@@ -3101,7 +3188,7 @@ impl<D: Domain> Reconciler<D> {
             taken += attached;
             nodes.push(node);
         }
-        self.verify_round = (!self.actual.verify_round_done()).then(|| VerifyRound {
+        self.listings.verify_round = (!self.actual.verify_round_done()).then(|| VerifyRound {
             slices_done: round.slices_done.saturating_add(1),
             ..round
         });
@@ -3114,7 +3201,7 @@ impl<D: Domain> Reconciler<D> {
     /// Plans a verify of every attachment of `node` the backend knows of, unless one runs.
     fn plan_verify(&mut self, node: D::Node, ops: &mut Vec<Operation<D>>) {
         let key = GateKeyRef::<D>::Verify(&node);
-        if self.gate.is_running(&key) {
+        if self.calls.gate.is_running(&key) {
             return;
         }
         // The node's own list holds each attachment's generation: no lookup of the attachment
@@ -3142,9 +3229,9 @@ impl<D: Domain> Reconciler<D> {
             return;
         }
         checked.sort_unstable();
-        self.gate.start(key.to_owned());
+        self.calls.gate.start(key.to_owned());
         let id = self.next_op_id();
-        self.in_flight.insert(
+        self.calls.in_flight.insert(
             id,
             InFlight::Verify {
                 node: node.clone(),
@@ -3157,7 +3244,7 @@ impl<D: Domain> Reconciler<D> {
 
     /// Plans the recovery listings that are due.
     fn plan_recovery(&mut self, now: Duration, ops: &mut Vec<Operation<D>>) {
-        let Some(recovery) = &mut self.recovery else {
+        let Some(recovery) = &mut self.listings.recovery else {
             return;
         };
         let statuses = recovery.statuses.is_due(now);
@@ -3169,34 +3256,34 @@ impl<D: Domain> Reconciler<D> {
             recovery.attachments = Load::Listing;
         }
         if statuses {
-            self.gate.start(GateKey::StoreList);
+            self.calls.gate.start(GateKey::StoreList);
             let id = self.next_op_id();
-            self.in_flight.insert(id, InFlight::ListStatuses);
+            self.calls.in_flight.insert(id, InFlight::ListStatuses);
             ops.push(Operation::ListStatuses { id });
         }
         if attachments {
-            self.gate.start(GateKey::List);
+            self.calls.gate.start(GateKey::List);
             let id = self.next_op_id();
-            self.in_flight.insert(id, InFlight::List);
+            self.calls.in_flight.insert(id, InFlight::List);
             ops.push(Operation::ListAttachments { id });
         }
     }
 
     fn plan_list(&mut self, ops: &mut Vec<Operation<D>>) {
-        if self.gate.is_running(&GateKey::List) {
+        if self.calls.gate.is_running(&GateKey::List) {
             return;
         }
-        self.gate.start(GateKey::List);
+        self.calls.gate.start(GateKey::List);
         let id = self.next_op_id();
-        self.in_flight.insert(id, InFlight::List);
-        self.changed_while_listing = Some(BTreeSet::new());
+        self.calls.in_flight.insert(id, InFlight::List);
+        self.listings.changed_while_listing = Some(BTreeSet::new());
         ops.push(Operation::ListAttachments { id });
     }
 
     /// An operation's result changed what is attached at (`volume`, `node`): a listing running
     /// now may have seen it before the change.
     fn changed(&mut self, volume: &D::Volume, node: &D::Node) {
-        if let Some(changed) = &mut self.changed_while_listing {
+        if let Some(changed) = &mut self.listings.changed_while_listing {
             changed.insert((volume.clone(), node.clone()));
         }
     }
@@ -3219,41 +3306,48 @@ impl<D: Domain> Reconciler<D> {
                 continue;
             }
             let key = GateKeyRef::<D>::Status(&node);
-            if self.gate.is_running(&key) {
+            if self.calls.gate.is_running(&key) {
                 continue;
             }
             // Compared borrowed: a node whose store already holds its report costs no copy.
             let generation = self.actual.report_generation(&node);
             let wants_write = present
-                && self.gate.may_start(&key, OpKind::WriteStatus, now).is_ok()
+                && self
+                    .calls
+                    .gate
+                    .may_start(&key, OpKind::WriteStatus, now)
+                    .is_ok()
                 && self.status.needs_write(&node, generation, |stored| {
                     self.actual.report_matches(&node, stored)
                 });
             // When detaches wait for a read and the report for a write, the two take turns,
             // so that neither starves the other on a busy node.
-            let read_turn = checks && (!wants_write || !self.read_last.contains(&node));
+            let read_turn =
+                checks && (!wants_write || !self.status_turns.read_last.contains(&node));
             let unknown_revision = wants_write && self.status.revision(&node).is_none();
             if read_turn || unknown_revision {
-                if let Err(Some(retry)) = self.gate.may_start(&key, OpKind::ReadStatus, now) {
+                if let Err(Some(retry)) = self.calls.gate.may_start(&key, OpKind::ReadStatus, now) {
                     self.schedule.wake_node_at(retry, node);
                     continue;
                 }
                 // A read also gives the revision to write against: one read serves both.
                 let checks = self.start_reading(&node);
-                self.read_last.insert(node.clone());
+                self.status_turns.read_last.insert(node.clone());
                 self.plan_read(node, checks, false, ops);
                 continue;
             }
-            self.read_last.remove(&node);
+            self.status_turns.read_last.remove(&node);
             if !wants_write {
                 continue;
             }
-            if self.bugs().c6_diff_against_stale_read && self.cache_consulted.insert(node.clone()) {
+            if self.bugs().c6_diff_against_stale_read
+                && self.status_turns.cache_consulted.insert(node.clone())
+            {
                 // C6, upstream's bug: diff against a cached copy of unknown age first.
                 self.plan_read(node, Vec::new(), true, ops);
                 continue;
             }
-            self.cache_consulted.remove(&node);
+            self.status_turns.cache_consulted.remove(&node);
             let Some(expected) = self.status.revision(&node).cloned() else {
                 continue;
             };
@@ -3261,11 +3355,11 @@ impl<D: Domain> Reconciler<D> {
             let own = self.status.take_spare(&node);
             let report = self
                 .actual
-                .report_with(&node, &mut self.list_spares, own, warm);
-            self.gate.start(key.to_owned());
+                .report_with(&node, &mut self.scratch.list_spares, own, warm);
+            self.calls.gate.start(key.to_owned());
             let id = self.next_op_id();
             let object = self.status.object(&node);
-            self.in_flight.insert(
+            self.calls.in_flight.insert(
                 id,
                 InFlight::WriteStatus {
                     node: node.clone(),
@@ -3307,12 +3401,13 @@ impl<D: Domain> Reconciler<D> {
         from_cache: bool,
         ops: &mut Vec<Operation<D>>,
     ) {
-        self.gate.start(GateKey::Status(node.clone()));
+        self.calls.gate.start(GateKey::Status(node.clone()));
         let id = self.next_op_id();
-        self.admission
+        self.calls
+            .admission
             .reading(&node, checks.iter().map(|(v, _)| v), id);
         let object = self.status.object(&node);
-        self.in_flight.insert(
+        self.calls.in_flight.insert(
             id,
             InFlight::ReadStatus {
                 node: node.clone(),

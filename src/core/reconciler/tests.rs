@@ -2017,7 +2017,7 @@ fn node_churn_leaves_no_status_record_or_backoff_behind() {
     }
     h.run_ok(secs(1));
     assert_eq!(h.core.status().len(), 0);
-    assert_eq!(h.core.gate.len(), 0);
+    assert_eq!(h.core.calls.gate.len(), 0);
 }
 
 /// A deleted node's blocked episode ends when the verify settles the attachment.
@@ -3351,14 +3351,14 @@ fn a_settled_burst_gives_back_the_room_of_its_operations() {
     let end = h.now + Duration::from_secs(5);
     while h.now < end {
         let ops = h.tick();
-        peak = peak.max(h.core.in_flight.capacity());
+        peak = peak.max(h.core.calls.in_flight.capacity());
         for op in ops {
             h.ok(op);
         }
     }
     assert!(peak >= 300, "the burst ran at once: room for {peak}");
     assert_eq!(h.stored("n299"), Some(vec!["v299"]), "settled");
-    let room = h.core.in_flight.capacity();
+    let room = h.core.calls.in_flight.capacity();
     assert!(
         room <= 64,
         "room for {room} running operations kept after the burst"

@@ -298,7 +298,7 @@ fn no_check_for_a_node_with_nothing_to_free_or_removed() {
     let check = h.run_until_taking(OpKind::CheckMachine);
     h.unnode("n1");
     h.ok(check);
-    assert_eq!(h.core.machine.len(), 0);
+    assert_eq!(h.core.calls.machine.len(), 0);
 }
 
 #[test]
