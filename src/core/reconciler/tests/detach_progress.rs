@@ -17,7 +17,7 @@ fn a_detach_walks_its_stages_on_the_record() {
     assert_eq!(progress(&h, "v1", "n1"), Some(DetachProgress::default()));
     h.unpod("p1");
     let mut seen = vec![DetachStage::Idle];
-    let mut note = |h: &H, seen: &mut Vec<DetachStage>| {
+    let note = |h: &H, seen: &mut Vec<DetachStage>| {
         let stage = progress(h, "v1", "n1").map_or(DetachStage::Idle, |p| p.stage);
         if seen.last() != Some(&stage) {
             seen.push(stage);

@@ -1,0 +1,248 @@
+//! An attach: the look that decides it, room on a node at its attach limit, and Multi-Attach
+//! warnings.
+
+use super::*;
+
+impl<D: Domain> Reconciler<D> {
+    /// Gathers what the core knows about an attach of (`volume`, `node`), decides it
+    /// ([`decide_attach`]) and applies the decision.
+    pub(super) fn consider_attach(
+        &mut self,
+        now: Duration,
+        volume: &D::Volume,
+        owned: D::Node,
+        spec: SpecFacts,
+        ops: &mut Vec<Operation<D>>,
+    ) {
+        let node = &owned;
+        let key = gate_key_ref::<D>(spec.access, volume, node);
+        let bugs = self.bugs();
+        let single_node = spec.access == Access::SingleNode;
+        // The volume's records, looked up once: this node's, and for a single-node volume not
+        // attached here yet, the others' (nothing below changes them before the decision).
+        let list = self.actual.attachments(volume);
+        let here = list
+            .iter()
+            .find(|a| a.node == *node)
+            .map(|a| (a.state, a.withheld, a.detach));
+        let attached_here = here.is_some_and(|(state, ..)| state == AttachState::Attached);
+        let elsewhere = if single_node && !attached_here {
+            list.iter()
+                .filter(|a| a.node != *node)
+                .map(|a| (a.node.clone(), a.state))
+                .collect()
+        } else {
+            SmallVec::new()
+        };
+        if let Some((.., progress)) = here {
+            // Needed again: a later detach starts a new unmount wait, and a new episode.
+            self.actual.cancel_detach_request(volume, node);
+            if progress != DetachProgress::default() {
+                self.forget_detach_checks(volume, node);
+                self.set_release(volume, node, Release::None);
+                self.forget_told(volume, node, Told::STUCK);
+                self.forget_told(volume, node, Told::BLOCKED);
+            }
+        }
+        let widened = self.runs_as_single_node(&key, volume);
+        let gate = if widened {
+            Err(None)
+        } else {
+            self.may_start(&key, OpKind::Attach, now)
+        };
+        let facts = AttachFacts {
+            here: here.map(|(state, ..)| state),
+            withheld: here.is_some_and(|(_, withheld, _)| withheld),
+            // The gate answers "wait" (no retry time) exactly when an operation on the key runs.
+            running: gate == Err(None),
+            gate,
+            single_node,
+            elsewhere,
+            lose_report: bugs.c1_lose_report_on_failed_detach,
+            ignore_uncertain: bugs.c2_ignore_uncertain_holder,
+        };
+        if facts.running {
+            // Whatever waits on it (a report again, an attach here) is decided at its end.
+            self.calls.in_flight.relook_when_done(volume);
+        }
+        match decide_attach(&facts) {
+            Attach::Attached { report_again } => {
+                if report_again {
+                    self.actual.set_withheld(volume, node, false);
+                }
+            }
+            Attach::Running => {}
+            Attach::RetryAt(retry) => self.schedule.wake_volume_at(retry, volume.clone()),
+            Attach::HeldBy(holders) => self.report_multi_attach(volume, node, holders),
+            Attach::Go if !spec.attach_required => {
+                // Claimed, not attached: no backend call. The grant is what an attach's
+                // success would be; the node lists the volume, and its agent may use it.
+                debug!(volume = ?volume, node = ?node, "granting a claim-only volume");
+                self.changed(volume, node);
+                self.actual.set_attached(volume, node, None);
+                self.events.push(Event::ClaimGranted {
+                    volume: volume.clone(),
+                    node: owned,
+                });
+            }
+            Attach::Go => {
+                // A volume with no record here takes room on the node; an Uncertain one
+                // already holds it.
+                let slot = here.is_none();
+                debug_assert!(spec.attach_required);
+                if slot {
+                    if let Some(reason) = self.no_room(now, volume, node) {
+                        return self.wait_for_room(volume, node, reason);
+                    }
+                }
+                if !self.calls.admission.admit(Class::Attach, volume, node, now) {
+                    // Queued: a pass offers it capacity when its turn comes.
+                    return;
+                }
+                let Some(payload) = self.payload_for_call(volume, spec.at) else {
+                    // Not reached (see `payload_for_call`); the attach slot is given back.
+                    self.calls.admission.give_back(Class::Attach);
+                    return;
+                };
+                if slot {
+                    self.calls.capacity.attach_started(node);
+                } else {
+                    self.actual.attach_planned(volume, node);
+                }
+                self.take_key(&key);
+                let id = self.next_op_id();
+                self.calls.admission.started(Class::Attach, id, node, now);
+                debug!(%id, volume = ?volume, node = ?node, "planning attach");
+                self.calls.in_flight.insert(
+                    id,
+                    InFlight::Attach {
+                        volume: volume.clone(),
+                        node: node.clone(),
+                        access: spec.access,
+                        slot,
+                    },
+                );
+                ops.push(Operation::Attach {
+                    id,
+                    volume: volume.clone(),
+                    node: owned,
+                    payload,
+                });
+            }
+        }
+    }
+
+    /// How many attachments `node` holds or is being given that count against its limit:
+    /// attached, maybe attached (Uncertain, a detach under way included) and attaching.
+    pub(super) fn occupied(&self, node: &D::Node) -> u32 {
+        let held = self
+            .actual
+            .volumes_on(node)
+            .filter(|v| self.desired.spec(v).is_none_or(|s| s.attach_required))
+            .count();
+        u32::try_from(held)
+            .unwrap_or(u32::MAX)
+            .saturating_add(self.calls.capacity.attaching(node))
+    }
+
+    /// Why an attach of a volume not yet on `node` must wait for room there, if it must: the
+    /// node is at its limit, or the backend said it is full and attaches to it back off (the
+    /// volume then wakes when the backoff ends).
+    pub(super) fn no_room(
+        &mut self,
+        now: Duration,
+        volume: &D::Volume,
+        node: &D::Node,
+    ) -> Option<String> {
+        // Only a node the backend said is full has a backoff to look at (no key built else).
+        let backoff = if self.calls.capacity.said_full(node) {
+            self.calls
+                .gate
+                .may_start(&GateKeyRef::<D>::NodeCapacity(node), OpKind::Attach, now)
+        } else {
+            Ok(())
+        };
+        if let Err(Some(retry)) = backoff {
+            self.schedule.wake_volume_at(retry, volume.clone());
+            return Some(
+                "the backend said the node can hold no more volumes; attaches to it back off"
+                    .to_string(),
+            );
+        }
+        let limit = self.actual.node(node).and_then(|n| n.attach_limit)?;
+        let held = self.occupied(node);
+        (held >= limit).then(|| {
+            format!(
+                "the node holds {held} volumes (attached, maybe attached or being attached) of \
+                 its limit of {limit}; the attach waits until one leaves"
+            )
+        })
+    }
+
+    /// `volume` waits for room on `node`: named in a [`Event::NodeFull`] once per wait (again when a workload joins it), and
+    /// looked at again when an attachment there ends, an attach to it fails, the node's limit
+    /// changes, or the node's backoff ends.
+    pub(super) fn wait_for_room(&mut self, volume: &D::Volume, node: &D::Node, reason: String) {
+        let workloads = self
+            .desired
+            .wanted_on(volume)
+            .iter()
+            .find(|w| w.node == *node)
+            .map(|w| w.workloads.to_vec())
+            .unwrap_or_default();
+        if !self.calls.capacity.wait(node, volume, &workloads) {
+            return;
+        }
+        debug!(volume = ?volume, node = ?node, %reason, "attach waits for room on the node");
+        self.events.push(Event::NodeFull {
+            node: node.clone(),
+            volume: volume.clone(),
+            workloads,
+            reason,
+        });
+    }
+
+    /// An attachment on `node` ended, or an attach to it failed, or its limit changed: the
+    /// volumes waiting for room there (and still wanted there) look again.
+    pub(super) fn room_freed(&mut self, node: &D::Node) {
+        let (desired, actual) = (&self.desired, &self.actual);
+        self.calls.capacity.retain(node, |v| {
+            desired.is_desired(v, node) && actual.get(v, node).is_none()
+        });
+        let waiting = self.calls.capacity.waiting(node);
+        self.schedule.mark_all(waiting);
+    }
+
+    pub(super) fn report_multi_attach(
+        &mut self,
+        volume: &D::Volume,
+        node: &D::Node,
+        holders: SmallVec<[D::Node; 1]>,
+    ) {
+        let wanted = self.desired.wanted_on(volume);
+        let Some(waiting) = wanted.iter().find(|w| w.node == *node) else {
+            return;
+        };
+        if waiting.multi_attach_reported {
+            return;
+        }
+        let holders = holders
+            .into_iter()
+            .map(|h| Holder {
+                workloads: wanted
+                    .iter()
+                    .find(|w| w.node == h)
+                    .map(|w| w.workloads.to_vec())
+                    .unwrap_or_default(),
+                node: h,
+            })
+            .collect();
+        self.events.push(Event::MultiAttach {
+            volume: volume.clone(),
+            node: node.clone(),
+            workloads: waiting.workloads.to_vec(),
+            holders,
+        });
+        self.desired.set_multi_attach_reported(volume, node, true);
+    }
+}
