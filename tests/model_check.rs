@@ -514,7 +514,13 @@ fn backend_error(may_have: bool) -> BackendError<u8> {
 fn apply(h: &mut Harness<T>, call: &Call) -> Vec<Operation<T>> {
     let fed = match call.clone() {
         Call::Handle(input) => h.handle(input),
-        Call::Poll(now) => return h.poll_at(now),
+        Call::Poll(now) => {
+            let ops = h.poll_at(now);
+            if let Err(e) = h.core.check_detach_indexes() {
+                panic!("after {call:?}: {e}");
+            }
+            return ops;
+        }
         Call::Finish(now, id, answer) => {
             h.now = now;
             h.finish(id, outcome(answer))
@@ -522,6 +528,11 @@ fn apply(h: &mut Harness<T>, call: &Call) -> Vec<Operation<T>> {
     };
     if let Err(e) = fed {
         panic!("the core refused {call:?}: {e}");
+    }
+    // The per-node indexes of detaches are derived from the records' states: every reachable
+    // state keeps them in agreement.
+    if let Err(e) = h.core.check_detach_indexes() {
+        panic!("after {call:?}: {e}");
     }
     Vec::new()
 }

@@ -66,8 +66,8 @@ pub use crate::core::outcome::Outcome;
 
 // Read-only views of the core's state.
 pub use crate::core::state::actual::{ActualState, AttachState, Attachment};
-pub use crate::core::state::progress::{DetachProgress, DetachStage, Release, Told};
 pub use crate::core::state::desired::{DesiredState, Missing, PendingWorkload};
+pub use crate::core::state::progress::{DetachProgress, DetachStage, Release, Told};
 pub use crate::core::state::status::StatusBook;
 
 // Backend load, queued under `Config::backend_load`.

@@ -12,7 +12,7 @@ use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
 use crate::core::rules::fresh_read::WrittenFacts;
-#[cfg(any(test, debug_assertions, feature = "internals"))]
+#[cfg(any(test, debug_assertions, feature = "internals", feature = "testkit"))]
 use crate::core::state::actual::ActualState;
 use crate::core::state::progress::{DetachStage, Release, Told};
 use crate::core::tables::trim::trim_map;
@@ -272,7 +272,7 @@ impl<D: Domain> DetachIndex<D> {
     /// Whether the indexes are exactly what the records' states derive: `Err` names the
     /// first disagreement. A scan of every record: for tests, debug builds of small worlds,
     /// the model check and the fuzzers.
-    #[cfg(any(test, debug_assertions, feature = "internals"))]
+    #[cfg(any(test, debug_assertions, feature = "internals", feature = "testkit"))]
     pub(crate) fn check(&self, actual: &ActualState<D>) -> Result<(), String> {
         let mut counts = [0usize; 6];
         for volume in actual.volumes_by_position() {

@@ -77,8 +77,7 @@ impl<D: Domain> Reconciler<D> {
     /// Whether the indexes of detaches are exactly what the records' states derive; `Err`
     /// names the first disagreement. Scans every record: for tests, the model check and the
     /// fuzzers (debug builds of small worlds also check it after every pass).
-    #[cfg(any(test, feature = "internals"))]
-    #[doc(hidden)]
+    #[cfg(any(test, feature = "internals", feature = "testkit"))]
     pub fn check_detach_indexes(&self) -> Result<(), String> {
         self.detaches.check(&self.actual)
     }
