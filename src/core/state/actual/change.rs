@@ -117,12 +117,8 @@ impl<D: Domain> ActualState<D> {
         node: &D::Node,
         keep_record: bool,
     ) -> Option<DetachProgress> {
-        let Some(VolumeAttachments { list, .. }) = self.volumes.get_mut(volume) else {
-            return None;
-        };
-        let Some(i) = list.iter().position(|a| a.node == *node) else {
-            return None;
-        };
+        let VolumeAttachments { list, .. } = self.volumes.get_mut(volume)?;
+        let i = list.iter().position(|a| a.node == *node)?;
         let gone = list.swap_remove(i);
         if list.is_empty() && !keep_record {
             self.volumes.remove(volume);

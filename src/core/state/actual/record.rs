@@ -57,7 +57,7 @@ impl<D: Domain> Attachment<D> {
     pub fn state(&self) -> AttachState {
         self.state
     }
-    /// How far its detach has come ([`DetachProgress`]).
+    /// How far its detach has come (`DetachProgress`).
     pub fn detach(&self) -> DetachProgress {
         self.detach
     }
