@@ -54,7 +54,7 @@ struct Import {
     segments: Vec<String>,
 }
 
-/// The module a file defines: `src/core/state/actual.rs` is `core::state::actual`,
+/// The module a file defines: `src/core/state/actual/mod.rs` is `core::state::actual`,
 /// `src/core/mod.rs` is `core`, `src/lib.rs` the root (empty).
 fn module_of(src: &Path, file: &Path) -> String {
     let rel = file.strip_prefix(src).unwrap();
