@@ -51,7 +51,7 @@ impl Sim {
                 #[cfg(test)]
                 let pass = w.agent_checked(&node);
                 #[cfg(all(fuzzing, not(test)))]
-                let pass = if super::agent_check::wanted() {
+                let pass = if crate::sim::agent_check::wanted() {
                     w.agent_checked(&node)
                 } else {
                     w.agent(&node)

@@ -92,7 +92,7 @@ impl EventRecorder<SimIds> for Recorder {
             w.now = self.epoch.elapsed();
             w.violation(format!(
                 "the simulated event recorder panicked: {}",
-                super::panics::message(payload.as_ref())
+                crate::sim::panics::message(payload.as_ref())
             ));
             drop(w);
             std::panic::resume_unwind(payload);
