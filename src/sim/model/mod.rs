@@ -3,8 +3,8 @@
 //! simulated truth. Shared by the proptest properties in `cargo test` and the `core_model`
 //! fuzz target, so both explore the same histories.
 //!
-//! Here: the small id space both checks draw from. Beside: [`state`] checks the state structures
-//! against a reference model, [`planner`] checks every plan against the [`truth`] of a simulated
+//! Here: the small id space both checks draw from. Beside: `state` checks the state structures
+//! against a reference model, `planner` checks every plan against the `truth` of a simulated
 //! world.
 
 mod planner;
