@@ -16,7 +16,7 @@ use crate::traits::{NodeStatus, Revision, StoreError};
 use crate::traits::NodeStatusStore;
 
 /// The facts one read shows, as a failure names them.
-pub(super) fn facts<D: Domain>(status: &NodeStatus<D>) -> String {
+fn facts<D: Domain>(status: &NodeStatus<D>) -> String {
     format!(
         "in_use {:?}, fenced {:?}, healthy {:?}",
         status.in_use, status.fenced, status.healthy

@@ -96,7 +96,7 @@ impl Sim {
         });
     }
 
-    pub(super) fn power(&self, node: &str, power: Power, change: NodeChange) {
+    fn power(&self, node: &str, power: Power, change: NodeChange) {
         let (facts, report) = {
             let mut w = self.world.lock();
             w.now = self.now();
