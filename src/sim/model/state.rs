@@ -69,7 +69,7 @@ impl RefModel {
         self.workloads.keys().filter(|w| !self.placed(**w)).count()
     }
 
-    pub(super) fn desired(&self, v: u8, n: u8) -> bool {
+    fn desired(&self, v: u8, n: u8) -> bool {
         !self.users(v, n).is_empty()
     }
 

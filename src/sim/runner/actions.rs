@@ -90,7 +90,7 @@ impl Sim {
         self.world.lock().faults.push(key, times.max(1), uncertain);
     }
 
-    pub(super) fn force_delete(&self, pod: &str) {
+    fn force_delete(&self, pod: &str) {
         self.deliver(Delivery::ForceDelete {
             pod: pod.to_string(),
         });
