@@ -10,7 +10,7 @@
 //!
 //! Nodes `0..nodes`, volume 0 single-node, volume 1 multi-node, and workloads with fixed volume
 //! needs (workloads 0 and 1 need volume 0, workload 2 volume 1). The environment is a simulated
-//! truth, after the `core_model` fuzz target's harness (`src/sim/model.rs`): the backend's real
+//! truth, after the `core_model` fuzz target's harness (`src/sim/model/`): the backend's real
 //! attachments, the store's per-node lists and revisions (compare-and-set), node agents that
 //! report in use what their workloads need *before* mounting and mount only what is attached
 //! and listed in their node's stored status, crashed agents that freeze, fenced nodes that are
