@@ -54,6 +54,7 @@ fn node_facts() -> NodeFacts<u32> {
         fenced: false,
         in_use: Some(Vec::new()),
         attach_limit: None,
+        driver_limits: Vec::new(),
     }
 }
 

@@ -342,6 +342,7 @@ fn node_facts<K: Naming>() -> NodeFacts<K::Volume> {
         fenced: false,
         in_use: Some(Vec::new()),
         attach_limit: None,
+        driver_limits: Vec::new(),
     }
 }
 

@@ -800,6 +800,7 @@ impl<B: AttachBackend<D>> BackendHarness<D> for MemoryBackendHarness<B> {
                 access,
                 payload: handle.clone(),
                 attach_required: true,
+                driver: None,
             },
         );
         Ok((volume, handle))

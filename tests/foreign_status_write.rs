@@ -30,6 +30,7 @@ impl Store {
             fenced: false,
             in_use: Some(self.in_use.clone()),
             attach_limit: None,
+            driver_limits: Vec::new(),
         };
         node_status(listed(self.attached.iter().copied()), &facts, self.revision)
     }
@@ -59,6 +60,7 @@ fn a_foreign_write_between_the_read_and_the_detach_stops_the_detach() {
             fenced: false,
             in_use: Some(vec![]),
             attach_limit: None,
+            driver_limits: Vec::new(),
         },
     })
     .unwrap();

@@ -52,6 +52,7 @@ fn facts() -> NodeFacts<Vol> {
         fenced: false,
         in_use: Some(Vec::new()),
         attach_limit: None,
+        driver_limits: Vec::new(),
     }
 }
 

@@ -625,6 +625,7 @@ impl NodeTruth {
             fenced: self.fenced,
             in_use: self.in_use.clone(),
             attach_limit: None,
+            driver_limits: Vec::new(),
         }
     }
 

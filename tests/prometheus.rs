@@ -98,6 +98,7 @@ async fn run() -> (ControllerHandle<D>, Registry) {
                 fenced: true,
                 in_use: Some(vec!["vol-3"]),
                 attach_limit: None,
+                driver_limits: Vec::new(),
             },
         )
         .await

@@ -1159,6 +1159,7 @@ async fn a_fenced_node_is_force_detached_and_counted() {
         fenced: true,
         in_use: Some(vec![V1]),
         attach_limit: None,
+        driver_limits: Vec::new(),
     };
     h.handle.node_updated(A, fenced).await.unwrap();
     sleep(secs(1)).await;
@@ -1904,6 +1905,7 @@ async fn a_lifted_fence_stops_a_forced_detach() {
         fenced: true,
         in_use: Some(vec![V1]),
         attach_limit: None,
+        driver_limits: Vec::new(),
     };
     h.handle.node_updated(A, stale_fence).await.unwrap();
     h.handle.workload_removed("w1").await.unwrap();

@@ -52,7 +52,7 @@ pub use crate::core::reconciler::{Reconciler, StuckDetach};
 pub use crate::core::state::desired::DesiredError;
 
 // In: the changes the orchestrator saw.
-pub use crate::core::calls::volume::{Access, VolumeSpec};
+pub use crate::core::calls::volume::{Access, DriverId, VolumeSpec};
 pub use crate::core::input::{Input, Kind, Rejection};
 pub use crate::core::state::actual::NodeFacts;
 

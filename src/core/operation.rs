@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::core::calls::reported_volumes::ReportedVolumes;
 use crate::core::calls::store::Revision;
-use crate::core::calls::volume::Access;
+use crate::core::calls::volume::{Access, DriverId};
 use crate::domain::Domain;
 
 /// Names one planned operation; its result is fed back under the same id.
@@ -229,6 +229,8 @@ pub(crate) enum InFlight<D: Domain> {
         access: Access,
         /// Counted in the node's attaches under way (its pair had no record when planned).
         slot: bool,
+        /// The driver whose attaches under way on the node it is counted in, with `slot`.
+        driver: Option<DriverId>,
     },
     Detach {
         volume: D::Volume,

@@ -520,6 +520,7 @@ impl AttachBackend<SimIds> for SimBackend {
                         access: w.volumes.get(v).copied().unwrap_or(Access::SingleNode),
                         payload: (),
                         attach_required: true,
+                        driver: None,
                     },
                 })
                 .collect())

@@ -306,6 +306,7 @@ impl<D: Domain> World<D> {
             fenced: self.fenced.contains(node),
             in_use: Some(self.in_use.get(node).cloned().unwrap_or_default()),
             attach_limit: None,
+            driver_limits: Vec::new(),
         }
     }
 }

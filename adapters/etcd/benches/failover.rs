@@ -245,6 +245,7 @@ async fn run(etcd: &etcd::Etcd, mode: Mode, scale: &Scale, tag: usize) -> Figure
                     fenced: false,
                     in_use: Some(mounted.clone()),
                     attach_limit: None,
+                    driver_limits: Vec::new(),
                 },
             )
             .node(
@@ -254,6 +255,7 @@ async fn run(etcd: &etcd::Etcd, mode: Mode, scale: &Scale, tag: usize) -> Figure
                     fenced: false,
                     in_use: Some(Vec::new()),
                     attach_limit: None,
+                    driver_limits: Vec::new(),
                 },
             );
     }
@@ -305,6 +307,7 @@ async fn run(etcd: &etcd::Etcd, mode: Mode, scale: &Scale, tag: usize) -> Figure
                 fenced: true,
                 in_use: Some(on(i).map(vol).collect()),
                 attach_limit: None,
+                driver_limits: Vec::new(),
             },
         });
     }

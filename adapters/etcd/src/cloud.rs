@@ -676,6 +676,7 @@ impl<D: EtcdDomain> AttachBackend<D> for SimulatedCloud<D> {
                             access: record.access.into(),
                             payload: record.payload.clone(),
                             attach_required: true,
+                            driver: None,
                         },
                     });
                 }

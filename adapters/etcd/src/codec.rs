@@ -125,6 +125,7 @@ pub(crate) fn decode_volume<P: DeserializeOwned>(
         },
         payload: v.payload,
         attach_required: true,
+        driver: None,
     })
 }
 

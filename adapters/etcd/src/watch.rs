@@ -157,6 +157,7 @@ impl<V: Clone> Facts<V> {
             fenced: self.fenced,
             in_use: self.in_use.clone(),
             attach_limit: None,
+            driver_limits: Vec::new(),
         }
     }
 }

@@ -40,6 +40,7 @@ impl BackendHarness<D> for Harness {
                     access,
                     payload: (),
                     attach_required: true,
+                    driver: None,
                 },
             )
             .await?;

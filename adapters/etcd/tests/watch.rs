@@ -33,6 +33,7 @@ fn facts(healthy: bool, fenced: bool, in_use: Option<&[&str]>) -> NodeFacts<Stri
         fenced,
         in_use: in_use.map(|list| list.iter().map(|v| s(v)).collect()),
         attach_limit: None,
+        driver_limits: Vec::new(),
     }
 }
 

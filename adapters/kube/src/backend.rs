@@ -705,6 +705,7 @@ fn attachment_of(
                 handle: csi.volume_handle,
             },
             attach_required: true,
+            driver: None,
         },
     })
 }

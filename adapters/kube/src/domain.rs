@@ -135,6 +135,7 @@ pub(crate) fn facts_of<'a>(
         fenced: taints.any(|key| key == OUT_OF_SERVICE_TAINT),
         in_use: ready.map(|_| in_use.map(<[String]>::to_vec).unwrap_or_default()),
         attach_limit: None,
+        driver_limits: Vec::new(),
     }
 }
 

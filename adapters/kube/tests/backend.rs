@@ -1327,6 +1327,7 @@ async fn list_joins_the_attachments_with_their_volumes() {
             access,
             payload: volume(n).1,
             attach_required: true,
+            driver: None,
         },
     };
     assert_eq!(
@@ -1477,6 +1478,7 @@ async fn list_adopts_the_attachments_of_migrated_and_inline_volumes() {
                     access: Access::SingleNode,
                     payload: CsiVolume::persistent("pv-ebs", DRIVER, "vol-1"),
                     attach_required: true,
+                    driver: None,
                 },
             },
             BackendAttachment {
@@ -1490,6 +1492,7 @@ async fn list_adopts_the_attachments_of_migrated_and_inline_volumes() {
                         handle: "vol-9".to_owned(),
                     },
                     attach_required: true,
+                    driver: None,
                 },
             },
         ])

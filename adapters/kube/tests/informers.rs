@@ -116,6 +116,7 @@ fn spec(pv: &str, access: Access) -> VolumeSpec<CsiVolume> {
         access,
         payload: CsiVolume::persistent(pv, DRIVER, format!("h-{pv}")),
         attach_required: true,
+        driver: None,
     }
 }
 
@@ -523,6 +524,7 @@ fn node_facts_follow_ready_taints_and_volumes_in_use() {
         fenced,
         in_use: in_use.map(|v| v.into_iter().map(str::to_owned).collect()),
         attach_limit: None,
+        driver_limits: Vec::new(),
     };
     let updated = |facts| {
         vec![Input::<Kube>::NodeUpdated {
@@ -752,6 +754,7 @@ fn synced_once_every_watcher_listed_and_the_snapshot_builds_the_world() {
                     fenced: false,
                     in_use: Some(vec![]),
                     attach_limit: None,
+                    driver_limits: Vec::new(),
                 }
             },
             scheduled("p", "n1", &[volume("pv-1")]),
@@ -845,6 +848,7 @@ fn a_node_that_gets_the_annotation_is_managed_from_then_on_with_its_pods() {
                     fenced: false,
                     in_use: Some(vec![]),
                     attach_limit: None,
+                    driver_limits: Vec::new(),
                 }
             },
             scheduled("p", "n1", &[volume("pv-1")]),
@@ -894,6 +898,7 @@ fn a_managed_node_that_loses_the_annotation_stays_managed_as_upstream_keeps_it()
                 fenced: false,
                 in_use: Some(vec![]),
                 attach_limit: None,
+                driver_limits: Vec::new(),
             }
         }]
     );
@@ -1071,6 +1076,7 @@ fn inline_ebs_spec() -> VolumeSpec<CsiVolume> {
             handle: "vol-1".into(),
         },
         attach_required: true,
+        driver: None,
     }
 }
 
@@ -1085,6 +1091,7 @@ fn an_in_tree_pv_is_set_under_its_csi_name_and_its_pods_need_it() {
                 access: Access::SingleNode,
                 payload: CsiVolume::persistent("pv-ebs", "ebs.csi.aws.com", "vol-1"),
                 attach_required: true,
+                driver: None,
             },
         }]
     );

@@ -36,6 +36,7 @@ async fn kill_a_and_move(h: &Harness) {
                 fenced: false,
                 in_use: Some(vec![V1]),
                 attach_limit: None,
+                driver_limits: Vec::new(),
             },
         })
         .await

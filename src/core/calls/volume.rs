@@ -9,6 +9,13 @@ pub enum Access {
     MultiNode,
 }
 
+/// The driver (Kubernetes: the CSI driver, a migrated in-tree volume's included) whose
+/// per-node limit a volume counts against ([`NodeFacts::driver_limits`](crate::core::NodeFacts::driver_limits)):
+/// a number the embedder hands out, one per driver name. Two bytes, so that a volume's spec
+/// stays small.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DriverId(pub u16);
+
 /// A volume's facts: its access mode, the payload the backend needs for it, and whether it
 /// needs the backend at all.
 #[derive(Clone, Debug, PartialEq)]
@@ -31,6 +38,11 @@ pub struct VolumeSpec<P> {
     /// [`Event::ClaimReleased`](crate::core::Event::ClaimReleased), never an attach or detach
     /// event: nothing was attached.
     pub attach_required: bool,
+    /// The driver whose per-node limit the volume counts against, if any: an attach that
+    /// would take a node past [`NodeFacts::driver_limits`](crate::core::NodeFacts::driver_limits)
+    /// for this driver waits, as for the node's own limit. `None` counts against the node's
+    /// limit only.
+    pub driver: Option<DriverId>,
 }
 
 impl<P> VolumeSpec<P> {
@@ -40,6 +52,7 @@ impl<P> VolumeSpec<P> {
             access: Access::SingleNode,
             payload,
             attach_required: true,
+            driver: None,
         }
     }
 
@@ -49,6 +62,7 @@ impl<P> VolumeSpec<P> {
             access: Access::MultiNode,
             payload,
             attach_required: true,
+            driver: None,
         }
     }
 
@@ -64,6 +78,19 @@ impl<P> VolumeSpec<P> {
     #[must_use]
     pub fn without_attach(mut self) -> Self {
         self.attach_required = false;
+        self
+    }
+
+    /// The same volume, counted against `driver`'s per-node limit.
+    ///
+    /// ```
+    /// use attach_detach::core::{DriverId, VolumeSpec};
+    /// let disk = VolumeSpec::single_node("vol-1").with_driver(DriverId(1));
+    /// assert_eq!(disk.driver, Some(DriverId(1)));
+    /// ```
+    #[must_use]
+    pub fn with_driver(mut self, driver: DriverId) -> Self {
+        self.driver = Some(driver);
         self
     }
 }

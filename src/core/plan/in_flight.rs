@@ -210,6 +210,7 @@ mod tests {
             node,
             access: Access::SingleNode,
             slot: false,
+            driver: None,
         }
     }
 

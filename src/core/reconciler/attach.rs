@@ -91,7 +91,7 @@ impl<D: Domain> Reconciler<D> {
                 let slot = here.is_none();
                 debug_assert!(spec.attach_required);
                 if slot {
-                    if let Some(reason) = self.no_room(now, volume, node) {
+                    if let Some(reason) = self.no_room(now, volume, node, spec.driver) {
                         return self.wait_for_room(volume, node, reason);
                     }
                 }
@@ -105,7 +105,7 @@ impl<D: Domain> Reconciler<D> {
                     return;
                 };
                 if slot {
-                    self.calls.capacity.attach_started(node);
+                    self.calls.capacity.attach_started(node, spec.driver);
                 } else {
                     self.actual.attach_planned(volume, node);
                 }
@@ -120,6 +120,7 @@ impl<D: Domain> Reconciler<D> {
                         node: node.clone(),
                         access: spec.access,
                         slot,
+                        driver: spec.driver.filter(|_| slot),
                     },
                 );
                 ops.push(Operation::Attach {
@@ -145,14 +146,32 @@ impl<D: Domain> Reconciler<D> {
             .saturating_add(self.calls.capacity.attaching(node))
     }
 
-    /// Why an attach of a volume not yet on `node` must wait for room there, if it must: the
-    /// node is at its limit, or the backend said it is full and attaches to it back off (the
-    /// volume then wakes when the backoff ends).
+    /// How many of `driver`'s volumes `node` holds or is being given, counted as
+    /// [`occupied`](Self::occupied) counts.
+    pub(super) fn occupied_by(&self, node: &D::Node, driver: DriverId) -> u32 {
+        let held = self
+            .actual
+            .volumes_on(node)
+            .filter(|v| {
+                self.desired
+                    .spec(v)
+                    .is_some_and(|s| s.attach_required && s.driver == Some(driver))
+            })
+            .count();
+        u32::try_from(held)
+            .unwrap_or(u32::MAX)
+            .saturating_add(self.calls.capacity.attaching_of(node, driver))
+    }
+
+    /// Why an attach of a volume (of `driver`'s) not yet on `node` must wait for room there,
+    /// if it must: the node is at its limit or at the driver's, or the backend said it is full
+    /// and attaches to it back off (the volume then wakes when the backoff ends).
     pub(super) fn no_room(
         &mut self,
         now: Duration,
         volume: &D::Volume,
         node: &D::Node,
+        driver: Option<DriverId>,
     ) -> Option<String> {
         // Only a node the backend said is full has a backoff to look at (no key built else).
         let backoff = if self.calls.capacity.said_full(node) {
@@ -169,12 +188,27 @@ impl<D: Domain> Reconciler<D> {
                     .to_string(),
             );
         }
-        let limit = self.actual.node(node).and_then(|n| n.attach_limit)?;
-        let held = self.occupied(node);
+        let facts = self.actual.node(node)?;
+        if let Some(limit) = facts.attach_limit {
+            let held = self.occupied(node);
+            if held >= limit {
+                return Some(format!(
+                    "the node holds {held} volumes (attached, maybe attached or being attached) \
+                     of its limit of {limit}; the attach waits until one leaves"
+                ));
+            }
+        }
+        let driver = driver?;
+        let limit = (facts.driver_limits.iter())
+            .find(|(d, _)| *d == driver)
+            .map(|(_, limit)| *limit)?;
+        let held = self.occupied_by(node, driver);
         (held >= limit).then(|| {
             format!(
-                "the node holds {held} volumes (attached, maybe attached or being attached) of \
-                 its limit of {limit}; the attach waits until one leaves"
+                "the node holds {held} volumes of driver {} (attached, maybe attached or being \
+                 attached) of its limit of {limit} for that driver; the attach waits until one \
+                 leaves",
+                driver.0
             )
         })
     }

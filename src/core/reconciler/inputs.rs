@@ -217,14 +217,16 @@ impl<D: Domain> Reconciler<D> {
         // A node the store said it lacks is shown again: write its status afresh (50721), even
         // if its workloads kept it in the core all along.
         let appeared = !self.actual.node_present(&node) || self.status.is_missing(&node);
-        let old_limit = self.actual.node(&node).and_then(|n| n.attach_limit);
+        let old_limits = self.actual.node(&node).map_or((None, Vec::new()), |n| {
+            (n.attach_limit, n.driver_limits.to_vec())
+        });
         if !facts.fenced && self.detaches.has_releases() {
             // A release was accepted for a fenced node only: unfenced, it is void.
             for volume in self.detaches.releases_on(&node).to_vec() {
                 self.set_release(&volume, &node, Release::None);
             }
         }
-        let new_limit = facts.attach_limit;
+        let new_limits = (facts.attach_limit, facts.driver_limits.clone());
         if facts.healthy || facts.fenced {
             // A machine check's run of answers starts over (fencing without a human).
             self.calls.machine.reset(&node);
@@ -252,7 +254,7 @@ impl<D: Domain> Reconciler<D> {
                 self.adopt_claim(volume, node.clone());
             }
         }
-        if old_limit != new_limit {
+        if old_limits != new_limits {
             // A raised (or lowered, or lifted) limit: the volumes waiting for room look again.
             self.room_freed(&node);
         }

@@ -33,7 +33,7 @@ use crate::core::calls::backend::{AttachInfo, BackendAttachment, BackendError};
 use crate::core::calls::reported_volumes::ReportedVolume;
 use crate::core::calls::reported_volumes::{ListSpares, ReportedVolumes};
 use crate::core::calls::store::{NodeStatus, Revision, StoreError, WriteReceipt};
-use crate::core::calls::volume::{Access, VolumeSpec};
+use crate::core::calls::volume::{Access, DriverId, VolumeSpec};
 use crate::core::event::{Event, Holder};
 use crate::core::input::{Input, Kind, ReconcilerError, Rejection, ReleaseRefusal, Relists};
 use crate::core::operation::{ForceReason, InFlight, OpId, OpKind, Operation};
@@ -232,6 +232,8 @@ struct Scratch<D: Domain> {
 struct SpecFacts {
     access: Access,
     attach_required: bool,
+    /// The driver whose per-node limit it counts against.
+    driver: Option<DriverId>,
     /// Where the volume's entry sits in the desired state: the payload of a call planned is
     /// read from there ([`DesiredState::spec_at`](crate::core::state::desired::DesiredState::spec_at)).
     at: usize,

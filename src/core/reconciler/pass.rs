@@ -287,6 +287,7 @@ impl<D: Domain> Reconciler<D> {
                 SpecFacts {
                     access: spec.access,
                     attach_required: spec.attach_required,
+                    driver: spec.driver,
                     at,
                 }
             })

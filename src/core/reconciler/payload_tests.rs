@@ -158,6 +158,7 @@ fn two_nodes_and(spec: VolumeSpec<Counted>) -> Run {
                 fenced: false,
                 in_use: Some(Vec::new()),
                 attach_limit: None,
+                driver_limits: Vec::new(),
             },
         });
     }
@@ -224,6 +225,7 @@ fn an_attach_waiting_for_room_copies_no_payload() {
             fenced: false,
             in_use: Some(Vec::new()),
             attach_limit: Some(1),
+            driver_limits: Vec::new(),
         },
     });
     let before = copies();

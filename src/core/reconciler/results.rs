@@ -70,6 +70,7 @@ impl<D: Domain> Reconciler<D> {
                 node,
                 access,
                 slot,
+                driver,
             },
             relook,
         ) = self.take_op_relook(id, OpKind::Attach)?
@@ -79,7 +80,7 @@ impl<D: Domain> Reconciler<D> {
         let succeeded = result.is_ok();
         self.changed(&volume, &node);
         if slot {
-            self.calls.capacity.attach_ended(&node);
+            self.calls.capacity.attach_ended(&node, driver);
         }
         self.calls.admission.finished(Class::Attach, id, succeeded);
         // The key the attach holds, from the access mode it was planned under.

@@ -71,6 +71,7 @@ fn facts(healthy: bool, fenced: bool, in_use: Option<&[&'static str]>) -> NodeFa
         fenced,
         in_use: in_use.map(<[_]>::to_vec),
         attach_limit: None,
+        driver_limits: Vec::new(),
     }
 }
 

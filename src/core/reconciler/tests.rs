@@ -22,6 +22,8 @@ mod claim_recovery_tests;
 
 mod detach_progress;
 
+mod driver_limits;
+
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
@@ -118,6 +120,7 @@ impl H {
             fenced,
             in_use: in_use.map(<[_]>::to_vec),
             attach_limit: None,
+            driver_limits: Vec::new(),
         };
         self.world
             .store

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 
+use crate::core::calls::volume::DriverId;
 use crate::core::tables::trim::trim_map;
 use crate::domain::Domain;
 
@@ -25,6 +26,8 @@ pub(crate) struct NodeCapacity<D: Domain> {
     /// when planned: the record appears only when they finish, so until then they are counted
     /// here. (An attach that retries an Uncertain pair is counted by its record.)
     attaching: FxHashMap<D::Node, u32>,
+    /// The same, per node and driver, for volumes counted against a driver's limit.
+    attaching_by_driver: FxHashMap<(D::Node, DriverId), u32>,
     /// Per node, the volumes whose attach waits for room there, each with the workloads the
     /// wait's `NodeFull` events named so far (sorted).
     waiting: FxHashMap<D::Node, Waits<D>>,
@@ -41,6 +44,7 @@ impl<D: Domain> Default for NodeCapacity<D> {
     fn default() -> Self {
         NodeCapacity {
             attaching: FxHashMap::default(),
+            attaching_by_driver: FxHashMap::default(),
             waiting: FxHashMap::default(),
             waiting_on: FxHashMap::default(),
             full: FxHashSet::default(),
@@ -49,19 +53,44 @@ impl<D: Domain> Default for NodeCapacity<D> {
 }
 
 impl<D: Domain> NodeCapacity<D> {
-    /// An attach to `node` of a volume with no record there was planned.
-    pub(crate) fn attach_started(&mut self, node: &D::Node) {
+    /// An attach to `node` of a volume with no record there was planned (of `driver`'s, if
+    /// the volume counts against a driver's limit).
+    pub(crate) fn attach_started(&mut self, node: &D::Node, driver: Option<DriverId>) {
         *self.attaching.entry(node.clone()).or_default() += 1;
+        if let Some(driver) = driver {
+            *(self.attaching_by_driver)
+                .entry((node.clone(), driver))
+                .or_default() += 1;
+        }
     }
 
     /// An attach counted by [`attach_started`](Self::attach_started) finished.
-    pub(crate) fn attach_ended(&mut self, node: &D::Node) {
+    pub(crate) fn attach_ended(&mut self, node: &D::Node, driver: Option<DriverId>) {
         if let Some(count) = self.attaching.get_mut(node) {
             *count = count.saturating_sub(1);
             if *count == 0 {
                 self.attaching.remove(node);
             }
         }
+        if let Some(driver) = driver {
+            let key = (node.clone(), driver);
+            if let Some(count) = self.attaching_by_driver.get_mut(&key) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    self.attaching_by_driver.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// Attaches to `node` of `driver`'s volumes planned that have no record yet.
+    pub(crate) fn attaching_of(&self, node: &D::Node, driver: DriverId) -> u32 {
+        if self.attaching_by_driver.is_empty() {
+            return 0;
+        }
+        (self.attaching_by_driver.get(&(node.clone(), driver)))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Attaches to `node` planned that have no record yet.
@@ -184,6 +213,7 @@ impl<D: Domain> NodeCapacity<D> {
     /// Gives back what a burst left allocated.
     pub(crate) fn trim(&mut self) {
         trim_map(&mut self.attaching);
+        trim_map(&mut self.attaching_by_driver);
         trim_map(&mut self.waiting);
         trim_map(&mut self.waiting_on);
     }
@@ -213,15 +243,19 @@ mod tests {
     #[test]
     fn counts_attaches_and_waits_per_node() {
         let mut c = NodeCapacity::<T>::default();
-        c.attach_started(&"n1");
-        c.attach_started(&"n1");
-        c.attach_started(&"n2");
+        let d = crate::core::DriverId(7);
+        c.attach_started(&"n1", Some(d));
+        c.attach_started(&"n1", None);
+        c.attach_started(&"n2", Some(d));
         assert_eq!(c.attaching(&"n1"), 2);
-        c.attach_ended(&"n1");
-        c.attach_ended(&"n1");
-        c.attach_ended(&"n1");
+        assert_eq!(c.attaching_of(&"n1", d), 1);
+        c.attach_ended(&"n1", Some(d));
+        c.attach_ended(&"n1", None);
+        c.attach_ended(&"n1", Some(d));
         assert_eq!(c.attaching(&"n1"), 0);
+        assert_eq!(c.attaching_of(&"n1", d), 0);
         assert_eq!(c.attaching(&"n2"), 1);
+        assert_eq!(c.attaching_of(&"n2", d), 1);
 
         assert!(c.wait(&"n1", &"v2", &["p2"]));
         assert!(c.wait(&"n1", &"v1", &["p1"]));

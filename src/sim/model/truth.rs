@@ -60,6 +60,7 @@ impl Truth {
                     fenced: self.fenced.contains(&n),
                     in_use: self.last_in_use.get(&n).cloned(),
                     attach_limit: None,
+                    driver_limits: Vec::new(),
                 };
                 update(core, n, facts);
                 continue;
@@ -94,6 +95,7 @@ impl Truth {
                 fenced: false,
                 in_use: Some(in_use),
                 attach_limit: None,
+                driver_limits: Vec::new(),
             };
             update(core, n, facts);
         }

@@ -134,5 +134,6 @@ pub(super) fn facts_of(node: &SimNode) -> NodeFacts<String> {
         fenced: node.power == Power::Fenced,
         in_use: Some(node.in_use.iter().cloned().collect()),
         attach_limit: node.attach_limit.filter(|l| l.reported).map(|l| l.limit),
+        driver_limits: Vec::new(),
     }
 }

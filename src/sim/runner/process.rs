@@ -112,6 +112,7 @@ impl Sim {
                     access: *access,
                     payload: (),
                     attach_required: !w.claim_only.contains(volume),
+                    driver: None,
                 },
             );
         }

@@ -386,6 +386,7 @@ fn translated(csi: &CsiSpec, source: AttachSource) -> Translated {
                 handle: csi.handle().to_owned(),
             },
             attach_required: true,
+            driver: None,
         },
         plugin: csi.plugin(),
     }

@@ -355,6 +355,7 @@ fn a_detach_a_fresh_read_holds_back_on_an_unhealthy_node_asks_about_its_machine(
             fenced: false,
             in_use: Some(vec![]),
             attach_limit: None,
+            driver_limits: Vec::new(),
         },
     });
     h.world.machines.insert("n1", MachineState::Off);

@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::ActualState;
 use super::sorted::Sparse;
 use super::standing::Standing;
+use crate::core::calls::volume::DriverId;
 use crate::core::tables::dense_table::{DenseTable, Keyed};
 use crate::core::tables::device_paths::NodeDevicePaths;
 use crate::domain::Domain;
@@ -18,7 +19,7 @@ use crate::domain::Domain;
 /// use attach_detach::core::NodeFacts;
 /// let fresh: NodeFacts<&str> = NodeFacts::default();   // healthy, not fenced, not heard from
 /// assert_eq!(fresh.in_use, None);
-/// let fenced = NodeFacts { healthy: false, fenced: true, in_use: Some(vec!["pvc-1"]), attach_limit: None };
+/// let fenced = NodeFacts { healthy: false, fenced: true, in_use: Some(vec!["pvc-1"]), ..NodeFacts::default() };
 /// # let _ = fenced;
 /// // A cloud VM that holds at most 16 data disks (Kubernetes: CSINode allocatable count).
 /// let capped: NodeFacts<&str> = NodeFacts { attach_limit: Some(16), ..NodeFacts::default() };
@@ -42,6 +43,11 @@ pub struct NodeFacts<V> {
     /// Volumes that need no backend call ([`VolumeSpec::attach_required`](crate::core::VolumeSpec)
     /// false) do not count.
     pub attach_limit: Option<u32>,
+    /// Per driver, how many of its volumes the node can hold at once (Kubernetes: each driver's
+    /// `allocatable.count` in the node's CSINode), for volumes whose
+    /// [`VolumeSpec::driver`](crate::core::VolumeSpec::driver) names it; counted as
+    /// `attach_limit` counts, and checked beside it. A driver not listed has no limit.
+    pub driver_limits: Vec<(DriverId, u32)>,
 }
 
 impl<V> Default for NodeFacts<V> {
@@ -51,6 +57,7 @@ impl<V> Default for NodeFacts<V> {
             fenced: false,
             in_use: None,
             attach_limit: None,
+            driver_limits: Vec::new(),
         }
     }
 }
@@ -68,6 +75,8 @@ pub(crate) struct ActualNode<D: Domain> {
     pub(crate) in_use: Option<Box<[D::Volume]>>,
     /// [`NodeFacts::attach_limit`].
     pub(crate) attach_limit: Option<u32>,
+    /// [`NodeFacts::driver_limits`]: empty (no allocation) for most nodes.
+    pub(crate) driver_limits: Box<[(DriverId, u32)]>,
     /// The volumes attached (or maybe attached) here, sorted, each with whether the node must
     /// report it and its generation: the node's report and its verify are read from here,
     /// without a lookup per volume. Exactly the volumes with a record on this node.
@@ -137,6 +146,7 @@ impl<D: Domain> ActualNode<D> {
             fenced: false,
             in_use: None,
             attach_limit: None,
+            driver_limits: Box::default(),
             attached: Vec::new(),
             devices: NodeDevicePaths::default(),
             detach_requested: Sparse::default(),
@@ -256,6 +266,7 @@ impl<D: Domain> ActualState<D> {
         n.fenced = facts.fenced;
         n.in_use = in_use;
         n.attach_limit = facts.attach_limit;
+        n.driver_limits = facts.driver_limits.into_boxed_slice();
         #[cfg(feature = "upstream-bugs")]
         for v in &affected {
             let was = old.as_ref().map(|l| l.binary_search(v).is_ok());

@@ -315,6 +315,7 @@ fn node_facts_report_only_affected_volumes() {
             fenced: true,
             in_use: Some(vec!["v1", "v2"]),
             attach_limit: None,
+            driver_limits: Vec::new(),
             healthy: false,
         },
     );
@@ -589,6 +590,7 @@ fn a_node_whose_report_changed_has_a_new_generation_and_the_ring_holds_attached_
                         fenced: false,
                         in_use: None,
                         attach_limit: None,
+                        driver_limits: Vec::new(),
                     },
                 );
             }
