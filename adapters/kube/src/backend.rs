@@ -25,7 +25,7 @@ use tokio::time::{Instant, timeout_at};
 use tracing::{debug, warn};
 
 use crate::attachments::{AttachmentCache, Known};
-use crate::domain::{AttachSource, CsiVolume, Kube, attachment_name, unique_name};
+use crate::domain::{AttachSource, CsiVolume, Kube, attachment_name, driver_id, unique_name};
 use crate::drivers::CsiDrivers;
 use crate::nodes::{ManagedNodes, controller_managed};
 use crate::translate::translate_persistent_volume;
@@ -694,6 +694,7 @@ fn attachment_of(
             csi.volume_handle
         ));
     }
+    let driver = Some(driver_id(&csi.driver));
     Ok(BackendAttachment {
         volume: unique_name(&csi.driver, &csi.volume_handle),
         node: node.clone(),
@@ -705,7 +706,7 @@ fn attachment_of(
                 handle: csi.volume_handle,
             },
             attach_required: true,
-            driver: None,
+            driver,
         },
     })
 }

@@ -1,7 +1,11 @@
 //! The Kubernetes vocabulary: nodes by name, volumes by their unique CSI name, pods by
 //! `namespace/name`, and the CSI facts a VolumeAttachment needs.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
 use attach_detach::Ids;
+use attach_detach::core::DriverId;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -111,6 +115,26 @@ pub fn attachment_name(handle: &str, driver: &str, node: &str) -> String {
         name.push_str(&format!("{byte:02x}"));
     }
     name
+}
+
+/// The core's number for the CSI driver `name`, the same for every caller in this process: a
+/// volume's [`VolumeSpec::driver`](attach_detach::core::VolumeSpec::driver) and a node's
+/// [`NodeFacts::driver_limits`](attach_detach::core::NodeFacts::driver_limits) (from its
+/// CSINode) meet on it. Numbers are handed out in the order names are first seen; past 65,535
+/// distinct drivers every further name shares the last number (its limits then count together,
+/// holding back more than needed, never less).
+pub fn driver_id(name: &str) -> DriverId {
+    static IDS: OnceLock<Mutex<HashMap<String, u16>>> = OnceLock::new();
+    let mut ids = IDS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(id) = ids.get(name) {
+        return DriverId(*id);
+    }
+    let next = u16::try_from(ids.len()).unwrap_or(u16::MAX);
+    ids.insert(name.to_owned(), next);
+    DriverId(next)
 }
 
 /// The taint that says a node is fenced: "out of service", put by an operator or a fencing

@@ -16,12 +16,12 @@ mod translate;
 
 pub use backend::{KubeBackendConfig, ManagedDrivers, VolumeAttachmentBackend};
 pub use domain::{
-    AttachSource, CsiVolume, Kube, OUT_OF_SERVICE_TAINT, attachment_name, pod_key,
+    AttachSource, CsiVolume, Kube, OUT_OF_SERVICE_TAINT, attachment_name, driver_id, pod_key,
     split_unique_name, unique_name,
 };
 pub use drivers::CsiDrivers;
 pub use events::{KubeEvent, KubeEventRecorder, REPORTING_CONTROLLER, kube_events, publish};
-pub use informers::{InformerState, Informers, ObjectIndex, PodRef, node_facts};
+pub use informers::{InformerState, Informers, ObjectIndex, PodRef, driver_limits, node_facts};
 pub use leader::{LeaderConfig, LeaderError, Term, lead};
 pub use nodes::{CONTROLLER_MANAGED_ANNOTATION, ManagedNodes, controller_managed};
 pub use ratelimit::{ClientRateLimit, REQUESTS_PER_CALL, RateLimited};

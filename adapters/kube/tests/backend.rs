@@ -19,7 +19,7 @@ use attach_detach::core::{Access, VolumeSpec};
 use attach_detach::traits::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 use attach_detach_kube::{
     AttachSource, CsiDrivers, CsiVolume, Kube, KubeBackendConfig, ManagedDrivers, ManagedNodes,
-    VolumeAttachmentBackend, attachment_name, unique_name,
+    VolumeAttachmentBackend, attachment_name, driver_id, unique_name,
 };
 use common::fake_va::{Attacher, FakeVa};
 use common::status_body as status_json;
@@ -1327,7 +1327,7 @@ async fn list_joins_the_attachments_with_their_volumes() {
             access,
             payload: volume(n).1,
             attach_required: true,
-            driver: None,
+            driver: Some(driver_id(DRIVER)),
         },
     };
     assert_eq!(
@@ -1478,7 +1478,7 @@ async fn list_adopts_the_attachments_of_migrated_and_inline_volumes() {
                     access: Access::SingleNode,
                     payload: CsiVolume::persistent("pv-ebs", DRIVER, "vol-1"),
                     attach_required: true,
-                    driver: None,
+                    driver: Some(driver_id(DRIVER)),
                 },
             },
             BackendAttachment {
@@ -1492,7 +1492,7 @@ async fn list_adopts_the_attachments_of_migrated_and_inline_volumes() {
                         handle: "vol-9".to_owned(),
                     },
                     attach_required: true,
-                    driver: None,
+                    driver: Some(driver_id(DRIVER)),
                 },
             },
         ])

@@ -2,7 +2,8 @@
 
 use attach_detach::core::{Access, Input, Kind, NodeFacts, VolumeSpec};
 use attach_detach_kube::{
-    AttachSource, CsiMigration, CsiVolume, InTreePlugin, InformerState, Kube, unique_name,
+    AttachSource, CsiMigration, CsiVolume, InTreePlugin, InformerState, Kube, driver_id,
+    unique_name,
 };
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, ContainerState, ContainerStateRunning, ContainerStateTerminated,
@@ -116,7 +117,7 @@ fn spec(pv: &str, access: Access) -> VolumeSpec<CsiVolume> {
         access,
         payload: CsiVolume::persistent(pv, DRIVER, format!("h-{pv}")),
         attach_required: true,
-        driver: None,
+        driver: Some(driver_id(DRIVER)),
     }
 }
 
@@ -1076,7 +1077,8 @@ fn inline_ebs_spec() -> VolumeSpec<CsiVolume> {
             handle: "vol-1".into(),
         },
         attach_required: true,
-        driver: None,
+        // A migrated volume counts against its CSI driver's limit, as kubelet counts it.
+        driver: Some(driver_id("ebs.csi.aws.com")),
     }
 }
 
@@ -1091,7 +1093,7 @@ fn an_in_tree_pv_is_set_under_its_csi_name_and_its_pods_need_it() {
                 access: Access::SingleNode,
                 payload: CsiVolume::persistent("pv-ebs", "ebs.csi.aws.com", "vol-1"),
                 attach_required: true,
-                driver: None,
+                driver: Some(driver_id("ebs.csi.aws.com")),
             },
         }]
     );
@@ -1528,5 +1530,88 @@ fn a_container_without_a_state_is_not_terminated() {
             status.container_statuses.as_mut().unwrap().push(waiting);
         }),
         vec![removed("p")]
+    );
+}
+
+/// The CSINode of `node` with each driver's `allocatable.count` (`None`: not set).
+fn csi_node_with_counts(node: &str, drivers: &[(&str, Option<i32>)]) -> CSINode {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": node},
+        "spec": {"drivers": drivers.iter().map(|(name, count)| {
+            let mut d = serde_json::json!({"name": name, "nodeID": node});
+            if let Some(count) = count {
+                d["allocatable"] = serde_json::json!({"count": count});
+            }
+            d
+        }).collect::<Vec<_>>()},
+    }))
+    .unwrap()
+}
+
+/// A node's facts as the core gets them with these per-driver limits.
+fn limited_facts(limits: &[(&str, u32)]) -> Input<Kube> {
+    Input::NodeUpdated {
+        node: "n1".into(),
+        facts: NodeFacts {
+            healthy: true,
+            fenced: false,
+            in_use: Some(Vec::new()),
+            attach_limit: None,
+            driver_limits: {
+                let mut l: Vec<_> = limits.iter().map(|(d, n)| (driver_id(d), *n)).collect();
+                l.sort();
+                l
+            },
+        },
+    }
+}
+
+#[test]
+fn a_csinodes_allocatable_counts_become_the_nodes_driver_limits() {
+    let mut s = InformerState::new();
+    // Known before the node: the limits go out with the node's first facts.
+    assert!(
+        s.csi_nodes(Event::Apply(csi_node_with_counts(
+            "n1",
+            &[("ebs.csi.aws.com", Some(25)), ("efs.csi.aws.com", None)],
+        )))
+        .is_empty()
+    );
+    assert_eq!(
+        s.nodes(Event::Apply(node("n1", Some("True"), &[], &[]))),
+        vec![limited_facts(&[("ebs.csi.aws.com", 25)])],
+        "a driver without a count has no limit"
+    );
+    // A changed count goes out at once; the same again sends nothing.
+    let changed = csi_node_with_counts("n1", &[("ebs.csi.aws.com", Some(16))]);
+    assert_eq!(
+        s.csi_nodes(Event::Apply(changed.clone())),
+        vec![limited_facts(&[("ebs.csi.aws.com", 16)])]
+    );
+    assert!(s.csi_nodes(Event::Apply(changed.clone())).is_empty());
+    // The node's own update keeps them.
+    assert_eq!(
+        s.nodes(Event::Apply(node("n1", Some("True"), &["x"], &[]))),
+        vec![Input::NodeUpdated {
+            node: "n1".into(),
+            facts: NodeFacts {
+                in_use: Some(vec!["x".into()]),
+                ..match limited_facts(&[("ebs.csi.aws.com", 16)]) {
+                    Input::NodeUpdated { facts, .. } => facts,
+                    _ => unreachable!(),
+                }
+            },
+        }]
+    );
+    // The CSINode deleted: no limit.
+    assert_eq!(
+        s.csi_nodes(Event::Delete(changed)),
+        vec![Input::NodeUpdated {
+            node: "n1".into(),
+            facts: NodeFacts {
+                in_use: Some(vec!["x".into()]),
+                ..NodeFacts::default()
+            },
+        }]
     );
 }

@@ -21,17 +21,17 @@ mod snapshot;
 mod volumes;
 mod watchers;
 pub use index::{ObjectIndex, PodRef};
-pub use nodes::node_facts;
+pub use nodes::{driver_limits, node_facts};
 pub use watchers::Informers;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Debug;
 
-use attach_detach::core::{NodeFacts, VolumeSpec};
+use attach_detach::core::{DriverId, NodeFacts, VolumeSpec};
 use kube::Resource;
 use tracing::debug;
 
-use crate::domain::{AttachSource, CsiVolume, pod_key};
+use crate::domain::{AttachSource, CsiVolume, driver_id, pod_key};
 use crate::drivers::CsiDrivers;
 use crate::nodes::ManagedNodes;
 use crate::translate::{CsiMigration, CsiSpec, InTreePlugin, MigratedNode};
@@ -274,6 +274,8 @@ pub struct InformerState {
     migration: CsiMigration,
     /// What each node's CSINode says of migration.
     csi_nodes: HashMap<String, MigratedNode>,
+    /// Each node's per-driver attach limits, from its CSINode (`allocatable.count`).
+    csi_limits: HashMap<String, Vec<(DriverId, u32)>>,
     /// Names seen by each watcher's relist in progress.
     relists: HashMap<Source, HashSet<String>>,
     /// Watchers that completed a listing at least once.
@@ -386,7 +388,9 @@ fn translated(csi: &CsiSpec, source: AttachSource) -> Translated {
                 handle: csi.handle().to_owned(),
             },
             attach_required: true,
-            driver: None,
+            // Counted against the driver's limit on a node (CSINode's allocatable count),
+            // a migrated in-tree volume under its CSI driver, as kubelet counts it.
+            driver: Some(driver_id(csi.driver())),
         },
         plugin: csi.plugin(),
     }

@@ -1,14 +1,14 @@
 //! Node and CSINode events: whether the core manages a node and its facts, and what a node's
 //! CSINode says of CSI migration.
 
-use attach_detach::core::{Input, Kind, NodeFacts};
+use attach_detach::core::{DriverId, Input, Kind, NodeFacts};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::runtime::watcher::Event;
 use tracing::warn;
 
 use super::{InformerState, NodeEntry, Source};
-use crate::domain::{Kube, facts_of};
+use crate::domain::{Kube, driver_id, facts_of};
 use crate::nodes::controller_managed;
 use crate::translate::MigratedNode;
 
@@ -70,7 +70,8 @@ impl InformerState {
             self.index.write().nodes.insert(name.clone(), uid.clone());
         }
         let annotated = controller_managed(&node.metadata);
-        let facts = node_facts(node);
+        let mut facts = node_facts(node);
+        facts.driver_limits = self.csi_limits.get(&name).cloned().unwrap_or_default();
         let previous = self.nodes.get(&name);
         let was_managed = previous.is_some_and(|entry| entry.managed);
         if was_managed && !annotated && previous.is_some_and(|entry| entry.annotated) {
@@ -127,6 +128,7 @@ impl InformerState {
                         self.csi_nodes.insert(name.clone(), migrated);
                         self.rederive_pods(self.pods_on(&name).into_iter().collect(), &mut out);
                     }
+                    self.set_driver_limits(&name, driver_limits(&csi_node), &mut out);
                 }
             }
             Event::Delete(csi_node) => {
@@ -148,7 +150,50 @@ impl InformerState {
         if self.csi_nodes.remove(name).is_some() {
             self.rederive_pods(self.pods_on(name).into_iter().collect(), out);
         }
+        self.set_driver_limits(name, Vec::new(), out);
     }
+
+    /// A node's CSINode says `limits`: a managed node's facts change with them, and the core
+    /// hears of it.
+    fn set_driver_limits(
+        &mut self,
+        name: &str,
+        limits: Vec<(DriverId, u32)>,
+        out: &mut Vec<Input<Kube>>,
+    ) {
+        let old = self.csi_limits.get(name).map_or(&[][..], Vec::as_slice);
+        if old == limits.as_slice() {
+            return;
+        }
+        if limits.is_empty() {
+            self.csi_limits.remove(name);
+        } else {
+            self.csi_limits.insert(name.to_owned(), limits.clone());
+        }
+        if let Some(entry) = self.nodes.get_mut(name) {
+            entry.facts.driver_limits = limits;
+            if entry.managed {
+                out.push(Input::NodeUpdated {
+                    node: name.to_owned(),
+                    facts: entry.facts.clone(),
+                });
+            }
+        }
+    }
+}
+
+/// The per-driver attach limits a CSINode publishes: each driver's `allocatable.count`, where
+/// set (a driver without one has no limit), sorted by the core's driver number.
+pub fn driver_limits(csi_node: &CSINode) -> Vec<(DriverId, u32)> {
+    let mut limits: Vec<(DriverId, u32)> = (csi_node.spec.drivers.iter())
+        .filter_map(|driver| {
+            let count = driver.allocatable.as_ref()?.count?;
+            Some((driver_id(&driver.name), u32::try_from(count).unwrap_or(0)))
+        })
+        .collect();
+    limits.sort();
+    limits.dedup_by_key(|(driver, _)| *driver);
+    limits
 }
 
 /// A node's facts (see [`InformerState`]).
