@@ -120,21 +120,22 @@ pub fn attachment_name(handle: &str, driver: &str, node: &str) -> String {
 /// The core's number for the CSI driver `name`, the same for every caller in this process: a
 /// volume's [`VolumeSpec::driver`](attach_detach::core::VolumeSpec::driver) and a node's
 /// [`NodeFacts::driver_limits`](attach_detach::core::NodeFacts::driver_limits) (from its
-/// CSINode) meet on it. Numbers are handed out in the order names are first seen; past 65,535
-/// distinct drivers every further name shares the last number (its limits then count together,
-/// holding back more than needed, never less).
+/// CSINode) meet on it. Numbers are handed out from 1 in the order names are first seen; past
+/// 255 distinct drivers (a cluster has a handful) every further name shares the last number:
+/// their limits then count together, holding back more than needed, never less.
 pub fn driver_id(name: &str) -> DriverId {
-    static IDS: OnceLock<Mutex<HashMap<String, u16>>> = OnceLock::new();
+    static IDS: OnceLock<Mutex<HashMap<String, DriverId>>> = OnceLock::new();
     let mut ids = IDS
         .get_or_init(Mutex::default)
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(id) = ids.get(name) {
-        return DriverId(*id);
+        return *id;
     }
-    let next = u16::try_from(ids.len()).unwrap_or(u16::MAX);
-    ids.insert(name.to_owned(), next);
-    DriverId(next)
+    let next = u8::try_from(ids.len() + 1).unwrap_or(u8::MAX);
+    let id = DriverId::new(next).unwrap_or(DriverId::MAX);
+    ids.insert(name.to_owned(), id);
+    id
 }
 
 /// The taint that says a node is fenced: "out of service", put by an operator or a fencing

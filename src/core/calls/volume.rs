@@ -1,5 +1,7 @@
 //! What the core must know about a volume: who may attach it at once, and the backend's payload.
 
+use std::num::NonZeroU8;
+
 /// How many nodes may have a volume attached at the same time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Access {
@@ -11,10 +13,29 @@ pub enum Access {
 
 /// The driver (Kubernetes: the CSI driver, a migrated in-tree volume's included) whose
 /// per-node limit a volume counts against ([`NodeFacts::driver_limits`](crate::core::NodeFacts::driver_limits)):
-/// a number the embedder hands out, one per driver name. Two bytes, so that a volume's spec
-/// stays small.
+/// a number from 1 to 255 the embedder hands out, one per driver name (a cluster has a handful
+/// of drivers). One byte, and `Option<DriverId>` too: a volume's spec sits in what was padding
+/// of its desired-state entry, which a million volumes would otherwise pay 8 bytes each for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DriverId(pub u16);
+pub struct DriverId(NonZeroU8);
+
+impl DriverId {
+    /// Driver number `n`; `None` for 0.
+    pub const fn new(n: u8) -> Option<Self> {
+        match NonZeroU8::new(n) {
+            Some(n) => Some(DriverId(n)),
+            None => None,
+        }
+    }
+
+    /// The last number.
+    pub const MAX: DriverId = DriverId(NonZeroU8::MAX);
+
+    /// The number.
+    pub const fn get(self) -> u8 {
+        self.0.get()
+    }
+}
 
 /// A volume's facts: its access mode, the payload the backend needs for it, and whether it
 /// needs the backend at all.
@@ -85,8 +106,9 @@ impl<P> VolumeSpec<P> {
     ///
     /// ```
     /// use attach_detach::core::{DriverId, VolumeSpec};
-    /// let disk = VolumeSpec::single_node("vol-1").with_driver(DriverId(1));
-    /// assert_eq!(disk.driver, Some(DriverId(1)));
+    /// let ebs = DriverId::new(1).unwrap();
+    /// let disk = VolumeSpec::single_node("vol-1").with_driver(ebs);
+    /// assert_eq!(disk.driver, Some(ebs));
     /// ```
     #[must_use]
     pub fn with_driver(mut self, driver: DriverId) -> Self {

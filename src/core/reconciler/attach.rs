@@ -208,7 +208,7 @@ impl<D: Domain> Reconciler<D> {
                 "the node holds {held} volumes of driver {} (attached, maybe attached or being \
                  attached) of its limit of {limit} for that driver; the attach waits until one \
                  leaves",
-                driver.0
+                driver.get()
             )
         })
     }

@@ -243,7 +243,7 @@ mod tests {
     #[test]
     fn counts_attaches_and_waits_per_node() {
         let mut c = NodeCapacity::<T>::default();
-        let d = crate::core::DriverId(7);
+        let d = DriverId::new(7).unwrap();
         c.attach_started(&"n1", Some(d));
         c.attach_started(&"n1", None);
         c.attach_started(&"n2", Some(d));

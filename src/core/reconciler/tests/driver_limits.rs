@@ -6,8 +6,8 @@
 use super::*;
 use crate::core::DriverId;
 
-const EBS: DriverId = DriverId(1);
-const EFS: DriverId = DriverId(2);
+const EBS: DriverId = DriverId::new(1).unwrap();
+const EFS: DriverId = DriverId::new(2).unwrap();
 
 impl H {
     /// A healthy node reporting nothing in use, with these per-driver limits.
