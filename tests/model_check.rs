@@ -140,7 +140,7 @@ use std::time::{Duration, Instant};
 use attach_detach::Ids;
 use attach_detach::config::{Config, UpstreamBugs};
 use attach_detach::core::{
-    AttachState, Input, NodeFacts, OpId, Operation, Outcome, Reconciler, VolumeSpec,
+    AttachState, Input, NodeFacts, OpId, Operation, Outcome, Reconciler, VolumeSpec, Wait,
 };
 use attach_detach::sim::{self, scenario};
 use attach_detach::testkit::{Harness, listed, node_status};
@@ -516,9 +516,7 @@ fn apply(h: &mut Harness<T>, call: &Call) -> Vec<Operation<T>> {
         Call::Handle(input) => h.handle(input),
         Call::Poll(now) => {
             let ops = h.poll_at(now);
-            if let Err(e) = h.core.check_detach_indexes() {
-                panic!("after {call:?}: {e}");
-            }
+            check_state(h, call);
             return ops;
         }
         Call::Finish(now, id, answer) => {
@@ -529,12 +527,28 @@ fn apply(h: &mut Harness<T>, call: &Call) -> Vec<Operation<T>> {
     if let Err(e) = fed {
         panic!("the core refused {call:?}: {e}");
     }
-    // The per-node indexes of detaches are derived from the records' states: every reachable
-    // state keeps them in agreement.
+    check_state(h, call);
+    Vec::new()
+}
+
+/// What every reachable state keeps: the per-node indexes of detaches agree with the records'
+/// states they are derived from, and every (volume, node) pair's wait is one the core can
+/// name (`Wait::Unknown` is for states that cannot be reached).
+fn check_state(h: &Harness<T>, call: &Call) {
     if let Err(e) = h.core.check_detach_indexes() {
         panic!("after {call:?}: {e}");
     }
-    Vec::new()
+    for volume in 0..=u8::MAX {
+        if !h.core.desired().is_registered(&volume)
+            && h.core.actual().attachments(&volume).is_empty()
+        {
+            continue;
+        }
+        let explained = h.core.explain_volume(&volume, h.now);
+        if let Some(pair) = explained.pairs.iter().find(|p| p.wait == Wait::Unknown) {
+            panic!("after {call:?}: no explanation for {pair}");
+        }
+    }
 }
 
 /// The outcome the core is handed for `answer`.

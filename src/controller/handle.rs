@@ -11,6 +11,7 @@ use super::metrics::{Metrics, MetricsSnapshot};
 use super::outcomes::{self, OperationFinished};
 use super::shutdown::ShutdownReport;
 use crate::core::calls::volume::VolumeSpec;
+use crate::core::explain::{VolumeExplanation, WorkloadExplanation};
 use crate::core::input::ReconcilerError;
 use crate::core::input::{Input, Rejection};
 use crate::core::state::actual::NodeFacts;
@@ -47,6 +48,9 @@ pub(crate) enum Command<D: Domain> {
     /// refused.
     Inputs(Vec<Input<D>>, oneshot::Sender<Vec<Rejection<D>>>),
     Shutdown(Duration, oneshot::Sender<ShutdownReport<D>>),
+    /// Why a volume, or a workload, waits: answered between two passes.
+    ExplainVolume(D::Volume, oneshot::Sender<VolumeExplanation<D>>),
+    ExplainWorkload(D::Workload, oneshot::Sender<WorkloadExplanation<D>>),
 }
 
 /// A cloneable handle onto a running [`Controller`](crate::controller::Controller): feeds it
@@ -236,6 +240,38 @@ impl<D: Domain> ControllerHandle<D> {
         let (reply, answer) = oneshot::channel();
         self.tx
             .send(Command::Shutdown(grace, reply))
+            .await
+            .map_err(|_| self.gone())?;
+        answer.await.map_err(|_| self.gone())
+    }
+
+    /// Why `volume` is where it is: for each node where it is wanted or attached, what it
+    /// waits for and what will end the wait
+    /// ([`Reconciler::explain_volume`](crate::core::Reconciler::explain_volume)); its times are
+    /// the core's (time since the controller started). Fails with
+    /// [`ControllerError::Stopped`] or [`ControllerError::Died`] once the controller is gone.
+    pub async fn explain_volume(
+        &self,
+        volume: D::Volume,
+    ) -> Result<VolumeExplanation<D>, ControllerError<D>> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Command::ExplainVolume(volume, reply))
+            .await
+            .map_err(|_| self.gone())?;
+        answer.await.map_err(|_| self.gone())
+    }
+
+    /// Why `workload` waits, if it does
+    /// ([`Reconciler::explain_workload`](crate::core::Reconciler::explain_workload)); fails as
+    /// [`explain_volume`](Self::explain_volume) does.
+    pub async fn explain_workload(
+        &self,
+        workload: D::Workload,
+    ) -> Result<WorkloadExplanation<D>, ControllerError<D>> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Command::ExplainWorkload(workload, reply))
             .await
             .map_err(|_| self.gone())?;
         answer.await.map_err(|_| self.gone())

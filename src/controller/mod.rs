@@ -486,6 +486,14 @@ impl<D: Domain> Driver<D> {
                             Some(Command::Shutdown(grace, reply)) => {
                                 return self.shutdown(grace, rx, vec![reply]).await;
                             }
+                            Some(Command::ExplainVolume(volume, reply)) => {
+                                let now = self.core_time(Instant::now());
+                                let _ = reply.send(self.core.explain_volume(&volume, now));
+                            }
+                            Some(Command::ExplainWorkload(workload, reply)) => {
+                                let now = self.core_time(Instant::now());
+                                let _ = reply.send(self.core.explain_workload(&workload, now));
+                            }
                             None => return self.shutdown(Duration::ZERO, rx, Vec::new()).await,
                         }
                         match rx.try_recv() {

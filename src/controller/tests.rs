@@ -318,6 +318,43 @@ async fn attach_transient_error_is_retried_after_backoff_and_reported_once() {
     h.finish().await;
 }
 
+/// The handle answers "why does it wait?" from the running core: the failed attach's backoff
+/// and error, then nothing once attached; and a typed error once the controller is gone.
+#[tokio::test(start_paused = true)]
+async fn the_handle_explains_a_workloads_wait_from_the_running_core() {
+    use crate::core::explain::{Wait, WaitKind};
+    let mut backend = backend();
+    backend
+        .expect_attach()
+        .times(1)
+        .returning(|_, _, _| Err(transient()));
+    accept_attaches(&mut backend, Instant::now());
+    let mut store = store(&[A, B]);
+    accept_writes(&mut store, Instant::now());
+    let h = Harness::new(backend, store);
+
+    sleep(ms(150)).await;
+    let explained = h.handle.explain_workload("w1").await.unwrap();
+    let waits: Vec<WaitKind> = explained.waits().map(|p| p.wait.kind()).collect();
+    assert_eq!(waits, vec![WaitKind::Backoff], "{explained}");
+    let text = explained.to_string();
+    assert!(
+        text.contains("waiting to retry a failed Attach") && text.contains("503"),
+        "{text}"
+    );
+    sleep(secs(2)).await;
+    let volume = h.handle.explain_volume(V1).await.unwrap();
+    assert_eq!(volume.pairs.len(), 1);
+    assert_eq!(volume.pairs[0].wait, Wait::Settled, "{volume}");
+    assert!(h.handle.explain_workload("w1").await.unwrap().is_settled());
+    let handle = h.handle.clone();
+    h.finish().await;
+    assert_eq!(
+        handle.explain_volume(V1).await.unwrap_err(),
+        ControllerError::Stopped
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn attach_uncertain_error_is_not_reported_until_an_attach_succeeds() {
     let epoch = Instant::now();

@@ -24,6 +24,7 @@
 //!   comes back, what goes in, and what a human is told.
 //! - `rules/`: the decisions, the fresh read, machine fencing, capacity, the gate, admission.
 //! - `plan/`: the schedule, the operations in flight, recovery.
+//! - `explain.rs`: the answers to "why does it wait?" ([`Wait`], [`VolumeExplanation`]).
 //! - `reconciler/`: the [`Reconciler`] itself, which ties them together.
 //!
 //! This file only re-exports: the public paths below are the core's whole API.
@@ -44,7 +45,15 @@ pub(crate) mod rules;
 
 pub(crate) mod plan;
 
+pub(crate) mod explain;
+
 pub(crate) mod reconciler;
+
+// Why a volume or a workload waits.
+pub use crate::core::explain::{
+    LastFailure, PENDING_ENDS, PairExplanation, Placement, VolumeExplanation, Wait, WaitKind,
+    WorkloadExplanation,
+};
 
 // The core, and its errors.
 pub use crate::core::input::{ReconcilerError, ReleaseRefusal};

@@ -18,6 +18,8 @@
 //! have its volume looked at again: before, every attach's success did, and in a move that
 //! look found nothing to do (a twentieth of the move's instructions).
 
+use std::time::Duration;
+
 use hashbrown::hash_map::EntryRef;
 use rustc_hash::FxBuildHasher;
 
@@ -31,7 +33,8 @@ use crate::domain::Domain;
 #[derive(Debug)]
 pub(crate) struct InFlightTable<D: Domain> {
     /// Laid out in id order: a pass's operations end in about the order it planned them.
-    ops: OpIdMap<OpId, InFlight<D>>,
+    /// Each with when it was planned, for [`explain`](crate::core::Reconciler::explain_volume).
+    ops: OpIdMap<OpId, (InFlight<D>, Duration)>,
     /// Only volumes with at least one running, or whose look waits for one that ended (see
     /// [`take`](InFlightTable::take)): an entry is dropped when neither holds. `hashbrown`'s
     /// own map: an operation's end finds the entry once, and drops it through what it found.
@@ -59,8 +62,8 @@ impl<D: Domain> Default for InFlightTable<D> {
 }
 
 impl<D: Domain> InFlightTable<D> {
-    /// Records `op`, planned under `id`.
-    pub(crate) fn insert(&mut self, id: OpId, op: InFlight<D>) {
+    /// Records `op`, planned under `id` at `now`.
+    pub(crate) fn insert(&mut self, id: OpId, op: InFlight<D>, now: Duration) {
         if let Some(volume) = op.volume() {
             let runs = match self.per_volume.entry_ref(volume) {
                 EntryRef::Occupied(entry) => entry.into_mut(),
@@ -75,7 +78,7 @@ impl<D: Domain> InFlightTable<D> {
                 runs.single_node = true;
             }
         }
-        if let Some(replaced) = self.ops.insert(id, op) {
+        if let Some((replaced, _)) = self.ops.insert(id, (op, now)) {
             // Ids are never reused; were one, the count must not keep the old operation.
             self.ended(&replaced, false);
         }
@@ -96,10 +99,10 @@ impl<D: Domain> InFlightTable<D> {
         id: OpId,
         kind: OpKind,
     ) -> Result<(InFlight<D>, bool), Option<OpKind>> {
-        let op = self.ops.remove(&id).ok_or(None)?;
+        let (op, planned) = self.ops.remove(&id).ok_or(None)?;
         if op.kind() != kind {
             let actual = op.kind();
-            self.ops.insert(id, op);
+            self.ops.insert(id, (op, planned));
             return Err(Some(actual));
         }
         let relook = self.ended(&op, true);
@@ -170,7 +173,12 @@ impl<D: Domain> InFlightTable<D> {
 
     /// Every running operation, in no set order.
     pub(crate) fn values(&self) -> impl Iterator<Item = &InFlight<D>> {
-        self.ops.values()
+        self.ops.values().map(|(op, _)| op)
+    }
+
+    /// Every running operation with when it was planned, in no set order.
+    pub(crate) fn planned(&self) -> impl Iterator<Item = (&InFlight<D>, Duration)> {
+        self.ops.values().map(|(op, at)| (op, *at))
     }
 
     /// Whether a burst left room that [`trim`](Self::trim) would give back.
@@ -217,20 +225,20 @@ mod tests {
     #[test]
     fn a_single_node_volume_is_held_while_its_attach_or_detach_runs_and_only_then() {
         let mut t = InFlightTable::<D>::default();
-        t.insert(OpId(1), detach("v", "a"));
+        t.insert(OpId(1), detach("v", "a"), Duration::ZERO);
         assert!(t.runs_on(&"v"));
         assert!(
             !t.holds_volume(&"v"),
             "a multi-node detach holds its attachment only"
         );
-        t.insert(OpId(2), attach_single("v", "b"));
+        t.insert(OpId(2), attach_single("v", "b"), Duration::ZERO);
         assert!(t.holds_volume(&"v"));
         assert!(!t.holds_volume(&"w"));
         assert!(t.take(OpId(2), OpKind::Attach).is_ok());
         assert!(!t.holds_volume(&"v"), "freed with the attach's end");
         assert!(t.runs_on(&"v"), "the detach still runs");
         // A result of the wrong kind leaves the operation running, and the key held.
-        t.insert(OpId(3), attach_single("v", "b"));
+        t.insert(OpId(3), attach_single("v", "b"), Duration::ZERO);
         assert_eq!(
             relook(t.take(OpId(3), OpKind::Detach)),
             Err(Some(OpKind::Attach))
@@ -241,22 +249,23 @@ mod tests {
         assert!(!t.holds_volume(&"v"));
         assert!(t.per_volume.is_empty(), "nothing left behind");
         // A reused id's replaced operation gives its key back.
-        t.insert(OpId(4), attach_single("w", "a"));
-        t.insert(OpId(4), detach("x", "a"));
+        t.insert(OpId(4), attach_single("w", "a"), Duration::ZERO);
+        t.insert(OpId(4), detach("x", "a"), Duration::ZERO);
         assert!(!t.holds_volume(&"w"));
     }
 
     #[test]
     fn a_volume_runs_while_any_of_its_attaches_or_detaches_does() {
         let mut t = InFlightTable::<D>::default();
-        t.insert(OpId(1), detach("v", "a"));
-        t.insert(OpId(2), detach("v", "b"));
+        t.insert(OpId(1), detach("v", "a"), Duration::ZERO);
+        t.insert(OpId(2), detach("v", "b"), Duration::ZERO);
         t.insert(
             OpId(3),
             InFlight::WriteStatus {
                 node: "a",
                 object: 1,
             },
+            Duration::ZERO,
         );
         assert!(t.runs_on(&"v"));
         assert!(!t.runs_on(&"w"));
@@ -271,13 +280,14 @@ mod tests {
         assert!(!t.runs_on(&"v"));
         assert_eq!(t.len(), 1);
         // A reused id replaces its operation, and the count with it.
-        t.insert(OpId(3), detach("w", "a"));
+        t.insert(OpId(3), detach("w", "a"), Duration::ZERO);
         t.insert(
             OpId(3),
             InFlight::WriteStatus {
                 node: "a",
                 object: 1,
             },
+            Duration::ZERO,
         );
         assert!(!t.runs_on(&"w"));
         assert_eq!(t.len(), 1);
@@ -289,7 +299,7 @@ mod tests {
         t.relook_when_done(&"v");
         assert!(t.per_volume.is_empty(), "nothing runs: nothing to wait for");
         for (id, node) in [(1, "a"), (2, "b"), (3, "c"), (4, "d")] {
-            t.insert(OpId(id), detach("v", node));
+            t.insert(OpId(id), detach("v", node), Duration::ZERO);
         }
         assert_eq!(
             relook(t.take(OpId(1), OpKind::Detach)),

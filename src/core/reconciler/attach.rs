@@ -3,6 +3,18 @@
 
 use super::*;
 
+/// Why a node has no room for one more volume.
+pub(super) enum NoRoom {
+    /// The backend said it is full; attaches to it back off until `until`.
+    BackendSaidFull { until: Duration },
+    /// It holds `held` volumes (of `driver`'s, if some) of its limit of `limit`.
+    Limit {
+        driver: Option<DriverId>,
+        held: u32,
+        limit: u32,
+    },
+}
+
 impl<D: Domain> Reconciler<D> {
     /// Gathers what the core knows about an attach of (`volume`, `node`), decides it
     /// ([`decide_attach`]) and applies the decision.
@@ -16,24 +28,8 @@ impl<D: Domain> Reconciler<D> {
     ) {
         let node = &owned;
         let key = gate_key_ref::<D>(spec.access, volume, node);
-        let bugs = self.bugs();
         let single_node = spec.access == Access::SingleNode;
-        // The volume's records, looked up once: this node's, and for a single-node volume not
-        // attached here yet, the others' (nothing below changes them before the decision).
-        let list = self.actual.attachments(volume);
-        let here = list
-            .iter()
-            .find(|a| a.node == *node)
-            .map(|a| (a.state, a.withheld, a.detach));
-        let attached_here = here.is_some_and(|(state, ..)| state == AttachState::Attached);
-        let elsewhere = if single_node && !attached_here {
-            list.iter()
-                .filter(|a| a.node != *node)
-                .map(|a| (a.node.clone(), a.state))
-                .collect()
-        } else {
-            SmallVec::new()
-        };
+        let (here, elsewhere) = self.attach_view(volume, node, single_node);
         if let Some((.., progress)) = here {
             // Needed again: a later detach starts a new unmount wait, and a new episode.
             self.actual.cancel_detach_request(volume, node);
@@ -44,23 +40,7 @@ impl<D: Domain> Reconciler<D> {
                 self.forget_told(volume, node, Told::BLOCKED);
             }
         }
-        let widened = self.runs_as_single_node(&key, volume);
-        let gate = if widened {
-            Err(None)
-        } else {
-            self.may_start(&key, OpKind::Attach, now)
-        };
-        let facts = AttachFacts {
-            here: here.map(|(state, ..)| state),
-            withheld: here.is_some_and(|(_, withheld, _)| withheld),
-            // The gate answers "wait" (no retry time) exactly when an operation on the key runs.
-            running: gate == Err(None),
-            gate,
-            single_node,
-            elsewhere,
-            lose_report: bugs.c1_lose_report_on_failed_detach,
-            ignore_uncertain: bugs.c2_ignore_uncertain_holder,
-        };
+        let facts = self.attach_facts(now, &key, volume, here, elsewhere, single_node);
         if facts.running {
             // Whatever waits on it (a report again, an attach here) is decided at its end.
             self.calls.in_flight.relook_when_done(volume);
@@ -122,6 +102,7 @@ impl<D: Domain> Reconciler<D> {
                         slot,
                         driver: spec.driver.filter(|_| slot),
                     },
+                    now,
                 );
                 ops.push(Operation::Attach {
                     id,
@@ -130,6 +111,66 @@ impl<D: Domain> Reconciler<D> {
                     payload,
                 });
             }
+        }
+    }
+
+    /// The records of `volume` an attach to `node` looks at, looked up once: this node's
+    /// (state, withheld, detach), and for a single-node volume not attached here yet, the
+    /// other nodes' with their states.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn attach_view(
+        &self,
+        volume: &D::Volume,
+        node: &D::Node,
+        single_node: bool,
+    ) -> (
+        Option<(AttachState, bool, DetachProgress)>,
+        SmallVec<[(D::Node, AttachState); 1]>,
+    ) {
+        let list = self.actual.attachments(volume);
+        let here = list
+            .iter()
+            .find(|a| a.node == *node)
+            .map(|a| (a.state, a.withheld, a.detach));
+        let attached_here = here.is_some_and(|(state, ..)| state == AttachState::Attached);
+        let elsewhere = if single_node && !attached_here {
+            list.iter()
+                .filter(|a| a.node != *node)
+                .map(|a| (a.node.clone(), a.state))
+                .collect()
+        } else {
+            SmallVec::new()
+        };
+        (here, elsewhere)
+    }
+
+    /// What [`decide_attach`] needs, from the records ([`attach_view`](Self::attach_view))
+    /// and the gate.
+    pub(super) fn attach_facts(
+        &self,
+        now: Duration,
+        key: &GateKeyRef<'_, D>,
+        volume: &D::Volume,
+        here: Option<(AttachState, bool, DetachProgress)>,
+        elsewhere: SmallVec<[(D::Node, AttachState); 1]>,
+        single_node: bool,
+    ) -> AttachFacts<D::Node> {
+        let bugs = self.bugs();
+        let gate = if self.runs_as_single_node(key, volume) {
+            Err(None)
+        } else {
+            self.may_start(key, OpKind::Attach, now)
+        };
+        AttachFacts {
+            here: here.map(|(state, ..)| state),
+            withheld: here.is_some_and(|(_, withheld, _)| withheld),
+            // The gate answers "wait" (no retry time) exactly when an operation on the key runs.
+            running: gate == Err(None),
+            gate,
+            single_node,
+            elsewhere,
+            lose_report: bugs.c1_lose_report_on_failed_detach,
+            ignore_uncertain: bugs.c2_ignore_uncertain_holder,
         }
     }
 
@@ -164,8 +205,8 @@ impl<D: Domain> Reconciler<D> {
     }
 
     /// Why an attach of a volume (of `driver`'s) not yet on `node` must wait for room there,
-    /// if it must: the node is at its limit or at the driver's, or the backend said it is full
-    /// and attaches to it back off (the volume then wakes when the backoff ends).
+    /// if it must (see [`room`](Self::room)); a node the backend said is full has the volume
+    /// woken when its backoff ends.
     pub(super) fn no_room(
         &mut self,
         now: Duration,
@@ -173,29 +214,61 @@ impl<D: Domain> Reconciler<D> {
         node: &D::Node,
         driver: Option<DriverId>,
     ) -> Option<String> {
-        // Only a node the backend said is full has a backoff to look at (no key built else).
-        let backoff = if self.calls.capacity.said_full(node) {
-            self.calls
-                .gate
-                .may_start(&GateKeyRef::<D>::NodeCapacity(node), OpKind::Attach, now)
-        } else {
-            Ok(())
-        };
-        if let Err(Some(retry)) = backoff {
-            self.schedule.wake_volume_at(retry, volume.clone());
-            return Some(
+        Some(match self.room(now, node, driver)? {
+            NoRoom::BackendSaidFull { until } => {
+                self.schedule.wake_volume_at(until, volume.clone());
                 "the backend said the node can hold no more volumes; attaches to it back off"
-                    .to_string(),
+                    .to_string()
+            }
+            NoRoom::Limit {
+                driver: None,
+                held,
+                limit,
+            } => format!(
+                "the node holds {held} volumes (attached, maybe attached or being attached) \
+                 of its limit of {limit}; the attach waits until one leaves"
+            ),
+            NoRoom::Limit {
+                driver: Some(driver),
+                held,
+                limit,
+            } => format!(
+                "the node holds {held} volumes of driver {} (attached, maybe attached or being \
+                 attached) of its limit of {limit} for that driver; the attach waits until one \
+                 leaves",
+                driver.get()
+            ),
+        })
+    }
+
+    /// Whether `node` has room for one more volume (of `driver`'s): not when the backend
+    /// said it is full and attaches to it back off, nor at the node's limit or the driver's.
+    pub(super) fn room(
+        &self,
+        now: Duration,
+        node: &D::Node,
+        driver: Option<DriverId>,
+    ) -> Option<NoRoom> {
+        // Only a node the backend said is full has a backoff to look at (no key built else).
+        if self.calls.capacity.said_full(node) {
+            let backoff = self.calls.gate.may_start(
+                &GateKeyRef::<D>::NodeCapacity(node),
+                OpKind::Attach,
+                now,
             );
+            if let Err(Some(until)) = backoff {
+                return Some(NoRoom::BackendSaidFull { until });
+            }
         }
         let facts = self.actual.node(node)?;
         if let Some(limit) = facts.attach_limit {
             let held = self.occupied(node);
             if held >= limit {
-                return Some(format!(
-                    "the node holds {held} volumes (attached, maybe attached or being attached) \
-                     of its limit of {limit}; the attach waits until one leaves"
-                ));
+                return Some(NoRoom::Limit {
+                    driver: None,
+                    held,
+                    limit,
+                });
             }
         }
         let driver = driver?;
@@ -203,13 +276,10 @@ impl<D: Domain> Reconciler<D> {
             .find(|(d, _)| *d == driver)
             .map(|(_, limit)| *limit)?;
         let held = self.occupied_by(node, driver);
-        (held >= limit).then(|| {
-            format!(
-                "the node holds {held} volumes of driver {} (attached, maybe attached or being \
-                 attached) of its limit of {limit} for that driver; the attach waits until one \
-                 leaves",
-                driver.get()
-            )
+        (held >= limit).then_some(NoRoom::Limit {
+            driver: Some(driver),
+            held,
+            limit,
         })
     }
 

@@ -150,21 +150,14 @@ impl<D: Domain> Reconciler<D> {
 
     /// What [`decide_detach`] needs of (`volume`, `node`), and whether the node reports the
     /// volume now; `None` without a record. Takes the record's clearance, which serves this
-    /// look only.
+    /// look only, starts the unmount wait's clock and wants a machine check where one helps.
     pub(super) fn detach_facts(
         &mut self,
         now: Duration,
         volume: &D::Volume,
         node: &D::Node,
     ) -> Option<(DetachFacts, bool)> {
-        let bugs = self.bugs();
-        let a = self.actual.get(volume, node)?;
-        let reported = a.is_reported();
-        let progress = a.detach;
-        #[cfg(feature = "upstream-bugs")]
-        let sticky_mount = bugs.c4_sticky_assumed_mount && a.assumed_mounted;
-        #[cfg(not(feature = "upstream-bugs"))]
-        let sticky_mount = false;
+        let progress = self.actual.get(volume, node)?.detach;
         let clearance = match progress.stage {
             DetachStage::Cleared { force } => {
                 let at = self.detaches.cleared_at(node).unwrap_or(now);
@@ -177,9 +170,38 @@ impl<D: Domain> Reconciler<D> {
             .actual
             .request_detach(volume, node, now)
             .saturating_add(self.config.max_wait_for_unmount);
+        let machine_off = machine::held_detach(
+            &mut self.calls.machine,
+            self.config.machine_fencing.as_ref(),
+            now,
+            (volume, node),
+            self.actual.node(node),
+            progress.told.has(Told::WAITING_FOR_UNMOUNT),
+        );
+        self.detach_facts_with(now, volume, node, clearance, unmount_deadline, machine_off)
+    }
+
+    /// [`detach_facts`](Self::detach_facts) given what that look takes or starts: the
+    /// clearance, the unmount wait's end and the machine's answer. An explanation reads them
+    /// without changing anything.
+    pub(super) fn detach_facts_with(
+        &self,
+        now: Duration,
+        volume: &D::Volume,
+        node: &D::Node,
+        clearance: Option<(Option<ForceReason>, Duration)>,
+        unmount_deadline: Duration,
+        machine_off: bool,
+    ) -> Option<(DetachFacts, bool)> {
+        let bugs = self.bugs();
+        let a = self.actual.get(volume, node)?;
+        let reported = a.is_reported();
+        #[cfg(feature = "upstream-bugs")]
+        let sticky_mount = bugs.c4_sticky_assumed_mount && a.assumed_mounted;
+        #[cfg(not(feature = "upstream-bugs"))]
+        let sticky_mount = false;
         let node_facts = self.actual.node(node);
         let present = node_facts.is_some_and(|n| n.present);
-        let held_back = progress.told.has(Told::WAITING_FOR_UNMOUNT);
         let facts = DetachFacts {
             now,
             unmount_deadline,
@@ -189,16 +211,9 @@ impl<D: Domain> Reconciler<D> {
             in_use: node_facts.and_then(|n| n.reports_in_use(volume)),
             force_allowed: self.config.force_detach_on_timeout || bugs.c3_force_detach_unfenced,
             deleted_node_is_fenced: self.config.deleted_node_is_fenced,
-            machine_off: machine::held_detach(
-                &mut self.calls.machine,
-                self.config.machine_fencing.as_ref(),
-                now,
-                (volume, node),
-                node_facts,
-                held_back,
-            ),
+            machine_off,
             machine_fencing: self.config.machine_fencing.is_some(),
-            held_back,
+            held_back: a.detach.told.has(Told::WAITING_FOR_UNMOUNT),
             sticky_mount,
             store_settled: bugs.c5_detach_before_status_ack || !present || {
                 let (missing, absent) = self.status.missing_and_absent(node, volume);
@@ -326,6 +341,7 @@ impl<D: Domain> Reconciler<D> {
                 access: spec.access,
                 force,
             },
+            now,
         );
         ops.push(Operation::Detach {
             id,
@@ -357,7 +373,7 @@ impl<D: Domain> Reconciler<D> {
             .gate
             .may_start(&GateKeyRef::<D>::Verify(node), OpKind::Verify, now)
         {
-            Ok(()) => self.plan_verify(node.clone(), ops),
+            Ok(()) => self.plan_verify(now, node.clone(), ops),
             Err(None) => {}
             Err(Some(retry)) => self.schedule.wake_volume_at(retry, volume.clone()),
         }

@@ -72,6 +72,7 @@ impl<D: Domain> Reconciler<D> {
                     node: node.clone(),
                     asked: now,
                 },
+                now,
             );
             ops.push(Operation::CheckMachine { id, node });
         }

@@ -13,6 +13,7 @@
 //! - `gate_key.rs`: one operation per key at a time;
 //! - `admission_pass.rs`: queued attaches and detaches under `Config::backend_load`;
 //! - `machine.rs`: fencing without a human (machine checks);
+//! - `explain.rs`: why a volume or a workload waits, read off the same rules;
 //! - tests: `tests.rs` with `tests/`, `payload_tests.rs`, `store_protocol_tests.rs`.
 //!
 //! The top floor of the core: may import anything in `core` below it, `crate::config` and
@@ -551,6 +552,7 @@ fn unseen<'a, T: Id>(all: impl Iterator<Item = &'a T>, seen: &FxHashSet<T>) -> V
 mod admission_pass;
 mod attach;
 mod detach;
+mod explain;
 mod gate_key;
 mod inputs;
 mod machine;

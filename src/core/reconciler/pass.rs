@@ -86,7 +86,7 @@ impl<D: Domain> Reconciler<D> {
             // Between two passes a verify slice may be due: it is planned alone, and the next
             // pass still comes a reconcile period after the last.
             if due(self.next_verify_slice()) {
-                self.plan_verify_slice(ops);
+                self.plan_verify_slice(now, ops);
             }
             return;
         }
@@ -115,10 +115,10 @@ impl<D: Domain> Reconciler<D> {
             .verify_round
             .is_some_and(|round| round.next_at() <= now)
         {
-            self.plan_verify_slice(ops);
+            self.plan_verify_slice(now, ops);
         }
         if due.resync {
-            self.plan_list(ops);
+            self.plan_list(now, ops);
         }
         let mut dirty = self.schedule.take_dirty(self.config.volumes_per_pass);
         // Queued attaches and detaches first, in their order, while capacity lasts.
@@ -356,7 +356,7 @@ impl<D: Domain> Reconciler<D> {
     /// Plans the verifies of the round's next slice: the next nodes it has not reached, whole,
     /// until they hold the slice's attachments, in node order (a round of one slice plans every
     /// node in order, as a round in one pass did).
-    pub(super) fn plan_verify_slice(&mut self, ops: &mut Vec<Operation<D>>) {
+    pub(super) fn plan_verify_slice(&mut self, now: Duration, ops: &mut Vec<Operation<D>>) {
         let Some(round) = self.listings.verify_round else {
             return;
         };
@@ -375,12 +375,17 @@ impl<D: Domain> Reconciler<D> {
         });
         nodes.sort();
         for node in nodes {
-            self.plan_verify(node, ops);
+            self.plan_verify(now, node, ops);
         }
     }
 
     /// Plans a verify of every attachment of `node` the backend knows of, unless one runs.
-    pub(super) fn plan_verify(&mut self, node: D::Node, ops: &mut Vec<Operation<D>>) {
+    pub(super) fn plan_verify(
+        &mut self,
+        now: Duration,
+        node: D::Node,
+        ops: &mut Vec<Operation<D>>,
+    ) {
         let key = GateKeyRef::<D>::Verify(&node);
         if self.calls.gate.is_running(&key) {
             return;
@@ -419,6 +424,7 @@ impl<D: Domain> Reconciler<D> {
                 epoch: self.actual.epoch_of(&node),
                 checked,
             },
+            now,
         );
         ops.push(Operation::Verify { id, node, volumes });
     }

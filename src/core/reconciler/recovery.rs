@@ -252,7 +252,11 @@ impl<D: Domain> Reconciler<D> {
                 }
                 Err(error) => {
                     warn!(%error, "listing the backend's attachments for recovery failed; retrying");
-                    Load::Due(self.calls.gate.failed(GateKey::List, OpKind::List, now))
+                    Load::Due(
+                        self.calls
+                            .gate
+                            .failed(GateKey::List, OpKind::List, now, &error),
+                    )
                 }
             };
             self.finish_recovery();
@@ -310,11 +314,12 @@ impl<D: Domain> Reconciler<D> {
             }
             Err(error) => {
                 warn!(%error, "listing node statuses for recovery failed; retrying");
-                Load::Due(
-                    self.calls
-                        .gate
-                        .failed(GateKey::StoreList, OpKind::ListStatuses, now),
-                )
+                Load::Due(self.calls.gate.failed(
+                    GateKey::StoreList,
+                    OpKind::ListStatuses,
+                    now,
+                    &error,
+                ))
             }
         };
         if let Some(recovery) = &mut self.listings.recovery {
@@ -424,24 +429,24 @@ impl<D: Domain> Reconciler<D> {
         if statuses {
             self.calls.gate.start(GateKey::StoreList);
             let id = self.next_op_id();
-            self.calls.in_flight.insert(id, InFlight::ListStatuses);
+            self.calls.in_flight.insert(id, InFlight::ListStatuses, now);
             ops.push(Operation::ListStatuses { id });
         }
         if attachments {
             self.calls.gate.start(GateKey::List);
             let id = self.next_op_id();
-            self.calls.in_flight.insert(id, InFlight::List);
+            self.calls.in_flight.insert(id, InFlight::List, now);
             ops.push(Operation::ListAttachments { id });
         }
     }
 
-    pub(super) fn plan_list(&mut self, ops: &mut Vec<Operation<D>>) {
+    pub(super) fn plan_list(&mut self, now: Duration, ops: &mut Vec<Operation<D>>) {
         if self.calls.gate.is_running(&GateKey::List) {
             return;
         }
         self.calls.gate.start(GateKey::List);
         let id = self.next_op_id();
-        self.calls.in_flight.insert(id, InFlight::List);
+        self.calls.in_flight.insert(id, InFlight::List, now);
         self.listings.changed_while_listing = Some(BTreeSet::new());
         ops.push(Operation::ListAttachments { id });
     }

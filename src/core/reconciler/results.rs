@@ -114,6 +114,7 @@ impl<D: Domain> Reconciler<D> {
                     GateKey::NodeCapacity(node.clone()),
                     OpKind::Attach,
                     now,
+                    &message,
                 );
                 self.schedule.wake_volume_at(retry, volume.clone());
                 self.wait_for_room(
@@ -126,7 +127,10 @@ impl<D: Domain> Reconciler<D> {
                 );
             }
             Err(error) => {
-                let retry = self.calls.gate.failed(key.to_owned(), OpKind::Attach, now);
+                let retry = self
+                    .calls
+                    .gate
+                    .failed(key.to_owned(), OpKind::Attach, now, &error);
                 self.schedule.wake_volume_at(retry, volume.clone());
                 if slot && !error.may_have_taken_effect() {
                     // Nothing was attached: the room it held is free again.
@@ -195,7 +199,10 @@ impl<D: Domain> Reconciler<D> {
             }
             Err(error) => {
                 self.move_detach(&volume, &node, DetachStage::Idle);
-                let retry = self.calls.gate.failed(key.to_owned(), OpKind::Detach, now);
+                let retry = self
+                    .calls
+                    .gate
+                    .failed(key.to_owned(), OpKind::Detach, now, &error);
                 self.schedule.wake_volume_at(retry, volume.clone());
                 if error.may_have_taken_effect() {
                     self.actual.set_uncertain(&volume, &node);
@@ -257,10 +264,12 @@ impl<D: Domain> Reconciler<D> {
             Ok(attached) => attached,
             Err(error) if !releases.is_empty() => {
                 warn!(node = ?node, %error, "verifying attachments failed; a release waits for a verify, trying again after a backoff");
-                let retry =
-                    self.calls
-                        .gate
-                        .failed(GateKey::Verify(node.clone()), OpKind::Verify, now);
+                let retry = self.calls.gate.failed(
+                    GateKey::Verify(node.clone()),
+                    OpKind::Verify,
+                    now,
+                    &error,
+                );
                 for volume in releases {
                     self.schedule.wake_volume_at(retry, volume);
                 }

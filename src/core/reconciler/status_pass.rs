@@ -68,10 +68,12 @@ impl<D: Domain> Reconciler<D> {
             Err(StoreError::Conflict { .. }) => {
                 debug!(node = ?node, "status write conflicted; reading the node fresh");
                 if self.status.write_conflicted(&node) >= CONFLICTS_BEFORE_BACKOFF {
-                    let retry = self
-                        .calls
-                        .gate
-                        .failed(key.to_owned(), OpKind::WriteStatus, now);
+                    let retry = self.calls.gate.failed(
+                        key.to_owned(),
+                        OpKind::WriteStatus,
+                        now,
+                        &"the write conflicted three times in a row",
+                    );
                     self.schedule.wake_node_at(retry, node.clone());
                 } else {
                     self.calls.gate.succeeded(&key, OpKind::WriteStatus);
@@ -79,10 +81,10 @@ impl<D: Domain> Reconciler<D> {
             }
             Err(error) => {
                 warn!(node = ?node, %error, "writing node status failed");
-                let retry = self
-                    .calls
-                    .gate
-                    .failed(key.to_owned(), OpKind::WriteStatus, now);
+                let retry =
+                    self.calls
+                        .gate
+                        .failed(key.to_owned(), OpKind::WriteStatus, now, &error);
                 self.schedule.wake_node_at(retry, node.clone());
                 self.status
                     .write_failed(&node, error.may_have_taken_effect());
@@ -168,7 +170,7 @@ impl<D: Domain> Reconciler<D> {
                 let retry = self
                     .calls
                     .gate
-                    .failed(key.to_owned(), OpKind::ReadStatus, now);
+                    .failed(key.to_owned(), OpKind::ReadStatus, now, &error);
                 self.schedule.wake_node_at(retry, node.clone());
                 // The detaches keep waiting for the next read, planned when the retry is due.
                 for (volume, force) in checks {
@@ -368,7 +370,7 @@ impl<D: Domain> Reconciler<D> {
                 // A read also gives the revision to write against: one read serves both.
                 let checks = self.start_reading(&node);
                 self.status_turns.read_last.insert(node.clone());
-                self.plan_read(node, checks, false, ops);
+                self.plan_read(now, node, checks, false, ops);
                 continue;
             }
             self.status_turns.read_last.remove(&node);
@@ -379,7 +381,7 @@ impl<D: Domain> Reconciler<D> {
                 && self.status_turns.cache_consulted.insert(node.clone())
             {
                 // C6, upstream's bug: diff against a cached copy of unknown age first.
-                self.plan_read(node, Vec::new(), true, ops);
+                self.plan_read(now, node, Vec::new(), true, ops);
                 continue;
             }
             self.status_turns.cache_consulted.remove(&node);
@@ -400,6 +402,7 @@ impl<D: Domain> Reconciler<D> {
                     node: node.clone(),
                     object,
                 },
+                now,
             );
             self.status.start_write(&node, generation, report.clone());
             let read_facts = self.detaches.awaits_ack(&node);
@@ -434,6 +437,7 @@ impl<D: Domain> Reconciler<D> {
 
     pub(super) fn plan_read(
         &mut self,
+        now: Duration,
         node: D::Node,
         checks: Vec<(D::Volume, Option<ForceReason>)>,
         from_cache: bool,
@@ -453,6 +457,7 @@ impl<D: Domain> Reconciler<D> {
                 checks,
                 from_cache,
             },
+            now,
         );
         ops.push(Operation::ReadStatus {
             id,

@@ -24,6 +24,8 @@ mod detach_progress;
 
 mod driver_limits;
 
+mod explain;
+
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
@@ -3521,7 +3523,12 @@ fn a_borrowed_gate_key_finds_its_owned_key_and_no_other() {
     assert!(!gate.is_running(&single));
     assert!(!gate.is_running(&gate_key_ref::<S>(Access::SingleNode, &n, &n)));
     // A failure's backoff is found borrowed too.
-    gate.failed(GateKey::Volume(v.clone()), OpKind::Attach, Duration::ZERO);
+    gate.failed(
+        GateKey::Volume(v.clone()),
+        OpKind::Attach,
+        Duration::ZERO,
+        &"failed",
+    );
     assert!(matches!(
         gate.may_start(&single, OpKind::Attach, Duration::ZERO),
         Err(Some(_))

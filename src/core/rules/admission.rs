@@ -627,6 +627,23 @@ impl<D: Domain> Admission<D> {
         Some(head)
     }
 
+    /// When (`volume`, `node`) joined `class`'s queue, while it waits there.
+    pub(crate) fn queued_since(
+        &self,
+        class: Class,
+        volume: &D::Volume,
+        node: &D::Node,
+    ) -> Option<Duration> {
+        let lane = match class {
+            Class::Attach => &self.attach,
+            Class::Detach => &self.detach,
+        };
+        if lane.since.is_empty() {
+            return None;
+        }
+        lane.since.get(&(volume.clone(), node.clone())).copied()
+    }
+
     /// The classes in the order their queue heads are offered: the one that did not take the
     /// last offer first (detaches at the start).
     pub(crate) fn order(&self) -> [Class; 2] {

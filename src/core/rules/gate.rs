@@ -23,10 +23,29 @@ pub(crate) fn earliest<const N: usize>(times: [Option<Duration>; N]) -> Option<D
     })
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Retry {
     until: Duration,
     next_delay: Duration,
+    /// Failures in a row, the last one's time and error: what an explanation shows.
+    failures: u32,
+    at: Duration,
+    error: Box<str>,
+}
+
+/// The last failure of an operation on a key, while its backoff is remembered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LastFailure {
+    /// What failed.
+    pub kind: OpKind,
+    /// When it failed.
+    pub at: Duration,
+    /// Failures in a row.
+    pub failures: u32,
+    /// When it may be tried again.
+    pub retry_at: Duration,
+    /// The error, as its `Display` put it.
+    pub error: String,
 }
 
 /// A key's backoffs, one per kind that failed (rarely more than one). Keyed by the key alone,
@@ -131,9 +150,15 @@ impl<K: Clone + Eq + Hash> OperationGate<K> {
         }
     }
 
-    /// The operation on `key` failed at `now`: the key is free, and `kind` may retry at the
-    /// returned time.
-    pub(crate) fn failed(&mut self, key: K, kind: OpKind, now: Duration) -> Duration {
+    /// The operation on `key` failed at `now` with `error`: the key is free, and `kind` may
+    /// retry at the returned time.
+    pub(crate) fn failed(
+        &mut self,
+        key: K,
+        kind: OpKind,
+        now: Duration,
+        error: &dyn std::fmt::Display,
+    ) -> Duration {
         self.running.remove(&key);
         let initial = self.config.initial;
         let max = self.config.max;
@@ -146,6 +171,9 @@ impl<K: Clone + Eq + Hash> OperationGate<K> {
                     Retry {
                         until: now,
                         next_delay: initial,
+                        failures: 0,
+                        at: now,
+                        error: Box::default(),
                     },
                 ));
                 backoffs.len() - 1
@@ -155,7 +183,26 @@ impl<K: Clone + Eq + Hash> OperationGate<K> {
         let delay = retry.next_delay.min(max);
         retry.until = now.saturating_add(delay);
         retry.next_delay = delay.saturating_mul(2).min(max);
+        retry.failures = retry.failures.saturating_add(1);
+        retry.at = now;
+        retry.error = error.to_string().into_boxed_str();
         retry.until
+    }
+
+    /// The last failure of `kind` on `key`, while its backoff is remembered.
+    pub(crate) fn last_failure<Q: Hash + Equivalent<K> + ?Sized>(
+        &self,
+        key: &Q,
+        kind: OpKind,
+    ) -> Option<LastFailure> {
+        let (_, retry) = self.retries.get(key)?.iter().find(|(k, _)| *k == kind)?;
+        Some(LastFailure {
+            kind,
+            at: retry.at,
+            failures: retry.failures,
+            retry_at: retry.until,
+            error: retry.error.to_string(),
+        })
     }
 
     /// Forgets every backoff that ran out at least one longest wait before `now`: a failure
@@ -216,7 +263,7 @@ mod tests {
         let mut waits = vec![];
         for _ in 0..5 {
             gate.start(1);
-            let until = gate.failed(1, OpKind::Detach, now);
+            let until = gate.failed(1, OpKind::Detach, now, &"failed");
             waits.push(until - now);
             now = until;
         }
@@ -224,7 +271,10 @@ mod tests {
         gate.start(1);
         gate.succeeded(&1, OpKind::Detach);
         assert!(gate.is_empty());
-        assert_eq!(gate.failed(1, OpKind::Detach, now) - now, ms(500));
+        assert_eq!(
+            gate.failed(1, OpKind::Detach, now, &"failed") - now,
+            ms(500)
+        );
     }
 
     #[test]
@@ -261,7 +311,7 @@ mod tests {
         gate.start("v");
         assert_eq!(gate.may_start(&"v", OpKind::Detach, ms(0)), Err(None));
         assert!(gate.may_start(&"w", OpKind::Detach, ms(0)).is_ok());
-        let until = gate.failed("v", OpKind::Attach, ms(0));
+        let until = gate.failed("v", OpKind::Attach, ms(0), &"failed");
         assert_eq!(
             gate.may_start(&"v", OpKind::Attach, ms(10)),
             Err(Some(until))
@@ -276,9 +326,9 @@ mod tests {
             initial: ms(500),
             max: ms(2000),
         });
-        let attach = gate.failed("v", OpKind::Attach, ms(0));
-        let detach = gate.failed("v", OpKind::Detach, ms(100));
-        gate.failed("w", OpKind::Detach, ms(0));
+        let attach = gate.failed("v", OpKind::Attach, ms(0), &"failed");
+        let detach = gate.failed("v", OpKind::Detach, ms(100), &"failed");
+        gate.failed("w", OpKind::Detach, ms(0), &"failed");
         assert_eq!(gate.len(), 3);
         gate.succeeded(&"v", OpKind::Attach);
         assert!(gate.may_start(&"v", OpKind::Attach, ms(1)).is_ok());
