@@ -80,7 +80,7 @@ impl Sim {
                 self.stop_controller().await;
                 self.start_controller();
             }
-            Action::Expect(expectation) => self.expect(line, expectation),
+            Action::Expect(expectation) => self.expect(line, expectation).await,
         }
     }
 

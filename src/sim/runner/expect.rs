@@ -3,11 +3,69 @@
 use std::collections::BTreeSet;
 
 use super::Sim;
-use crate::sim::scenario::{Expectation, PodState};
+use crate::core::explain::{PairExplanation, Placement, Wait, WaitKind};
+use crate::sim::SimIds;
+use crate::sim::scenario::{Expectation, ExpectedWait, PodState};
 use crate::sim::world::{Phase, Violation, join};
 
+/// What the running controller said of a pod or a volume: its one-line answer and its pairs'
+/// waits (a pod's: those that hold it back), or why there is no answer.
+struct Told {
+    text: String,
+    missing: bool,
+    waits: Vec<PairExplanation<SimIds>>,
+}
+
 impl Sim {
-    pub(super) fn expect(&self, line: usize, expectation: &Expectation) {
+    /// The running controller's explanation of `subject`: a declared volume's, else a pod's.
+    async fn explain(&self, subject: &str) -> Result<Told, String> {
+        let handle = self.slot.lock().clone();
+        let Some(handle) = handle else {
+            return Err("no controller runs to explain it".to_string());
+        };
+        let is_volume = self.world.lock().volumes.contains_key(subject);
+        let told = if is_volume {
+            let explained = handle.explain_volume(subject.to_string()).await;
+            explained.map(|v| Told {
+                text: v.to_string(),
+                missing: false,
+                waits: v.pairs,
+            })
+        } else {
+            let explained = handle.explain_workload(subject.to_string()).await;
+            explained.map(|w| Told {
+                text: w.to_string(),
+                missing: matches!(w.placement, Placement::Pending { .. }),
+                waits: w.waits().cloned().collect(),
+            })
+        };
+        told.map_err(|e| format!("no explanation: {e}"))
+    }
+
+    /// Whether `told` has a pair waiting as `wait`, on `node` (or, held elsewhere, by it).
+    fn waits_as(told: &Told, wait: ExpectedWait, node: Option<&str>) -> bool {
+        let kind = match wait {
+            ExpectedWait::Missing => return told.missing,
+            ExpectedWait::Kind(kind) => kind,
+        };
+        if kind == WaitKind::Settled && node.is_none() {
+            return !told.missing && told.waits.iter().all(|p| p.wait == Wait::Settled);
+        }
+        told.waits.iter().any(|p| {
+            p.wait.kind() == kind
+                && node.is_none_or(|n| match &p.wait {
+                    Wait::HeldElsewhere { holders } => holders.iter().any(|h| h == n),
+                    _ => p.node == n,
+                })
+        })
+    }
+
+    pub(super) async fn expect(&self, line: usize, expectation: &Expectation) {
+        // The only expectation that asks the controller: asked before the world is locked.
+        let told = match expectation {
+            Expectation::Wait { subject, .. } => Some(self.explain(subject).await),
+            _ => None,
+        };
         let seen: Result<(), String> = {
             let w = self.world.lock();
             match expectation {
@@ -92,6 +150,13 @@ impl Sim {
                         Err(format!("{seen} status writes"))
                     }
                 }
+                Expectation::Wait { wait, node, .. } => match told {
+                    Some(Ok(told)) if Self::waits_as(&told, *wait, node.as_deref()) => Ok(()),
+                    // One line: a trace and a violation are a line each.
+                    Some(Ok(told)) => Err(told.text.replace("\n ", " |")),
+                    Some(Err(why)) => Err(why),
+                    None => Err("not asked".to_string()),
+                },
             }
         };
         let mut w = self.world.lock();

@@ -138,3 +138,36 @@ fn agent_ticks_are_on_the_grid_and_move_forward() {
     assert_eq!(next_tick(Duration::MAX, None), Duration::MAX);
     assert!(is_tick(ms(300)) && !is_tick(ms(310)));
 }
+
+/// `expect wait` is checked against the running controller's explanation: a Multi-Attach wait
+/// names its holder, and an expectation the answer does not bear out fails with that answer
+/// on one line; with no controller running there is no answer.
+#[test]
+fn expect_wait_holds_when_the_controller_explains_so() {
+    let scenario = parse(
+        "node n1\nnode n2\nnode n3\nvolume d single-node\n\
+         at 0s pod a on n1 uses d\nat 2s pod b on n2 uses d\n\
+         at 5s expect wait b held-elsewhere n1\nat 5s expect wait d settled n1\n\
+         at 5s expect wait b held-elsewhere n2\nat 5s expect wait b unmount\n\
+         at 6s node n3 delete\nat 6s pod c on n3 uses d\nat 7s expect wait c missing\n\
+         at 10s delete pod a\nat 15s expect wait b settled\nrun 20s\n",
+    )
+    .unwrap();
+    let report = run_with(&scenario, Sabotage::None, Recording::NONE);
+    let failed: Vec<(Option<usize>, &str)> = report
+        .violations
+        .iter()
+        .map(|v| (v.line, v.message.as_str()))
+        .collect();
+    assert_eq!(failed.len(), 2, "{failed:#?}");
+    assert_eq!(failed[0].0, Some(9));
+    assert_eq!(failed[1].0, Some(10));
+    assert!(
+        failed[1]
+            .1
+            .contains("waiting for it to be detached from [\"n1\"] (Multi-Attach)")
+            && !failed[1].1.contains('\n'),
+        "{}",
+        failed[1].1
+    );
+}

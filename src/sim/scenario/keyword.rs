@@ -3,7 +3,8 @@
 
 use std::fmt;
 
-use super::types::{CallOp, Cmp, PodState, UpstreamBug};
+use super::types::{CallOp, Cmp, ExpectedWait, PodState, UpstreamBug};
+use crate::core::WaitKind;
 use crate::core::calls::volume::Access;
 
 /// A closed set of words, one table for both parsing and printing so the two cannot drift.
@@ -71,6 +72,41 @@ impl Keyword for Cmp {
         &[("=", Cmp::Eq), ("<=", Cmp::Le), (">=", Cmp::Ge)];
 }
 
+impl Keyword for ExpectedWait {
+    const WORDS: &'static [(&'static str, Self)] = &[
+        ("settled", ExpectedWait::Kind(WaitKind::Settled)),
+        ("recovery", ExpectedWait::Kind(WaitKind::Recovery)),
+        ("call", ExpectedWait::Kind(WaitKind::Call)),
+        ("backoff", ExpectedWait::Kind(WaitKind::Backoff)),
+        ("backend-load", ExpectedWait::Kind(WaitKind::BackendLoad)),
+        ("node-full", ExpectedWait::Kind(WaitKind::NodeFull)),
+        (
+            "backend-said-full",
+            ExpectedWait::Kind(WaitKind::BackendSaidFull),
+        ),
+        (
+            "held-elsewhere",
+            ExpectedWait::Kind(WaitKind::HeldElsewhere),
+        ),
+        ("store-ack", ExpectedWait::Kind(WaitKind::StoreAck)),
+        ("unmount", ExpectedWait::Kind(WaitKind::Unmount)),
+        (
+            "held-back-by-read",
+            ExpectedWait::Kind(WaitKind::HeldBackByRead),
+        ),
+        ("fence", ExpectedWait::Kind(WaitKind::Fence)),
+        ("node-deleted", ExpectedWait::Kind(WaitKind::NodeDeleted)),
+        ("fresh-read", ExpectedWait::Kind(WaitKind::FreshRead)),
+        (
+            "release-verify",
+            ExpectedWait::Kind(WaitKind::ReleaseVerify),
+        ),
+        ("next-pass", ExpectedWait::Kind(WaitKind::NextPass)),
+        ("unknown", ExpectedWait::Kind(WaitKind::Unknown)),
+        ("missing", ExpectedWait::Missing),
+    ];
+}
+
 macro_rules! display_keyword {
     ($($ty:ty),*) => {$(
         impl fmt::Display for $ty {
@@ -81,4 +117,4 @@ macro_rules! display_keyword {
     )*};
 }
 
-display_keyword!(UpstreamBug, PodState, CallOp, Cmp);
+display_keyword!(UpstreamBug, PodState, CallOp, Cmp, ExpectedWait);

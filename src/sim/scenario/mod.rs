@@ -90,6 +90,7 @@
 //! at <time> expect event node-full <p>     its volume waited for room on its node
 //! at <time> expect calls attach|detach <v> <n> =|<=|>= <k>
 //! at <time> expect writes <n> =|<=|>= <k>
+//! at <time> expect wait <p>|<v> <wait> [<n>]   the controller's explanation (below)
 //! run <time>                        how long to simulate in total (else the runner decides)
 //! ```
 //!
@@ -104,6 +105,17 @@
 //! declared once, before an `at` line uses them (pods need no declaration); `at` times never go
 //! backwards; there is at most one `run`, and no step lies beyond it. The name `none` cannot name a
 //! volume, since `expect reported <n> none` means the empty list.
+//!
+//! `expect wait` asks the running controller why a pod (or a declared volume: a volume's name
+//! wins over a pod's) waits ([`ControllerHandle::explain_workload`](crate::controller::ControllerHandle::explain_workload)):
+//! `<wait>` is one of `settled`, `recovery`, `call`, `backoff`, `backend-load`, `node-full`,
+//! `backend-said-full`, `held-elsewhere`, `store-ack`, `unmount`, `held-back-by-read`, `fence`,
+//! `node-deleted`, `fresh-read`, `release-verify`, `next-pass`, `unknown` (the kinds of
+//! [`Wait`](crate::core::Wait)), or `missing` (the pod names a node or volume the controller
+//! was not told of). It holds when one of the pairs that hold the pod back (its volumes on its
+//! node, and their holders elsewhere; for a volume, any of its pairs) waits so, on `<n>` if
+//! given (for `held-elsewhere`, `<n>` is a holder); `settled` without a node holds when
+//! nothing waits.
 //!
 //! # Example
 //!
@@ -160,6 +172,6 @@ pub use error::{ParseError, ParseErrorKind, ScenarioError};
 pub use parser::{parse, parse_bytes};
 pub use printer::format_duration;
 pub use types::{
-    Action, AttachLimit, CallOp, Cmp, Expectation, MAX_DURATION, PodState, SIM_OVERDUE, Scenario,
-    Settings, Step, UpstreamBug,
+    Action, AttachLimit, CallOp, Cmp, Expectation, ExpectedWait, MAX_DURATION, PodState,
+    SIM_OVERDUE, Scenario, Settings, Step, UpstreamBug,
 };

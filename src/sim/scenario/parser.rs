@@ -673,7 +673,7 @@ impl Parser {
 
     fn expectation(&self, tokens: &mut Tokens<'_>) -> Result<Expectation> {
         let word = tokens.next(
-            "an expectation (pod, attached, detached, reported, event, no-event, calls or writes)",
+            "an expectation (pod, attached, detached, reported, event, no-event, calls, writes or wait)",
         )?;
         Ok(match word {
             "pod" => Expectation::Pod {
@@ -728,6 +728,14 @@ impl Parser {
                 node: self.node(tokens)?,
                 cmp: tokens.choose()?,
                 count: tokens.number("a write count")?,
+            },
+            "wait" => Expectation::Wait {
+                subject: tokens.name("a pod or volume name")?,
+                wait: tokens.choose()?,
+                node: match tokens.peek() {
+                    Some(_) => Some(self.node(tokens)?),
+                    None => None,
+                },
             },
             other => return Err(ParseErrorKind::UnknownExpectation(other.to_string())),
         })

@@ -220,6 +220,16 @@ impl fmt::Display for Expectation {
                 write!(f, "calls {op} {volume} {node} {cmp} {count}")
             }
             Expectation::Writes { node, cmp, count } => write!(f, "writes {node} {cmp} {count}"),
+            Expectation::Wait {
+                subject,
+                wait,
+                node: None,
+            } => write!(f, "wait {subject} {wait}"),
+            Expectation::Wait {
+                subject,
+                wait,
+                node: Some(node),
+            } => write!(f, "wait {subject} {wait} {node}"),
         }
     }
 }

@@ -331,6 +331,46 @@ fn every_expectation_parses() {
             count: 0
         }
     );
+    assert_eq!(
+        expect("at 0 expect wait p held-elsewhere a"),
+        Expectation::Wait {
+            subject: s("p"),
+            wait: ExpectedWait::Kind(crate::core::WaitKind::HeldElsewhere),
+            node: Some(s("a")),
+        }
+    );
+    assert_eq!(
+        expect("at 0 expect wait v missing"),
+        Expectation::Wait {
+            subject: s("v"),
+            wait: ExpectedWait::Missing,
+            node: None,
+        }
+    );
+}
+
+/// Every kind of wait the core explains has its word in `expect wait`, and a bad word or an
+/// undeclared node is refused with what was expected.
+#[test]
+fn expect_wait_names_every_kind_and_refuses_the_rest() {
+    use super::keyword::Keyword;
+    for kind in crate::core::WaitKind::ALL {
+        let word = ExpectedWait::Kind(kind).word();
+        assert_ne!(word, "?", "{kind:?} has no word");
+        let line = format!("{HEADER}\nat 0 expect wait p {word} a");
+        let scenario = ok(&line);
+        assert_eq!(
+            scenario.to_string().lines().last().unwrap(),
+            format!("at 0s expect wait p {word} a")
+        );
+    }
+    let err = parse(&format!("{HEADER}\nat 0 expect wait p stuck")).unwrap_err();
+    assert!(err.to_string().contains("`held-elsewhere`"), "{err}");
+    let err = parse(&format!("{HEADER}\nat 0 expect wait p unmount zz")).unwrap_err();
+    assert!(
+        matches!(err.kind, ParseErrorKind::UndeclaredNode(_)),
+        "{err}"
+    );
 }
 
 #[test]

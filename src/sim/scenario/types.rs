@@ -377,6 +377,27 @@ pub enum Expectation {
         /// The count to compare with.
         count: u64,
     },
+    /// The running controller explains the pod's (or the volume's) wait as `wait`: for a pod,
+    /// one of the pairs that hold it back (on its node, or a holder's detach); for a volume,
+    /// one of its pairs. With `node`, that pair's node, or for `held-elsewhere` a holder.
+    Wait {
+        /// A pod's name, or a declared volume's.
+        subject: String,
+        /// What it waits for.
+        wait: ExpectedWait,
+        /// The node named, if any.
+        node: Option<String>,
+    },
+}
+
+/// A wait an expectation can name: a kind of [`Wait`](crate::core::Wait), or a pod's
+/// missing node or volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ExpectedWait {
+    /// A pair's wait of this kind.
+    Kind(crate::core::WaitKind),
+    /// The pod names a node or a volume the controller was not told of.
+    Missing,
 }
 
 /// A pod state an expectation can name.
