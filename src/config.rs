@@ -136,6 +136,14 @@ pub struct Config {
     /// Counted from the first reconcile pass that saw it wait. Short waits are normal (watchers
     /// deliver kinds in no set order); two minutes is long past any informer's lag.
     pub pending_workload_warning: Duration,
+    /// A workload placed (or sent back to waiting) this long ago whose volumes are still not
+    /// all attached on its node is explained once in an
+    /// [`Event::WaitExplained`](crate::core::Event::WaitExplained): what each of its volumes
+    /// waits for ([`Reconciler::explain_workload`](crate::core::Reconciler::explain_workload)),
+    /// so that a person looking at the stuck workload reads why. `None` (the default) never
+    /// does: an embedder that shows the events to people turns it on (the Kubernetes adapter
+    /// does, at two minutes). Counted from the first reconcile pass after the placement.
+    pub explain_waits_after: Option<Duration>,
     /// A detach wanted this long and not done is named once in an
     /// [`Event::DetachStuck`](crate::core::Event::DetachStuck) and listed by
     /// [`Reconciler::stuck_detaches`](crate::core::Reconciler::stuck_detaches). Looked at on
@@ -180,6 +188,7 @@ impl Default for Config {
             machine_fencing: None,
             max_pending_workloads: 100_000,
             pending_workload_warning: Duration::from_secs(2 * 60),
+            explain_waits_after: None,
             stuck_after: Duration::from_secs(10 * 60),
             backoff: BackoffConfig::default(),
             backend_load: BackendLoad::UNBOUNDED,
@@ -242,6 +251,10 @@ impl Config {
         ]
         .into_iter()
         .chain(self.resync_period.map(|period| ("resync_period", period)))
+        .chain(
+            self.explain_waits_after
+                .map(|after| ("explain_waits_after", after)),
+        )
         .chain(
             self.backend_load
                 .rate

@@ -31,11 +31,11 @@ const FLOORS: &[&[&str]] = &[
     &["core::operation"],
     &["core::outcome"],
     &["core::input"],
+    // Answers to "why does it wait?", in the state's terms (the reconciler fills them in).
+    &["core::explain"],
     &["core::event"],
     &["core::rules"],
     &["core::plan"],
-    // Answers to "why does it wait?", in the terms of the state and the rules.
-    &["core::explain"],
     &["core::reconciler"],
     // The core's facade: core/mod.rs re-exports, and imports nothing else.
     &["core"],

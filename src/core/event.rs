@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::config::CallKind;
+use crate::core::explain::WorkloadExplanation;
 use crate::core::input::ReleaseRefusal;
 use crate::core::operation::ForceReason;
 use crate::core::state::desired::{Missing, Names};
@@ -223,6 +224,19 @@ pub enum Event<D: Domain> {
         /// How long the driver waited.
         after: Duration,
     },
+    /// A workload placed [`Config::explain_waits_after`](crate::config::Config::explain_waits_after)
+    /// ago still waits for its volumes: why, once per placement
+    /// ([`Reconciler::explain_workload`](crate::core::Reconciler::explain_workload)).
+    WaitExplained {
+        /// The workload.
+        workload: D::Workload,
+        /// The node it is placed on.
+        node: D::Node,
+        /// How long it has waited.
+        waited: Duration,
+        /// What each of its volumes waits for.
+        explanation: WorkloadExplanation<D>,
+    },
 }
 
 impl<D: Domain> Event<D> {
@@ -249,6 +263,7 @@ impl<D: Domain> Event<D> {
             Event::ClaimReleased { force: Some(_), .. } => "ForcedClaimRelease",
             Event::NodePoweredOff { .. } => "NodePoweredOff",
             Event::MachineCheckFailed { .. } => "MachineCheckFailed",
+            Event::WaitExplained { .. } => "WaitExplained",
         }
     }
 
@@ -403,6 +418,21 @@ impl<D: Domain> fmt::Display for Event<D> {
                 f,
                 "Asking whether the machine of node {node:?} is powered off failed: {message}"
             ),
+            Event::WaitExplained {
+                workload,
+                node,
+                waited,
+                explanation,
+            } => {
+                write!(
+                    f,
+                    "Workload {workload:?} on node {node:?} has waited {waited:?} for its volumes:"
+                )?;
+                for pair in explanation.waits() {
+                    write!(f, " {pair}.")?;
+                }
+                Ok(())
+            }
             Event::ClaimInDoubt { volume, nodes } => write!(
                 f,
                 "Claim-only volume {volume:?} may be mounted on any of nodes {nodes:?} and no node status lists it (a claim's status goes with a deleted node object): none is granted it until all but one stop using it"

@@ -14,7 +14,20 @@ use crate::core::state::actual::AttachState;
 use crate::core::state::desired::Missing;
 use crate::domain::Domain;
 
-pub use crate::core::rules::gate::LastFailure;
+/// The last failure of an operation on a key, while the core remembers its backoff.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LastFailure {
+    /// What failed.
+    pub kind: OpKind,
+    /// When it failed.
+    pub at: Duration,
+    /// Failures in a row.
+    pub failures: u32,
+    /// When it may be tried again.
+    pub retry_at: Duration,
+    /// The error, as its `Display` put it.
+    pub error: String,
+}
 
 /// What one (volume, node) pair waits for, in the wait table's terms.
 ///

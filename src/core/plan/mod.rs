@@ -9,3 +9,4 @@ pub(crate) mod detaches;
 pub(crate) mod in_flight;
 pub(crate) mod recovery;
 pub(crate) mod schedule;
+pub(crate) mod waits;

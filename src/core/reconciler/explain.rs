@@ -73,6 +73,38 @@ impl<D: Domain> Reconciler<D> {
         }
     }
 
+    /// Explains, in an [`Event::WaitExplained`], each workload placed
+    /// `Config::explain_waits_after` ago on the node it is still placed on, if it still waits.
+    pub(super) fn explain_waits(&mut self, now: Duration) {
+        for (workload, node) in self.waits.take_due(now) {
+            let Some((placed, volumes)) = self.desired.placement(&workload) else {
+                continue;
+            };
+            // Moved since: its new placement has an entry of its own.
+            if *placed != node {
+                continue;
+            }
+            // The usual case, without building an answer: everything is attached.
+            let attached = volumes
+                .iter()
+                .all(|v| self.actual.state(v, &node) == AttachState::Attached);
+            if attached {
+                continue;
+            }
+            let explanation = self.explain_workload(&workload, now);
+            if explanation.is_settled() {
+                continue;
+            }
+            info!(workload = ?workload, node = ?node, %explanation, "a workload still waits for its volumes");
+            self.events.push(Event::WaitExplained {
+                workload,
+                node,
+                waited: self.config.explain_waits_after.unwrap_or_default(),
+                explanation,
+            });
+        }
+    }
+
     fn explain_pair(
         &self,
         now: Duration,

@@ -313,11 +313,24 @@ impl<D: Domain> Reconciler<D> {
         volumes: &[D::Volume],
     ) -> Result<(), ReconcilerError<D>> {
         let mut changed = std::mem::take(&mut self.scratch.changed_volumes);
+        // A new placement (not a relist's repeat of one) is watched for a long wait.
+        let watched = self.waits.is_on().then(|| {
+            let before = self.desired.placement(&workload).map(|(n, _)| n.clone());
+            (workload.clone(), before)
+        });
         let added = self
             .desired
             .add_workload_into(workload, node, volumes, &mut changed);
         self.schedule.mark_all(changed.drain(..));
         self.scratch.changed_volumes = changed;
+        if let (Ok(()), Some((workload, before))) = (&added, watched) {
+            if let Some((node, _)) = self.desired.placement(&workload) {
+                if before.as_ref() != Some(node) {
+                    let node = node.clone();
+                    self.waits.placed(workload, node);
+                }
+            }
+        }
         Ok(added?)
     }
 

@@ -43,6 +43,7 @@ use crate::core::plan::detaches::DetachIndex;
 use crate::core::plan::in_flight::InFlightTable;
 use crate::core::plan::recovery::{Load, Recovery, SettledVolumes, Statuses, StoreListed};
 use crate::core::plan::schedule::Schedule;
+use crate::core::plan::waits::WaitWatch;
 use crate::core::rules::admission::{Admission, Class};
 use crate::core::rules::capacity::NodeCapacity;
 use crate::core::rules::decision::{
@@ -162,6 +163,8 @@ pub struct Reconciler<D: Domain> {
     listings: Listings<D>,
     /// Whose turn it is on a node's store calls.
     status_turns: StatusTurns<D>,
+    /// Placements to explain if they still wait (`Config::explain_waits_after`).
+    waits: WaitWatch<D>,
     /// Volumes removed by the orchestrator whose spec is kept until they are detached.
     retiring: BTreeSet<D::Volume>,
     events: Vec<Event<D>>,
@@ -351,6 +354,7 @@ impl<D: Domain> Reconciler<D> {
                 cache_consulted: BTreeSet::new(),
             },
             desired: DesiredState::new(&config),
+            waits: WaitWatch::new(config.explain_waits_after),
             config,
             actual: ActualState::default(),
             status: StatusBook::default(),

@@ -27,6 +27,7 @@ impl<D: Domain> Reconciler<D> {
                     self.desired.next_pending_wake(),
                     self.calls.admission.wake(),
                     self.calls.machine.next_wake(),
+                    self.waits.next_wake(),
                 ])
             },
             self.config.reconcile_period,
@@ -105,6 +106,7 @@ impl<D: Domain> Reconciler<D> {
             self.status.mark(node);
         }
         self.warn_pending(now);
+        self.explain_waits(now);
         if due.sync {
             self.calls.gate.forget_stale(now);
             self.start_verify_round(now);

@@ -10,6 +10,7 @@ use smallvec::SmallVec;
 use crate::core::tables::trim::trimmed;
 
 use crate::config::BackoffConfig;
+use crate::core::explain::LastFailure;
 use crate::core::operation::OpKind;
 
 /// The earliest of `times`, if any. A plain loop: the core asks for its next deadline after
@@ -31,21 +32,6 @@ struct Retry {
     failures: u32,
     at: Duration,
     error: Box<str>,
-}
-
-/// The last failure of an operation on a key, while its backoff is remembered.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LastFailure {
-    /// What failed.
-    pub kind: OpKind,
-    /// When it failed.
-    pub at: Duration,
-    /// Failures in a row.
-    pub failures: u32,
-    /// When it may be tried again.
-    pub retry_at: Duration,
-    /// The error, as its `Display` put it.
-    pub error: String,
 }
 
 /// A key's backoffs, one per kind that failed (rarely more than one). Keyed by the key alone,

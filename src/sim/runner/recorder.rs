@@ -30,7 +30,8 @@ fn event_node(event: &Event<SimIds>) -> Option<&String> {
         | Event::VolumeReleased { node, .. }
         | Event::ReleaseRefused { node, .. }
         | Event::ClaimGranted { node, .. }
-        | Event::ClaimReleased { node, .. } => Some(node),
+        | Event::ClaimReleased { node, .. }
+        | Event::WaitExplained { node, .. } => Some(node),
         Event::NodePoweredOff { node } | Event::MachineCheckFailed { node, .. } => Some(node),
         Event::CallTimedOut { node, .. } => node.as_ref(),
         Event::ClaimInDoubt { .. } => None,

@@ -276,3 +276,69 @@ fn every_kind_of_wait_is_in_the_docs_wait_table() {
         assert!(table.contains(&name), "{name} is not in the wait table");
     }
 }
+
+fn explained_events(h: &mut H) -> Vec<(&'static str, Vec<WaitKind>)> {
+    h.core
+        .take_events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::WaitExplained {
+                workload,
+                explanation,
+                ..
+            } => Some((
+                workload,
+                explanation.waits().map(|p| p.wait.kind()).collect(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A workload still waiting `explain_waits_after` after its placement is explained once, in
+/// an event that names what each of its volumes waits for; one attached in time, or moved
+/// since, is not; and with the setting off nothing is.
+#[test]
+fn a_long_wait_is_explained_once_in_an_event() {
+    let config = Config {
+        explain_waits_after: Some(secs(120)),
+        ..Config::default()
+    };
+    let mut h = H::new(config.clone());
+    h.node("n1", &["v1"]);
+    h.node("n2", &[]);
+    h.node("n3", &[]);
+    h.rwo("v1");
+    h.rwo("v2");
+    h.pod("p1", "n1", &["v1"]);
+    h.run_ok(secs(1));
+    h.node("n1", &["v1"]);
+    h.unpod("p1");
+    h.pod("p2", "n2", &["v1"]);
+    h.pod("p3", "n3", &["v2"]);
+    h.pod("p4", "n2", &["v2"]);
+    h.run_ok(secs(5));
+    h.pod("p4", "n3", &["v2"]);
+    h.core.take_events();
+    h.run_ok(secs(110));
+    assert_eq!(explained_events(&mut h), vec![], "not yet");
+    h.run_ok(secs(20));
+    assert_eq!(
+        explained_events(&mut h),
+        vec![("p2", vec![WaitKind::Unmount, WaitKind::HeldElsewhere])],
+        "p3 and p4 were attached in time; p4's first placement is stale"
+    );
+    h.run_ok(secs(600));
+    assert_eq!(explained_events(&mut h), vec![], "once per placement");
+
+    let mut off = H::new(Config::default());
+    off.node("n1", &["v1"]);
+    off.node("n2", &[]);
+    off.rwo("v1");
+    off.pod("p1", "n1", &["v1"]);
+    off.run_ok(secs(1));
+    off.unpod("p1");
+    off.pod("p2", "n2", &["v1"]);
+    off.run_ok(secs(600));
+    assert_eq!(explained_events(&mut off), vec![]);
+}
