@@ -23,8 +23,9 @@
 //! `127.0.0.1:9808` (loopback: set `0.0.0.0:9808` in a pod for the kubelet's probes and
 //! Prometheus): `/metrics` (the running term's controller metrics and `attach_detach_leader`),
 //! `/healthz` (fails when the controller died or the lease went unrenewed past its deadline),
-//! `/readyz` (a standby, or a leader whose informers synced and whose controller recovered).
-//! `/explain` is not served yet: it answers 501.
+//! `/readyz` (a standby, or a leader whose informers synced and whose controller recovered),
+//! `/explain?volume=kubernetes.io/csi/DRIVER^HANDLE` and `/explain?pod=NAMESPACE/NAME` (the
+//! leader's controller says why it waits; JSON with `Accept: application/json`).
 //!
 //! What stops it says so in one plain line on stderr: no cluster configured (exit 2), a
 //! setting that cannot work or an endpoints address that cannot be bound (exit 2), credentials
@@ -42,8 +43,8 @@ use attach_detach::controller::Controller;
 use attach_detach_endpoints::prometheus_client::registry::Registry;
 use attach_detach_endpoints::{DEFAULT_ADDR, Endpoints};
 use attach_detach_kube::{
-    ClientRateLimit, Informers, KubeEventRecorder, LeaderConfig, LeaderError, LeaderStatus,
-    REPORTING_CONTROLLER, Term, lead_with_status,
+    ClientRateLimit, Informers, KubeEventRecorder, KubeExplainer, LeaderConfig, LeaderError,
+    LeaderStatus, REPORTING_CONTROLLER, Term, lead_with_status,
 };
 use kube::Client;
 use kube::runtime::events::Reporter;
@@ -209,6 +210,7 @@ async fn main() -> ExitCode {
         .listen(address)
         .registry(registry)
         .probes(status.clone())
+        .explainer(KubeExplainer::new(status.clone()))
         .bind()
         .await
     {
@@ -219,7 +221,7 @@ async fn main() -> ExitCode {
         }
     };
     eprintln!(
-        "attach-detach: endpoints on http://{} (/metrics, /healthz, /readyz)",
+        "attach-detach: endpoints on http://{} (/metrics, /healthz, /readyz, /explain)",
         endpoints.local_addr()
     );
     eprintln!(

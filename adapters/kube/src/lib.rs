@@ -7,6 +7,7 @@ mod domain;
 mod drivers;
 mod error;
 mod events;
+mod explain;
 mod informers;
 mod leader;
 mod nodes;
@@ -22,6 +23,7 @@ pub use domain::{
 };
 pub use drivers::CsiDrivers;
 pub use events::{KubeEvent, KubeEventRecorder, REPORTING_CONTROLLER, kube_events, publish};
+pub use explain::KubeExplainer;
 pub use informers::{InformerState, Informers, ObjectIndex, PodRef, driver_limits, node_facts};
 pub use leader::{LeaderConfig, LeaderError, Term, lead, lead_with_status};
 pub use nodes::{CONTROLLER_MANAGED_ANNOTATION, ManagedNodes, controller_managed};

@@ -288,7 +288,13 @@ async fn the_leaders_endpoints_say_so(controller: &ControllerProcess) {
     ] {
         assert!(metrics.body.contains(line), "{line:?} in {}", metrics.body);
     }
-    assert_eq!(http::get(addr, "/explain?volume=v").await.status, 501);
+    let unknown = http::get(addr, "/explain?volume=kubernetes.io/csi/none%5Enone").await;
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+    assert!(
+        unknown.body.contains("does not know volume"),
+        "{}",
+        unknown.body
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,8 @@
 //! The endpoints of two replicas over HTTP, their leadership over the fake API server on
 //! 127.0.0.1: a standby is ready, a leader only once its controller recovered (its recovery
 //! listing held back by a gate until the test opens it), `/healthz` stays up through it all,
-//! and `attach_detach_leader` follows the lease when the leader steps down.
+//! `attach_detach_leader` follows the lease when the leader steps down, and `/explain` answers
+//! from the leader's controller (a standby: 503).
 
 mod common;
 // The endpoints crate's minimal HTTP client; this test uses some of it.
@@ -17,16 +18,35 @@ use async_trait::async_trait;
 use attach_detach::Domain;
 use attach_detach::config::Config;
 use attach_detach::controller::{Controller, World};
+use attach_detach::core::{NodeFacts, VolumeSpec};
 use attach_detach::memory::{MemoryBackend, MemoryStore};
 use attach_detach::traits::{AttachBackend, AttachInfo, BackendAttachment, BackendError};
 use attach_detach_endpoints::prometheus_client::registry::Registry;
 use attach_detach_endpoints::{Endpoints, Server};
-use attach_detach_kube::{Kube, LeaderConfig, LeaderStatus, Term, lead_with_status};
+use attach_detach_kube::{
+    CsiVolume, Kube, KubeExplainer, LeaderConfig, LeaderStatus, Term, lead_with_status,
+};
+use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use common::apiserver::ApiServer;
-use http::get;
+use http::{get, get_accepting};
+
+/// The one volume the controllers know, as kubelet names it, and its pod.
+const VOLUME: &str = "kubernetes.io/csi/ebs.csi.aws.com^vol-1";
+const POD: &str = "default/web-0";
+
+/// What each term's informers would have listed: a node, and a pod on it with one volume.
+fn world() -> World<Kube> {
+    World::new()
+        .volume(
+            VOLUME.into(),
+            VolumeSpec::single_node(CsiVolume::persistent("pv-1", "ebs.csi.aws.com", "vol-1")),
+        )
+        .node("node-a".into(), NodeFacts::default())
+        .workload(POD.into(), "node-a".into(), [VOLUME.to_owned()])
+}
 
 /// A memory backend whose `list` (the controller's recovery listing) waits until the gate
 /// opens.
@@ -87,6 +107,7 @@ impl Replica {
             .listen(SocketAddr::from(([127, 0, 0, 1], 0)))
             .registry(registry)
             .probes(status.clone())
+            .explainer(KubeExplainer::new(status.clone()))
             .bind()
             .await
             .expect("the endpoints are served");
@@ -112,7 +133,7 @@ impl Replica {
                         Config::default(),
                         Arc::new(backend),
                         Arc::new(MemoryStore::default()),
-                        World::new(),
+                        world(),
                     )
                     .map_err(|e| e.to_string())?
                     .spawn();
@@ -201,6 +222,21 @@ async fn readiness_waits_for_recovery_and_follows_a_leadership_change() {
     // Held there by the gate, not by chance: still recovering a while later.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(first.ready().await.0, 503);
+    // `/explain` asks the leader's controller, which says what its pod waits for.
+    let pod = get(first.addr(), "/explain?pod=default/web-0").await;
+    assert_eq!(
+        (pod.status, pod.content_type()),
+        (200, "text/plain; charset=utf-8")
+    );
+    assert!(
+        pod.body
+            .starts_with("\"default/web-0\" on \"node-a\": waiting for its volumes\n")
+            && pod
+                .body
+                .contains("waiting for the core's recovery listings"),
+        "{}",
+        pod.body
+    );
 
     first.gate.send_replace(true);
     ready_becomes(&first, 200, "ok", wait).await;
@@ -210,6 +246,31 @@ async fn readiness_waits_for_recovery_and_follows_a_leadership_change() {
         metrics.contains("\nattach_detach_recovering 0\n"),
         "{metrics}"
     );
+    let volume = format!("/explain?volume={}", VOLUME.replace('^', "%5E"));
+    let json = get_accepting(first.addr(), &volume, "application/json").await;
+    assert_eq!(
+        (json.status, json.content_type()),
+        (200, "application/json")
+    );
+    let json: Value = serde_json::from_str(&json.body).expect("JSON");
+    assert_eq!(
+        (
+            &json["volume"],
+            &json["pairs"][0]["node"],
+            &json["pairs"][0]["wanted"]
+        ),
+        (
+            &Value::from(VOLUME),
+            &Value::from("node-a"),
+            &Value::from(true)
+        ),
+        "{json}"
+    );
+    assert_ne!(json["pairs"][0]["wait"], "Recovery", "recovered: {json}");
+    let unknown = get(first.addr(), "/explain?volume=kubernetes.io/csi/x%5Ey").await;
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+    let unknown = get(first.addr(), "/explain?pod=default/nobody").await;
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
 
     // A second replica stands by: healthy and ready, so that a rollout is not stalled.
     let mut second = Replica::start(&server, &token).await;
@@ -223,6 +284,9 @@ async fn readiness_waits_for_recovery_and_follows_a_leadership_change() {
         !metrics.contains("attach_detach_recovering"),
         "no term, no controller metrics: {metrics}"
     );
+    let standby = get(second.addr(), &volume).await;
+    assert_eq!(standby.status, 503, "{}", standby.body);
+    assert!(standby.body.contains("does not lead"), "{}", standby.body);
 
     // The leader steps down (releasing the lease): the standby takes over and is not ready
     // until its own controller recovered; the old leader is a ready standby.
