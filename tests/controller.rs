@@ -710,6 +710,7 @@ async fn a_controller_that_died_says_of_what() {
         .set_volume(Brittle("fine"), VolumeSpec::single_node(()))
         .await
         .unwrap();
+    assert_eq!(handle.died(), None, "alive");
 
     let died = handle
         .set_volume(Brittle("boom"), VolumeSpec::single_node(()))
@@ -732,5 +733,11 @@ async fn a_controller_that_died_says_of_what() {
         Err(ControllerError::Died { .. })
     ));
     assert!(handle.is_stopped());
+    assert!(
+        handle
+            .died()
+            .is_some_and(|m| m.contains("volume ids named boom explode when hashed")),
+        "readable without a call"
+    );
     assert!(task.await.unwrap_err().is_panic());
 }

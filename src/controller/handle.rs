@@ -362,4 +362,10 @@ impl<D: Domain> ControllerHandle<D> {
     pub fn is_stopped(&self) -> bool {
         self.tx.is_closed()
     }
+
+    /// The message of the panic that killed the controller's loop, if it died; `None` while it
+    /// runs and after a shutdown. A sync read (no call into the loop), for a liveness probe.
+    pub fn died(&self) -> Option<String> {
+        self.death.lock().clone()
+    }
 }

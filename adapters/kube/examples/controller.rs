@@ -19,10 +19,19 @@
 //! share of it (`ClientRateLimit::backend_load`), so that none waits in the bucket past its
 //! deadline when a zone fails.
 //!
+//! The operator's endpoints (`attach-detach-endpoints`) listen on `ENDPOINTS_ADDRESS`, default
+//! `127.0.0.1:9808` (loopback: set `0.0.0.0:9808` in a pod for the kubelet's probes and
+//! Prometheus): `/metrics` (the running term's controller metrics and `attach_detach_leader`),
+//! `/healthz` (fails when the controller died or the lease went unrenewed past its deadline),
+//! `/readyz` (a standby, or a leader whose informers synced and whose controller recovered),
+//! `/explain?volume=kubernetes.io/csi/DRIVER^HANDLE` and `/explain?pod=NAMESPACE/NAME` (the
+//! leader's controller says why it waits; JSON with `Accept: application/json`).
+//!
 //! What stops it says so in one plain line on stderr: no cluster configured (exit 2), a
-//! setting that cannot work (exit 2), credentials refused or a request forbidden (exit 3). An
-//! API server it cannot reach is retried with backoff (1 s doubling to 1 min), one line each.
-//! Logs go to stderr through `tracing-subscriber`, filtered by `RUST_LOG` (default `info`).
+//! setting that cannot work or an endpoints address that cannot be bound (exit 2), credentials
+//! refused or a request forbidden (exit 3). An API server it cannot reach is retried with
+//! backoff (1 s doubling to 1 min), one line each. Logs go to stderr through
+//! `tracing-subscriber`, filtered by `RUST_LOG` (default `info`).
 
 use std::error::Error;
 use std::process::ExitCode;
@@ -31,9 +40,11 @@ use std::time::Duration;
 
 use attach_detach::config::{BackendLoad, Config};
 use attach_detach::controller::Controller;
+use attach_detach_endpoints::prometheus_client::registry::Registry;
+use attach_detach_endpoints::{DEFAULT_ADDR, Endpoints};
 use attach_detach_kube::{
-    ClientRateLimit, Informers, KubeEventRecorder, LeaderConfig, LeaderError, REPORTING_CONTROLLER,
-    Term, lead,
+    ClientRateLimit, Informers, KubeEventRecorder, KubeExplainer, LeaderConfig, LeaderError,
+    LeaderStatus, REPORTING_CONTROLLER, Term, lead_with_status,
 };
 use kube::Client;
 use kube::runtime::events::Reporter;
@@ -41,7 +52,8 @@ use tokio::sync::watch;
 
 type BoxError = Box<dyn Error + Send + Sync>;
 
-/// Starts one term: informers synced, controller spawned, informers and events running.
+/// Starts one term: informers synced, controller spawned, informers and events running. It
+/// returns only once the informers synced, so that `/readyz` waits for them.
 async fn start_term(
     client: Client,
     identity: String,
@@ -183,6 +195,35 @@ async fn main() -> ExitCode {
         namespace: std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "kube-system".into()),
         ..LeaderConfig::default()
     };
+    let address = match setting("ENDPOINTS_ADDRESS", DEFAULT_ADDR) {
+        Ok(address) => address,
+        Err(error) => {
+            eprintln!("attach-detach: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    // The lead loop tells `status` where leadership stands; the endpoints read it.
+    let status = LeaderStatus::new();
+    let mut registry = Registry::default();
+    status.register(&mut registry);
+    let endpoints = match Endpoints::builder()
+        .listen(address)
+        .registry(registry)
+        .probes(status.clone())
+        .explainer(KubeExplainer::new(status.clone()))
+        .bind()
+        .await
+    {
+        Ok(endpoints) => endpoints,
+        Err(error) => {
+            eprintln!("attach-detach: {error} (set ENDPOINTS_ADDRESS to a free address)");
+            return ExitCode::from(2);
+        }
+    };
+    eprintln!(
+        "attach-detach: endpoints on http://{} (/metrics, /healthz, /readyz, /explain)",
+        endpoints.local_addr()
+    );
     eprintln!(
         "attach-detach: campaigning for Lease {}/{} as {} at {url} ({} requests/s, bursts of {})",
         leader.namespace,
@@ -202,9 +243,10 @@ async fn main() -> ExitCode {
     let mut backoff = Duration::from_secs(1);
     loop {
         let identity = leader.identity.clone();
-        let result = lead(
+        let result = lead_with_status(
             client.clone(),
             leader.clone(),
+            status.clone(),
             || start_term(client.clone(), identity.clone(), limit.backend_load()),
             until_stopped(stopping.clone()),
         )
@@ -228,6 +270,9 @@ async fn main() -> ExitCode {
                 backoff = (backoff * 2).min(Duration::from_secs(60));
             }
         }
+    }
+    if let Err(error) = endpoints.shutdown().await {
+        eprintln!("attach-detach: {error}");
     }
     eprintln!("attach-detach: stopped");
     ExitCode::SUCCESS

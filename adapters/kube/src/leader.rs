@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::domain::Kube;
+use crate::status::LeaderStatus;
 
 /// How a replica takes part in the election.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -140,8 +141,13 @@ fn remaining(deadline: Timestamp) -> Duration {
 }
 
 /// Returns once the lease can no longer be counted on: another holder, or `deadline` passed
-/// without a read that pushed it further.
-async fn until_lost(api: &Api<Lease>, config: &LeaderConfig, mut deadline: Timestamp) {
+/// without a read that pushed it further. Each read that does is told to `status`.
+async fn until_lost(
+    api: &Api<Lease>,
+    config: &LeaderConfig,
+    mut deadline: Timestamp,
+    status: &LeaderStatus,
+) {
     let period = Duration::from_secs(config.grace_seconds.max(2) / 2);
     loop {
         let left = remaining(deadline);
@@ -151,7 +157,10 @@ async fn until_lost(api: &Api<Lease>, config: &LeaderConfig, mut deadline: Times
         }
         tokio::time::sleep(period.min(left)).await;
         match held_until(api, config).await {
-            Ok(Some(until)) => deadline = deadline.max(until),
+            Ok(Some(until)) => {
+                deadline = deadline.max(until);
+                status.confirmed(remaining(deadline));
+            }
             Ok(None) => {
                 info!("the lease has another holder");
                 return;
@@ -204,6 +213,27 @@ async fn until_lost(api: &Api<Lease>, config: &LeaderConfig, mut deadline: Times
 pub async fn lead<F, Fut, E>(
     client: Client,
     config: LeaderConfig,
+    start_term: F,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), LeaderError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Term, E>>,
+    E: std::fmt::Display,
+{
+    lead_with_status(client, config, LeaderStatus::new(), start_term, shutdown).await
+}
+
+/// [`lead`], telling `status` where leadership stands: when the lease is confirmed and until
+/// when, each term's controller, a term that failed, a step down. The endpoints read it
+/// (`/healthz`, `/readyz`, `attach_detach_leader`, the term's metrics): see [`LeaderStatus`].
+///
+/// `start_term` should return once the term's informers have synced, so that a leader is
+/// ready only with a controller that started from the whole cluster.
+pub async fn lead_with_status<F, Fut, E>(
+    client: Client,
+    config: LeaderConfig,
+    status: LeaderStatus,
     mut start_term: F,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), LeaderError>
@@ -212,6 +242,14 @@ where
     Fut: Future<Output = Result<Term, E>>,
     E: std::fmt::Display,
 {
+    /// However `lead` ends (returned, or dropped mid-term), the replica no longer leads.
+    struct Resign(LeaderStatus);
+    impl Drop for Resign {
+        fn drop(&mut self) {
+            self.0.resign();
+        }
+    }
+    let _resign = Resign(status.clone());
     if config.grace_seconds == 0 || config.grace_seconds >= config.duration_seconds {
         return Err(LeaderError::Config(
             "grace_seconds must be positive and below duration_seconds",
@@ -232,6 +270,7 @@ where
     'campaign: loop {
         // Stand by until elected, and until a fresh read shows the lease ours and valid.
         let deadline = loop {
+            status.stand_by(*leading.borrow());
             tokio::select! {
                 biased;
                 () = &mut shutdown => break 'campaign,
@@ -239,11 +278,14 @@ where
             }
             match held_until(&api, &config).await {
                 Ok(Some(until)) if !remaining(until).is_zero() => break until,
-                Ok(_) => {}
+                // Another holder: no failure of ours counts any more.
+                Ok(None) => status.stand_by(false),
+                Ok(Some(_)) => {}
                 Err(error) => warn!(%error, "cannot confirm the lease"),
             }
             tokio::time::sleep(retry).await;
         };
+        status.confirmed(remaining(deadline));
         let mut term = tokio::select! {
             biased;
             () = &mut shutdown => break 'campaign,
@@ -251,18 +293,20 @@ where
                 Ok(term) => term,
                 Err(error) => {
                     warn!(%error, "cannot start a term; retrying");
+                    status.failed(format!("the term could not start: {error}"));
                     tokio::time::sleep(retry).await;
                     continue;
                 }
             },
         };
         terms += 1;
+        status.term_started(term.handle.clone());
         info!(term = terms, identity = %config.identity, "leading");
         let end = tokio::select! {
             biased;
             () = &mut shutdown => End::Shutdown,
             _ = lost(&mut leading) => End::Lost,
-            () = until_lost(&api, &config, deadline) => End::Lost,
+            () = until_lost(&api, &config, deadline, &status) => End::Lost,
             _ = &mut term.task => End::ControllerStopped,
         };
         info!(term = terms, ?end, "term over");
@@ -270,7 +314,13 @@ where
             End::Shutdown => config.shutdown_grace,
             _ => config.loss_grace,
         };
-        if end != End::ControllerStopped {
+        if end == End::ControllerStopped {
+            status.failed(match term.handle.died() {
+                Some(message) => format!("the controller died: {message}"),
+                None => "the controller stopped by itself".into(),
+            });
+        } else {
+            status.term_stopping();
             match term.handle.shutdown(grace).await {
                 Ok(report) if !report.abandoned.is_empty() => {
                     warn!(
@@ -290,6 +340,7 @@ where
             break;
         }
     }
+    status.resign();
     // Dropping the receiver makes the manager's task release the Lease and end.
     drop(leading);
     match tokio::time::timeout(Duration::from_secs(5), lease_task).await {

@@ -7,10 +7,12 @@ mod domain;
 mod drivers;
 mod error;
 mod events;
+mod explain;
 mod informers;
 mod leader;
 mod nodes;
 mod ratelimit;
+mod status;
 mod store;
 mod translate;
 
@@ -21,10 +23,12 @@ pub use domain::{
 };
 pub use drivers::CsiDrivers;
 pub use events::{KubeEvent, KubeEventRecorder, REPORTING_CONTROLLER, kube_events, publish};
+pub use explain::KubeExplainer;
 pub use informers::{InformerState, Informers, ObjectIndex, PodRef, driver_limits, node_facts};
-pub use leader::{LeaderConfig, LeaderError, Term, lead};
+pub use leader::{LeaderConfig, LeaderError, Term, lead, lead_with_status};
 pub use nodes::{CONTROLLER_MANAGED_ANNOTATION, ManagedNodes, controller_managed};
 pub use ratelimit::{ClientRateLimit, REQUESTS_PER_CALL, RateLimited};
+pub use status::{DEFAULT_HEALTH_TOLERANCE, LeaderStatus};
 pub use store::{KubeStatusStore, StatusWriteStats};
 pub use translate::{
     CsiMigration, CsiSpec, InTreePlugin, MIGRATED_PLUGINS_ANNOTATION, MigratedNode,

@@ -19,6 +19,10 @@
 //! the run, so that removing it makes the server refuse that request and this test fail.
 
 mod common;
+// The endpoints crate's minimal HTTP client; this test uses some of it.
+#[path = "../../endpoints/tests/common/mod.rs"]
+#[allow(dead_code)]
+mod http;
 
 use std::time::Duration;
 
@@ -263,6 +267,36 @@ async fn seed_004(server: &ApiServer, sims: &Sims) {
     );
 }
 
+/// The example's endpoints, while it leads with a recovered controller: ready, healthy, and
+/// its metrics those of the running term with `attach_detach_leader` at 1.
+async fn the_leaders_endpoints_say_so(controller: &ControllerProcess) {
+    let log = controller.log();
+    let addr = controller
+        .endpoints()
+        .unwrap_or_else(|| panic!("no endpoints line: {log}"));
+    assert!(addr.ip().is_loopback(), "{addr}");
+    for path in ["/readyz", "/healthz"] {
+        let reply = http::get(addr, path).await;
+        assert_eq!((reply.status, reply.body.as_str()), (200, "ok"), "{path}");
+    }
+    let metrics = http::get(addr, "/metrics").await;
+    assert_eq!(metrics.status, 200);
+    for line in [
+        "\nattach_detach_leader 1\n",
+        "\nattach_detach_recovering 0\n",
+        "\nattach_detach_operations_total{kind=\"attach\",outcome=\"succeeded\"} ",
+    ] {
+        assert!(metrics.body.contains(line), "{line:?} in {}", metrics.body);
+    }
+    let unknown = http::get(addr, "/explain?volume=kubernetes.io/csi/none%5Enone").await;
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+    assert!(
+        unknown.body.contains("does not know volume"),
+        "{}",
+        unknown.body
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_seeds_and_what_it_manages_through_the_example_over_http_under_rbac() {
     let _serial = SERIAL.lock().await;
@@ -300,6 +334,7 @@ async fn the_seeds_and_what_it_manages_through_the_example_over_http_under_rbac(
         attach_free_driver_is_left_alone(&server, &sims),
         kubelet_managed_nodes_are_left_alone(&server, &sims),
     );
+    the_leaders_endpoints_say_so(&controller).await;
     let log = controller.log();
     assert_eq!(controller.stop().await, Some(0), "{log}");
     // It released the lease at SIGTERM.
@@ -664,6 +699,7 @@ async fn the_example_says_in_one_line_what_stops_it_and_waits_out_an_unreachable
         .env_clear()
         .env("KUBECONFIG", &path)
         .env("RUST_LOG", "off")
+        .env("ENDPOINTS_ADDRESS", "127.0.0.1:0")
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()

@@ -729,6 +729,8 @@ impl ControllerProcess {
             .env("KUBECONFIG", &path)
             .env("POD_NAMESPACE", "kube-system")
             .env("RUST_LOG", "info,attach_detach=info")
+            // Any free port: two controllers run at once, and 9808 may be taken.
+            .env("ENDPOINTS_ADDRESS", "127.0.0.1:0")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -757,6 +759,15 @@ impl ControllerProcess {
             stderr,
             _kubeconfig: tempfile_path::TempPath(path),
         }
+    }
+
+    /// Where its endpoints listen, from the line it prints once they do.
+    pub fn endpoints(&self) -> Option<std::net::SocketAddr> {
+        let log = self.log();
+        let line = log
+            .lines()
+            .find_map(|l| l.strip_prefix("attach-detach: endpoints on http://"))?;
+        line.split_whitespace().next()?.parse().ok()
     }
 
     /// What it wrote to stderr so far.
