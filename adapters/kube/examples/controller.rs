@@ -27,6 +27,10 @@
 //! `/explain?volume=kubernetes.io/csi/DRIVER^HANDLE` and `/explain?pod=NAMESPACE/NAME` (the
 //! leader's controller says why it waits; JSON with `Accept: application/json`).
 //!
+//! A pod whose volumes are still not attached `EXPLAIN_WAITS_AFTER_SECONDS` (default 120; 0
+//! turns it off) after it was placed gets one `WaitExplained` event saying why, which
+//! `kubectl describe pod` shows.
+//!
 //! What stops it says so in one plain line on stderr: no cluster configured (exit 2), a
 //! setting that cannot work or an endpoints address that cannot be bound (exit 2), credentials
 //! refused or a request forbidden (exit 3). An API server it cannot reach is retried with
@@ -58,6 +62,7 @@ async fn start_term(
     client: Client,
     identity: String,
     backend_load: BackendLoad,
+    explain_waits_after: Option<Duration>,
 ) -> Result<Term, BoxError> {
     let mut informers = Informers::new(client.clone());
     let parts = wiring::parts(client.clone(), &informers)?;
@@ -71,6 +76,7 @@ async fn start_term(
     // The core's calls paced to the client's bucket, so none waits in it past its deadline.
     let config = Config {
         backend_load,
+        explain_waits_after,
         ..Config::default()
     };
     let controller = Controller::new(config, parts.backend, parts.store, world)?
@@ -195,6 +201,18 @@ async fn main() -> ExitCode {
         namespace: std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "kube-system".into()),
         ..LeaderConfig::default()
     };
+    let explain_waits_after = match setting("EXPLAIN_WAITS_AFTER_SECONDS", 120u64) {
+        Ok(0) => None,
+        Ok(seconds) if seconds <= 24 * 3600 => Some(Duration::from_secs(seconds)),
+        Ok(seconds) => {
+            eprintln!("attach-detach: EXPLAIN_WAITS_AFTER_SECONDS={seconds} is over a day");
+            return ExitCode::from(2);
+        }
+        Err(error) => {
+            eprintln!("attach-detach: {error}");
+            return ExitCode::from(2);
+        }
+    };
     let address = match setting("ENDPOINTS_ADDRESS", DEFAULT_ADDR) {
         Ok(address) => address,
         Err(error) => {
@@ -247,7 +265,14 @@ async fn main() -> ExitCode {
             client.clone(),
             leader.clone(),
             status.clone(),
-            || start_term(client.clone(), identity.clone(), limit.backend_load()),
+            || {
+                start_term(
+                    client.clone(),
+                    identity.clone(),
+                    limit.backend_load(),
+                    explain_waits_after,
+                )
+            },
             until_stopped(stopping.clone()),
         )
         .await;

@@ -144,6 +144,7 @@ fn limit(mut note: String) -> String {
 /// | [`Event::DetachBlocked`] | `DetachBlocked` | Warning | the node | what would unblock it |
 /// | [`Event::WaitingForUnmount`] | `WaitingForUnmount` | Normal | the node | what the fresh read showed |
 /// | [`Event::WorkloadWaiting`] | `WorkloadWaiting` | Warning | the pod | what it waits for |
+/// | [`Event::WaitExplained`] | `WaitExplained` | Warning | the pod | what each of its volumes waits for, and what ends it |
 /// | [`Event::CallTimedOut`] | `CallTimedOut` | Warning | the node (none for a listing) | the call and its deadline |
 /// | [`Event::ClaimInDoubt`] | `ClaimInDoubt` | Warning | each node named | which nodes may have the volume mounted |
 ///
@@ -309,6 +310,24 @@ pub fn kube_events(event: &Event<Kube>, index: &ObjectIndex) -> Vec<KubeEvent> {
             event.to_string(),
             "Wait",
         )],
+        Event::WaitExplained {
+            workload,
+            explanation,
+            ..
+        } => {
+            // The core names volumes by their unique names; a person knows the PV.
+            let mut note = event.to_string();
+            for volume in &explanation.volumes {
+                let unique = format!("{:?}", volume.volume);
+                note = note.replace(&unique, &format!("{:?}", pv(&volume.volume)));
+            }
+            vec![warning(
+                pod_ref(&pod_by_key(workload, index)),
+                event.reason(),
+                note,
+                "Wait",
+            )]
+        }
         Event::CallTimedOut {
             node: Some(node), ..
         } => vec![warning(
@@ -948,6 +967,68 @@ mod tests {
                 EventType::Normal,
                 &node("n1", Some("uid-n1"))
             )
+        );
+    }
+
+    /// A pod waiting long is told why on the pod (`kubectl describe pod`), its volumes by
+    /// their PV names.
+    #[test]
+    fn a_long_wait_is_explained_on_the_pod_with_pv_names() {
+        use attach_detach::core::{
+            AttachState, PairExplanation, Placement, VolumeExplanation, Wait, WorkloadExplanation,
+        };
+        let at = std::time::Duration::from_secs(200);
+        let pair = |node: &str, wanted: bool, wait| PairExplanation {
+            volume: VOL.to_string(),
+            node: node.into(),
+            wanted,
+            attached: (!wanted).then_some(AttachState::Attached),
+            wait,
+            since: Some(std::time::Duration::from_secs(60)),
+            last_failure: None,
+            at,
+        };
+        let explanation = WorkloadExplanation {
+            workload: "ns/a".to_string(),
+            placement: Placement::Placed { node: "n2".into() },
+            volumes: vec![VolumeExplanation {
+                volume: VOL.to_string(),
+                known: true,
+                pairs: vec![
+                    pair("n1", false, Wait::Unmount { forced_at: None }),
+                    pair(
+                        "n2",
+                        true,
+                        Wait::HeldElsewhere {
+                            holders: vec!["n1".into()],
+                        },
+                    ),
+                ],
+            }],
+            at,
+        };
+        let told = summary(Event::WaitExplained {
+            workload: "ns/a".into(),
+            node: "n2".into(),
+            waited: std::time::Duration::from_secs(120),
+            explanation,
+        });
+        assert_eq!(told.len(), 1);
+        let (reason, type_, note, regarding) = &told[0];
+        assert_eq!(
+            (*reason, *type_, regarding),
+            (
+                "WaitExplained",
+                EventType::Warning,
+                &pod("ns", "a", Some("uid-a"))
+            )
+        );
+        assert!(
+            note.contains(
+                "\"pv-1\" on \"n1\": to be detached; waiting for \"n1\"'s agent to unmount it"
+            ) && note.contains("waiting for it to be detached from [\"n1\"] (Multi-Attach)")
+                && !note.contains(VOL),
+            "{note}"
         );
     }
 

@@ -47,6 +47,9 @@ pub use summary::{summary_header, summary_line, violation_line};
 /// clock jumps over it.
 const AGENT_PERIOD: Duration = Duration::from_millis(100);
 
+/// How long after its placement a pod still waiting is explained in an event.
+const EXPLAIN_WAITS_AFTER: Duration = Duration::from_secs(60);
+
 /// How long a run without `run <time>` goes on after its last `at` line, to let the world settle.
 pub const SETTLE: Duration = Duration::from_secs(10 * 60);
 
@@ -129,6 +132,9 @@ pub fn config_of(scenario: &Scenario) -> Config {
             .volumes_per_pass
             .unwrap_or(Config::default().volumes_per_pass),
         machine_fencing: s.machine_fencing.then(MachineFencing::default),
+        // As the Kubernetes adapter runs it (sooner): every long wait is explained, and the
+        // recorder holds each explanation to naming what it waits for.
+        explain_waits_after: Some(EXPLAIN_WAITS_AFTER),
         upstream_bugs: UpstreamBugs {
             c1_lose_report_on_failed_detach: on(UpstreamBug::C1),
             c2_ignore_uncertain_holder: on(UpstreamBug::C2),

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use crate::controller::EventRecorder;
 use crate::core::event::Event;
+use crate::core::explain::Wait;
 use crate::sim::SimIds;
 use crate::sim::timeline::Happening;
 use crate::sim::world::World;
@@ -66,6 +67,12 @@ impl Recorder {
         w.now = self.epoch.elapsed();
         if let Event::VolumeReleased { volume, node } = event {
             w.note_release(volume, node);
+        }
+        // Every reachable wait has a name; one the core cannot name is a bug in it.
+        if let Event::WaitExplained { explanation, .. } = event {
+            if let Some(pair) = explanation.waits().find(|p| p.wait == Wait::Unknown) {
+                w.violation(format!("a wait the controller cannot explain: {pair}"));
+            }
         }
         // An event can name many pods (all those waiting for one node's attach slot): its
         // message is written only for a trace or a timeline that is kept.
