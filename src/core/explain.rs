@@ -86,6 +86,9 @@ pub enum Wait<D: Domain> {
     /// The store to acknowledge the node's list without the volume, so that the node's agent
     /// stops seeing it before the detach (C5).
     StoreAck,
+    /// Attached, and the node's status write that lists it for the node's agent (which mounts
+    /// only what the store lists) has not landed: planned, running, or retried after a failure.
+    StatusWrite,
     /// The node's agent to unmount the volume. Where a forced detach is allowed (an unhealthy
     /// node, `force_detach_on_timeout`), `forced_at` is when the wait ends anyway.
     Unmount {
@@ -139,6 +142,8 @@ pub enum WaitKind {
     HeldElsewhere,
     /// [`Wait::StoreAck`].
     StoreAck,
+    /// [`Wait::StatusWrite`].
+    StatusWrite,
     /// [`Wait::Unmount`].
     Unmount,
     /// [`Wait::HeldBackByRead`].
@@ -159,7 +164,7 @@ pub enum WaitKind {
 
 impl WaitKind {
     /// Every kind.
-    pub const ALL: [WaitKind; 17] = [
+    pub const ALL: [WaitKind; 18] = [
         WaitKind::Settled,
         WaitKind::Recovery,
         WaitKind::Call,
@@ -169,6 +174,7 @@ impl WaitKind {
         WaitKind::BackendSaidFull,
         WaitKind::HeldElsewhere,
         WaitKind::StoreAck,
+        WaitKind::StatusWrite,
         WaitKind::Unmount,
         WaitKind::HeldBackByRead,
         WaitKind::Fence,
@@ -191,6 +197,7 @@ impl WaitKind {
             WaitKind::BackendSaidFull => "BackendSaidFull",
             WaitKind::HeldElsewhere => "HeldElsewhere",
             WaitKind::StoreAck => "StoreAck",
+            WaitKind::StatusWrite => "StatusWrite",
             WaitKind::Unmount => "Unmount",
             WaitKind::HeldBackByRead => "HeldBackByRead",
             WaitKind::Fence => "Fence",
@@ -216,6 +223,7 @@ impl<D: Domain> Wait<D> {
             Wait::BackendSaidFull { .. } => WaitKind::BackendSaidFull,
             Wait::HeldElsewhere { .. } => WaitKind::HeldElsewhere,
             Wait::StoreAck => WaitKind::StoreAck,
+            Wait::StatusWrite => WaitKind::StatusWrite,
             Wait::Unmount { .. } => WaitKind::Unmount,
             Wait::HeldBackByRead { .. } => WaitKind::HeldBackByRead,
             Wait::Fence { .. } => WaitKind::Fence,
@@ -245,6 +253,9 @@ impl<D: Domain> Wait<D> {
             }
             Wait::HeldElsewhere { .. } => "the detach from the holders",
             Wait::StoreAck => "the store acknowledging the node's list without it",
+            Wait::StatusWrite => {
+                "the node's status write landing (a failed one is retried after its backoff)"
+            }
             Wait::Unmount { .. } => {
                 "the node reporting it unmounted, a fence, or (where allowed) the unmount timeout"
             }
@@ -366,8 +377,21 @@ impl<D: Domain> fmt::Display for PairExplanation<D> {
                 "; waiting for the store to stop listing it for {:?}",
                 self.node
             )?,
+            Wait::StatusWrite => write!(
+                f,
+                "; waiting for {:?}'s status to list it, so that its agent mounts it",
+                self.node
+            )?,
             Wait::Unmount { forced_at } | Wait::HeldBackByRead { forced_at } => {
-                write!(f, "; waiting for {:?}'s agent to unmount it", self.node)?;
+                if matches!(self.wait, Wait::HeldBackByRead { .. }) {
+                    write!(
+                        f,
+                        "; a fresh read found {:?}'s agent still using it; waiting for it to unmount it",
+                        self.node
+                    )?;
+                } else {
+                    write!(f, "; waiting for {:?}'s agent to unmount it", self.node)?;
+                }
                 if let Some(t) = forced_at {
                     write!(f, " (a forced detach in {})", In(*t, at))?;
                 }
@@ -421,12 +445,22 @@ pub struct VolumeExplanation<D: Domain> {
     pub volume: D::Volume,
     /// The core knows the volume: registered, wanted or attached.
     pub known: bool,
+    /// The core's recovery listings are not in yet: it may know nothing of the volume so far.
+    pub recovering: bool,
     /// One per node where it is wanted or attached, by node.
     pub pairs: Vec<PairExplanation<D>>,
 }
 
 impl<D: Domain> fmt::Display for VolumeExplanation<D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.recovering && self.pairs.is_empty() {
+            return write!(
+                f,
+                "{:?}: waiting for the core's recovery listings; ends with {}",
+                self.volume,
+                Wait::<D>::Recovery.ends()
+            );
+        }
         if !self.known {
             return write!(f, "{:?}: the core does not know this volume", self.volume);
         }
@@ -483,25 +517,47 @@ pub struct WorkloadExplanation<D: Domain> {
 }
 
 impl<D: Domain> WorkloadExplanation<D> {
-    /// Whether nothing keeps the workload waiting: placed, and every volume settled where it
-    /// is wanted.
-    pub fn is_settled(&self) -> bool {
-        matches!(self.placement, Placement::Placed { .. })
-            && self.volumes.iter().all(|v| {
-                v.pairs
-                    .iter()
-                    .filter(|p| p.wanted)
-                    .all(|p| p.wait == Wait::Settled)
-            })
+    /// Whether the core's recovery listings are not in yet (what it says may still change).
+    pub fn recovering(&self) -> bool {
+        self.volumes.iter().any(|v| v.recovering)
     }
 
-    /// The waits of the pairs that hold the workload back: on its node, and, where that
-    /// waits for holders elsewhere, the holders' detaches.
+    /// The node it is placed or scheduled on.
+    fn node(&self) -> Option<&D::Node> {
+        match &self.placement {
+            Placement::Placed { node } | Placement::Pending { node, .. } => Some(node),
+            Placement::Unknown => None,
+        }
+    }
+
+    /// Whether nothing keeps the workload waiting: placed, and each of its volumes settled on
+    /// its node.
+    pub fn is_settled(&self) -> bool {
+        let Placement::Placed { node } = &self.placement else {
+            return false;
+        };
+        self.volumes.iter().all(|v| {
+            v.pairs
+                .iter()
+                .any(|p| p.node == *node && p.wait == Wait::Settled)
+        })
+    }
+
+    /// The pairs that hold the workload back: its volumes' on its node that wait, and, where
+    /// one waits for holders elsewhere (Multi-Attach), the holders' pairs that wait. Other
+    /// nodes' pairs of a shared volume do not hold it back.
     pub fn waits(&self) -> impl Iterator<Item = &PairExplanation<D>> {
-        self.volumes
-            .iter()
-            .flat_map(|v| v.pairs.iter())
-            .filter(|p| p.wait != Wait::Settled)
+        let node = self.node();
+        self.volumes.iter().flat_map(move |v| {
+            let here = v.pairs.iter().find(|p| Some(&p.node) == node);
+            let holders: &[D::Node] = match here.map(|p| &p.wait) {
+                Some(Wait::HeldElsewhere { holders }) => holders,
+                _ => &[],
+            };
+            v.pairs.iter().filter(move |p| {
+                p.wait != Wait::Settled && (Some(&p.node) == node || holders.contains(&p.node))
+            })
+        })
     }
 }
 
@@ -533,6 +589,12 @@ impl<D: Domain> fmt::Display for WorkloadExplanation<D> {
                 write!(f, "{:?} on {node:?}: ", self.workload)?;
                 if self.is_settled() {
                     write!(f, "every volume attached")?;
+                } else if self.recovering() {
+                    write!(
+                        f,
+                        "waiting for the core's recovery listings; ends with {}",
+                        Wait::<D>::Recovery.ends()
+                    )?;
                 } else {
                     write!(f, "waiting for its volumes")?;
                 }

@@ -994,6 +994,7 @@ mod tests {
             volumes: vec![VolumeExplanation {
                 volume: VOL.to_string(),
                 known: true,
+                recovering: false,
                 pairs: vec![
                     pair("n1", false, Wait::Unmount { forced_at: None }),
                     pair(

@@ -149,6 +149,7 @@ fn volume_json(volume: &VolumeExplanation<Kube>) -> Value {
     json!({
         "volume": volume.volume,
         "known": volume.known,
+        "recovering": volume.recovering,
         "pairs": volume.pairs.iter().map(pair_json).collect::<Vec<_>>(),
     })
 }

@@ -35,6 +35,7 @@ impl<D: Domain> Reconciler<D> {
         VolumeExplanation {
             volume: volume.clone(),
             known,
+            recovering: self.is_recovering(),
             pairs,
         }
     }
@@ -141,6 +142,12 @@ impl<D: Domain> Reconciler<D> {
         } else {
             self.detach_wait(now, volume, &node, &key)
         };
+        let last_failure = match wait {
+            Wait::StatusWrite => {
+                (self.calls.gate).last_failure(&GateKeyRef::<D>::Status(&node), OpKind::WriteStatus)
+            }
+            _ => last_failure,
+        };
         PairExplanation {
             volume: volume.clone(),
             node,
@@ -199,6 +206,8 @@ impl<D: Domain> Reconciler<D> {
         let (here, elsewhere) = self.attach_view(volume, node, single_node);
         let facts = self.attach_facts(now, key, volume, here, elsewhere, single_node);
         match decide_attach(&facts) {
+            // The node's agent mounts only what the store lists for it.
+            Attach::Attached { .. } if !self.listed(volume, node) => (Wait::StatusWrite, None),
             Attach::Attached { .. } => (Wait::Settled, None),
             // Nothing of the volume runs here (`call_on` looked): a status write or a read of
             // the key's node, or an operation whose record is not the volume's.
@@ -239,6 +248,16 @@ impl<D: Domain> Reconciler<D> {
                 }
             }
         }
+    }
+
+    /// Whether the store lists `volume` for `node`'s agent: a node object gone lists nothing
+    /// and waits for nothing.
+    fn listed(&self, volume: &D::Volume, node: &D::Node) -> bool {
+        self.status.is_missing(node)
+            || self
+                .status
+                .stored(node)
+                .is_some_and(|stored| stored.contains(volume))
     }
 
     /// Queued under backend load since when, else due at the next pass.

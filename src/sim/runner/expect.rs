@@ -13,6 +13,8 @@ use crate::sim::world::{Phase, Violation, join};
 struct Told {
     text: String,
     missing: bool,
+    /// The core's recovery listings are not in yet.
+    recovering: bool,
     waits: Vec<PairExplanation<SimIds>>,
 }
 
@@ -29,6 +31,7 @@ impl Sim {
             explained.map(|v| Told {
                 text: v.to_string(),
                 missing: false,
+                recovering: v.recovering,
                 waits: v.pairs,
             })
         } else {
@@ -36,6 +39,7 @@ impl Sim {
             explained.map(|w| Told {
                 text: w.to_string(),
                 missing: matches!(w.placement, Placement::Pending { .. }),
+                recovering: w.recovering(),
                 waits: w.waits().cloned().collect(),
             })
         };
@@ -49,12 +53,20 @@ impl Sim {
             ExpectedWait::Kind(kind) => kind,
         };
         if kind == WaitKind::Settled && node.is_none() {
-            return !told.missing && told.waits.iter().all(|p| p.wait == Wait::Settled);
+            return !told.missing
+                && !told.recovering
+                && told.waits.iter().all(|p| p.wait == Wait::Settled);
+        }
+        // Before its listings a new core may know nothing of the subject yet.
+        if kind == WaitKind::Recovery && node.is_none() && told.recovering {
+            return true;
         }
         told.waits.iter().any(|p| {
             p.wait.kind() == kind
                 && node.is_none_or(|n| match &p.wait {
                     Wait::HeldElsewhere { holders } => holders.iter().any(|h| h == n),
+                    // The call's node: a single-node volume's detach elsewhere holds it.
+                    Wait::Call { node: on, .. } => on == n,
                     _ => p.node == n,
                 })
         })

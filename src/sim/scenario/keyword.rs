@@ -89,6 +89,7 @@ impl Keyword for ExpectedWait {
             ExpectedWait::Kind(WaitKind::HeldElsewhere),
         ),
         ("store-ack", ExpectedWait::Kind(WaitKind::StoreAck)),
+        ("status-write", ExpectedWait::Kind(WaitKind::StatusWrite)),
         ("unmount", ExpectedWait::Kind(WaitKind::Unmount)),
         (
             "held-back-by-read",

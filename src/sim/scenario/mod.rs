@@ -109,13 +109,14 @@
 //! `expect wait` asks the running controller why a pod (or a declared volume: a volume's name
 //! wins over a pod's) waits ([`ControllerHandle::explain_workload`](crate::controller::ControllerHandle::explain_workload)):
 //! `<wait>` is one of `settled`, `recovery`, `call`, `backoff`, `backend-load`, `node-full`,
-//! `backend-said-full`, `held-elsewhere`, `store-ack`, `unmount`, `held-back-by-read`, `fence`,
+//! `backend-said-full`, `held-elsewhere`, `store-ack`, `status-write`, `unmount`, `held-back-by-read`, `fence`,
 //! `node-deleted`, `fresh-read`, `release-verify`, `next-pass`, `unknown` (the kinds of
 //! [`Wait`](crate::core::Wait)), or `missing` (the pod names a node or volume the controller
 //! was not told of). It holds when one of the pairs that hold the pod back (its volumes on its
 //! node, and their holders elsewhere; for a volume, any of its pairs) waits so, on `<n>` if
-//! given (for `held-elsewhere`, `<n>` is a holder); `settled` without a node holds when
-//! nothing waits.
+//! given (for `held-elsewhere`, `<n>` is a holder; for `call`, the call's node); `settled`
+//! without a node holds when nothing waits, `recovery` without a node while the controller's
+//! recovery listings are not in.
 //!
 //! # Example
 //!

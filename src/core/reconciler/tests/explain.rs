@@ -36,6 +36,57 @@ fn a_recovering_core_waits_for_its_listings() {
     h.rwo("v1");
     h.pod("p1", "n1", &["v1"]);
     assert_eq!(h.wait_of("v1", "n1"), Wait::Recovery);
+    // A volume it was not told of yet, which its listings may show attached, waits too.
+    let unknown = h.core.explain_volume(&"v2", h.now);
+    assert!(unknown.recovering && unknown.pairs.is_empty());
+    assert!(
+        unknown
+            .to_string()
+            .contains("waiting for the core's recovery listings"),
+        "{unknown}"
+    );
+}
+
+/// A pod whose volume is attached on its node is not held back by another pod waiting for
+/// that volume elsewhere: only its own node's pairs, and the holders of a Multi-Attach it
+/// waits for, hold a pod back.
+#[test]
+fn a_holders_pod_is_not_held_back_by_the_pod_waiting_for_it() {
+    let mut h = H::attached_rwo(UpstreamBugs::default());
+    h.pod("p2", "n2", &["v1"]);
+    h.run_ok(secs(2));
+    let holder = h.core.explain_workload(&"p1", h.now);
+    assert!(holder.is_settled(), "{holder}");
+    assert_eq!(holder.waits().count(), 0, "{holder}");
+    let waiting = h.core.explain_workload(&"p2", h.now);
+    let waits: Vec<WaitKind> = waiting.waits().map(|p| p.wait.kind()).collect();
+    assert_eq!(waits, vec![WaitKind::HeldElsewhere], "{waiting}");
+}
+
+/// An attached volume the store does not list yet (its write failing) holds its pod: the
+/// node's agent mounts only what the store lists. The write's failure is named.
+#[test]
+fn an_attached_volume_waits_for_the_status_write_that_lists_it() {
+    let mut h = H::new(Config::default());
+    h.node("n1", &[]);
+    h.rwo("v1");
+    h.pod("p1", "n1", &["v1"]);
+    let attach = h.tick_taking(OpKind::Attach);
+    h.ok(attach);
+    let write = h.tick_taking(OpKind::WriteStatus);
+    h.fail_status(
+        write,
+        StoreError::transient("etcdserver: request timed out"),
+    );
+    assert_eq!(h.wait_of("v1", "n1"), Wait::StatusWrite);
+    let explained = h.core.explain_workload(&"p1", h.now);
+    assert!(!explained.is_settled());
+    let line = h.line_of("v1", "n1");
+    assert!(
+        line.contains("waiting for \"n1\"'s status to list it")
+            && line.contains("etcdserver: request timed out"),
+        "{line}"
+    );
 }
 
 #[test]
@@ -62,6 +113,12 @@ fn an_attach_waits_for_its_call_then_is_settled() {
         h.line_of("v1", "n1")
     );
     h.ok(attach);
+    assert_eq!(
+        h.wait_of("v1", "n1"),
+        Wait::StatusWrite,
+        "attached, not yet listed for the node's agent"
+    );
+    h.run_ok(secs(1));
     assert_eq!(h.wait_of("v1", "n1"), Wait::Settled);
     let workload = h.core.explain_workload(&"p1", h.now);
     assert!(workload.is_settled(), "{workload}");
