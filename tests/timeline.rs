@@ -122,7 +122,9 @@ fn seed_004_shows_the_fence_and_a_bar_per_node() {
     for tick in ["0s", "10s", "10m", "11m", "12m", "virtual time"] {
         assert!(has_text(&svg, tick), "axis lacks {tick}");
     }
-    assert!(has_text(&svg, "≈9m26s idle"), "the idle minutes are folded");
+    assert!(has_text(&svg, "≈8m35s idle"), "the idle minutes are folded");
+    // A minute into db-1's wait the controller says why: n1 must be fenced first.
+    assert!(svg.contains("WaitExplained") && svg.contains("waiting for a fence"));
     assert_eq!(
         count(&svg, "violation"),
         1,
