@@ -31,9 +31,10 @@ pub struct LastFailure {
 
 /// What one (volume, node) pair waits for, in the wait table's terms.
 ///
-/// Every variant names what ends it ([`Wait::ends`]); a caller matching it needs no wildcard.
+/// Every variant names what ends it ([`Wait::ends`]). Not `non_exhaustive`: a caller matches
+/// it without a wildcard, so a wait added later is a compile error where it must be handled
+/// (and a breaking change, in the changelog).
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Wait<D: Domain> {
     /// Nothing: attached where wanted, or gone where not.
     Settled,
@@ -122,7 +123,6 @@ pub enum Wait<D: Domain> {
 
 /// A [`Wait`]'s kind, without its data: for tables, metrics and tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
 pub enum WaitKind {
     /// [`Wait::Settled`].
     Settled,

@@ -123,7 +123,16 @@ fn pair_json(pair: &PairExplanation<Kube>) -> Value {
             json!({"forced_detach_in": forced_at.map(|t| ago(at, t))})
         }
         Wait::Fence { checking_machine } => json!({"checking_machine": checking_machine}),
-        _ => json!({}),
+        // No wildcard: a wait the core adds must be given its details here.
+        Wait::Settled
+        | Wait::Recovery
+        | Wait::StoreAck
+        | Wait::StatusWrite
+        | Wait::NodeDeleted
+        | Wait::FreshRead
+        | Wait::ReleaseVerify
+        | Wait::NextPass
+        | Wait::Unknown => json!({}),
     };
     json!({
         "volume": pair.volume,
