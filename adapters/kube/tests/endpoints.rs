@@ -229,11 +229,11 @@ async fn readiness_waits_for_recovery_and_follows_a_leadership_change() {
         (200, "text/plain; charset=utf-8")
     );
     assert!(
-        pod.body
-            .starts_with("\"default/web-0\" on \"node-a\": waiting for its volumes\n")
-            && pod
-                .body
-                .contains("waiting for the core's recovery listings"),
+        pod.body.starts_with(
+            "\"default/web-0\" on \"node-a\": waiting for the core's recovery listings"
+        ) && pod
+            .body
+            .contains("waiting for the core's recovery listings"),
         "{}",
         pod.body
     );

@@ -355,6 +355,18 @@ impl H {
     }
 
     /// n1 runs p1 with v1 attached, reported and acknowledged.
+    /// v1 attached to n1 for p1; then n1 unhealthy and still using it, and p1 gone.
+    fn unhealthy_still_using(config: Config) -> Self {
+        let mut h = H::new(config);
+        h.node("n1", &[]);
+        h.rwo("v1");
+        h.pod("p1", "n1", &["v1"]);
+        h.run_ok(secs(1));
+        h.facts("n1", false, false, Some(&["v1"]));
+        h.unpod("p1");
+        h
+    }
+
     fn attached_rwo(bugs: UpstreamBugs) -> Self {
         let mut h = H::with_bugs(bugs);
         h.node("n1", &[]);
@@ -507,16 +519,10 @@ fn a_write_that_did_nothing_leaves_the_store_known_and_holds_the_detach() {
 
 #[test]
 fn detach_mounted_on_unhealthy_node_after_timeout_when_configured() {
-    let mut h = H::new(Config {
+    let mut h = H::unhealthy_still_using(Config {
         force_detach_on_timeout: true,
         ..Config::default()
     });
-    h.node("n1", &[]);
-    h.rwo("v1");
-    h.pod("p1", "n1", &["v1"]);
-    h.run_ok(secs(1));
-    h.facts("n1", false, false, Some(&["v1"]));
-    h.unpod("p1");
     let early = h.run_ok(secs(359));
     assert!(early.is_empty(), "within max-wait-for-unmount: {early:?}");
     assert_eq!(

@@ -210,16 +210,10 @@ fn an_unhealthy_node_using_the_volume_waits_for_a_fence_or_a_timeout() {
         }
     );
     // Where a forced detach is allowed, the unmount wait ends at its timeout.
-    let mut h = H::new(Config {
+    let mut h = H::unhealthy_still_using(Config {
         force_detach_on_timeout: true,
         ..Config::default()
     });
-    h.node("n1", &[]);
-    h.rwo("v1");
-    h.pod("p1", "n1", &["v1"]);
-    h.run_ok(secs(1));
-    h.facts("n1", false, false, Some(&["v1"]));
-    h.unpod("p1");
     h.run_ok(secs(2));
     let Wait::Unmount {
         forced_at: Some(at),
