@@ -2,6 +2,7 @@
 //! the look that decides its next step, and what a human is told of it (blocked, stuck).
 
 use super::*;
+use crate::core::state::actual::ActualNode;
 
 impl<D: Domain> Reconciler<D> {
     /// The record of (`volume`, `node`) is gone: nothing is attached there any more.
@@ -157,8 +158,9 @@ impl<D: Domain> Reconciler<D> {
         volume: &D::Volume,
         node: &D::Node,
     ) -> Option<(DetachFacts, bool)> {
-        let progress = self.actual.get(volume, node)?.detach;
-        let clearance = match progress.stage {
+        let bugs = self.bugs();
+        let record = RecordFacts::of(self.actual.get(volume, node)?, bugs);
+        let clearance = match record.stage {
             DetachStage::Cleared { force } => {
                 let at = self.detaches.cleared_at(node).unwrap_or(now);
                 self.move_detach(volume, node, DetachStage::Idle);
@@ -170,59 +172,54 @@ impl<D: Domain> Reconciler<D> {
             .actual
             .request_detach(volume, node, now)
             .saturating_add(self.config.max_wait_for_unmount);
+        let node_facts = self.actual.node(node);
         let machine_off = machine::held_detach(
             &mut self.calls.machine,
             self.config.machine_fencing.as_ref(),
             now,
             (volume, node),
-            self.actual.node(node),
-            progress.told.has(Told::WAITING_FOR_UNMOUNT),
+            node_facts,
+            record.held_back,
         );
-        self.detach_facts_with(now, volume, node, clearance, unmount_deadline, machine_off)
+        let looked = Looked {
+            now,
+            record,
+            node_facts,
+            clearance,
+            unmount_deadline,
+            machine_off,
+        };
+        Some((looked.facts(&self.config, &self.status, bugs, (volume, node)), record.reported))
     }
 
-    /// [`detach_facts`](Self::detach_facts) given what that look takes or starts: the
-    /// clearance, the unmount wait's end and the machine's answer. An explanation reads them
-    /// without changing anything.
-    pub(super) fn detach_facts_with(
+    /// [`detach_facts`](Self::detach_facts) without what that look takes or starts: no
+    /// clearance taken, the unmount wait's end as far as it is known, the machine's last
+    /// answer. An explanation reads these without changing anything.
+    pub(super) fn detach_facts_now(
         &self,
         now: Duration,
         volume: &D::Volume,
         node: &D::Node,
-        clearance: Option<(Option<ForceReason>, Duration)>,
-        unmount_deadline: Duration,
-        machine_off: bool,
-    ) -> Option<(DetachFacts, bool)> {
+    ) -> Option<DetachFacts> {
         let bugs = self.bugs();
-        let a = self.actual.get(volume, node)?;
-        let reported = a.is_reported();
-        #[cfg(feature = "upstream-bugs")]
-        let sticky_mount = bugs.c4_sticky_assumed_mount && a.assumed_mounted;
-        #[cfg(not(feature = "upstream-bugs"))]
-        let sticky_mount = false;
+        let record = RecordFacts::of(self.actual.get(volume, node)?, bugs);
         let node_facts = self.actual.node(node);
-        let present = node_facts.is_some_and(|n| n.present);
-        let facts = DetachFacts {
+        let unmount_deadline = (self.actual.detach_requested_at(volume, node))
+            .unwrap_or(now)
+            .saturating_add(self.config.max_wait_for_unmount);
+        let machine_off = self.config.machine_fencing.is_some_and(|c| {
+            node_facts.is_some_and(|n| n.present && !n.healthy && !n.fenced)
+                && self.calls.machine.is_off(node, now, c.max_age)
+        });
+        let looked = Looked {
             now,
+            record,
+            node_facts,
+            clearance: None,
             unmount_deadline,
-            present,
-            healthy: node_facts.is_some_and(|n| n.healthy),
-            fenced: node_facts.is_some_and(|n| n.fenced),
-            in_use: node_facts.and_then(|n| n.reports_in_use(volume)),
-            force_allowed: self.config.force_detach_on_timeout || bugs.c3_force_detach_unfenced,
-            deleted_node_is_fenced: self.config.deleted_node_is_fenced,
             machine_off,
-            machine_fencing: self.config.machine_fencing.is_some(),
-            held_back: a.detach.told.has(Told::WAITING_FOR_UNMOUNT),
-            sticky_mount,
-            store_settled: bugs.c5_detach_before_status_ack || !present || {
-                let (missing, absent) = self.status.missing_and_absent(node, volume);
-                // L1, our own leak put back: a volume never listed waits for a write anyway.
-                missing || ((reported || !bugs.l1_await_unplanned_ack) && absent)
-            },
-            clearance,
         };
-        Some((facts, reported))
+        Some(looked.facts(&self.config, &self.status, bugs, (volume, node)))
     }
 
     /// The store settled and the detach needs fresh facts: the facts the node's last status
@@ -460,5 +457,77 @@ impl<D: Domain> Reconciler<D> {
                 .then_with(|| (&a.node, &a.volume).cmp(&(&b.node, &b.volume)))
         });
         stuck
+    }
+}
+
+/// What a detach's look reads of the attachment's record, read once.
+#[derive(Clone, Copy)]
+struct RecordFacts {
+    stage: DetachStage,
+    reported: bool,
+    /// Upstream's C4: an assumed mount stays until the report changes.
+    sticky_mount: bool,
+    /// A fresh read held the detach back ([`Told::WAITING_FOR_UNMOUNT`]).
+    held_back: bool,
+}
+
+impl RecordFacts {
+    fn of<D: Domain>(a: &Attachment<D>, bugs: UpstreamBugs) -> Self {
+        #[cfg(feature = "upstream-bugs")]
+        let sticky_mount = bugs.c4_sticky_assumed_mount && a.assumed_mounted;
+        #[cfg(not(feature = "upstream-bugs"))]
+        let sticky_mount = {
+            let _ = bugs;
+            false
+        };
+        RecordFacts {
+            stage: a.detach.stage,
+            reported: a.is_reported(),
+            sticky_mount,
+            held_back: a.detach.told.has(Told::WAITING_FOR_UNMOUNT),
+        }
+    }
+}
+
+/// Everything a look gathered for [`decide_detach`], with the node's facts looked up once.
+struct Looked<'a, D: Domain> {
+    now: Duration,
+    record: RecordFacts,
+    node_facts: Option<&'a ActualNode<D>>,
+    clearance: Option<(Option<ForceReason>, Duration)>,
+    unmount_deadline: Duration,
+    machine_off: bool,
+}
+
+impl<D: Domain> Looked<'_, D> {
+    fn facts(
+        &self,
+        config: &Config,
+        status: &StatusBook<D>,
+        bugs: UpstreamBugs,
+        (volume, node): (&D::Volume, &D::Node),
+    ) -> DetachFacts {
+        let n = self.node_facts;
+        let present = n.is_some_and(|n| n.present);
+        DetachFacts {
+            now: self.now,
+            unmount_deadline: self.unmount_deadline,
+            present,
+            healthy: n.is_some_and(|n| n.healthy),
+            fenced: n.is_some_and(|n| n.fenced),
+            in_use: n.and_then(|n| n.reports_in_use(volume)),
+            force_allowed: config.force_detach_on_timeout || bugs.c3_force_detach_unfenced,
+            deleted_node_is_fenced: config.deleted_node_is_fenced,
+            machine_off: self.machine_off,
+            machine_fencing: config.machine_fencing.is_some(),
+            held_back: self.record.held_back,
+            sticky_mount: self.record.sticky_mount,
+            store_settled: bugs.c5_detach_before_status_ack || !present || {
+                let (missing, absent) = status.missing_and_absent(node, volume);
+                // L1, our own leak put back: a volume never listed waits for a write anyway.
+                missing || ((self.record.reported || !bugs.l1_await_unplanned_ack) && absent)
+            },
+            clearance: self.clearance,
+        }
     }
 }

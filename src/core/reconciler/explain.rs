@@ -329,17 +329,7 @@ impl<D: Domain> Reconciler<D> {
         {
             return (wait, since);
         }
-        let unmount_deadline = requested
-            .unwrap_or(now)
-            .saturating_add(self.config.max_wait_for_unmount);
-        let node_facts = self.actual.node(node);
-        let machine_off = self.config.machine_fencing.is_some_and(|c| {
-            node_facts.is_some_and(|n| n.present && !n.healthy && !n.fenced)
-                && self.calls.machine.is_off(node, now, c.max_age)
-        });
-        let Some((facts, _)) =
-            self.detach_facts_with(now, volume, node, None, unmount_deadline, machine_off)
-        else {
+        let Some(facts) = self.detach_facts_now(now, volume, node) else {
             return (Wait::Settled, None);
         };
         let wait = match decide_detach(&facts) {
