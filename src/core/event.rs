@@ -234,8 +234,8 @@ pub enum Event<D: Domain> {
         node: D::Node,
         /// How long it has waited.
         waited: Duration,
-        /// What each of its volumes waits for.
-        explanation: WorkloadExplanation<D>,
+        /// What each of its volumes waits for (boxed: every event moves as the largest).
+        explanation: Box<WorkloadExplanation<D>>,
     },
 }
 

@@ -1012,7 +1012,7 @@ mod tests {
             workload: "ns/a".into(),
             node: "n2".into(),
             waited: std::time::Duration::from_secs(120),
-            explanation,
+            explanation: Box::new(explanation),
         });
         assert_eq!(told.len(), 1);
         let (reason, type_, note, regarding) = &told[0];

@@ -118,6 +118,7 @@ impl<D: Domain> Reconciler<D> {
     /// (state, withheld, detach), and for a single-node volume not attached here yet, the
     /// other nodes' with their states.
     #[allow(clippy::type_complexity)]
+    #[inline(always)]
     pub(super) fn attach_view(
         &self,
         volume: &D::Volume,
@@ -146,6 +147,7 @@ impl<D: Domain> Reconciler<D> {
 
     /// What [`decide_attach`] needs, from the records ([`attach_view`](Self::attach_view))
     /// and the gate.
+    #[inline(always)]
     pub(super) fn attach_facts(
         &self,
         now: Duration,
@@ -243,6 +245,7 @@ impl<D: Domain> Reconciler<D> {
 
     /// Whether `node` has room for one more volume (of `driver`'s): not when the backend
     /// said it is full and attaches to it back off, nor at the node's limit or the driver's.
+    #[inline]
     pub(super) fn room(
         &self,
         now: Duration,

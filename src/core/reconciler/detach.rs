@@ -189,7 +189,10 @@ impl<D: Domain> Reconciler<D> {
             unmount_deadline,
             machine_off,
         };
-        Some((looked.facts(&self.config, &self.status, bugs, (volume, node)), record.reported))
+        Some((
+            looked.facts(&self.config, &self.status, bugs, (volume, node)),
+            record.reported,
+        ))
     }
 
     /// [`detach_facts`](Self::detach_facts) without what that look takes or starts: no
@@ -472,6 +475,7 @@ struct RecordFacts {
 }
 
 impl RecordFacts {
+    #[inline(always)]
     fn of<D: Domain>(a: &Attachment<D>, bugs: UpstreamBugs) -> Self {
         #[cfg(feature = "upstream-bugs")]
         let sticky_mount = bugs.c4_sticky_assumed_mount && a.assumed_mounted;
@@ -500,6 +504,7 @@ struct Looked<'a, D: Domain> {
 }
 
 impl<D: Domain> Looked<'_, D> {
+    #[inline(always)]
     fn facts(
         &self,
         config: &Config,

@@ -101,7 +101,7 @@ impl<D: Domain> Reconciler<D> {
                 workload,
                 node,
                 waited: self.config.explain_waits_after.unwrap_or_default(),
-                explanation,
+                explanation: Box::new(explanation),
             });
         }
     }

@@ -203,6 +203,7 @@ pub(crate) enum Attach<N> {
 }
 
 /// Decides an attach.
+#[inline(always)]
 pub(crate) fn decide_attach<N: Clone>(f: &AttachFacts<N>) -> Attach<N> {
     if f.here == Some(AttachState::Attached) {
         return Attach::Attached {
