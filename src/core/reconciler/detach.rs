@@ -210,10 +210,13 @@ impl<D: Domain> Reconciler<D> {
         let unmount_deadline = (self.actual.detach_requested_at(volume, node))
             .unwrap_or(now)
             .saturating_add(self.config.max_wait_for_unmount);
-        let machine_off = self.config.machine_fencing.is_some_and(|c| {
-            node_facts.is_some_and(|n| n.present && !n.healthy && !n.fenced)
-                && self.calls.machine.is_off(node, now, c.max_age)
-        });
+        let machine_off = machine::counts_off(
+            &self.calls.machine,
+            self.config.machine_fencing.as_ref(),
+            now,
+            node,
+            node_facts,
+        );
         let looked = Looked {
             now,
             record,

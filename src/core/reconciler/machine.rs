@@ -42,6 +42,23 @@ pub(super) fn held_detach<D: Domain>(
     machine.is_off(node, now, config.max_age)
 }
 
+/// [`held_detach`]'s answer without wanting a check: whether `node`'s machine counts as off
+/// now for a detach (machine fencing on, the node present, unhealthy and not fenced).
+pub(super) fn counts_off<D: Domain>(
+    machine: &MachineWatch<D>,
+    config: Option<&MachineFencing>,
+    now: Duration,
+    node: &D::Node,
+    facts: Option<&ActualNode<D>>,
+) -> bool {
+    match (config, facts) {
+        (Some(config), Some(f)) if f.present && !f.healthy && !f.fenced => {
+            machine.is_off(node, now, config.max_age)
+        }
+        _ => false,
+    }
+}
+
 impl<D: Domain> Reconciler<D> {
     /// Plans the machine checks that are wanted and due, one at a time per node. A node that
     /// became healthy or fenced, or lost the attachments that wanted it, since it was wanted

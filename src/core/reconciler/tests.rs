@@ -354,7 +354,29 @@ impl H {
         );
     }
 
-    /// n1 runs p1 with v1 attached, reported and acknowledged.
+    /// v1's detach from fenced n1 failed; a release's verify is under way when n1 is unfenced
+    /// (the release is void), fenced again and released again: that verify, returned, was
+    /// planned before the second release.
+    fn released_behind_a_running_verify() -> (Self, Operation<T>) {
+        let mut h = H::attached_rwo(UpstreamBugs::default());
+        h.facts("n1", false, true, Some(&["v1"]));
+        h.unpod("p1");
+        let detach = h.run_until_taking(OpKind::Detach);
+        h.fail(detach, transient());
+        let release = |h: &mut H| {
+            h.core.handle(Input::ReleaseVolume {
+                volume: "v1",
+                node: "n1",
+            })
+        };
+        assert_eq!(release(&mut h), Ok(()));
+        let early = h.run_until_taking(OpKind::Verify);
+        h.facts("n1", false, false, Some(&["v1"]));
+        h.facts("n1", false, true, Some(&["v1"]));
+        assert_eq!(release(&mut h), Ok(()));
+        (h, early)
+    }
+
     /// v1 attached to n1 for p1; then n1 unhealthy and still using it, and p1 gone.
     fn unhealthy_still_using(config: Config) -> Self {
         let mut h = H::new(config);
@@ -367,6 +389,7 @@ impl H {
         h
     }
 
+    /// n1 runs p1 with v1 attached, reported and acknowledged.
     fn attached_rwo(bugs: UpstreamBugs) -> Self {
         let mut h = H::with_bugs(bugs);
         h.node("n1", &[]);
@@ -2835,24 +2858,7 @@ fn a_release_the_backend_contradicts_is_dropped_and_the_detach_goes_ahead() {
 /// and the node is verified again after a backoff.
 #[test]
 fn only_a_verify_planned_after_the_release_decides_it() {
-    let mut h = H::attached_rwo(UpstreamBugs::default());
-    h.facts("n1", false, true, Some(&["v1"]));
-    h.unpod("p1");
-    let detach = h.run_until_taking(OpKind::Detach);
-    h.fail(detach, transient());
-    let release = |h: &mut H| {
-        h.core.handle(Input::ReleaseVolume {
-            volume: "v1",
-            node: "n1",
-        })
-    };
-    // A first release's verify is under way when its node is unfenced (the release is void),
-    // fenced again, and released again: that verify came before the second release.
-    assert_eq!(release(&mut h), Ok(()));
-    let early = h.run_until_taking(OpKind::Verify);
-    h.facts("n1", false, false, Some(&["v1"]));
-    h.facts("n1", false, true, Some(&["v1"]));
-    assert_eq!(release(&mut h), Ok(()));
+    let (mut h, early) = H::released_behind_a_running_verify();
     h.verified(early, &["v1"]);
     assert!(
         !h.core

@@ -101,23 +101,7 @@ fn the_check_names_an_index_that_disagrees_with_a_record() {
 /// later.
 #[test]
 fn a_release_behind_a_running_verify_is_decided_by_the_next_at_once() {
-    let mut h = H::attached_rwo(UpstreamBugs::default());
-    h.facts("n1", false, true, Some(&["v1"]));
-    h.unpod("p1");
-    let detach = h.run_until_taking(OpKind::Detach);
-    h.fail(detach, transient());
-    let release = |h: &mut H| {
-        h.core.handle(Input::ReleaseVolume {
-            volume: "v1",
-            node: "n1",
-        })
-    };
-    assert_eq!(release(&mut h), Ok(()));
-    let early = h.run_until_taking(OpKind::Verify);
-    // Void (unfenced), then fenced and released again while the early verify runs.
-    h.facts("n1", false, false, Some(&["v1"]));
-    h.facts("n1", false, true, Some(&["v1"]));
-    assert_eq!(release(&mut h), Ok(()));
+    let (mut h, early) = H::released_behind_a_running_verify();
     assert_eq!(
         progress(&h, "v1", "n1").map(|p| p.release),
         Some(Release::BehindVerify)
